@@ -1,0 +1,60 @@
+"""The ``latroute`` command line.
+
+Every command refuses bad input the same way: one line
+``error: FILE:ROW: COLUMN: reason`` on stderr and exit status 2, so CI jobs
+and scripts can tell a bad trace from a failed check (exit 1).
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from traces.errors import BadInput
+
+
+class LatrouteGroup(click.Group):
+    """A click group that turns BadInput into the one-line error and exit 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BadInput as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=LatrouteGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="latroute")
+def cli() -> None:
+    """latroute: replay vLLM traces through TTFT estimators and routers.
+
+    \b
+    Start here:
+      latroute demo                         # the whole story on built-in defaults
+      latroute trace generate --out wl --requests 2000 --rate 8
+      latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
+      latroute trace info azconv
+      latroute trace query azconv "select count(*) from requests"
+    """
+
+
+def _register() -> None:
+    from harness.cli_bench import bench
+    from harness.cli_demo import demo
+    from harness.cli_trace import trace
+
+    cli.add_command(trace)
+    cli.add_command(demo)
+    cli.add_command(bench)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="latroute")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""``latroute bench``: the project's speed and memory figures.
+
+Speed is measured here, never in unit tests. Each section runs its work in
+a child process where memory matters, so the peak resident set size it
+reports belongs to that work alone.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+SECTIONS = ("generate", "import")
+
+
+def _child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
+    """Run ``cmd``; return (wall seconds, peak RSS of that child in MB)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise click.ClickException(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # ru_maxrss of children is the max over all waited-for children; a fresh
+    # child per section keeps it meaningful as long as this one is the largest
+    return wall, max(peak, before) / 1024.0
+
+
+def bench_generate(requests: int, workdir: Path) -> dict:
+    from traces.workload import WorkloadConfig, write_workload
+    from traces.arrivals import ArrivalSpec
+
+    t = time.perf_counter()
+    write_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", 8.0), seed=0),
+                   workdir / "generated", force=True)
+    wall = time.perf_counter() - t
+    return {"requests": requests, "wall_s": wall, "requests_per_s": requests / wall}
+
+
+def bench_import(rows: int, workdir: Path) -> dict:
+    from traces.synth_azure import write_azure_csv
+
+    csv_path = workdir / "azure_synth.csv"
+    t = time.perf_counter()
+    write_azure_csv(csv_path, rows)
+    write_s = time.perf_counter() - t
+    cmd = [sys.executable, "-m", "harness.cli", "trace", "import", "azure", str(csv_path),
+           "--out", str(workdir / "imported"), "--force"]
+    wall, peak_mb = _child_peak_rss_mb(cmd)
+    size_mb = csv_path.stat().st_size / 1e6
+    csv_path.unlink()
+    return {"rows": rows, "csv_mb": size_mb, "csv_write_s": write_s, "import_wall_s": wall,
+            "rows_per_s": rows / wall, "peak_rss_mb": peak_mb}
+
+
+@click.command()
+@click.option("--only", "only", multiple=True, type=click.Choice(SECTIONS), help="Run only these sections.")
+@click.option("--generate-requests", type=int, default=1_000_000, show_default=True,
+              help="Requests in the generate-and-write benchmark.")
+@click.option("--import-rows", type=int, default=10_000_000, show_default=True,
+              help="Rows of the synthetic Azure-format CSV to import.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Scratch directory (default: a temp dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, workdir: Path | None,
+          as_json: bool) -> None:
+    """Measure speed and memory of latroute's heavy paths.
+
+    \b
+    Sections:
+      generate  generate and write an N-request workload trace
+      import    write an N-row Azure-format CSV, import it in a child
+                process and report its peak memory (target < 2 GB at 10M rows)
+
+    \b
+    Examples:
+      latroute bench
+      latroute bench --only import --import-rows 10000000 --json
+    """
+    sections = only or SECTIONS
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="latroute-bench-", dir=workdir) as tmp:
+        tmp_path = Path(tmp)
+        if "generate" in sections:
+            results["generate"] = r = bench_generate(generate_requests, tmp_path)
+            if not as_json:
+                click.echo(f"generate: {r['requests']:,} requests generated and written in {r['wall_s']:.2f} s "
+                           f"({r['requests_per_s']:,.0f} requests/s)")
+        if "import" in sections:
+            results["import"] = r = bench_import(import_rows, tmp_path)
+            if not as_json:
+                click.echo(f"import:   {r['rows']:,}-row Azure CSV ({r['csv_mb']:.0f} MB) imported in "
+                           f"{r['import_wall_s']:.1f} s ({r['rows_per_s']:,.0f} rows/s), "
+                           f"peak memory {r['peak_rss_mb']:.0f} MB")
+    if as_json:
+        click.echo(json.dumps(results, indent=2))

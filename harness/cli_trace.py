@@ -1,0 +1,183 @@
+"""``latroute trace ...``: generate, import, inspect and query traces."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+import duckdb
+
+from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec
+from traces.errors import BadInput
+from traces.importers import import_trace
+from traces.importers.common import DEFAULT_CHUNK_ROWS, ImportOptions
+from traces.store import open_trace
+from traces.summary import format_summary, summarize
+from traces.tasks import DEFAULT_MIX, parse_mix
+from traces.workload import WorkloadConfig, write_workload
+
+
+@click.group()
+def trace() -> None:
+    """Generate, import, inspect and query traces (Parquet + DuckDB)."""
+
+
+@trace.command()
+@click.argument("trace_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def info(trace_dir: Path, as_json: bool) -> None:
+    """Summarise a trace: tables, span, rate, lengths, TTFT, instances.
+
+    \b
+    Example:
+      latroute trace info azconv --json
+    """
+    summary = summarize(open_trace(trace_dir))
+    click.echo(json.dumps(summary, indent=2, default=str) if as_json else format_summary(summary))
+
+
+@trace.command()
+@click.argument("trace_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+def query(trace_dir: Path, sql: str, fmt: str) -> None:
+    """Run SQL over a trace with DuckDB.
+
+    Views named after the tables present: requests, steps, step_items,
+    preemptions, instances, quality.
+
+    \b
+    Examples:
+      latroute trace query wl "select task, count(*), median(prompt_tokens) from requests group by task"
+      latroute trace query rec "select * from steps order by end_s - start_s desc limit 5" --format csv
+    """
+    con = open_trace(trace_dir).connect()
+    try:
+        df = con.sql(sql).df() if sql.strip() else None
+    except duckdb.Error as e:
+        raise BadInput(trace_dir, None, "SQL", str(e).splitlines()[0]) from None
+    if df is None:
+        raise BadInput(trace_dir, None, "SQL", "empty query")
+    if fmt == "csv":
+        df.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        click.echo(df.to_json(orient="records", date_format="iso"))
+    else:
+        click.echo(df.to_string(index=False) if len(df.columns) else "(no columns)")
+
+
+def _positive(ctx, param, value):
+    if value is not None and not value > 0:
+        raise click.BadParameter("must be > 0")
+    return value
+
+
+@trace.command()
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Trace directory to write.")
+@click.option("--requests", "n_requests", type=int, callback=_positive, help="Number of requests.")
+@click.option("--duration", type=float, callback=_positive, help="Seconds of arrivals (instead of --requests).")
+@click.option("--rate", type=float, callback=_positive,
+              help="Mean arrival rate, requests/s (with --arrivals-from: rescale to this rate).")
+@click.option("--arrival", type=click.Choice(ARRIVAL_KINDS), default="poisson", show_default=True)
+@click.option("--burst-ratio", type=float, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")
+@click.option("--high-fraction", type=float, default=0.2, show_default=True, help="mmpp: time share in high state.")
+@click.option("--correlation-s", type=float, default=2.0, show_default=True, help="mmpp: correlation time (s).")
+@click.option("--burstiness", type=float, default=1.0, show_default=True,
+              help="gamma: shape; inter-arrival CV^2 = 1/burstiness (as vllm bench serve).")
+@click.option("--mix", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_MIX.items()), show_default=True,
+              help="Task weights.")
+@click.option("--lengths-from", type=click.Path(path_type=Path), help="Resample (prompt, output) pairs from a trace.")
+@click.option("--arrivals-from", type=click.Path(path_type=Path), help="Reuse another trace's arrival times.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str,
+             burst_ratio: float, high_fraction: float, correlation_s: float, burstiness: float, mix: str,
+             lengths_from: Path | None, arrivals_from: Path | None, seed: int, force: bool) -> None:
+    """Generate a synthetic workload (requests + quality tables).
+
+    Four tasks (alpaca, govreport, hotpotqa, writingprompts) with lognormal
+    lengths, the paper's TTFT SLO formula, noisy predicted output lengths
+    and per-model accuracy for pool qwen3-h100. Same arguments, same bytes.
+
+    \b
+    Examples:
+      latroute trace generate --out wl --requests 16000 --rate 8
+      latroute trace generate --out burst --duration 600 --rate 7 --arrival mmpp --burst-ratio 6
+      latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
+    """
+    if n_requests is not None and duration is not None:
+        raise click.UsageError("give --requests or --duration, not both")
+    if arrivals_from is None:
+        if n_requests is None and duration is None:
+            raise click.UsageError("give --requests N or --duration S")
+        if rate is None:
+            raise click.UsageError("--rate is required (unless --arrivals-from is given)")
+    try:
+        weights = parse_mix(mix)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--mix") from None
+    spec = ArrivalSpec(kind=arrival, rate=rate or 1.0, burst_ratio=burst_ratio, high_fraction=high_fraction,
+                       correlation_s=correlation_s, burstiness=burstiness)
+    try:
+        spec.check()
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    cfg = WorkloadConfig(requests=n_requests, duration_s=duration, arrivals=spec, rate_given=rate is not None,
+                         mix=weights, seed=seed,
+                         lengths_from=str(lengths_from) if lengths_from else None,
+                         arrivals_from=str(arrivals_from) if arrivals_from else None)
+    t = time.perf_counter()
+    try:
+        rows = write_workload(cfg, out, force=force)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(f"wrote {out}: {rows['requests']:,} requests, {rows['quality']:,} quality rows "
+               f"in {time.perf_counter() - t:.2f} s")
+
+
+@trace.command("import")
+@click.argument("fmt", metavar="FORMAT")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Trace directory to write.")
+@click.option("--model", help="burstgpt: keep only this model (e.g. ChatGPT, GPT-4).")
+@click.option("--keep-failed", is_flag=True, help="burstgpt: keep failed rows (Response tokens = 0).")
+@click.option("--run", help="lmbench: the run_id to import (one trace per run).")
+@click.option("--seed", type=int, help="vllm-bench: seed of the benchmark's arrival schedule (default: from the file, else 0).")
+@click.option("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, show_default=True, callback=_positive,
+              help="Rows per chunk (memory bound).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool, run: str | None,
+            seed: int | None, chunk_rows: int, force: bool) -> None:
+    """Import a public trace format into a latroute trace.
+
+    \b
+    FORMAT is one of:
+      azure        Azure LLM inference trace CSV (2023, 2024)
+      burstgpt     BurstGPT CSV (--model to filter; failed rows dropped)
+      mooncake     Mooncake JSONL (timestamp ms, input/output_length, hash_ids)
+      vllm-bench   vllm bench serve / benchmark_serving --save-result JSON
+      lmbench      llm-d-benchmark per-request LMBench CSV (--run RUN_ID)
+      vllm-record  a vLLM engine recording directory (engine.json, requests.csv, steps.jsonl)
+
+    \b
+    Examples:
+      latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
+      latroute trace import vllm-record shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
+      latroute trace import lmbench per_request.csv --run r042 --out r042
+    """
+    src_size = src.stat().st_size if src.is_file() else 0
+    opts = ImportOptions(model=model, run=run, seed=seed, keep_failed=keep_failed, chunk_rows=chunk_rows)
+    t = time.perf_counter()
+    if sys.stderr.isatty() and src_size > (32 << 20):
+        with click.progressbar(length=src_size, label=f"importing {src.name}", file=sys.stderr) as bar:
+            opts.progress = lambda pos: bar.update(pos - bar.pos)
+            rows, notes = import_trace(fmt, src, out, opts, force=force)
+    else:
+        rows, notes = import_trace(fmt, src, out, opts, force=force)
+    for note in notes:
+        click.echo(f"note: {note}")
+    click.echo(f"wrote {out}: " + ", ".join(f"{k} {v:,}" for k, v in rows.items())
+               + f" in {time.perf_counter() - t:.2f} s")
+

@@ -1,0 +1,7 @@
+"""Traces: the data model (schema), the on-disk store, importers of public
+trace formats and the synthetic workload generator.
+
+A trace is a directory of Parquet tables plus ``meta.json``; everything
+downstream (estimators, twin, routers, reports) reads and writes that one
+format, so recorded and simulated traces are interchangeable.
+"""

@@ -1,0 +1,67 @@
+"""Mooncake (FAST'25) traces: JSON lines with ``timestamp`` (ms since the
+trace start), ``input_length``, ``output_length`` and ``hash_ids`` (one hash
+per 512-token prefix block; equal ids mean a shareable prefix). The hashes
+are kept so prefix-cache studies can use them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import BadInput
+from traces.importers.common import ImportOptions, RequestSink, json_number, jsonl_records
+from traces.store import TraceWriter
+
+KEYS = ("timestamp", "input_length", "output_length")
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+def _field(rec: dict, key: str, src: Path, line: int, integer: bool) -> float:
+    if key not in rec:
+        raise BadInput(src, line, key, "missing column")
+    return json_number(rec[key], key, src, line, integer)
+
+
+def _flush(sink: RequestSink, rows: list[tuple], lines: list[int], t0: float) -> None:
+    if not rows:
+        return
+    ts, inp, out, hashes = zip(*rows)
+    df = pd.DataFrame({
+        "arrival_s": (np.asarray(ts, dtype=np.float64) - t0) / 1000.0,
+        "prompt_tokens": np.asarray(inp, dtype=np.int64),
+        "output_tokens": np.asarray(out, dtype=np.int64),
+        "hash_ids": list(hashes),
+    })
+    sink.write(df, np.asarray(lines))
+
+
+def import_mooncake(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
+    t0: float | None = None
+    with writer.table("requests") as tw:
+        sink = RequestSink(tw, src, {"arrival_s": "timestamp"})
+        rows: list[tuple] = []
+        lines: list[int] = []
+        for lineno, rec, read in jsonl_records(src):
+            ts = _field(rec, "timestamp", src, lineno, integer=False)
+            inp = _field(rec, "input_length", src, lineno, integer=True)
+            out = _field(rec, "output_length", src, lineno, integer=True)
+            hashes = rec.get("hash_ids", [])
+            if not isinstance(hashes, list) or not all(isinstance(h, int) for h in hashes):
+                raise BadInput(src, lineno, "hash_ids", "not a list of integers")
+            if t0 is None:
+                t0 = float(ts)
+            rows.append((ts, int(inp), int(out), hashes))
+            lines.append(lineno)
+            if len(rows) >= opts.chunk_rows:
+                _flush(sink, rows, lines, t0)
+                rows, lines = [], []
+                if opts.progress is not None:
+                    opts.progress(read)
+        _flush(sink, rows, lines, t0 if t0 is not None else 0.0)
+    if sink.rows == 0:
+        raise BadInput(src, 1, "file", "no data rows")
+    writer.meta["source"] = {"kind": "mooncake", "file": str(src), "t0_ms": t0,
+                             "hash_block_tokens": MOONCAKE_BLOCK_TOKENS}
+    writer.meta["arrivals"] = "measured"
+    return []

@@ -1,0 +1,159 @@
+"""Result JSON of ``vllm bench serve`` / ``benchmark_serving.py --save-result``.
+
+Per-request arrays: ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
+(list per request, s) and ``errors``. The file saves no send times in most
+versions, so arrival times come from, in order of preference:
+
+1. ``start_times`` when the file has them (measured);
+2. the benchmark's own schedule when the file says how it was drawn:
+   ``request_rate`` inf means every request at t = 0; a finite rate with
+   ``burstiness`` (default 1) and no ``max_concurrency`` or ramp-up is
+   replayed exactly as the client drew it, ``np.random.seed(seed)`` then one
+   ``np.random.gamma(burstiness, 1/(rate*burstiness))`` sleep after each
+   request (seed: ``--seed``, else the file's ``seed``, else ``--seed`` in
+   its recorded command, else the client's default 0);
+3. otherwise arrivals are unknown: ``arrival_s`` is null and meta.json says
+   ``arrivals: unknown``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import BadInput
+from traces.importers.common import ImportOptions, RequestSink, json_number, require_file
+from traces.store import TraceWriter
+
+REQUIRED = ("input_lens", "output_lens", "ttfts")
+BENCHMARK_DEFAULT_SEED = 0
+_SEED_RE = re.compile(r"--seed[= ]+(\d+)")
+
+
+def reconstruct_schedule(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:
+    """The send time of each request as the benchmark client schedules it."""
+    if math.isinf(rate):
+        return np.zeros(n)
+    state = np.random.RandomState(seed)  # the client seeds numpy's global legacy generator
+    gaps = state.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    return np.concatenate(([0.0], np.cumsum(gaps[:-1]))) if n else np.zeros(0)
+
+
+def _rate(value, src: Path) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        try:
+            value = float(value)
+        except ValueError:
+            raise BadInput(src, None, "request_rate", f"not a number: {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise BadInput(src, None, "request_rate", f"must be a positive number or inf, got {value!r}")
+    return float(value)
+
+
+def _seed(doc: dict, opts: ImportOptions) -> tuple[int, str]:
+    if opts.seed is not None:
+        return opts.seed, "--seed option"
+    if isinstance(doc.get("seed"), int):
+        return doc["seed"], "file's seed field"
+    m = _SEED_RE.search(str(doc.get("_client_command", "")) + " " + str(doc.get("command", "")))
+    if m:
+        return int(m.group(1)), "--seed in the recorded client command"
+    return BENCHMARK_DEFAULT_SEED, "client default seed 0"
+
+
+def _array(doc: dict, key: str, src: Path, n: int | None) -> list:
+    v = doc.get(key)
+    if v is None:
+        raise BadInput(src, None, key, "missing column")
+    if not isinstance(v, list):
+        raise BadInput(src, None, key, "not a list")
+    if n is not None and len(v) != n:
+        raise BadInput(src, None, key, f"has {len(v)} entries but input_lens has {n}")
+    return v
+
+
+def _numbers(values: list, key: str, src: Path, integer: bool, allow_null: bool = False) -> np.ndarray:
+    return np.array([np.nan if v is None and allow_null else json_number(v, key, src, i + 1, integer)
+                     for i, v in enumerate(values)], dtype=np.float64)
+
+
+def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
+    require_file(src)
+    try:
+        doc = json.loads(src.read_text(encoding="utf-8", errors="replace"))
+    except json.JSONDecodeError as e:
+        raise BadInput(src, e.lineno, "file", f"not valid JSON ({e.msg})") from None
+    if not isinstance(doc, dict):
+        raise BadInput(src, 1, "file", "not a JSON object (expected a benchmark result)")
+    inp = _array(doc, "input_lens", src, None)
+    n = len(inp)
+    if n == 0:
+        raise BadInput(src, None, "input_lens", "no requests")
+    prompt = _numbers(inp, "input_lens", src, integer=True).astype(np.int64)
+    output = _numbers(_array(doc, "output_lens", src, n), "output_lens", src, integer=True).astype(np.int64)
+    ttft = _numbers(_array(doc, "ttfts", src, n), "ttfts", src, integer=False, allow_null=True)
+    errors = doc.get("errors") or [""] * n
+    if len(errors) != n:
+        raise BadInput(src, None, "errors", f"has {len(errors)} entries but input_lens has {n}")
+    failed = np.array([bool(e) for e in errors])
+    ttft[failed] = np.nan
+    itl_sum = None
+    if isinstance(doc.get("itls"), list):
+        itls = _array(doc, "itls", src, n)
+        itl_sum = np.array([float(sum(x)) if isinstance(x, list) else np.nan for x in itls])
+
+    notes: list[str] = []
+    rate = _rate(doc.get("request_rate"), src)
+    burstiness = doc.get("burstiness", 1.0) or 1.0
+    order = np.arange(n)
+    how: dict = {}
+    if isinstance(doc.get("start_times"), list):
+        st = _numbers(_array(doc, "start_times", src, n), "start_times", src, integer=False)
+        arrival = st - st.min()
+        order = np.argsort(arrival, kind="stable")
+        if (order != np.arange(n)).any():
+            notes.append("requests sorted by start time")
+        kind = "measured"
+        how = {"from": "start_times"}
+    elif rate is not None and (math.isinf(rate) or (doc.get("max_concurrency") is None
+                                                   and not doc.get("ramp_up_strategy"))):
+        seed, seed_from = _seed(doc, opts)
+        arrival = reconstruct_schedule(n, rate, float(burstiness), seed)
+        kind = "reconstructed"
+        how = {"from": "request_rate schedule", "request_rate": rate, "burstiness": burstiness,
+               "seed": None if math.isinf(rate) else seed, "seed_from": None if math.isinf(rate) else seed_from}
+        notes.append("arrival times reconstructed from the benchmark's schedule "
+                     + ("(request_rate inf: all at t=0)" if math.isinf(rate)
+                        else f"(rate {rate:g}/s, burstiness {burstiness:g}, seed {seed} from {seed_from})"))
+    else:
+        arrival = np.full(n, np.nan)
+        kind = "unknown"
+        how = {"from": None, "why": "no start_times, and the schedule cannot be replayed "
+                                    "(no request_rate, or max_concurrency / ramp-up gated the sends)"}
+        notes.append("arrival times unknown: arrival_s left null")
+
+    finish = arrival + ttft + itl_sum if itl_sum is not None else np.full(n, np.nan)
+    df = pd.DataFrame({
+        "arrival_s": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "ttft_s": ttft,
+        "finish_s": finish,
+    }).iloc[order].reset_index(drop=True)
+    if failed.any():
+        notes.append(f"{int(failed.sum())} failed requests kept with ttft_s null")
+    with writer.table("requests") as tw:
+        RequestSink(tw, src).write(df, order + 1)
+    writer.meta["source"] = {"kind": "vllm-bench", "file": str(src), "model": doc.get("model_id"),
+                             "backend": doc.get("backend"), "date": doc.get("date"),
+                             "failed": int(failed.sum()), "arrival_schedule": how}
+    writer.meta["arrivals"] = kind
+    return notes

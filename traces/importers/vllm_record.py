@@ -1,0 +1,170 @@
+"""Recordings of the real vLLM engine (the format of ``shared/data/vllm_cpu``).
+
+A recording is a directory with ``engine.json`` (engine configuration),
+``requests.csv`` (id, arrival_s, added_s, prompt_tokens, output_tokens,
+first_token_s, finish_s, ttft_s) and ``steps.jsonl`` (one object per engine
+step: step, start_s, end_s, items = [[request_id, tokens, computed_before,
+prompt_tokens], ...] in the scheduler's order, preempted = [request_id, ...]).
+``snapshots.jsonl`` is a convenience copy of state that steps and items
+already determine, so it is not imported.
+
+The result has requests, steps (with batch aggregates), step_items,
+preemptions and a one-row instances table built from engine.json.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import BadInput
+from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
+from traces.schema import REQUESTS, STEPS, validate_frame
+from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
+from traces.store import TraceWriter
+
+REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "ttft_s"]
+ENGINE_KEYS = ("budget", "max_seqs", "block_size", "num_kv_blocks", "model")
+_ID_RE = re.compile(r"^[A-Za-z_-]*(\d+)$")
+
+
+def _engine(path: Path) -> dict:
+    require_file(path)
+    try:
+        eng = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise BadInput(path, e.lineno, "file", f"not valid JSON ({e.msg})") from None
+    if not isinstance(eng, dict):
+        raise BadInput(path, 1, "file", "not a JSON object")
+    for key in ENGINE_KEYS:
+        if key not in eng:
+            raise BadInput(path, None, key, "missing key")
+    for key in ENGINE_KEYS[:-1]:
+        if isinstance(eng[key], bool) or not isinstance(eng[key], int) or eng[key] <= 0:
+            raise BadInput(path, None, key, f"must be a positive integer, got {eng[key]!r}")
+    return eng
+
+
+def _request_ids(raw: list[str]) -> dict[str, int]:
+    """Map recorded ids to integers: ``r17`` -> 17 when every id has such a
+    numeric suffix (and they are distinct), else the order of appearance."""
+    nums = [_ID_RE.match(r) for r in raw]
+    if all(nums):
+        ids = [int(m.group(1)) for m in nums]
+        if len(set(ids)) == len(ids):
+            return dict(zip(raw, ids))
+    return {r: i for i, r in enumerate(raw)}
+
+
+def _time(rec: dict, key: str, path: Path, line: int) -> float:
+    return float(json_number(rec.get(key), key, path, line))
+
+
+def _read_steps(path: Path, ids: dict[str, int], instance: str):
+    steps: list[tuple] = []
+    items: list[tuple] = []
+    preempted: list[tuple] = []
+    prev_step = -1
+    for line, rec, _ in jsonl_records(path):
+        step = rec.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise BadInput(path, line, "step", f"not a step number: {step!r}")
+        if step <= prev_step:
+            raise BadInput(path, line, "step", f"not increasing (step {step} after {prev_step})")
+        prev_step = step
+        start, end = _time(rec, "start_s", path, line), _time(rec, "end_s", path, line)
+        if end < start:
+            raise BadInput(path, line, "end_s", f"ends ({end}) before it starts ({start})")
+        its = rec.get("items")
+        if not isinstance(its, list):
+            raise BadInput(path, line, "items", "missing or not a list")
+        for it in its:
+            if (not isinstance(it, list) or len(it) != 4
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in it[1:])):
+                raise BadInput(path, line, "items", f"item {it!r} is not [id, tokens, computed_before, prompt_tokens]")
+            if it[0] not in ids:
+                raise BadInput(path, line, "items", f"unknown request id {it[0]!r}")
+            items.append((step, ids[it[0]], it[1], it[2], it[3]))
+        pre = rec.get("preempted", [])
+        if not isinstance(pre, list):
+            raise BadInput(path, line, "preempted", "not a list")
+        for r in pre:
+            if r not in ids:
+                raise BadInput(path, line, "preempted", f"unknown request id {r!r}")
+            preempted.append((step, ids[r]))
+        steps.append((step, start, end, len(pre)))
+    if not steps:
+        raise BadInput(path, 1, "file", "no steps")
+    step_df = pd.DataFrame(steps, columns=["step", "start_s", "end_s", "num_preempted"])
+    step_df.insert(0, "instance_id", instance)
+    item_df = pd.DataFrame(items, columns=["step", "request_id", "tokens", "computed_before", "prompt_tokens"])
+    item_df.insert(0, "instance_id", instance)
+    pre_df = pd.DataFrame(preempted, columns=["step", "request_id"], dtype=np.int64)
+    pre_df.insert(0, "instance_id", instance)
+    agg = step_aggregates(item_df)
+    step_df = step_df.merge(agg, on=["instance_id", "step"], how="left")
+    step_df[list(AGGREGATE_COLUMNS)] = step_df[list(AGGREGATE_COLUMNS)].fillna(0).astype(np.int64)
+    step_df = step_df[[c.name for c in STEPS.columns]]
+    return step_df, item_df, pre_df
+
+
+def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
+    if not src.is_dir():
+        raise BadInput(src, None, "file", "a vllm-record source is a recording directory "
+                                          "(engine.json, requests.csv, steps.jsonl)")
+    eng = _engine(src / "engine.json")
+    instance = str(eng["model"])
+    req_path = src / "requests.csv"
+    chunks = list(csv_chunks(req_path, REQUEST_COLUMNS, 1 << 30))
+    rows, lines = chunks[0]
+    raw_ids = rows["id"].fillna("").astype(str).str.strip().tolist()
+    dup = pd.Series(raw_ids).duplicated().to_numpy()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise BadInput(req_path, int(lines[i]), "id", f"duplicate request id {raw_ids[i]!r}")
+    ids = _request_ids(raw_ids)
+    arrival = numeric(rows, "arrival_s", req_path, lines, integer=False)
+    requests = pd.DataFrame({
+        "request_id": np.array([ids[r] for r in raw_ids], dtype=np.int64),
+        "arrival_s": arrival,
+        "prompt_tokens": numeric(rows, "prompt_tokens", req_path, lines),
+        "output_tokens": numeric(rows, "output_tokens", req_path, lines),
+        "instance_id": instance,
+        "ttft_s": numeric(rows, "ttft_s", req_path, lines, integer=False),
+        "finish_s": numeric(rows, "finish_s", req_path, lines, integer=False),
+        "added_s": numeric(rows, "added_s", req_path, lines, integer=False),
+    })
+    steps, items, pre = _read_steps(src / "steps.jsonl", ids, instance)
+    # recorded ids are kept (not renumbered as RequestSink would)
+    validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
+    with writer.table("requests") as tw:
+        tw.write(requests)
+    writer.write_table("steps", steps, source=str(src / "steps.jsonl"))
+    writer.write_table("step_items", items, source=str(src / "steps.jsonl"))
+    writer.write_table("preemptions", pre, source=str(src / "steps.jsonl"))
+    writer.write_table("instances", pd.DataFrame([{
+        "instance_id": instance,
+        "model": instance,
+        "gpus": 0,
+        "policy": "vllm-v1",
+        "max_num_batched_tokens": eng["budget"],
+        "max_num_seqs": eng["max_seqs"],
+        "block_size": eng["block_size"],
+        "num_kv_blocks": eng["num_kv_blocks"],
+        "price_in": np.nan,
+        "price_out": np.nan,
+        "profile": None,
+        "long_prefill_token_threshold": int(eng.get("long_prefill", 0) or 0),
+        "max_model_len": int(eng.get("max_model_len", 0) or 0),
+        "chunked_prefill": True,
+        "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
+    }]), source=str(src / "engine.json"))
+    writer.meta["source"] = {"kind": "vllm-record", "dir": str(src), "vllm_version": eng.get("vllm_version"),
+                             "platform": eng.get("platform"), "async_scheduling": eng.get("async_scheduling"),
+                             "engine": {k: v for k, v in eng.items() if k != "model_config"}}
+    writer.meta["arrivals"] = "measured"
+    return []
+

@@ -1,0 +1,61 @@
+"""Per-step batch aggregates computed from step items.
+
+The batch-time model (both the 4-term ``eq9`` and the 6-term ``six`` form)
+needs only per-step sums over the sequences in the batch, so the ``steps``
+table stores them; computing them here, vectorised, once for every source
+(recordings and the twin) keeps the definitions in one place.
+
+For a sequence q in a step: c_q = tokens already in its KV cache
+(``computed_before``); it is a decode (d_q = 1, p_q = 0) when it has finished
+its prompt and is scheduled a single token, else a prefill chunk of
+p_q = ``tokens`` tokens (this includes the recompute of a preempted request).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+AGGREGATE_COLUMNS = (
+    "num_seqs",
+    "prefill_tokens",
+    "decode_tokens",
+    "sum_ctx",
+    "sum_ctx_sq",
+    "sum_prefill_sq",
+    "sum_decode_ctx",
+    "sum_prefill_attn",
+)
+
+
+def item_terms(tokens: np.ndarray, computed_before: np.ndarray, prompt_tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-item terms whose per-step sums are the aggregates."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    c = np.asarray(computed_before, dtype=np.int64)
+    is_decode = (c >= np.asarray(prompt_tokens, dtype=np.int64)) & (tokens == 1)
+    d = is_decode.astype(np.int64)
+    p = np.where(is_decode, 0, tokens)
+    return {
+        "num_seqs": np.ones_like(tokens),
+        "prefill_tokens": p,
+        "decode_tokens": d,
+        "sum_ctx": c,
+        "sum_ctx_sq": c * c,
+        "sum_prefill_sq": p * p,
+        "sum_decode_ctx": c * d,
+        "sum_prefill_attn": p * c + p * (p + 1) // 2,
+    }
+
+
+def step_aggregates(items: pd.DataFrame) -> pd.DataFrame:
+    """Aggregate ``step_items`` rows into one row per (instance_id, step).
+
+    Returns columns instance_id, step and AGGREGATE_COLUMNS; steps without
+    items do not appear (callers left-join onto their step list).
+    """
+    if items.empty:
+        return pd.DataFrame({"instance_id": pd.Series(dtype="object"), "step": pd.Series(dtype="int64"),
+                             **{k: pd.Series(dtype="int64") for k in AGGREGATE_COLUMNS}})
+    terms = item_terms(items["tokens"].to_numpy(), items["computed_before"].to_numpy(), items["prompt_tokens"].to_numpy())
+    frame = pd.DataFrame({"instance_id": items["instance_id"].to_numpy(), "step": items["step"].to_numpy(), **terms})
+    out = frame.groupby(["instance_id", "step"], sort=True, observed=True).sum().reset_index()
+    return out

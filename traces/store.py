@@ -1,0 +1,208 @@
+"""Reading and writing trace directories.
+
+Layout: ``DIR/meta.json`` plus one ``DIR/<table>.parquet`` per table present.
+Writes are atomic at the directory level: everything goes to a hidden
+sibling directory that is renamed into place only when complete, so a crash
+or a refused input never leaves a half-written trace behind.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces.errors import BadInput
+from traces.schema import SCHEMA_VERSION, TABLES, TableSchema, to_arrow, validate_frame
+
+META = "meta.json"
+ROW_GROUP_ROWS = 1 << 20
+
+
+def table_path(trace_dir: Path, name: str) -> Path:
+    return Path(trace_dir) / f"{name}.parquet"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a small text file atomically (temp file in the same directory,
+    then rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class TableWriter:
+    """Streams validated chunks of one table into a Parquet file."""
+
+    def __init__(self, path: Path, schema: TableSchema):
+        self.path = path
+        self.schema = schema
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._arrow_schema: pa.Schema | None = None
+
+    def write(self, df: pd.DataFrame) -> None:
+        table = to_arrow(df, self.schema)
+        if self._writer is None:
+            self._arrow_schema = table.schema
+            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        elif table.schema != self._arrow_schema:
+            table = table.cast(self._arrow_schema)
+        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += len(df)
+
+    def close(self) -> None:
+        if self._writer is None:
+            # an empty table still gets a file with the required columns
+            empty = self.schema.arrow_schema(self.schema.required).empty_table()
+            self._writer = pq.ParquetWriter(self.path, empty.schema, compression="zstd")
+            self._writer.write_table(empty)
+        self._writer.close()
+
+
+class TraceWriter:
+    """Builds a trace in a temporary directory and moves it into place.
+
+    Use as a context manager; on any exception the temporary directory is
+    removed and ``out`` is left untouched.
+    """
+
+    def __init__(self, out: str | Path, force: bool = False):
+        self.out = Path(out)
+        if self.out.exists() and not force and (not self.out.is_dir() or any(self.out.iterdir())):
+            raise BadInput(self.out, None, "--out", "already exists (pass --force to replace it)")
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        self.rows: dict[str, int] = {}
+        self.meta: dict[str, Any] = {}
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        self._finish()
+
+    def write_table(self, name: str, df: pd.DataFrame, source: str | None = None) -> None:
+        """Validate and write a whole table at once."""
+        schema = TABLES[name]
+        validate_frame(df, schema, source or str(table_path(self.out, name)))
+        with self.table(name) as tw:
+            tw.write(df)
+
+    @contextmanager
+    def table(self, name: str) -> Iterator[TableWriter]:
+        """Stream a table chunk by chunk (the caller validates chunks against
+        its source so errors name the source's rows)."""
+        tw = TableWriter(table_path(self.tmp, name), TABLES[name])
+        try:
+            yield tw
+        finally:
+            tw.close()
+        self.rows[name] = tw.rows
+
+    def _finish(self) -> None:
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **self.meta,
+            "tables": dict(sorted(self.rows.items())),
+        }
+        (self.tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+        old = None
+        if self.out.exists():
+            old = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
+            os.replace(self.out, old)
+        os.replace(self.tmp, self.out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class Trace:
+    """A trace directory opened for reading."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        meta_path = self.path / META
+        if not self.path.is_dir():
+            raise BadInput(self.path, None, "trace", "not a directory")
+        if not meta_path.is_file():
+            raise BadInput(meta_path, None, "meta.json", "missing: not a latroute trace directory")
+        try:
+            self.meta: dict[str, Any] = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadInput(meta_path, getattr(e, "lineno", None), "meta.json", f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})")
+        version = self.meta.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")
+        self.tables = [n for n in TABLES if table_path(self.path, n).is_file()]
+        if "requests" not in self.tables and "steps" not in self.tables:
+            raise BadInput(self.path, None, "requests", "trace has neither requests.parquet nor steps.parquet")
+
+    def has(self, name: str) -> bool:
+        return name in self.tables
+
+    def file(self, name: str) -> Path:
+        return table_path(self.path, name)
+
+    def parquet(self, name: str) -> pq.ParquetFile:
+        path = self.file(name)
+        try:
+            return pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})")
+
+    def columns(self, name: str) -> list[str]:
+        return self.parquet(name).schema_arrow.names
+
+    def read(self, name: str, columns: list[str] | None = None, validate: bool = True) -> pd.DataFrame:
+        """Read a whole table into pandas, checked against the schema."""
+        path = self.file(name)
+        if not path.is_file():
+            raise BadInput(path, None, name, "table not present in this trace")
+        pf = self.parquet(name)
+        if columns is not None:
+            missing = [c for c in columns if c not in pf.schema_arrow.names]
+            if missing:
+                raise BadInput(path, None, missing[0], "missing column")
+        try:
+            df = pf.read(columns=columns).to_pandas()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})")
+        if validate:
+            schema = TABLES[name]
+            if columns is not None:
+                schema = TableSchema(schema.name, tuple(c for c in schema.columns if c.name in columns),
+                                     schema.sorted_by if schema.sorted_by in columns else None)
+            validate_frame(df, schema, str(path))
+        return df
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with one view per table present."""
+        con = duckdb.connect(":memory:")
+        for name in self.tables:
+            self.parquet(name)  # refuse corrupt files with a clear message
+            lit = str(self.file(name).resolve()).replace("'", "''")
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{lit}')")
+        return con
+
+
+def open_trace(path: str | Path) -> Trace:
+    return Trace(path)

@@ -1,0 +1,90 @@
+"""``latroute trace info``: what is in a trace, computed with DuckDB so it
+works on traces far larger than memory."""
+from __future__ import annotations
+
+from typing import Any
+
+from traces.store import Trace
+
+PCTS = (0.5, 0.9, 0.99)
+
+
+def _pct_sql(col: str) -> str:
+    return ", ".join(f"quantile_cont({col}, {p})" for p in PCTS)
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    con = trace.connect()
+    cols = {name: set(trace.columns(name)) for name in trace.tables}
+    info: dict[str, Any] = {
+        "path": str(trace.path),
+        "source": trace.meta.get("source", {}),
+        "arrivals": trace.meta.get("arrivals"),
+        "tables": {name: con.execute(f"select count(*) from {name}").fetchone()[0] for name in trace.tables},
+    }
+    if trace.has("requests"):
+        n, t_min, t_max = con.execute("select count(*), min(arrival_s), max(arrival_s) from requests").fetchone()
+        if t_min is not None:
+            t_min, t_max = t_min + 0.0, t_max + 0.0  # DuckDB can report a zero minimum as -0.0
+        span = (t_max - t_min) if t_min is not None else None
+        info["requests"] = {
+            "count": n,
+            "first_arrival_s": t_min,
+            "last_arrival_s": t_max,
+            "span_s": span,
+            "rate_per_s": (n - 1) / span if span else None,
+        }
+        for label, col in (("prompt_tokens", "prompt_tokens"), ("output_tokens", "output_tokens")):
+            row = con.execute(f"select avg({col}), {_pct_sql(col)}, max({col}) from requests").fetchone()
+            info[label] = {"mean": row[0], **{f"p{int(p * 100)}": v for p, v in zip(PCTS, row[1:-1])}, "max": row[-1]}
+        if "ttft_s" in cols["requests"]:
+            row = con.execute(f"select count(ttft_s), avg(ttft_s), {_pct_sql('ttft_s')} from requests").fetchone()
+            if row[0]:
+                info["ttft_s"] = {"count": row[0], "mean": row[1],
+                                  **{f"p{int(p * 100)}": v for p, v in zip(PCTS, row[2:])}}
+        if "task" in cols["requests"]:
+            info["tasks"] = dict(con.execute(
+                "select coalesce(task, '(none)'), count(*) from requests group by 1 order by 2 desc, 1").fetchall())
+    instances: list[str] = []
+    if trace.has("instances"):
+        instances = [r[0] for r in con.execute("select instance_id from instances order by 1").fetchall()]
+    elif trace.has("requests") and "instance_id" in cols["requests"]:
+        instances = [r[0] for r in con.execute(
+            "select distinct instance_id from requests where instance_id is not null order by 1").fetchall()]
+    info["instances"] = instances
+    if trace.has("steps"):
+        row = con.execute("select count(*), min(start_s), max(end_s), avg(end_s - start_s) from steps").fetchone()
+        info["steps"] = {"count": row[0], "first_start_s": row[1], "last_end_s": row[2], "mean_duration_s": row[3]}
+    con.close()
+    return info
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def format_summary(info: dict[str, Any]) -> str:
+    src = info.get("source") or {}
+    lines = [f"trace          {info['path']}",
+             f"source         {src.get('kind', '?')}" + (f" ({src.get('file') or src.get('dir')})" if src.get("file") or src.get("dir") else ""),
+             "tables         " + ", ".join(f"{k} ({v:,} rows)" for k, v in info["tables"].items())]
+    if "requests" in info:
+        r = info["requests"]
+        lines.append(f"requests       {r['count']:,} over {_fmt(r['span_s'])} s, {_fmt(r['rate_per_s'])} req/s"
+                     + (f" (arrivals {info['arrivals']})" if info.get("arrivals") else ""))
+        for key in ("prompt_tokens", "output_tokens", "ttft_s"):
+            if key in info:
+                d = info[key]
+                lines.append(f"{key:<14} " + "  ".join(f"{k} {_fmt(v)}" for k, v in d.items() if k != "count"))
+        if info.get("tasks"):
+            lines.append("tasks          " + ", ".join(f"{k} {v:,}" for k, v in info["tasks"].items()))
+    if info.get("instances"):
+        lines.append("instances      " + ", ".join(info["instances"]))
+    if "steps" in info:
+        s = info["steps"]
+        lines.append(f"steps          {s['count']:,}, mean duration {_fmt(s['mean_duration_s'])} s")
+    return "\n".join(lines)

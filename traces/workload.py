@@ -1,0 +1,161 @@
+"""Synthetic workload generator (``latroute trace generate``).
+
+Produces the ``requests`` and ``quality`` tables of a trace that has not been
+served yet: arrivals, task, prompt and true output lengths, the TTFT SLO,
+a noisy predicted output length (what a router would know) and per-model
+realised and predicted accuracy. Each ingredient draws from its own child of
+one ``SeedSequence``, so changing, say, the task mix leaves the arrival
+times unchanged and the same arguments always give the same bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traces.arrivals import ArrivalSpec, generate_arrivals
+from traces.store import open_trace
+from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TASKS
+
+# Laplace scale of the additive error of predicted output lengths; with the
+# floor at 1 token it gives a mean absolute error of about 200 tokens on the
+# default mix (DESIGN section 5).
+PREDICTED_LENGTH_SCALE = 237.0
+# Realised accuracy per (request, model) is Beta around the task's mean with
+# this concentration; predicted accuracy adds Gaussian noise of this sigma,
+# clipped to [0, 1], for a mean absolute error of about 0.17.
+ACCURACY_CONCENTRATION = 4.0
+ACC_HAT_SIGMA = 0.292
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    requests: int | None = None
+    duration_s: float | None = None
+    arrivals: ArrivalSpec = field(default_factory=ArrivalSpec)
+    rate_given: bool = True  # with arrivals_from: rescale times to arrivals.rate
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    seed: int = 0
+    lengths_from: str | None = None
+    arrivals_from: str | None = None
+    predicted_length_scale: float = PREDICTED_LENGTH_SCALE
+    accuracy_concentration: float = ACCURACY_CONCENTRATION
+    acc_hat_sigma: float = ACC_HAT_SIGMA
+
+    def params(self) -> dict[str, Any]:
+        """JSON-ready parameters for meta.json."""
+        d = asdict(self)
+        d["arrivals"] = asdict(self.arrivals)
+        return d
+
+
+@dataclass
+class Workload:
+    requests: pd.DataFrame
+    quality: pd.DataFrame
+
+
+def slo_ttft(prompt_tokens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """tau_i = clip((155 ms + 0.035 ms * p_i) * U[0.98, 1.02], 150 ms, 1120 ms)."""
+    base = 0.155 + 0.035e-3 * prompt_tokens
+    return np.clip(base * rng.uniform(0.98, 1.02, prompt_tokens.size), 0.150, 1.120)
+
+
+def _lognormal_tokens(rng: np.random.Generator, median: np.ndarray, sigma: np.ndarray, clip: tuple[int, int]) -> np.ndarray:
+    x = np.exp(np.log(median) + sigma * rng.standard_normal(median.size))
+    return np.clip(np.rint(x), *clip).astype(np.int64)
+
+
+def _arrivals(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    if cfg.arrivals_from is None:
+        return generate_arrivals(cfg.arrivals, rng, n=cfg.requests, duration=cfg.duration_s)
+    times = open_trace(cfg.arrivals_from).read("requests", ["arrival_s"])["arrival_s"].to_numpy(dtype=np.float64)
+    if times.size == 0:
+        raise ValueError(f"{cfg.arrivals_from}: has no requests to take arrivals from")
+    times = times - times[0]
+    if cfg.rate_given and times.size > 1 and times[-1] > 0:
+        times = times * ((times.size - 1) / times[-1] / cfg.arrivals.rate)
+    if cfg.requests is not None:
+        if cfg.requests > times.size:
+            raise ValueError(f"{cfg.arrivals_from}: has only {times.size} arrivals, {cfg.requests} requested")
+        return times[: cfg.requests]
+    if cfg.duration_s is not None:
+        return times[times < cfg.duration_s]
+    return times
+
+
+def generate_workload(cfg: WorkloadConfig) -> Workload:
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(6)]
+    r_arr, r_task, r_len, r_slo, r_pred, r_acc = rngs
+
+    arrival = _arrivals(cfg, r_arr)
+    n = arrival.size
+    names = list(cfg.mix)
+    task_idx = r_task.choice(len(names), size=n, p=np.array([cfg.mix[k] for k in names]))
+    specs = [TASKS[k] for k in names]
+
+    if cfg.lengths_from is not None:
+        src = open_trace(cfg.lengths_from).read("requests", ["prompt_tokens", "output_tokens"])
+        if src.empty:
+            raise ValueError(f"{cfg.lengths_from}: has no requests to take lengths from")
+        pick = r_len.integers(0, len(src), n)
+        prompt = src["prompt_tokens"].to_numpy(dtype=np.int64)[pick]
+        output = np.maximum(src["output_tokens"].to_numpy(dtype=np.int64)[pick], 1)
+    else:
+        pm = np.array([s.prompt_median for s in specs])[task_idx]
+        ps = np.array([s.prompt_sigma for s in specs])[task_idx]
+        om = np.array([s.output_median for s in specs])[task_idx]
+        osg = np.array([s.output_sigma for s in specs])[task_idx]
+        prompt = _lognormal_tokens(r_len, pm, ps, PROMPT_CLIP)
+        output = _lognormal_tokens(r_len, om, osg, OUTPUT_CLIP)
+
+    slo = slo_ttft(prompt, r_slo)
+    noise = r_pred.laplace(0.0, cfg.predicted_length_scale, n)
+    predicted = np.maximum(np.rint(output + noise), 1).astype(np.int64)
+
+    request_id = np.arange(n, dtype=np.int64)
+    requests = pd.DataFrame(
+        {
+            "request_id": request_id,
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "task": np.array(names, dtype=object)[task_idx],
+            "slo_ttft_s": slo,
+            "predicted_output_tokens": predicted,
+        }
+    )
+
+    k = cfg.accuracy_concentration
+    acc_cols, hat_cols = [], []
+    for m in range(len(QWEN3_MODELS)):
+        mean = np.array([s.accuracy[m] for s in specs])[task_idx]
+        acc = r_acc.beta(mean * k, (1.0 - mean) * k)
+        hat = np.clip(acc + r_acc.normal(0.0, cfg.acc_hat_sigma, n), 0.0, 1.0)
+        acc_cols.append(acc)
+        hat_cols.append(hat)
+    nm = len(QWEN3_MODELS)
+    quality = pd.DataFrame(
+        {
+            "request_id": np.repeat(request_id, nm),
+            "model": np.tile(np.array(QWEN3_MODELS, dtype=object), n),
+            "acc": np.column_stack(acc_cols).ravel(),
+            "acc_hat": np.column_stack(hat_cols).ravel(),
+        }
+    )
+    return Workload(requests, quality)
+
+
+def write_workload(cfg: WorkloadConfig, out: str | Path, force: bool = False) -> dict[str, int]:
+    from traces.store import TraceWriter
+
+    wl = generate_workload(cfg)
+    with TraceWriter(out, force=force) as w:
+        w.meta["source"] = {"kind": "generated", "generator": "latroute trace generate"}
+        w.meta["generator"] = cfg.params()
+        w.write_table("requests", wl.requests)
+        w.write_table("quality", wl.quality)
+    return w.rows
