@@ -394,3 +394,14 @@ def test_real_vllm_recordings(tmp_path):
         engine = json.loads((rec / "engine.json").read_text())
         assert t.read("instances")["num_kv_blocks"].item() == engine["num_kv_blocks"]
     assert open_trace(tmp_path / "d7_tinya_kv36_r4").meta["tables"]["preemptions"] == 10
+
+
+@pytest.mark.parametrize("fmt", [f for f in IMPORTERS if f != "vllm-record"])
+def test_every_importer_refuses_an_empty_file(tmp_path, fmt):
+    src = write(tmp_path, "empty.src", "")
+    assert_refused(run_cli("trace", "import", fmt, src, "--out", tmp_path / "o", "--run", "r0"), tmp_path / "o",
+                   "empty.src", "empty")
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "engine.json").write_text("")
+    assert_refused(run_cli("trace", "import", "vllm-record", tmp_path / "rec", "--out", tmp_path / "o"),
+                   tmp_path / "o", "engine.json", "empty")
