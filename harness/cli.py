@@ -36,17 +36,20 @@ def cli() -> None:
       latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
       latroute trace info azconv
       latroute trace query azconv "select count(*) from requests"
+      latroute calibrate d1 --out d1-profile.json   # batch-time model from recorded steps
     """
 
 
 def _register() -> None:
     from harness.cli_bench import bench
+    from harness.cli_calibrate import calibrate
     from harness.cli_demo import demo
     from harness.cli_trace import trace
 
     cli.add_command(trace)
     cli.add_command(demo)
     cli.add_command(bench)
+    cli.add_command(calibrate)
 
 
 _register()

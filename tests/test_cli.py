@@ -52,6 +52,9 @@ def test_demo_writes_a_trace_and_says_where(tmp_path):
     assert str((tmp_path / "demo").resolve()) in res.stdout
     info = json.loads(run_cli("trace", "info", tmp_path / "demo" / "workload", "--json").stdout)
     assert info["requests"]["count"] > 0
+    assert "held-out MAPE" in res.stdout and "<- chosen" in res.stdout
+    prof = json.loads((tmp_path / "demo" / "profile.json").read_text())
+    assert prof["metrics"]["holdout"]["mape"] < 0.06
 
 
 def test_bench_small(tmp_path):
@@ -64,6 +67,6 @@ def test_bench_small(tmp_path):
 
 def test_every_command_has_help_with_examples():
     for args in (["trace", "info"], ["trace", "query"], ["trace", "generate"], ["trace", "import"], ["demo"],
-                 ["bench"]):
+                 ["bench"], ["calibrate"]):
         res = run_cli(*args, "--help")
         assert res.exit_code == 0 and "Example" in res.stdout, args

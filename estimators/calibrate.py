@@ -1,0 +1,155 @@
+"""Calibration of batch-time profiles from recorded (or simulated) steps:
+pool the steps of one instance from several traces, split them 80/20 at
+random by step (seeded), fit each model form on the 80, score it on the 20,
+and build a profile with its noise model and baseline parameters."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from estimators.accuracy import error_summary
+from estimators.batch_features import design_matrix, step_durations
+from estimators.batch_fit import BatchFit, fit_batch_model
+from estimators.derived import lps_params, pooled_lps, throughput_params
+from estimators.profile import BatchTimeProfile
+from traces.errors import BadInput
+from traces.store import open_trace
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    forms: tuple[str, ...] = ("eq9", "six")
+    holdout: float = 0.2
+    stall_pct: float = 99.9
+    seed: int = 0
+    loss: str = "relative"
+    instance: str | None = None
+
+
+@dataclass
+class FormResult:
+    form: str
+    fit: BatchFit
+    train: dict
+    holdout: dict
+
+
+@dataclass
+class StepData:
+    steps: pd.DataFrame
+    sources: list[dict] = field(default_factory=list)
+    lps: dict | None = None
+
+
+def load_steps(paths: list[str | Path], instance: str | None = None) -> StepData:
+    """Steps of one instance pooled over traces (with a ``trace`` column)."""
+    frames, sources, lps_parts = [], [], []
+    for path in paths:
+        trace = open_trace(path)
+        if not trace.has("steps"):
+            raise BadInput(trace.file("steps"), None, "steps", "trace has no steps table (nothing to calibrate on)")
+        steps = trace.read("steps")
+        ids = sorted(steps["instance_id"].unique())
+        if instance is None and len(ids) > 1:
+            raise BadInput(trace.file("steps"), None, "instance_id",
+                           f"several instances ({', '.join(ids)}): choose one with --instance")
+        chosen = instance if instance is not None else (ids[0] if ids else None)
+        steps = steps[steps["instance_id"] == chosen]
+        if steps.empty:
+            raise BadInput(trace.file("steps"), None, "instance_id",
+                           f"no steps of instance {chosen!r} (instances: {', '.join(ids) or 'none'})")
+        steps = steps.assign(trace=str(path))
+        frames.append(steps)
+        sources.append({"trace": str(path), "instance": chosen, "steps": int(len(steps))})
+        if trace.has("step_items") and trace.has("requests"):
+            items = trace.read("step_items")
+            reqs = trace.read("requests")
+            if "instance_id" in reqs:
+                reqs = reqs[reqs["instance_id"] == chosen]
+            lps_parts.append(lps_params(steps, items[items["instance_id"] == chosen], reqs))
+    return StepData(pd.concat(frames, ignore_index=True), sources, pooled_lps(lps_parts))
+
+
+def holdout_mask(n: int, fraction: float, seed: int) -> np.ndarray:
+    """True for the held-out rows: a seeded random ``fraction`` of steps."""
+    if not 0 < fraction < 1:
+        raise ValueError("holdout fraction must be in (0, 1)")
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(n, dtype=bool)
+    mask[rng.permutation(n)[: max(1, int(round(n * fraction)))]] = True
+    return mask
+
+
+def _score(X: np.ndarray, y: np.ndarray, fit: BatchFit) -> dict:
+    typical = X @ fit.coef
+    out = error_summary(typical, y)
+    out["mape_expected"] = float(np.mean(np.abs(typical * fit.noise.expected_multiplier() - y) / y))
+    return out
+
+
+def fit_forms(steps: pd.DataFrame, cfg: CalibrationConfig) -> dict[str, FormResult]:
+    y = step_durations(steps)
+    bad = np.flatnonzero(~(y > 0))
+    if bad.size:
+        raise BadInput(steps["trace"].iloc[bad[0]] if "trace" in steps else "steps", int(bad[0]) + 1, "end_s",
+                       "step duration is not positive")
+    test = holdout_mask(len(y), cfg.holdout, cfg.seed)
+    results = {}
+    for form in cfg.forms:
+        X = design_matrix(steps, form)
+        fit = fit_batch_model(X[~test], y[~test], loss=cfg.loss, stall_pct=cfg.stall_pct)
+        train = _score(X[~test], y[~test], fit)
+        train["stall_rate"] = fit.noise.p_stall
+        results[form] = FormResult(form, fit, train, _score(X[test], y[test], fit))
+    return results
+
+
+def best_form(results: dict[str, FormResult]) -> str:
+    return min(results, key=lambda f: results[f].holdout["mape"])
+
+
+def build_profile(name: str, result: FormResult, data: StepData, cfg: CalibrationConfig) -> BatchTimeProfile:
+    derived = throughput_params(data.steps)
+    if data.lps:
+        derived["lps"] = data.lps
+    return BatchTimeProfile(
+        name=name,
+        form=result.form,
+        coefficients=result.fit.coef,
+        noise=result.fit.noise,
+        fitted_on={"traces": data.sources, "instance": data.sources[0]["instance"] if data.sources else None,
+                   "rows": int(len(data.steps)), "train_rows": result.train["n"], "holdout": cfg.holdout,
+                   "split_seed": cfg.seed, "loss": cfg.loss, "stall_pct": cfg.stall_pct,
+                   "forms_compared": list(cfg.forms)},
+        metrics={"holdout": result.holdout, "train": result.train},
+        derived=derived,
+    )
+
+
+NOISE_CHECK_QUANTILES = (10, 50, 90)
+
+
+def noise_check(profile: BatchTimeProfile, steps: pd.DataFrame, seed: int = 0) -> dict:
+    """Do residuals simulated from the profile's noise model look like the
+    recorded ones? Compares quantiles of actual/typical on ``steps`` with
+    the same quantiles of 200k draws from the noise model."""
+    ratio = step_durations(steps) / profile.typical(steps)
+    ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
+    sim = profile.noise.sample_ratio(np.random.default_rng(seed), 200_000)
+    rec_q = np.percentile(ratio, NOISE_CHECK_QUANTILES)
+    sim_q = np.percentile(sim, NOISE_CHECK_QUANTILES)
+    return {f"p{q}": {"recorded": float(r), "simulated": float(m), "rel_diff": float(m / r - 1)}
+            for q, r, m in zip(NOISE_CHECK_QUANTILES, rec_q, sim_q)}
+
+
+def evaluate_profile(profile: BatchTimeProfile, steps: pd.DataFrame) -> dict:
+    """The profile's accuracy on every step of another trace."""
+    y = step_durations(steps)
+    typical = profile.typical(steps)
+    out = error_summary(typical, y)
+    out["mape_expected"] = float(np.mean(np.abs(typical * profile.expected_multiplier - y) / y))
+    return out
+

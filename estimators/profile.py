@@ -1,0 +1,131 @@
+"""Batch-time profiles: the fitted model of one instance's step time, as a
+versioned JSON document.
+
+Schema (``profile_version`` 1)::
+
+    {
+      "profile_version": 1,
+      "name": "qwen3-8b-h100",
+      "form": "six" | "eq9",
+      "coefficients": {TERM: {"value": float, "unit": str, "doc": str}, ...},
+      "expected": {"multiplier": float, "rule": "..."},
+      "noise": {"kind": "lognormal+stalls", "log_mu", "log_sigma", "p_stall",
+                "stall_excess_mean", "stall_excess_quantiles": {q: v}, ...},
+      "fitted_on": {"traces": [...], "instance", "rows", "split_seed",
+                    "holdout", "loss", "stall_pct"},
+      "metrics": {"holdout": {...}, "train": {...}, "evaluate_on": {...}},
+      "derived": {"theta_pre_tokens_per_s", "mean_decode_step_s",
+                  "lps": {"k", "mean_service_s", "scv"}}
+    }
+
+The *typical* time of a step is the linear model; the *expected* time is
+typical * multiplier, with multiplier = 1 + p_stall * mean stall excess.
+Sums of many steps (TTFT estimates) use the expected time because stalls
+add up; single-step accuracy (MAPE) is scored on the typical time because
+the median-like prediction is what minimises absolute percentage error.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from estimators.batch_features import FORMS, design_matrix, term_names
+from estimators.batch_fit import NoiseModel
+from traces.errors import BadInput
+from traces.store import atomic_write_text
+
+PROFILE_VERSION = 1
+
+
+@dataclass
+class BatchTimeProfile:
+    name: str
+    form: str
+    coefficients: np.ndarray
+    noise: NoiseModel = field(default_factory=NoiseModel)
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def expected_multiplier(self) -> float:
+        return self.noise.expected_multiplier()
+
+    def typical(self, steps: pd.DataFrame) -> np.ndarray:
+        return design_matrix(steps, self.form) @ self.coefficients
+
+    def expected(self, steps: pd.DataFrame) -> np.ndarray:
+        return self.typical(steps) * self.expected_multiplier
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile_version": PROFILE_VERSION,
+            "name": self.name,
+            "form": self.form,
+            "coefficients": {t.name: {"value": float(v), "unit": t.unit, "doc": t.doc}
+                             for t, v in zip(FORMS[self.form], self.coefficients)},
+            "expected": {"multiplier": self.expected_multiplier,
+                         "rule": "expected step time = typical * (1 + p_stall * stall_excess_mean)"},
+            "noise": self.noise.to_json(),
+            "fitted_on": self.fitted_on,
+            "metrics": self.metrics,
+            "derived": self.derived,
+        }
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_text(Path(path), json.dumps(self.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, d: Any, source: str = "<profile>") -> "BatchTimeProfile":
+        if not isinstance(d, dict):
+            raise BadInput(source, None, "profile", "not a JSON object")
+        if d.get("profile_version") != PROFILE_VERSION:
+            raise BadInput(source, None, "profile_version",
+                           f"{d.get('profile_version')!r} is not supported (expected {PROFILE_VERSION})")
+        form = d.get("form")
+        if form not in FORMS:
+            raise BadInput(source, None, "form", f"unknown model form {form!r} (choose from {', '.join(FORMS)})")
+        coefs = d.get("coefficients")
+        if not isinstance(coefs, dict):
+            raise BadInput(source, None, "coefficients", "missing or not an object")
+        values = []
+        for term in term_names(form):
+            entry = coefs.get(term)
+            value = entry.get("value") if isinstance(entry, dict) else entry
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise BadInput(source, None, f"coefficients.{term}", f"missing or not a number: {value!r}")
+            values.append(float(value))
+        noise = d.get("noise") or {}
+        if not isinstance(noise, dict):
+            raise BadInput(source, None, "noise", "not an object")
+        try:
+            nm = NoiseModel.from_json(noise)
+        except (TypeError, ValueError) as e:
+            raise BadInput(source, None, "noise", str(e)) from None
+        if nm.log_sigma < 0 or not 0 <= nm.p_stall <= 1:
+            raise BadInput(source, None, "noise", "log_sigma must be >= 0 and p_stall in [0, 1]")
+        return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
+                   fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {})
+
+
+def load_profile(name_or_path: str | Path) -> BatchTimeProfile:
+    """A built-in profile by name, or a profile JSON file by path."""
+    from estimators.builtin_profiles import BUILTIN_PROFILES
+
+    key = str(name_or_path)
+    if key in BUILTIN_PROFILES:
+        return BatchTimeProfile.from_json(BUILTIN_PROFILES[key], f"built-in profile {key}")
+    path = Path(key)
+    if not path.is_file():
+        raise BadInput(path, None, "profile",
+                       f"no such file and not a built-in profile (built-in: {', '.join(BUILTIN_PROFILES)})")
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(path, getattr(e, "lineno", None), "profile", "not valid JSON") from None
+    return BatchTimeProfile.from_json(doc, str(path))

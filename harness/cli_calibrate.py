@@ -1,0 +1,103 @@
+"""``latroute calibrate``: fit a batch-time profile from recorded steps."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from estimators.batch_features import FORMS
+from estimators.batch_fit import LOSSES
+from estimators.calibrate import (CalibrationConfig, FormResult, best_form, build_profile, evaluate_profile,
+                                  fit_forms, load_steps, noise_check)
+from estimators.profile import BatchTimeProfile
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:6.2f}%"
+
+
+def format_results(results: dict[str, FormResult], chosen: str | None = None) -> str:
+    lines = [f"{'form':<5} {'terms':>5} {'held-out MAPE':>14} {'median APE':>11} {'p90 APE':>8} {'R^2':>6} "
+             f"{'stall rate':>10} {'train/held-out steps':>21}"]
+    for form, r in results.items():
+        h = r.holdout
+        lines.append(f"{form:<5} {len(FORMS[form]):>5} {_pct(h['mape']):>14} {_pct(h['median_ape']):>11} "
+                     f"{_pct(h['p90_ape']):>8} {h['r2']:>6.3f} {_pct(r.train['stall_rate']):>10} "
+                     f"{r.train['n']:>10,}/{h['n']:<10,}" + ("  <- chosen" if form == chosen else ""))
+    return "\n".join(lines)
+
+
+def format_profile(p: BatchTimeProfile) -> str:
+    coefs = "  ".join(f"{t.name}={v:.4g}" for t, v in zip(FORMS[p.form], p.coefficients))
+    n = p.noise
+    lines = [f"coefficients ({p.form}, seconds): {coefs}",
+             f"noise: lognormal jitter mu {n.log_mu:+.4f} sigma {n.log_sigma:.4f} (log of actual/typical); "
+             f"stalls {100 * n.p_stall:.2f}% of steps adding {n.stall_excess_mean:.2f}x typical on average; "
+             f"expected = typical x {p.expected_multiplier:.4f}"]
+    d = p.derived
+    if "theta_pre_tokens_per_s" in d or "mean_decode_step_s" in d:
+        lines.append(f"baselines: theta_pre {d.get('theta_pre_tokens_per_s', float('nan')):,.0f} tokens/s, "
+                     f"mean decode step {1e3 * d.get('mean_decode_step_s', float('nan')):.2f} ms"
+                     + (f"; LPS k {d['lps']['k']}, mean service {d['lps']['mean_service_s']:.3f} s, "
+                        f"SCV {d['lps']['scv']:.2f}" if d.get("lps") else ""))
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Profile JSON to write.")
+@click.option("--instance", help="Instance whose steps to use (needed when a trace has several).")
+@click.option("--form", type=click.Choice([*FORMS, "both"]), default="both", show_default=True,
+              help="Model form; 'both' fits each and keeps the lower held-out MAPE.")
+@click.option("--holdout", type=float, default=0.2, show_default=True, help="Fraction of steps held out.")
+@click.option("--stall-pct", type=float, default=99.9, show_default=True,
+              help="Percentile of the typical-noise distribution above which a step is a stall.")
+@click.option("--loss", type=click.Choice(LOSSES), default="relative", show_default=True,
+              help="relative: least squares on residual/time (MAPE is the metric); absolute: on seconds.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/held-out split.")
+@click.option("--evaluate-on", type=click.Path(path_type=Path), help="Also score the profile on every step of this trace.")
+@click.option("--name", help="Profile name (default: the --out file's stem).")
+def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
+              loss: str, seed: int, evaluate_on: Path | None, name: str | None) -> None:
+    """Fit a batch-time profile from the steps of one or more traces.
+
+    Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
+    stall rate per model form, writes the profile (coefficients, noise model,
+    baseline parameters, metrics).
+
+    \b
+    Examples:
+      latroute trace import vllm-record ../shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
+      latroute calibrate d1 --out d1.json
+      latroute calibrate d1 d2 d4 --form eq9 --evaluate-on d6 --out pooled.json
+    """
+    if not 0 < holdout < 1:
+        raise click.BadParameter("must be in (0, 1)", param_hint="--holdout")
+    if not 50 < stall_pct < 100:
+        raise click.BadParameter("must be in (50, 100)", param_hint="--stall-pct")
+    cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
+                            seed=seed, loss=loss, instance=instance)
+    data = load_steps(list(traces), instance)
+    try:
+        results = fit_forms(data.steps, cfg)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    chosen = best_form(results)
+    profile = build_profile(name or out.stem, results[chosen], data, cfg)
+    click.echo(f"calibrating on {len(data.steps):,} steps of instance {data.sources[0]['instance']} "
+               f"from {len(traces)} trace(s), loss {loss}")
+    click.echo(format_results(results, chosen if len(results) > 1 else None))
+    click.echo(format_profile(profile))
+    check = noise_check(profile, data.steps, seed)
+    profile.metrics["noise_check"] = check
+    click.echo("noise check, actual/typical (recorded vs simulated): " + ", ".join(
+        f"{q} {c['recorded']:.3f} vs {c['simulated']:.3f} ({100 * c['rel_diff']:+.1f}%)" for q, c in check.items()))
+    if evaluate_on is not None:
+        ev = load_steps([evaluate_on], instance)
+        metrics = evaluate_profile(profile, ev.steps)
+        metrics["trace"] = str(evaluate_on)
+        profile.metrics["evaluate_on"] = metrics
+        click.echo(f"evaluate on {evaluate_on}: MAPE {_pct(metrics['mape']).strip()}, median APE "
+                   f"{_pct(metrics['median_ape']).strip()}, R^2 {metrics['r2']:.3f} over {metrics['n']:,} steps")
+    profile.save(out)
+    click.echo(f"wrote {out}")

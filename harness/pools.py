@@ -1,0 +1,98 @@
+"""Pools of serving instances: engine configuration, prices and the
+batch-time profile of each instance. ``qwen3-h100`` reproduces the paper's
+setup (DESIGN section 5); other pools are JSON files of the same shape::
+
+    {"name": "...", "frontend_overhead_s": 0.005,
+     "instances": [{"instance_id", "model", "gpus", "policy", "max_num_batched_tokens",
+                    "max_num_seqs", "block_size", "num_kv_blocks", "price_in", "price_out",
+                    "profile", "long_prefill_token_threshold", "max_model_len",
+                    "chunked_prefill"}, ...]}
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from traces.errors import BadInput
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    instance_id: str
+    model: str
+    profile: str  # built-in profile name or path to a profile JSON
+    gpus: int = 1
+    policy: str = "vllm-v1"
+    max_num_batched_tokens: int = 32768
+    max_num_seqs: int = 512
+    block_size: int = 16
+    num_kv_blocks: int = 20000
+    price_in: float = 0.0  # USD per million prompt tokens
+    price_out: float = 0.0  # USD per million output tokens
+    long_prefill_token_threshold: int = 0
+    max_model_len: int = 40960
+    chunked_prefill: bool = True
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    instances: tuple[InstanceConfig, ...]
+    frontend_overhead_s: float = 0.0  # API/front-end time added to every TTFT
+    notes: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "frontend_overhead_s": self.frontend_overhead_s,
+                "instances": [asdict(i) for i in self.instances], "notes": self.notes}
+
+
+H100_KV_TOKENS = {"qwen3-0.6b": 600_000, "qwen3-8b": 370_000, "qwen3-32b": 320_000}
+
+
+def _qwen3_h100() -> Pool:
+    rows = [("qwen3-0.6b", 1, 0.044, 0.173), ("qwen3-8b", 1, 0.072, 0.287), ("qwen3-32b", 2, 0.287, 0.640)]
+    return Pool(
+        name="qwen3-h100",
+        frontend_overhead_s=0.005,
+        instances=tuple(InstanceConfig(instance_id=m, model=m, profile=f"{m}-h100", gpus=g, price_in=pi,
+                                       price_out=po, num_kv_blocks=H100_KV_TOKENS[m] // 16)
+                        for m, g, pi, po in rows),
+        notes={"source": "DESIGN section 5", "kv": "bf16, 90% of memory after weights, block size 16",
+               "prefix_caching": False},
+    )
+
+
+BUILTIN_POOLS = {"qwen3-h100": _qwen3_h100}
+
+
+def load_pool(name_or_path: str | Path) -> Pool:
+    key = str(name_or_path)
+    if key in BUILTIN_POOLS:
+        return BUILTIN_POOLS[key]()
+    path = Path(key)
+    if not path.is_file():
+        raise BadInput(path, None, "pool", f"no such file and not a built-in pool (built-in: {', '.join(BUILTIN_POOLS)})")
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(path, None, "pool", "not valid JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("instances"), list) or not doc["instances"]:
+        raise BadInput(path, None, "instances", "missing or empty list")
+    known = {f.name for f in fields(InstanceConfig)}
+    instances = []
+    for i, inst in enumerate(doc["instances"], start=1):
+        if not isinstance(inst, dict):
+            raise BadInput(path, i, "instances", "not an object")
+        for key_ in ("instance_id", "model", "profile"):
+            if key_ not in inst:
+                raise BadInput(path, i, key_, "missing key")
+        unknown = set(inst) - known
+        if unknown:
+            raise BadInput(path, i, sorted(unknown)[0], "unknown key")
+        try:
+            instances.append(InstanceConfig(**inst))
+        except TypeError as e:
+            raise BadInput(path, i, "instances", str(e)) from None
+    return Pool(name=str(doc.get("name", path.stem)), instances=tuple(instances),
+                frontend_overhead_s=float(doc.get("frontend_overhead_s", 0.0)), notes=doc.get("notes") or {})
