@@ -92,9 +92,12 @@ class NoiseModel:
     stall_excess_quantiles: dict[str, float] = field(default_factory=dict)
 
     def expected_multiplier(self) -> float:
-        """Mean stall cost as a multiple of the typical time: expected step
-        time = typical * (1 + p_stall * mean excess) (DESIGN section 2)."""
-        return 1.0 + self.p_stall * self.stall_excess_mean
+        """Mean of actual/typical under this model: E[jitter] + p_stall *
+        mean excess. Expected step time = typical * this (DESIGN section 2's
+        "typical + p_stall * mean stall excess", with the typical time read
+        as the median step, which is what a relative-loss fit gives), so a
+        twin without noise runs at the mean speed of one with noise."""
+        return float(np.exp(self.log_mu + 0.5 * self.log_sigma**2) + self.p_stall * self.stall_excess_mean)
 
     def sample_ratio(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n draws of actual/typical."""

@@ -111,6 +111,19 @@ def best_form(results: dict[str, FormResult]) -> str:
     return min(results, key=lambda f: results[f].holdout["mape"])
 
 
+def step_gap(steps: pd.DataFrame) -> float:
+    """Median time from the end of a step to the start of the next (same
+    trace and instance): output handling and request intake, part of every
+    TTFT. Idle periods are rare enough not to move the median."""
+    gaps = []
+    keys = [k for k in ("trace", "instance_id") if k in steps]
+    for _, g in steps.sort_values([*keys, "step"]).groupby(keys, sort=False):
+        gaps.append(g["start_s"].to_numpy()[1:] - g["end_s"].to_numpy()[:-1])
+    allg = np.concatenate(gaps) if gaps else np.zeros(0)
+    allg = allg[allg >= 0]
+    return float(np.median(allg)) if allg.size else 0.0
+
+
 def build_profile(name: str, result: FormResult, data: StepData, cfg: CalibrationConfig) -> BatchTimeProfile:
     derived = throughput_params(data.steps)
     if data.lps:
@@ -126,6 +139,7 @@ def build_profile(name: str, result: FormResult, data: StepData, cfg: Calibratio
                    "forms_compared": list(cfg.forms)},
         metrics={"holdout": result.holdout, "train": result.train},
         derived=derived,
+        step_gap_s=step_gap(data.steps),
     )
 
 

@@ -11,6 +11,7 @@ Schema (``profile_version`` 1)::
       "expected": {"multiplier": float, "rule": "..."},
       "noise": {"kind": "lognormal+stalls", "log_mu", "log_sigma", "p_stall",
                 "stall_excess_mean", "stall_excess_quantiles": {q: v}, ...},
+      "step_gap_s": float,   # median engine time between consecutive steps
       "fitted_on": {"traces": [...], "instance", "rows", "split_seed",
                     "holdout", "loss", "stall_pct"},
       "metrics": {"holdout": {...}, "train": {...}, "evaluate_on": {...}},
@@ -19,7 +20,8 @@ Schema (``profile_version`` 1)::
     }
 
 The *typical* time of a step is the linear model; the *expected* time is
-typical * multiplier, with multiplier = 1 + p_stall * mean stall excess.
+typical * multiplier, with multiplier = E[actual/typical] under the noise
+model = exp(log_mu + log_sigma^2/2) + p_stall * mean stall excess.
 Sums of many steps (TTFT estimates) use the expected time because stalls
 add up; single-step accuracy (MAPE) is scored on the typical time because
 the median-like prediction is what minimises absolute percentage error.
@@ -51,6 +53,7 @@ class BatchTimeProfile:
     fitted_on: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
+    step_gap_s: float = 0.0  # engine time between steps (output handling, request intake)
 
     @property
     def expected_multiplier(self) -> float:
@@ -70,8 +73,10 @@ class BatchTimeProfile:
             "coefficients": {t.name: {"value": float(v), "unit": t.unit, "doc": t.doc}
                              for t, v in zip(FORMS[self.form], self.coefficients)},
             "expected": {"multiplier": self.expected_multiplier,
-                         "rule": "expected step time = typical * (1 + p_stall * stall_excess_mean)"},
+                         "rule": "expected step time = typical * (exp(log_mu + log_sigma^2/2) "
+                                 "+ p_stall * stall_excess_mean)"},
             "noise": self.noise.to_json(),
+            "step_gap_s": self.step_gap_s,
             "fitted_on": self.fitted_on,
             "metrics": self.metrics,
             "derived": self.derived,
@@ -109,8 +114,12 @@ class BatchTimeProfile:
             raise BadInput(source, None, "noise", str(e)) from None
         if nm.log_sigma < 0 or not 0 <= nm.p_stall <= 1:
             raise BadInput(source, None, "noise", "log_sigma must be >= 0 and p_stall in [0, 1]")
+        gap = d.get("step_gap_s", 0.0)
+        if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 10:
+            raise BadInput(source, None, "step_gap_s", f"must be a number of seconds >= 0, got {gap!r}")
         return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
-                   fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {})
+                   fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {},
+                   step_gap_s=float(gap))
 
 
 def load_profile(name_or_path: str | Path) -> BatchTimeProfile:

@@ -82,6 +82,12 @@ class EngineConfig:
     def to_array(self) -> np.ndarray:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
+        chunked = self.chunked_prefill and self.policy != "vllm-v0"
+        if not chunked and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(f"without chunked prefill max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+                             f">= max_model_len ({self.max_model_len}), as vLLM requires")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs, as vLLM requires")
         wm = self.watermark if self.watermark is not None else (0.0 if self.policy == "vllm-v1" else 0.01)
         cfg = np.zeros(NC, dtype=np.int64)
         cfg[C_POLICY] = POLICIES[self.policy]
@@ -90,7 +96,7 @@ class EngineConfig:
         cfg[C_BLOCK] = self.block_size
         cfg[C_NUM_BLOCKS] = self.num_kv_blocks
         cfg[C_LONG_PREFILL] = self.long_prefill_token_threshold
-        cfg[C_CHUNKED] = 1 if (self.chunked_prefill and self.policy != "vllm-v0") else 0
+        cfg[C_CHUNKED] = 1 if chunked else 0
         cfg[C_MAX_LEN] = self.max_model_len
         cfg[C_WATERMARK] = int(wm * self.num_kv_blocks)
         return cfg

@@ -45,11 +45,13 @@ def _register() -> None:
     from harness.cli_calibrate import calibrate
     from harness.cli_demo import demo
     from harness.cli_trace import trace
+    from harness.cli_validate import validate
 
     cli.add_command(trace)
     cli.add_command(demo)
     cli.add_command(bench)
     cli.add_command(calibrate)
+    cli.add_command(validate)
 
 
 _register()

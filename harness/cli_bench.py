@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-SECTIONS = ("generate", "import")
+SECTIONS = ("generate", "import", "twin")
 
 
 def _child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
@@ -60,16 +60,27 @@ def bench_import(rows: int, workdir: Path) -> dict:
             "rows_per_s": rows / wall, "peak_rss_mb": peak_mb}
 
 
+def bench_twin(requests: int, rate: float, router: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "harness.bench_twin", str(requests), str(rate), router],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise click.ClickException(f"twin benchmark failed:\n{proc.stderr.strip()}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @click.command()
 @click.option("--only", "only", multiple=True, type=click.Choice(SECTIONS), help="Run only these sections.")
 @click.option("--generate-requests", type=int, default=1_000_000, show_default=True,
               help="Requests in the generate-and-write benchmark.")
 @click.option("--import-rows", type=int, default=10_000_000, show_default=True,
               help="Rows of the synthetic Azure-format CSV to import.")
+@click.option("--twin-requests", type=int, default=16_000, show_default=True,
+              help="Requests replayed on pool qwen3-h100 (the paper uses 16,000 per rate).")
+@click.option("--twin-rate", type=float, default=8.0, show_default=True, help="Arrival rate of the twin replay (q/s).")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Scratch directory (default: a temp dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, workdir: Path | None,
-          as_json: bool) -> None:
+def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_requests: int, twin_rate: float,
+          workdir: Path | None, as_json: bool) -> None:
     """Measure speed and memory of latroute's heavy paths.
 
     \b
@@ -77,11 +88,15 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, workd
       generate  generate and write an N-request workload trace
       import    write an N-row Azure-format CSV, import it in a child
                 process and report its peak memory (target < 2 GB at 10M rows)
+      twin      replay pool qwen3-h100 at 8 q/s with shortest-queue in a child
+                process: simulated seconds per wall second (target >= 1000x),
+                compile (warm-up) time apart, peak memory
 
     \b
     Examples:
       latroute bench
       latroute bench --only import --import-rows 10000000 --json
+      latroute bench --only twin --twin-requests 200000
     """
     sections = only or SECTIONS
     results: dict = {}
@@ -98,5 +113,12 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, workd
                 click.echo(f"import:   {r['rows']:,}-row Azure CSV ({r['csv_mb']:.0f} MB) imported in "
                            f"{r['import_wall_s']:.1f} s ({r['rows_per_s']:,.0f} rows/s), "
                            f"peak memory {r['peak_rss_mb']:.0f} MB")
+        if "twin" in sections:
+            results["twin"] = r = bench_twin(twin_requests, twin_rate, "shortest-queue")
+            if not as_json:
+                click.echo(f"twin:     {r['requests']:,} requests at {r['rate']:g} q/s on {r['pool']} ({r['router']}): "
+                           f"{r['simulated_s']:,.0f} simulated s in {r['wall_s']:.2f} s = {r['speedup']:,.0f}x real "
+                           f"time, {r['steps_per_s']:,.0f} steps/s; warm-up (compile or cache load) "
+                           f"{r['warmup_s']:.2f} s apart; peak memory {r['peak_rss_mb']:.0f} MB")
     if as_json:
         click.echo(json.dumps(results, indent=2))

@@ -1,11 +1,11 @@
 """``latroute demo``: the main job on built-in defaults.
 
-For now it generates a workload on the paper's defaults and summarises it,
-then calibrates a batch-time profile from engine steps whose true model is
-the built-in qwen3-8b H100 profile (synthetic batches until the engine twin
-exists), showing how well calibration recovers it. The twin, estimator,
-router and report stages join as they land. It must always finish within 2
-minutes on 2 cores.
+It generates a workload on the paper's defaults, replays it on the engine
+twin of pool qwen3-h100 (shortest-queue routing, noise on) to get
+"recorded" steps, and calibrates a batch-time profile from the qwen3-8b
+instance's steps, showing how well calibration recovers the built-in
+profile that generated them. The estimator, router and report stages join
+as they land. It must always finish within 2 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ import click
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
-from estimators.synthetic_steps import synthetic_steps
 from harness.cli_calibrate import format_profile, format_results
+from harness.pools import load_pool
+from harness.twin import Twin, TwinConfig, shortest_queue_router
 from traces.arrivals import ArrivalSpec
 from traces.store import TraceWriter, open_trace
 from traces.summary import format_summary, summarize
-from traces.workload import WorkloadConfig, write_workload
+from traces.workload import WorkloadConfig, generate_workload, write_workload
 
 DEMO_REQUESTS = 4000
 DEMO_RATE = 8.0
-DEMO_STEPS = 20_000
-DEMO_PROFILE = "qwen3-8b-h100"
+DEMO_POOL = "qwen3-h100"
+DEMO_INSTANCE = "qwen3-8b"
 
 
 @click.command()
@@ -43,24 +44,39 @@ def demo(out: Path, seed: int) -> None:
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     workload = out / "workload"
-    click.echo(f"[1/2] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
-    write_workload(WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed),
-                   workload, force=True)
+    cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
+    click.echo(f"[1/3] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
+    write_workload(cfg, workload, force=True)
     click.echo(format_summary(summarize(open_trace(workload))))
 
-    truth = load_profile(DEMO_PROFILE)
-    click.echo(f"\n[2/2] calibrating a batch-time profile from {DEMO_STEPS:,} steps drawn from {DEMO_PROFILE} "
-               f"(jitter sigma {truth.noise.log_sigma}, stalls {100 * truth.noise.p_stall:g}%)")
-    steps, _ = synthetic_steps(truth.form, truth.coefficients, truth.noise, DEMO_STEPS, seed=seed,
-                               instance_id="qwen3-8b")
-    with TraceWriter(out / "steps", force=True) as w:
-        w.meta["source"] = {"kind": "synthetic-steps", "profile": DEMO_PROFILE, "seed": seed}
-        w.write_table("steps", steps)
-    cfg = CalibrationConfig(seed=seed)
-    data = load_steps([out / "steps"])
-    results = fit_forms(data.steps, cfg)
+    click.echo(f"\n[2/3] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
+    pool = load_pool(DEMO_POOL)
+    t = time.perf_counter()
+    res = Twin.from_pool(pool, TwinConfig(seed=seed)).run(generate_workload(cfg).requests, shortest_queue_router)
+    wall = time.perf_counter() - t
+    served = out / "served"
+    with TraceWriter(served, force=True) as w:
+        w.meta["source"] = {"kind": "twin", "pool": DEMO_POOL, "router": "shortest-queue", "seed": seed,
+                            "workload": str(workload)}
+        w.meta["arrivals"] = "measured"
+        for name, df in (("requests", res.requests), ("steps", res.steps), ("step_items", res.step_items),
+                         ("instances", res.instances)):
+            w.write_table(name, df)
+    click.echo(f"{res.steps_run:,} steps over {res.sim_end_s:,.0f} simulated s in {wall:.1f} s "
+               f"({res.sim_end_s / wall:,.0f}x real time with step logging)")
+    by = res.requests.groupby("instance_id")["ttft_s"]
+    for inst, g in by:
+        click.echo(f"  {inst:<11} {len(g):>5} requests  TTFT mean {g.mean():.3f} s  p90 {g.quantile(0.9):.3f} s")
+
+    truth = load_profile(f"{DEMO_INSTANCE}-h100")
+    click.echo(f"\n[3/3] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
+               f"(truth: built-in {truth.name}, jitter sigma {truth.noise.log_sigma}, stalls "
+               f"{100 * truth.noise.p_stall:g}%)")
+    ccfg = CalibrationConfig(seed=seed, instance=DEMO_INSTANCE)
+    data = load_steps([served], DEMO_INSTANCE)
+    results = fit_forms(data.steps, ccfg)
     chosen = best_form(results)
-    profile = build_profile("demo-qwen3-8b", results[chosen], data, cfg)
+    profile = build_profile(f"demo-{DEMO_INSTANCE}", results[chosen], data, ccfg)
     profile.save(out / "profile.json")
     click.echo(format_results(results, chosen))
     click.echo(format_profile(profile))
@@ -68,4 +84,5 @@ def demo(out: Path, seed: int) -> None:
         ratio = "  ".join(f"{v:.3f}" for v in profile.coefficients / truth.coefficients)
         click.echo(f"recovered / true coefficients: {ratio}")
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
-    click.echo(f"try: latroute trace query {workload} \"select task, count(*) from requests group by task\"")
+    click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
+               f"group by 1\"")

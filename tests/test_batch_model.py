@@ -67,7 +67,8 @@ def test_noise_model_sampling_matches_its_parameters():
     assert abs(np.std(np.log(r[~stalled])) - 0.2) < 0.003
     excess = r[stalled] - np.exp(0.02 + 0.2 * np.random.default_rng(1).standard_normal(stalled.sum())).mean()
     assert abs(excess.mean() - 3.0) < 0.05
-    assert nm.expected_multiplier() == pytest.approx(1.15)
+    assert nm.expected_multiplier() == pytest.approx(np.exp(0.02 + 0.02) + 0.15)
+    assert r.mean() == pytest.approx(nm.expected_multiplier(), rel=0.003)
 
 
 def test_profile_json_roundtrip_and_builtins(tmp_path):
@@ -86,7 +87,8 @@ def test_profile_json_roundtrip_and_builtins(tmp_path):
     assert doc["fitted_on"]["split_seed"] == 0 and doc["metrics"]["holdout"]["n"] == 600
     for name in BUILTIN_PROFILES:
         p = load_profile(name)
-        assert p.form == "six" and p.noise.log_sigma == 0.05 and p.expected_multiplier == pytest.approx(1.003)
+        assert p.form == "six" and p.noise.log_sigma == 0.05
+        assert p.expected_multiplier == pytest.approx(np.exp(0.05**2 / 2) + 0.003)
         assert p.derived["theta_pre_tokens_per_s"] > 0
     assert np.array_equal(load_profile("qwen3-32b-h100").coefficients, np.array(H100_SIX["qwen3-32b-h100"]))
 

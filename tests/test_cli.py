@@ -58,11 +58,13 @@ def test_demo_writes_a_trace_and_says_where(tmp_path):
 
 
 def test_bench_small(tmp_path):
-    res = run_cli("bench", "--generate-requests", 2000, "--import-rows", 5000, "--workdir", tmp_path, "--json")
+    res = run_cli("bench", "--generate-requests", 2000, "--import-rows", 5000, "--twin-requests", 300,
+                  "--workdir", tmp_path, "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["generate"]["requests"] == 2000 and out["import"]["rows"] == 5000
     assert out["import"]["peak_rss_mb"] > 0
+    assert out["twin"]["requests"] == 300 and out["twin"]["steps"] > 0 and out["twin"]["speedup"] > 0
 
 
 def test_every_command_has_help_with_examples():

@@ -1,7 +1,6 @@
 """Hand-worked checks of every scheduling rule, one policy at a time."""
 from __future__ import annotations
 
-import numpy as np
 
 from estimators.sched_kernel import complete_step, new_batch_buffers, schedule_step
 from estimators.sched_state import (F_BLOCKS, F_COMPUTED, F_OUTPUTS, F_PREEMPTIONS, F_RID, S_CAP, S_FREE_BLOCKS,
@@ -134,7 +133,7 @@ def test_preemption_pushes_to_front_in_order():
 
 def test_v0_prefill_only_steps():
     e = Engine(policy="vllm-v0", max_num_batched_tokens=100, max_num_seqs=8, block_size=16, num_kv_blocks=1000,
-               chunked_prefill=False)
+               chunked_prefill=False, max_model_len=100)
     e.add(0, 50, outputs=5)
     assert e.step() == [(0, 50)]
     e.add(1, 30, outputs=5)
@@ -147,11 +146,21 @@ def test_v0_prefill_only_steps():
 
 def test_v0_rejects_prompt_longer_than_budget():
     e = Engine(policy="vllm-v0", max_num_batched_tokens=100, max_num_seqs=8, block_size=16, num_kv_blocks=1000,
-               chunked_prefill=False)
+               chunked_prefill=False, max_model_len=100)
     e.add(0, 500)
     e.add(1, 20)
     assert e.step() == [(1, 20)]
     assert e.waiting() == []
+
+
+def test_engine_config_refuses_what_vllm_refuses():
+    import pytest
+    with pytest.raises(ValueError, match="max_model_len"):
+        EngineConfig(policy="vllm-v0", max_num_batched_tokens=2048, max_model_len=4096).to_array()
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        EngineConfig(max_num_batched_tokens=64, max_num_seqs=128).to_array()
+    with pytest.raises(ValueError, match="policy"):
+        EngineConfig(policy="fifo").to_array()
 
 
 def test_sarathi_decodes_first():

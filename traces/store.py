@@ -75,6 +75,38 @@ class TableWriter:
         self._writer.close()
 
 
+class StagedDir:
+    """An output directory built beside its final place and renamed into it
+    only when complete (``with StagedDir(out) as tmp: ...``). On any
+    exception the staging directory is removed and ``out`` is untouched; an
+    existing ``out`` is replaced only with ``force``."""
+
+    def __init__(self, out: str | Path, force: bool = False):
+        self.out = Path(out)
+        if self.out.exists() and not force and (not self.out.is_dir() or any(self.out.iterdir())):
+            raise BadInput(self.out, None, "--out", "already exists (pass --force to replace it)")
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+
+    def __enter__(self) -> Path:
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        self.commit()
+
+    def commit(self) -> None:
+        old = None
+        if self.out.exists():
+            old = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
+            os.replace(self.out, old)
+        os.replace(self.tmp, self.out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 class TraceWriter:
     """Builds a trace in a temporary directory and moves it into place.
 
@@ -83,11 +115,8 @@ class TraceWriter:
     """
 
     def __init__(self, out: str | Path, force: bool = False):
-        self.out = Path(out)
-        if self.out.exists() and not force and (not self.out.is_dir() or any(self.out.iterdir())):
-            raise BadInput(self.out, None, "--out", "already exists (pass --force to replace it)")
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        self.staged = StagedDir(out, force)
+        self.out, self.tmp = self.staged.out, self.staged.tmp
         self.rows: dict[str, int] = {}
         self.meta: dict[str, Any] = {}
 
@@ -126,13 +155,7 @@ class TraceWriter:
             "tables": dict(sorted(self.rows.items())),
         }
         (self.tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
-        old = None
-        if self.out.exists():
-            old = self.out.with_name(f".{self.out.name}.old-{os.getpid()}")
-            os.replace(self.out, old)
-        os.replace(self.tmp, self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        self.staged.commit()
 
 
 class Trace:
@@ -206,3 +229,22 @@ class Trace:
 
 def open_trace(path: str | Path) -> Trace:
     return Trace(path)
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """JSON with NaN written as null (strict JSON readers reject NaN)."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and v != v:
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    atomic_write_text(Path(path), json.dumps(clean(doc), indent=2, default=str) + "\n")
+
+
+def write_parquet(path: Path, df: pd.DataFrame) -> None:
+    """A results table (not a trace table): plain Parquet, no pandas metadata."""
+    table = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    pq.write_table(table, path, compression="zstd")
