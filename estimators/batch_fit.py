@@ -15,6 +15,9 @@ Why this shape:
   centre and MAD scale, Gaussian in log space). The percentile therefore
   sets the false-alarm rate among normal steps (0.1% at 99.9) whatever the
   true stall rate is.
+- Expected step time (what sums of steps are charged) follows DESIGN's rule
+  literally: typical + p * mean excess of the rows above the ``stall_pct``
+  percentile of residuals (``StallAllowance``).
 - The noise model is lognormal jitter around the typical time, fitted to the
   10th/50th/90th percentiles of the typical rows' ratios (so simulated
   residuals reproduce those quantiles), plus stalls: probability p_stall,
@@ -91,12 +94,8 @@ class NoiseModel:
     stall_excess_mean: float = 0.0
     stall_excess_quantiles: dict[str, float] = field(default_factory=dict)
 
-    def expected_multiplier(self) -> float:
-        """Mean of actual/typical under this model: E[jitter] + p_stall *
-        mean excess. Expected step time = typical * this (DESIGN section 2's
-        "typical + p_stall * mean stall excess", with the typical time read
-        as the median step, which is what a relative-loss fit gives), so a
-        twin without noise runs at the mean speed of one with noise."""
+    def mean_ratio(self) -> float:
+        """Mean of actual/typical under this model: E[jitter] + p_stall * mean excess."""
         return float(np.exp(self.log_mu + 0.5 * self.log_sigma**2) + self.p_stall * self.stall_excess_mean)
 
     def sample_ratio(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -125,11 +124,28 @@ class NoiseModel:
 
 
 @dataclass
+class StallAllowance:
+    """DESIGN section 2's expected-time rule, literally: the rows whose
+    residual lies above the ``stall_pct`` percentile of all residuals are
+    the stalls, and expected step time = typical + p_stall * their mean
+    excess. (The noise model's stall rate describes the jitter's tail for
+    simulation; this allowance is what point estimates add.)"""
+
+    p_stall: float = 0.0
+    excess_mean: float = 0.0  # in multiples of the typical time
+
+    @property
+    def multiplier(self) -> float:
+        return 1.0 + self.p_stall * self.excess_mean
+
+
+@dataclass
 class BatchFit:
     coef: np.ndarray
     stall: np.ndarray  # bool per training row
     noise: NoiseModel
     huber_coef: np.ndarray
+    allowance: StallAllowance = field(default_factory=StallAllowance)
 
 
 def _log_ratio(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> np.ndarray:
@@ -174,4 +190,7 @@ def fit_batch_model(X: np.ndarray, y: np.ndarray, loss: str = "relative", stall_
                                                                    np.quantile(excess, STALL_EXCESS_QUANTILES))}
                                 if excess.size else {}),
     )
-    return BatchFit(coef=coef, stall=stall, noise=noise, huber_coef=huber)
+    finite = lr[np.isfinite(lr)]
+    top = finite[finite > np.percentile(finite, stall_pct)]
+    allowance = StallAllowance(p_stall=top.size / len(y), excess_mean=float(np.mean(np.exp(top) - 1.0)) if top.size else 0.0)
+    return BatchFit(coef=coef, stall=stall, noise=noise, huber_coef=huber, allowance=allowance)

@@ -48,6 +48,7 @@ def _builtin(name: str, coef: tuple[float, ...]) -> dict:
         "form": "six",
         "coefficients": {t.name: {"value": v, "unit": t.unit, "doc": t.doc} for t, v in zip(FORMS["six"], coef)},
         "noise": dict(H100_NOISE),
+        "expected": {"p_stall": 0.001, "stall_excess_mean": 3.0},
         "fitted_on": {"source": "DESIGN section 5 (paper's H100 fits)"},
         "metrics": {},
         "derived": reference_derived("six", coef),

@@ -13,7 +13,7 @@ import pandas as pd
 from estimators.accuracy import error_summary
 from estimators.batch_features import design_matrix, step_durations
 from estimators.batch_fit import BatchFit, fit_batch_model
-from estimators.derived import lps_params, pooled_lps, throughput_params
+from estimators.derived import lps_params, pooled_lps, request_params, throughput_params
 from estimators.profile import BatchTimeProfile
 from traces.errors import BadInput
 from traces.store import open_trace
@@ -42,11 +42,12 @@ class StepData:
     steps: pd.DataFrame
     sources: list[dict] = field(default_factory=list)
     lps: dict | None = None
+    requests: dict = field(default_factory=dict)  # queue-baseline fit and arrival rate
 
 
 def load_steps(paths: list[str | Path], instance: str | None = None) -> StepData:
     """Steps of one instance pooled over traces (with a ``trace`` column)."""
-    frames, sources, lps_parts = [], [], []
+    frames, sources, lps_parts, opened = [], [], [], []
     for path in paths:
         trace = open_trace(path)
         if not trace.has("steps"):
@@ -62,6 +63,7 @@ def load_steps(paths: list[str | Path], instance: str | None = None) -> StepData
             raise BadInput(trace.file("steps"), None, "instance_id",
                            f"no steps of instance {chosen!r} (instances: {', '.join(ids) or 'none'})")
         steps = steps.assign(trace=str(path))
+        opened.append(trace)
         frames.append(steps)
         sources.append({"trace": str(path), "instance": chosen, "steps": int(len(steps))})
         if trace.has("step_items") and trace.has("requests"):
@@ -70,7 +72,8 @@ def load_steps(paths: list[str | Path], instance: str | None = None) -> StepData
             if "instance_id" in reqs:
                 reqs = reqs[reqs["instance_id"] == chosen]
             lps_parts.append(lps_params(steps, items[items["instance_id"] == chosen], reqs))
-    return StepData(pd.concat(frames, ignore_index=True), sources, pooled_lps(lps_parts))
+    return StepData(pd.concat(frames, ignore_index=True), sources, pooled_lps(lps_parts),
+                    request_params(opened, sources[0]["instance"]))
 
 
 def holdout_mask(n: int, fraction: float, seed: int) -> np.ndarray:
@@ -86,7 +89,7 @@ def holdout_mask(n: int, fraction: float, seed: int) -> np.ndarray:
 def _score(X: np.ndarray, y: np.ndarray, fit: BatchFit) -> dict:
     typical = X @ fit.coef
     out = error_summary(typical, y)
-    out["mape_expected"] = float(np.mean(np.abs(typical * fit.noise.expected_multiplier() - y) / y))
+    out["mape_expected"] = float(np.mean(np.abs(typical * fit.allowance.multiplier - y) / y))
     return out
 
 
@@ -127,7 +130,11 @@ def step_gap(steps: pd.DataFrame) -> float:
 def build_profile(name: str, result: FormResult, data: StepData, cfg: CalibrationConfig) -> BatchTimeProfile:
     derived = throughput_params(data.steps)
     if data.lps:
-        derived["lps"] = data.lps
+        derived["lps"] = dict(data.lps)
+        if "arrival_rate" in data.requests:
+            derived["lps"]["arrival_rate"] = data.requests["arrival_rate"]
+    if "queue" in data.requests:
+        derived["queue"] = data.requests["queue"]
     return BatchTimeProfile(
         name=name,
         form=result.form,
@@ -140,6 +147,7 @@ def build_profile(name: str, result: FormResult, data: StepData, cfg: Calibratio
         metrics={"holdout": result.holdout, "train": result.train},
         derived=derived,
         step_gap_s=step_gap(data.steps),
+        allowance=result.fit.allowance,
     )
 
 
@@ -157,6 +165,15 @@ def noise_check(profile: BatchTimeProfile, steps: pd.DataFrame, seed: int = 0) -
     sim_q = np.percentile(sim, NOISE_CHECK_QUANTILES)
     return {f"p{q}": {"recorded": float(r), "simulated": float(m), "rel_diff": float(m / r - 1)}
             for q, r, m in zip(NOISE_CHECK_QUANTILES, rec_q, sim_q)}
+
+
+def calibrate_instance(trace_dir: str | Path, instance: str, seed: int = 0, name: str | None = None) -> BatchTimeProfile:
+    """A profile for one instance of one trace, both forms compared (the
+    defaults of ``latroute calibrate``)."""
+    cfg = CalibrationConfig(seed=seed, instance=instance)
+    data = load_steps([trace_dir], instance)
+    results = fit_forms(data.steps, cfg)
+    return build_profile(name or f"{Path(trace_dir).name}-{instance}", results[best_form(results)], data, cfg)
 
 
 def evaluate_profile(profile: BatchTimeProfile, steps: pd.DataFrame) -> dict:

@@ -4,6 +4,9 @@ batch-time profile is calibrated on.
 - Throughput baseline: ``theta_pre`` = prefill tokens per second of busy
   time in steps that ran prefill (what a profiler measures), and the mean
   duration of decode-only steps.
+- Queue-length baseline: TTFT = b0 + b1 * residents at arrival, fitted on
+  the requests' honest snapshots (relative least squares).
+- LPS arrival rate (paper form, static): the instance's mean arrival rate.
 - LPS: service time of a request = finish minus the start of the first step
   that scheduled it (its residence in the running set); ``k`` = the 95th
   percentile of batch occupancy (sequences per step), the concurrency the
@@ -57,3 +60,48 @@ def pooled_lps(parts: list[dict]) -> dict | None:
     ex2 = float((n * second).sum() / n.sum())
     return {"k": int(max(p["k"] for p in parts)), "mean_service_s": mean, "scv": ex2 / mean**2 - 1,
             "n": int(n.sum())}
+
+
+def residents_at_arrival(trace, instance_id: str, requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(residents seen by each request's honest snapshot, its measured TTFT)."""
+    from estimators.snapshot import RecordedWalk
+
+    walk = RecordedWalk(trace, instance_id, requests)
+    ttft = requests["ttft_s"].to_numpy(dtype=np.float64)
+    res, tt = [], []
+    for idx, snap in walk.queries():
+        res.append(snap.residents)
+        tt.append(ttft[idx])
+    return np.asarray(res, dtype=np.float64), np.asarray(tt)
+
+
+def request_params(traces: list, instance: str) -> dict:
+    """Queue-baseline fit and mean arrival rate over (trace, instance) pairs
+    that have requests with TTFT, steps and step items."""
+    from estimators.baselines import fit_queue
+
+    res, tt, rates, weights = [], [], [], []
+    for trace in traces:
+        if not all(trace.has(t) for t in ("requests", "steps", "step_items", "instances")):
+            continue
+        reqs = trace.read("requests")
+        if "ttft_s" not in reqs or "instance_id" not in reqs:
+            continue
+        if instance not in set(trace.read("instances")["instance_id"].astype(str)):
+            continue
+        mine = reqs[reqs["instance_id"] == instance]
+        if len(mine) >= 3:
+            r, t = residents_at_arrival(trace, instance, reqs)
+            res.append(r)
+            tt.append(t)
+            arr = mine["arrival_s"].to_numpy(dtype=np.float64)
+            span = arr.max() - arr.min()
+            if span > 0:
+                rates.append((len(arr) - 1) / span)
+                weights.append(len(arr))
+    out: dict = {}
+    if res:
+        out["queue"] = fit_queue(np.concatenate(res), np.concatenate(tt))
+    if rates:
+        out["arrival_rate"] = float(np.average(rates, weights=weights))
+    return out

@@ -8,7 +8,7 @@ Schema (``profile_version`` 1)::
       "name": "qwen3-8b-h100",
       "form": "six" | "eq9",
       "coefficients": {TERM: {"value": float, "unit": str, "doc": str}, ...},
-      "expected": {"multiplier": float, "rule": "..."},
+      "expected": {"multiplier", "p_stall", "stall_excess_mean", "rule"},
       "noise": {"kind": "lognormal+stalls", "log_mu", "log_sigma", "p_stall",
                 "stall_excess_mean", "stall_excess_quantiles": {q: v}, ...},
       "step_gap_s": float,   # median engine time between consecutive steps
@@ -20,8 +20,10 @@ Schema (``profile_version`` 1)::
     }
 
 The *typical* time of a step is the linear model; the *expected* time is
-typical * multiplier, with multiplier = E[actual/typical] under the noise
-model = exp(log_mu + log_sigma^2/2) + p_stall * mean stall excess.
+typical * (1 + p_stall * mean stall excess) with the stalls taken, as in
+DESIGN section 2, as the residuals above the stall percentile (the
+``expected`` section). The ``noise`` section is the simulation model of the
+jitter and its tail (its own, detector-based stall rate).
 Sums of many steps (TTFT estimates) use the expected time because stalls
 add up; single-step accuracy (MAPE) is scored on the typical time because
 the median-like prediction is what minimises absolute percentage error.
@@ -37,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from estimators.batch_features import FORMS, design_matrix, term_names
-from estimators.batch_fit import NoiseModel
+from estimators.batch_fit import NoiseModel, StallAllowance
 from traces.errors import BadInput
 from traces.store import atomic_write_text
 
@@ -54,10 +56,11 @@ class BatchTimeProfile:
     metrics: dict[str, Any] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
     step_gap_s: float = 0.0  # engine time between steps (output handling, request intake)
+    allowance: StallAllowance = field(default_factory=StallAllowance)
 
     @property
     def expected_multiplier(self) -> float:
-        return self.noise.expected_multiplier()
+        return self.allowance.multiplier
 
     def typical(self, steps: pd.DataFrame) -> np.ndarray:
         return design_matrix(steps, self.form) @ self.coefficients
@@ -72,9 +75,10 @@ class BatchTimeProfile:
             "form": self.form,
             "coefficients": {t.name: {"value": float(v), "unit": t.unit, "doc": t.doc}
                              for t, v in zip(FORMS[self.form], self.coefficients)},
-            "expected": {"multiplier": self.expected_multiplier,
-                         "rule": "expected step time = typical * (exp(log_mu + log_sigma^2/2) "
-                                 "+ p_stall * stall_excess_mean)"},
+            "expected": {"multiplier": self.expected_multiplier, "p_stall": self.allowance.p_stall,
+                         "stall_excess_mean": self.allowance.excess_mean,
+                         "rule": "expected step time = typical * (1 + p_stall * stall_excess_mean), the stalls "
+                                 "being the residuals above the stall percentile"},
             "noise": self.noise.to_json(),
             "step_gap_s": self.step_gap_s,
             "fitted_on": self.fitted_on,
@@ -114,12 +118,21 @@ class BatchTimeProfile:
             raise BadInput(source, None, "noise", str(e)) from None
         if nm.log_sigma < 0 or not 0 <= nm.p_stall <= 1:
             raise BadInput(source, None, "noise", "log_sigma must be >= 0 and p_stall in [0, 1]")
+        exp = d.get("expected") or {}
+        if not isinstance(exp, dict):
+            raise BadInput(source, None, "expected", "not an object")
+        try:
+            allowance = StallAllowance(float(exp.get("p_stall", 0.0)), float(exp.get("stall_excess_mean", 0.0)))
+        except (TypeError, ValueError) as e:
+            raise BadInput(source, None, "expected", str(e)) from None
+        if not 0 <= allowance.p_stall <= 1 or allowance.excess_mean < 0:
+            raise BadInput(source, None, "expected", "p_stall must be in [0, 1] and stall_excess_mean >= 0")
         gap = d.get("step_gap_s", 0.0)
         if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 10:
             raise BadInput(source, None, "step_gap_s", f"must be a number of seconds >= 0, got {gap!r}")
         return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
                    fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {},
-                   step_gap_s=float(gap))
+                   step_gap_s=float(gap), allowance=allowance)
 
 
 def load_profile(name_or_path: str | Path) -> BatchTimeProfile:

@@ -327,6 +327,19 @@ def complete_step(req, sc, running, free_slots, out_slot, n):
     return finished
 
 
+@njit(cache=True)
+def drop_unservable_head(req, sc, waiting):
+    """Nothing runs and the head of ``waiting`` still cannot be admitted: it
+    needs more KV than the instance has and would block the queue forever.
+    Refuse it (status REJECTED) and return its slot; the caller frees it."""
+    s = waiting[sc[S_WHEAD]]
+    sc[S_WHEAD] = (sc[S_WHEAD] + 1) % sc[S_CAP]
+    sc[S_WN] -= 1
+    req[s, F_STATUS] = ST_REJECTED
+    req[s, F_EVENT] = EV_REJECT
+    return s
+
+
 def new_batch_buffers(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """out_slot, out_tok, out_cb and rejected arrays for ``capacity`` slots."""
     return (np.zeros(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int64),

@@ -44,6 +44,7 @@ def _register() -> None:
     from harness.cli_bench import bench
     from harness.cli_calibrate import calibrate
     from harness.cli_demo import demo
+    from harness.cli_estimate import estimate
     from harness.cli_trace import trace
     from harness.cli_validate import validate
 
@@ -52,6 +53,7 @@ def _register() -> None:
     cli.add_command(bench)
     cli.add_command(calibrate)
     cli.add_command(validate)
+    cli.add_command(estimate)
 
 
 _register()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-SECTIONS = ("generate", "import", "twin")
+SECTIONS = ("generate", "import", "twin", "sfs")
 
 
 def _child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
@@ -91,6 +91,8 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
       twin      replay pool qwen3-h100 at 8 q/s with shortest-queue in a child
                 process: simulated seconds per wall second (target >= 1000x),
                 compile (warm-up) time apart, peak memory
+      sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
+                queue (target: median <= 10 us at 64), and cost per simulated step
 
     \b
     Examples:
@@ -120,5 +122,19 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                            f"{r['simulated_s']:,.0f} simulated s in {r['wall_s']:.2f} s = {r['speedup']:,.0f}x real "
                            f"time, {r['steps_per_s']:,.0f} steps/s; warm-up (compile or cache load) "
                            f"{r['warmup_s']:.2f} s apart; peak memory {r['peak_rss_mb']:.0f} MB")
+        if "sfs" in sections:
+            from harness.bench_sfs import run as run_sfs
+
+            results["sfs"] = r = run_sfs()
+            if not as_json:
+                click.echo(f"sfs:      {r['engine']}, {r['waiting']} waiting, {r['queries']} queries per size")
+                for n, v in r["sizes"].items():
+                    click.echo(f"          {int(n):>5} residents: median {v['median_us']:6.1f} us, p99 "
+                               f"{v['p99_us']:6.1f} us, {v['mean_steps']:.1f} simulated steps, "
+                               f"{v['us_per_step']:.1f} us/step (first call {v['warmup_us']:,.0f} us, apart)")
+                lin = r["linearity"]
+                click.echo("          64 residents, longer queues: " + ", ".join(
+                    f"{p['steps']:.0f} steps {p['median_us']:.0f} us" for p in lin["points"])
+                           + f" -> {lin['us_per_step']:.1f} us per simulated step (linear fit R^2 {lin['r2']:.3f})")
     if as_json:
         click.echo(json.dumps(results, indent=2))

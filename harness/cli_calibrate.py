@@ -32,8 +32,10 @@ def format_profile(p: BatchTimeProfile) -> str:
     n = p.noise
     lines = [f"coefficients ({p.form}, seconds): {coefs}",
              f"noise: lognormal jitter mu {n.log_mu:+.4f} sigma {n.log_sigma:.4f} (log of actual/typical); "
-             f"stalls {100 * n.p_stall:.2f}% of steps adding {n.stall_excess_mean:.2f}x typical on average; "
-             f"expected = typical x {p.expected_multiplier:.4f}; gap between steps {1e3 * p.step_gap_s:.3f} ms"]
+             f"stalls {100 * n.p_stall:.2f}% of steps adding {n.stall_excess_mean:.2f}x typical on average",
+             f"expected step = typical x {p.expected_multiplier:.4f} (top {100 * p.allowance.p_stall:.2f}% of "
+             f"residuals as stalls, {p.allowance.excess_mean:.2f}x excess); gap between steps "
+             f"{1e3 * p.step_gap_s:.3f} ms"]
     d = p.derived
     if "theta_pre_tokens_per_s" in d or "mean_decode_step_s" in d:
         lines.append(f"baselines: theta_pre {d.get('theta_pre_tokens_per_s', float('nan')):,.0f} tokens/s, "

@@ -2,10 +2,10 @@
 
 It generates a workload on the paper's defaults, replays it on the engine
 twin of pool qwen3-h100 (shortest-queue routing, noise on) to get
-"recorded" steps, and calibrates a batch-time profile from the qwen3-8b
-instance's steps, showing how well calibration recovers the built-in
-profile that generated them. The estimator, router and report stages join
-as they land. It must always finish within 2 minutes on 2 cores.
+"recorded" steps, calibrates a batch-time profile from the qwen3-8b
+instance's steps (showing how well calibration recovers the built-in
+profile that generated them), and scores the TTFT estimators on every
+request of the twin trace. Router sweeps and reports join as they land. It must always finish within 2 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from pathlib import Path
 
 import click
 
-from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
+from estimators.calibrate import CalibrationConfig, best_form, build_profile, calibrate_instance, fit_forms, load_steps
 from estimators.profile import load_profile
+from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
 from harness.cli_calibrate import format_profile, format_results
+from harness.cli_estimate import format_metrics
 from harness.pools import load_pool
 from harness.twin import Twin, TwinConfig, shortest_queue_router
 from traces.arrivals import ArrivalSpec
-from traces.store import TraceWriter, open_trace
+from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 from traces.summary import format_summary, summarize
 from traces.workload import WorkloadConfig, generate_workload, write_workload
 
@@ -45,11 +47,11 @@ def demo(out: Path, seed: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     workload = out / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
-    click.echo(f"[1/3] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
+    click.echo(f"[1/4] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
     write_workload(cfg, workload, force=True)
     click.echo(format_summary(summarize(open_trace(workload))))
 
-    click.echo(f"\n[2/3] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
+    click.echo(f"\n[2/4] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
     pool = load_pool(DEMO_POOL)
     t = time.perf_counter()
     res = Twin.from_pool(pool, TwinConfig(seed=seed)).run(generate_workload(cfg).requests, shortest_queue_router)
@@ -59,6 +61,7 @@ def demo(out: Path, seed: int) -> None:
         w.meta["source"] = {"kind": "twin", "pool": DEMO_POOL, "router": "shortest-queue", "seed": seed,
                             "workload": str(workload)}
         w.meta["arrivals"] = "measured"
+        w.meta["frontend_overhead_s"] = pool.frontend_overhead_s
         for name, df in (("requests", res.requests), ("steps", res.steps), ("step_items", res.step_items),
                          ("instances", res.instances)):
             w.write_table(name, df)
@@ -69,7 +72,7 @@ def demo(out: Path, seed: int) -> None:
         click.echo(f"  {inst:<11} {len(g):>5} requests  TTFT mean {g.mean():.3f} s  p90 {g.quantile(0.9):.3f} s")
 
     truth = load_profile(f"{DEMO_INSTANCE}-h100")
-    click.echo(f"\n[3/3] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
+    click.echo(f"\n[3/4] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
                f"(truth: built-in {truth.name}, jitter sigma {truth.noise.log_sigma}, stalls "
                f"{100 * truth.noise.p_stall:g}%)")
     ccfg = CalibrationConfig(seed=seed, instance=DEMO_INSTANCE)
@@ -83,6 +86,18 @@ def demo(out: Path, seed: int) -> None:
     if chosen == truth.form:
         ratio = "  ".join(f"{v:.3f}" for v in profile.coefficients / truth.coefficients)
         click.echo(f"recovered / true coefficients: {ratio}")
+    click.echo("\n[4/4] estimating every request's TTFT from honest snapshots of the twin trace (profiles "
+               "calibrated per instance on its own steps; predicted output lengths for residents)")
+    served_trace = open_trace(served)
+    models = {inst: (calibrate_instance(served, inst, seed, f"demo-{inst}"), None) for inst in res.instances["instance_id"]}
+    for inst, (prof, _) in models.items():
+        models[inst] = (prof, BaselineParams.from_derived(prof.derived))
+    est = estimate_trace(served_trace, models, EstimateConfig(lengths="column",
+                                                              frontend_overhead_s=pool.frontend_overhead_s))
+    with StagedDir(out / "estimates", force=True) as tmp:
+        write_parquet(tmp / "estimates.parquet", est.estimates)
+        write_json(tmp / "metrics.json", est.metrics)
+    click.echo(format_metrics(est.metrics))
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
     click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
                f"group by 1\"")

@@ -26,6 +26,7 @@ from estimators.batch_time_kernel import profile_arrays, rng_state
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.sched_kernel import new_batch_buffers
 from estimators.sched_state import F_COMPUTED, F_OUTPUTS, F_PROMPT, S_CAP, S_NR, S_WN, ST_PENDING, EngineConfig, SchedState
+from estimators.snapshot import RateTracker, Snapshot
 from harness import twin_kernel as tk
 from harness.pools import InstanceConfig, Pool
 from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
@@ -89,11 +90,18 @@ class Instance:
         self.log_items = np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64)
         self.log_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.routed = 0
+        self.rate = RateTracker()
+        self._now = 0.0
 
     # --- honest view for routers and estimators
     @property
     def busy(self) -> bool:
-        return bool(self.meta[tk.M_BUSY])
+        """A step is in flight."""
+        return self.meta[tk.M_BUSY] == tk.RUNNING
+
+    @property
+    def idle(self) -> bool:
+        return self.meta[tk.M_BUSY] == tk.IDLE
 
     @property
     def inflight_start(self) -> float:
@@ -102,6 +110,13 @@ class Instance:
     def inflight_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = int(self.meta[tk.M_N]) if self.busy else 0
         return self.out_slot[:n], self.out_tok[:n], self.out_cb[:n]
+
+    def snapshot(self, t: float) -> Snapshot:
+        """The honest view at time ``t`` (live arrays; estimators copy them)."""
+        slots, tok, cb = self.inflight_batch()
+        wake = float(self.times[tk.T_START] - self.params[tk.P_GAP]) if self.meta[tk.M_BUSY] == tk.GAP else None
+        return Snapshot(t, self.spec.instance_id, self.state, self.inbox, int(self.meta[tk.M_INBOX_N]), slots, tok,
+                        cb, len(slots), self.inflight_start if self.busy else None, self.rate.rate(t), wake)
 
     def inbox_slots(self) -> np.ndarray:
         return self.inbox[: self.meta[tk.M_INBOX_N]]
@@ -130,12 +145,13 @@ class Instance:
                 self.stall_v, self.params, self.rng)
 
     def advance(self, t: float, ev) -> None:
+        self._now = t
         while tk.advance(t, *self._args(), ev.first_t, ev.finish_t, ev.reject_t, ev.preempt_n,
                          self.log_t, self.log_n, self.log_items):
             self.flush_log()
 
-    def kick(self, t: float, ev) -> None:
-        tk.kick(t, *self._args(), ev.reject_t)
+    def kick(self, t: float) -> None:
+        tk.kick(t, self.meta, self.times, self.params)
 
     def add(self, rid: int, prompt: int, output: int, hit: int = 0) -> None:
         cap_before = int(self.state.sc[S_CAP])
@@ -146,6 +162,7 @@ class Instance:
         self.inbox[self.meta[tk.M_INBOX_N]] = slot
         self.meta[tk.M_INBOX_N] += 1
         self.routed += 1
+        self.rate.observe(self._now)
 
     def _grow_buffers(self, cap: int) -> None:
         out_slot, out_tok, out_cb, rejected = new_batch_buffers(cap)
@@ -241,8 +258,8 @@ class Twin:
             inst = insts[j]
             ev.instance[i] = j
             inst.add(i, int(prompt[i]), int(output[i]), 0 if hits is None else int(hits[i]))
-            if not inst.busy:
-                inst.kick(t, ev)
+            if inst.idle:
+                inst.kick(t)
         for inst in insts:
             inst.advance(np.inf, ev)
             inst.flush_log()

@@ -15,7 +15,8 @@ import pandas as pd
 
 from estimators.accuracy import error_summary
 from estimators.profile import BatchTimeProfile
-from harness.decisions import decision_agreement, engine_config_of
+from estimators.snapshot import engine_config_of
+from harness.decisions import decision_agreement
 from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router
 from traces.errors import BadInput
 from traces.store import Trace

@@ -42,3 +42,13 @@ def assert_refused(result, out: Path | None, *fragments: str) -> None:
         assert not out.exists(), f"{out} was written"
         leftovers = [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
         assert not leftovers, leftovers
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory):
+    """Every recording of ../shared/data/vllm_cpu imported once per session."""
+    root = shared("vllm_cpu")
+    out = tmp_path_factory.mktemp("rec")
+    for rec in sorted(p for p in root.iterdir() if p.is_dir()):
+        assert run_cli("trace", "import", "vllm-record", rec, "--out", out / rec.name).exit_code == 0
+    return out

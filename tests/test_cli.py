@@ -59,7 +59,7 @@ def test_demo_writes_a_trace_and_says_where(tmp_path):
 
 def test_bench_small(tmp_path):
     res = run_cli("bench", "--generate-requests", 2000, "--import-rows", 5000, "--twin-requests", 300,
-                  "--workdir", tmp_path, "--json")
+                  "--workdir", tmp_path, "--json", "--only", "generate", "--only", "import", "--only", "twin")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["generate"]["requests"] == 2000 and out["import"]["rows"] == 5000

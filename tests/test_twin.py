@@ -85,7 +85,7 @@ def test_noise_on_follows_the_noise_model_and_seeds(tmp_path):
     ratio = (res.steps["end_s"] - res.steps["start_s"]).to_numpy() / prof.typical(res.steps)
     assert abs(np.median(np.log(ratio[ratio < 2.5])) - 0.0) < 0.02
     assert abs((ratio > 2.5).mean() - 0.02) < 0.006
-    assert ratio.mean() == pytest.approx(noise.expected_multiplier(), rel=0.03)
+    assert ratio.mean() == pytest.approx(noise.mean_ratio(), rel=0.03)
     again = toy_twin(noise=noise, noise_on=True, seed=5).run(w, fixed_router(np.zeros(400, dtype=int)))
     other = toy_twin(noise=noise, noise_on=True, seed=6).run(w, fixed_router(np.zeros(400, dtype=int)))
     for name, r in (("a", res), ("b", again), ("c", other)):

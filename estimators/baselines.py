@@ -1,0 +1,93 @@
+"""Baseline TTFT estimators (DESIGN section 2), each over the same honest
+snapshot as SFS.
+
+- ``throughput``: wait = outstanding prefill tokens of residents / theta_pre
+  + p_i / theta_pre + mean decode-step time.
+- ``lps`` (paper form, average case, no snapshot): the instance is a server
+  sharing capacity among up to k requests; with mu = k / m the total service
+  rate and a the calibration trace's mean arrival rate,
+  W = (a/mu)^k / (mu - a); TTFT = W + p_i / theta_pre + mean decode step.
+- ``lps-mg``: general-service approximation with an online EWMA arrival rate
+  a: rho = a m / k, P(wait) ~ rho^k, Wq ~ rho^k (m/k)(1 + c2) / (2(1 - rho)).
+  DESIGN writes rho = a m for one server; with k slots the per-slot
+  utilisation is the one that stays below 1.
+- ``queue``: TTFT = b0 + b1 * residents, calibrated.
+
+Overload (rho >= 1) is clamped at rho = 0.999, so the estimate is large but
+finite.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from estimators.sched_state import F_COMPUTED, F_OUTPUTS, F_PROMPT
+from estimators.snapshot import Query, Snapshot
+
+RHO_MAX = 0.999
+
+
+def outstanding_prefill_tokens(snap: Snapshot) -> int:
+    """Prompt (and recompute) tokens of residents not yet computed or in flight."""
+    slots = snap.resident_slots()
+    if slots.size == 0:
+        return 0
+    r = snap.state.req[slots]
+    remaining = r[:, F_PROMPT] + r[:, F_OUTPUTS] - r[:, F_COMPUTED]
+    prefill = (remaining > 1) | (r[:, F_COMPUTED] < r[:, F_PROMPT])
+    return int(remaining[prefill].sum())
+
+
+class Throughput:
+    name = "throughput"
+
+    def __init__(self, theta_pre: float, mean_decode_step_s: float, frontend_overhead_s: float = 0.0):
+        self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
+
+    def estimate(self, snap: Snapshot, q: Query) -> float:
+        return (outstanding_prefill_tokens(snap) + q.prompt) / self.theta + self.decode + self.overhead
+
+
+class LPS:
+    name = "lps"
+
+    def __init__(self, k: int, mean_service_s: float, arrival_rate: float, theta_pre: float,
+                 mean_decode_step_s: float, frontend_overhead_s: float = 0.0):
+        mu = k / mean_service_s
+        a = min(arrival_rate, RHO_MAX * mu)
+        self.wait = (a / mu) ** k / (mu - a)
+        self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
+
+    def estimate(self, snap: Snapshot, q: Query) -> float:
+        return self.wait + q.prompt / self.theta + self.decode + self.overhead
+
+
+class LPSMG:
+    name = "lps-mg"
+
+    def __init__(self, k: int, mean_service_s: float, scv: float, theta_pre: float, mean_decode_step_s: float,
+                 frontend_overhead_s: float = 0.0):
+        self.k, self.m, self.c2 = k, mean_service_s, scv
+        self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
+
+    def estimate(self, snap: Snapshot, q: Query) -> float:
+        rho = min(snap.arrival_rate * self.m / self.k, RHO_MAX)
+        wq = rho**self.k * (self.m / self.k) * (1.0 + self.c2) / (2.0 * (1.0 - rho))
+        return wq + q.prompt / self.theta + self.decode + self.overhead
+
+
+class QueueLength:
+    name = "queue"
+
+    def __init__(self, b0: float, b1: float, frontend_overhead_s: float = 0.0):
+        self.b0, self.b1, self.overhead = b0, b1, frontend_overhead_s
+
+    def estimate(self, snap: Snapshot, q: Query) -> float:
+        return max(self.b0 + self.b1 * snap.residents, 1e-6) + self.overhead
+
+
+def fit_queue(residents: np.ndarray, ttft: np.ndarray) -> dict:
+    """b0 + b1 * residents by least squares on relative error (MAPE is the metric)."""
+    ok = np.isfinite(ttft) & (ttft > 0)
+    X = np.column_stack([np.ones(ok.sum()), residents[ok]]) / ttft[ok, None]
+    (b0, b1), *_ = np.linalg.lstsq(X, np.ones(ok.sum()), rcond=None)
+    return {"b0": float(b0), "b1": float(b1), "n": int(ok.sum())}

@@ -1,0 +1,259 @@
+"""``latroute estimate``: every estimator's TTFT estimate for every request
+of a trace with measured TTFT, from honest snapshots, and how far each is
+from the truth.
+
+For SFS the error is split in two. The *reference* is the same profile
+charged on the steps that really ran from the arrival to the first token
+(the in-flight step's expected remainder plus gap + expected time of each
+later step): SFS with a perfect trajectory. *Trajectory error* =
+|SFS - reference| / reference is what the scheduler simulation and the
+length predictions cost, free of step-time noise; *time-model error* =
+|reference - true| / true is the rest (the batch-time model and the
+recordings' jitter).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from estimators.accuracy import error_summary
+from estimators.baselines import LPS, LPSMG, QueueLength, Throughput
+from estimators.profile import BatchTimeProfile
+from estimators.sfs import SFS
+from estimators.snapshot import Query, RateTracker, RecordedWalk
+from traces.store import Trace
+
+ESTIMATORS = ("sfs", "throughput", "lps", "lps-mg", "queue")
+LOAD_BINS = (0, 1, 4, 16, 64, 256)
+
+
+def load_bin(residents: np.ndarray) -> np.ndarray:
+    edges = np.array(LOAD_BINS[1:])
+    labels = np.array([f"{lo}-{hi - 1}" if hi - lo > 1 else f"{lo}" for lo, hi in zip(LOAD_BINS, LOAD_BINS[1:])]
+                      + [f"{LOAD_BINS[-1]}+"])
+    return labels[np.searchsorted(edges, residents, side="right")]
+
+
+def predicted_totals(reqs: pd.DataFrame, policy: str) -> np.ndarray:
+    """Predicted total output length per request under a length policy:
+    oracle | column | median | constant:N."""
+    true = np.maximum(reqs["output_tokens"].to_numpy(dtype=np.int64), 1)
+    if policy == "oracle":
+        return true
+    if policy == "column":
+        if "predicted_output_tokens" not in reqs or reqs["predicted_output_tokens"].isna().all():
+            raise ValueError("--lengths column needs a predicted_output_tokens column in the trace")
+        col = reqs["predicted_output_tokens"].to_numpy(dtype=np.float64)
+        return np.where(np.isnan(col), np.median(true), np.maximum(col, 1)).astype(np.int64)
+    if policy == "median":
+        return np.full(len(true), max(1, int(round(float(np.median(true))))), dtype=np.int64)
+    if policy.startswith("constant:"):
+        try:
+            n = int(policy.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"bad length policy {policy!r}: constant:N needs a whole number") from None
+        if n < 1:
+            raise ValueError("constant:N needs N >= 1")
+        return np.full(len(true), n, dtype=np.int64)
+    raise ValueError(f"unknown length policy {policy!r} (oracle, column, median, constant:N)")
+
+
+@dataclass
+class BaselineParams:
+    theta_pre: float
+    mean_decode_step_s: float
+    lps_k: int
+    lps_mean_service_s: float
+    lps_scv: float
+    lps_arrival_rate: float
+    queue_b0: float
+    queue_b1: float
+
+    @classmethod
+    def from_derived(cls, d: dict) -> "BaselineParams":
+        lps = d.get("lps") or {}
+        q = d.get("queue") or {}
+        missing = [k for k, v in (("theta_pre_tokens_per_s", d.get("theta_pre_tokens_per_s")),
+                                  ("mean_decode_step_s", d.get("mean_decode_step_s")), ("lps", lps or None),
+                                  ("queue", q or None)) if v is None]
+        if missing:
+            raise ValueError(f"profile lacks baseline parameters: {', '.join(missing)} "
+                             f"(calibrate it on a trace with requests, steps and step items)")
+        return cls(d["theta_pre_tokens_per_s"], d["mean_decode_step_s"], int(lps["k"]), lps["mean_service_s"],
+                   lps["scv"], lps.get("arrival_rate", 0.0), q["b0"], q["b1"])
+
+
+@dataclass
+class EstimateConfig:
+    estimators: tuple[str, ...] = ESTIMATORS
+    lengths: str = "oracle"
+    ewma_tau_s: float = 10.0
+    frontend_overhead_s: float = 0.0
+
+
+@dataclass
+class EstimateResult:
+    estimates: pd.DataFrame
+    attribution: pd.DataFrame  # SFS only: per request reference and errors
+    metrics: dict = field(default_factory=dict)
+
+
+def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
+          overhead: float):
+    if name == "sfs":
+        return SFS(profile, pred_total, overhead)
+    if params is None:
+        raise ValueError(f"estimator {name} needs baseline parameters")
+    if name == "throughput":
+        return Throughput(params.theta_pre, params.mean_decode_step_s, overhead)
+    if name == "lps":
+        return LPS(params.lps_k, params.lps_mean_service_s, params.lps_arrival_rate, params.theta_pre,
+                   params.mean_decode_step_s, overhead)
+    if name == "lps-mg":
+        return LPSMG(params.lps_k, params.lps_mean_service_s, params.lps_scv, params.theta_pre,
+                     params.mean_decode_step_s, overhead)
+    if name == "queue":
+        return QueueLength(params.queue_b0, params.queue_b1, overhead)
+    raise ValueError(f"unknown estimator {name!r} (choose from {', '.join(ESTIMATORS)})")
+
+
+def first_token_steps(walk: RecordedWalk, n_requests: int) -> np.ndarray:
+    """Per request (trace index): position of the step that computed its
+    last prompt token for the first time, or -1."""
+    k = np.repeat(np.arange(len(walk.item_off) - 1), np.diff(walk.item_off))
+    done = (walk.item_cb < walk.prompt[walk.item_req]) & (walk.item_cb + walk.item_tok >= walk.prompt[walk.item_req])
+    out = np.full(n_requests, -1, dtype=np.int64)
+    req, kk = walk.item_req[done], k[done]
+    order = np.argsort(kk, kind="stable")[::-1]  # earliest step written last
+    out[req[order]] = kk[order]
+    return out
+
+
+def jitter_floor(profile: BatchTimeProfile, steps: pd.DataFrame, parts: list[tuple[int, int, float | None]],
+                 overhead: float, draws: int = 20, seed: int = 0) -> np.ndarray:
+    """Per query, the mean APE of a perfect estimate (the expected charge of
+    the true trajectory) against TTFTs whose steps take the profile's noisy
+    times: the error no estimator with this batch-time model can avoid."""
+    rng = np.random.default_rng(seed)
+    typ = profile.typical(steps)
+    exp = typ * profile.expected_multiplier
+    gap = profile.step_gap_s
+    out = np.zeros(len(parts))
+    for _ in range(draws):
+        real = typ * profile.noise.sample_ratio(rng, len(typ))
+        cum_real = np.concatenate(([0.0], np.cumsum(gap + real)))
+        cum_exp = np.concatenate(([0.0], np.cumsum(gap + exp)))
+        for i, (k0, f, elapsed) in enumerate(parts):
+            if elapsed is not None:
+                r = max(real[k0] - elapsed, 0.0) + cum_real[f + 1] - cum_real[k0 + 1]
+                e = max(exp[k0] - elapsed, 0.0) + cum_exp[f + 1] - cum_exp[k0 + 1]
+            else:
+                r = cum_real[f + 1] - cum_real[k0]
+                e = cum_exp[f + 1] - cum_exp[k0]
+            r, e = r + overhead, e + overhead
+            out[i] += abs(e - r) / r if r > 0 else 0.0
+    return out / draws
+
+
+def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, BaselineParams | None]],
+                   cfg: EstimateConfig, progress=None) -> EstimateResult:
+    """``models`` maps each instance id to its batch-time profile and
+    baseline parameters."""
+    reqs = trace.read("requests")
+    if "ttft_s" not in reqs:
+        raise ValueError(f"{trace.path}: requests have no measured ttft_s to compare with")
+    if not (trace.has("steps") and trace.has("step_items") and trace.has("instances")):
+        raise ValueError(f"{trace.path}: needs steps, step_items and instances tables to build snapshots")
+    pred_total = predicted_totals(reqs, cfg.lengths)
+    ttft = reqs["ttft_s"].to_numpy(dtype=np.float64)
+    rows, attr, floor_parts, floors = [], [], [], []
+    warmup_us: dict[str, float] = {}
+    rid = reqs["request_id"].to_numpy()
+    for inst in trace.read("instances")["instance_id"].astype(str):
+        if inst not in models:
+            raise ValueError(f"no profile for instance {inst!r}")
+        profile, params = models[inst]
+        walk = RecordedWalk(trace, inst, reqs)
+        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s) for n in cfg.estimators]
+        rate = RateTracker(cfg.ewma_tau_s)
+        exp_step = profile.expected(walk.steps) if len(walk.steps) else np.zeros(0)
+        cum = np.cumsum(profile.step_gap_s + exp_step)
+        ft = first_token_steps(walk, len(reqs))
+        warm = set()
+        for idx, snap in walk.queries():
+            snap.arrival_rate = rate.rate(snap.t)
+            rate.observe(snap.t)
+            if progress is not None:
+                progress(1)
+            if not np.isfinite(ttft[idx]) or ttft[idx] <= 0:
+                continue
+            q = Query(idx, snap.t, int(walk.prompt[idx]))
+            residents, waiting = snap.residents, snap.queued
+            for est in ests:
+                if est.name not in warm:  # first call compiles or loads the JIT cache: timed apart
+                    t0 = time.perf_counter_ns()
+                    est.estimate(snap, q)
+                    warmup_us[est.name] = warmup_us.get(est.name, 0.0) + (time.perf_counter_ns() - t0) / 1e3
+                    warm.add(est.name)
+                t0 = time.perf_counter_ns()
+                value = est.estimate(snap, q)
+                dt = (time.perf_counter_ns() - t0) / 1e3
+                rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt))
+                if est.name == "sfs":
+                    f = ft[idx]
+                    k0 = walk.k
+                    if f >= 0 and f >= k0:
+                        if snap.infl_start is not None:
+                            ref = max(exp_step[k0] - snap.elapsed, 0.0) + cum[f] - cum[k0]
+                        else:
+                            ref = cum[f] - (cum[k0 - 1] if k0 > 0 else 0.0)
+                        ref += cfg.frontend_overhead_s
+                        attr.append((rid[idx], inst, ttft[idx], value, ref, est.last_steps, f - k0 + 1))
+                        floor_parts.append((k0, f, snap.elapsed if snap.infl_start is not None else None))
+        if floor_parts:
+            floors.append(jitter_floor(profile, walk.steps, floor_parts, cfg.frontend_overhead_s))
+            floor_parts = []
+    est_df = pd.DataFrame(rows, columns=["request_id", "instance_id", "estimator", "true_s", "est_s", "residents",
+                                         "waiting", "est_us"])
+    att_df = pd.DataFrame(attr, columns=["request_id", "instance_id", "true_s", "sfs_s", "reference_s",
+                                         "sim_steps", "real_steps"])
+    metrics = summarize(est_df, att_df)
+    if floors and "sfs_attribution" in metrics:
+        apes = np.concatenate(floors)
+        metrics["sfs_attribution"]["jitter_floor_mape"] = float(np.mean(apes))
+    for name, us in warmup_us.items():
+        metrics["estimators"].setdefault(name, {})["warmup_us"] = us
+    return EstimateResult(est_df, att_df, metrics)
+
+
+def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
+    out: dict = {"estimators": {}, "requests": int(est["request_id"].nunique()) if len(est) else 0}
+    for name, g in est.groupby("estimator", sort=False):
+        ok = np.isfinite(g["est_s"].to_numpy())
+        s = error_summary(g["est_s"].to_numpy()[ok], g["true_s"].to_numpy()[ok])
+        s["n_infinite"] = int((~ok).sum())
+        s["mean_us"] = float(g["est_us"].mean())
+        s["median_us"] = float(g["est_us"].median())
+        bins = {}
+        lb = load_bin(g["residents"].to_numpy())
+        for label in dict.fromkeys(sorted(set(lb), key=lambda x: int(x.split("-")[0].rstrip("+")))):
+            m = (lb == label) & ok
+            e = error_summary(g["est_s"].to_numpy()[m], g["true_s"].to_numpy()[m])
+            bins[label] = {k: e.get(k) for k in ("n", "mape", "median_ape", "p90_ape")}
+        s["by_load"] = bins
+        out["estimators"][str(name)] = s
+    if len(att):
+        ref, sfs, true = att["reference_s"].to_numpy(), att["sfs_s"].to_numpy(), att["true_s"].to_numpy()
+        ok = np.isfinite(sfs) & (ref > 0)
+        out["sfs_attribution"] = {
+            "n": int(ok.sum()),
+            "trajectory_error": float(np.mean(np.abs(sfs[ok] - ref[ok]) / ref[ok])),
+            "time_model_error": float(np.mean(np.abs(ref[ok] - true[ok]) / true[ok])),
+            "total_mape": float(np.mean(np.abs(sfs[ok] - true[ok]) / true[ok])),
+            "mean_sim_steps": float(att["sim_steps"].mean()),
+            "mean_real_steps": float(att["real_steps"].mean()),
+        }
+    return out

@@ -1,0 +1,260 @@
+"""Honest snapshots of an instance at a query's arrival.
+
+What an observer (router, estimator) may know at time t: the state after
+every step that ended at or before t; the in-flight step's start and
+composition, not its end; the requests that arrived at the instance but
+have not been handed to the scheduler yet (they join at the next step
+boundary, in arrival order); and true output lengths of nobody (each
+estimator brings its own prediction).
+
+``RecordedWalk`` rebuilds such snapshots from a trace's ``steps`` and
+``step_items`` (recorded or simulated) by applying the recorded batches in
+order; the twin hands over its live state the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+from estimators.recorded_state import apply_batch
+from estimators.sched_kernel import complete_step, new_batch_buffers, wait_push_back
+from estimators.sched_state import F_STATUS, S_CAP, S_NR, S_WN, ST_PENDING, ST_WAITING, EngineConfig, SchedState
+from traces.store import Trace
+
+
+@dataclass
+class Query:
+    rid: int  # index of the request in its trace (the twin's and the estimators' request key)
+    t: float
+    prompt: int
+
+
+@dataclass
+class Snapshot:
+    """One instance at time ``t`` (arrays are live: estimators copy them)."""
+
+    t: float
+    instance_id: str
+    state: SchedState
+    inbox: np.ndarray  # slots arrived but not yet joined, in arrival order
+    n_inbox: int
+    infl_slot: np.ndarray
+    infl_tok: np.ndarray
+    infl_cb: np.ndarray
+    infl_n: int
+    infl_start: float | None  # None when no step is in flight
+    arrival_rate: float = 0.0  # EWMA of arrivals to this instance, per second
+    wake_s: float | None = None  # between steps: when the engine's last boundary (or wake-up) was
+
+    def first_gap(self, gap: float) -> float:
+        """Time until the next schedule() after the in-flight step (or from
+        now): a full gap, or what is left of the current one."""
+        if self.infl_start is None and self.wake_s is not None:
+            return max(0.0, self.wake_s + gap - self.t)
+        return gap
+
+    @property
+    def elapsed(self) -> float:
+        """Time since the in-flight step started (0 when idle; negative if it
+        has been scheduled but waits out the inter-step gap)."""
+        return 0.0 if self.infl_start is None else self.t - self.infl_start
+
+    @property
+    def residents(self) -> int:
+        return int(self.state.sc[S_NR] + self.state.sc[S_WN]) + self.n_inbox
+
+    @property
+    def queued(self) -> int:
+        return int(self.state.sc[S_WN]) + self.n_inbox
+
+    def resident_slots(self) -> np.ndarray:
+        st = self.state
+        return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox[: self.n_inbox]])
+
+
+class RateTracker:
+    """Exponentially decayed arrival count: rate(t) = sum_j exp(-(t - t_j)/tau) / tau."""
+
+    def __init__(self, tau_s: float = 10.0):
+        self.tau = tau_s
+        self.level = 0.0
+        self.last = None
+
+    def rate(self, t: float) -> float:
+        if self.last is None:
+            return 0.0
+        return self.level * np.exp(-(t - self.last) / self.tau) / self.tau
+
+    def observe(self, t: float) -> None:
+        self.level = (self.level * np.exp(-(t - self.last) / self.tau) if self.last is not None else 0.0) + 1.0
+        self.last = t
+
+
+def engine_config_of(instances: pd.DataFrame, instance_id: str) -> EngineConfig:
+    row = instances.set_index("instance_id").loc[instance_id]
+    get = lambda k, d: (row[k] if k in row and not pd.isna(row[k]) else d)  # noqa: E731
+    return EngineConfig(
+        policy=str(row["policy"]),
+        max_num_batched_tokens=int(row["max_num_batched_tokens"]),
+        max_num_seqs=int(row["max_num_seqs"]),
+        block_size=int(row["block_size"]),
+        num_kv_blocks=int(row["num_kv_blocks"]),
+        long_prefill_token_threshold=int(get("long_prefill_token_threshold", 0)),
+        chunked_prefill=bool(get("chunked_prefill", True)),
+        max_model_len=int(get("max_model_len", 0)) or (1 << 40),
+    )
+
+
+class RecordedWalk:
+    """Replays one instance's recorded steps, yielding pre-step states and
+    honest snapshots. Request keys (``F_RID``) are row positions in the
+    trace's ``requests`` table."""
+
+    def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None):
+        reqs = trace.read("requests") if requests is None else requests
+        self.instance_id = instance_id
+        self.engine = engine_config_of(trace.read("instances"), instance_id)
+        mine = np.flatnonzero((reqs["instance_id"] == instance_id).to_numpy()) if "instance_id" in reqs \
+            else np.arange(len(reqs))
+        arrival = reqs["arrival_s"].to_numpy(dtype=np.float64)
+        join = reqs["added_s"].to_numpy(dtype=np.float64) if "added_s" in reqs else arrival
+        order = mine[np.lexsort((mine, arrival[mine]))]
+        self.order = order  # this instance's requests by arrival
+        self.arrival, self.join = arrival, np.where(np.isnan(join), arrival, join)
+        self.prompt = reqs["prompt_tokens"].to_numpy(dtype=np.int64)
+        self.output = np.maximum(reqs["output_tokens"].to_numpy(dtype=np.int64), 1)
+        pos = pd.Series(np.arange(len(reqs)), index=reqs["request_id"].to_numpy())
+
+        steps = trace.read("steps")
+        steps = steps[steps["instance_id"] == instance_id].sort_values("step")
+        self.steps = steps.reset_index(drop=True)
+        self.step_ids = steps["step"].to_numpy()
+        self.start = steps["start_s"].to_numpy(dtype=np.float64)
+        self.end = steps["end_s"].to_numpy(dtype=np.float64)
+        items = trace.read("step_items")
+        items = items[items["instance_id"] == instance_id]
+        kpos = pd.Series(np.arange(len(steps)), index=self.step_ids)
+        ik = kpos.loc[items["step"].to_numpy()].to_numpy()
+        srt = np.argsort(ik, kind="stable")
+        self.item_req = pos.loc[items["request_id"].to_numpy()].to_numpy()[srt]
+        self.item_tok = items["tokens"].to_numpy(dtype=np.int64)[srt]
+        self.item_cb = items["computed_before"].to_numpy(dtype=np.int64)[srt]
+        self.item_off = np.searchsorted(ik[srt], np.arange(len(steps) + 1))
+        pre = trace.read("preemptions") if trace.has("preemptions") else None
+        if pre is not None:
+            pre = pre[pre["instance_id"] == instance_id]
+        if pre is not None and len(pre):
+            pk = kpos.loc[pre["step"].to_numpy()].to_numpy()
+            ps = np.argsort(pk, kind="stable")
+            self.pre_req = pos.loc[pre["request_id"].to_numpy()].to_numpy()[ps]
+            self.pre_off = np.searchsorted(pk[ps], np.arange(len(steps) + 1))
+        else:
+            self.pre_req = np.zeros(0, dtype=np.int64)
+            self.pre_off = np.zeros(len(steps) + 1, dtype=np.int64)
+
+        self.state = SchedState.new(self.engine, capacity=len(order) + 2)
+        cap = int(self.state.sc[S_CAP])
+        self.out_slot, self.out_tok, self.out_cb, _ = new_batch_buffers(cap)
+        self.pre_slot = np.zeros(cap, dtype=np.int64)
+        self.slot_of = np.full(len(reqs), -1, dtype=np.int64)
+        self.inbox = np.zeros(cap, dtype=np.int64)
+        self.inbox_req: list[int] = []
+        self.next_arrival = 0  # position in self.order
+        self.k = 0  # next step to complete
+        self.applied = False  # step k's scheduling already applied
+
+    # --- moving the state forward
+    def arrive_until(self, t: float, before_pos: int | None = None) -> None:
+        """Requests arriving at or before ``t`` (and, if given, before
+        position ``before_pos`` in arrival order) reach the instance."""
+        limit = len(self.order) if before_pos is None else before_pos
+        while self.next_arrival < limit and self.arrival[self.order[self.next_arrival]] <= t:
+            idx = int(self.order[self.next_arrival])
+            self.slot_of[idx] = self.state.add(idx, int(self.prompt[idx]), int(self.output[idx]), status=ST_PENDING)
+            self.inbox_req.append(idx)
+            self.next_arrival += 1
+
+    def join_until(self, t: float) -> None:
+        """Arrived requests handed to the scheduler by the boundary at ``t``."""
+        keep = []
+        for idx in self.inbox_req:
+            if self.join[idx] <= t:
+                s = int(self.slot_of[idx])
+                self.state.req[s, F_STATUS] = ST_WAITING
+                wait_push_back(self.state.sc, self.state.waiting, s)
+            else:
+                keep.append(idx)
+        self.inbox_req = keep
+
+    def prepare(self, k: int) -> None:
+        """Bring the state to just before step k's schedule()."""
+        self.arrive_until(self.start[k])
+        self.join_until(self.start[k])
+
+    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a, b = self.item_off[k], self.item_off[k + 1]
+        return self.slot_of[self.item_req[a:b]], self.item_tok[a:b], self.item_cb[a:b]
+
+    def apply(self, k: int) -> None:
+        slots, tok, cb = self.batch(k)
+        a, b = self.pre_off[k], self.pre_off[k + 1]
+        npre = b - a
+        self.pre_slot[:npre] = self.slot_of[self.pre_req[a:b]]
+        st = self.state
+        apply_batch(st.cfg, st.req, st.sc, st.running, st.waiting, slots, tok, cb, len(slots), self.pre_slot, npre)
+
+    def complete(self, k: int) -> None:
+        slots, _, _ = self.batch(k)
+        n = len(slots)
+        self.out_slot[:n] = slots
+        st = self.state
+        complete_step(st.req, st.sc, st.running, st.free_slots, self.out_slot, n)
+
+    def step_through(self, k: int) -> None:
+        if not self.applied:
+            self.prepare(k)
+            self.apply(k)
+        self.complete(k)
+        self.applied = False
+
+    # --- snapshots
+    def snapshot(self, pos: int) -> Snapshot:
+        """The instance as seen when the request at arrival position ``pos``
+        arrives (that request itself not included)."""
+        idx = int(self.order[pos])
+        t = float(self.arrival[idx])
+        while self.k < len(self.end) and self.end[self.k] <= t:
+            self.step_through(self.k)
+            self.k += 1
+        infl_start = None
+        wake = None
+        slots = tok = cb = np.zeros(0, dtype=np.int64)
+        if self.k < len(self.start) and self.start[self.k] <= t:
+            if not self.applied:
+                self.prepare(self.k)
+                self.apply(self.k)
+                self.applied = True
+            slots, tok, cb = self.batch(self.k)
+            infl_start = float(self.start[self.k])
+        self.arrive_until(t, before_pos=pos)
+        n_in = len(self.inbox_req)
+        self.inbox[:n_in] = self.slot_of[self.inbox_req]
+        if infl_start is None:
+            # between steps: the engine schedules a gap after its last boundary if
+            # it had work then, else a gap after the first arrival that woke it
+            last_end = self.end[self.k - 1] if self.k > 0 else -np.inf
+            st = self.state
+            if st.sc[S_NR] + st.sc[S_WN] > 0 or any(self.arrival[i] <= last_end for i in self.inbox_req):
+                wake = float(last_end)
+            elif self.inbox_req:
+                wake = float(self.arrival[self.inbox_req[0]])
+        return Snapshot(t, self.instance_id, self.state, self.inbox, n_in, slots, tok, cb, len(slots), infl_start,
+                        0.0, wake)
+
+    def queries(self) -> Iterator[tuple[int, Snapshot]]:
+        """(request index, snapshot) for every request, in arrival order."""
+        for pos in range(len(self.order)):
+            yield int(self.order[pos]), self.snapshot(pos)

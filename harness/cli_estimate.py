@@ -1,0 +1,129 @@
+"""``latroute estimate``: score TTFT estimators against measured TTFT."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from estimators.calibrate import calibrate_instance
+from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
+from estimators.profile import load_profile
+from traces.errors import BadInput
+from traces.store import StagedDir, Trace, open_trace, write_json, write_parquet
+
+
+def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, needs_baselines: bool):
+    ids = list(trace.read("instances")["instance_id"].astype(str))
+    models = {}
+    for inst in ids:
+        if profile_ref is not None:
+            prof = load_profile(profile_ref)
+        elif calibrate_on is not None:
+            other = open_trace(calibrate_on)
+            other_ids = list(other.read("instances")["instance_id"].astype(str)) if other.has("instances") else []
+            src = inst if inst in other_ids else (other_ids[0] if len(other_ids) == 1 else None)
+            if src is None:
+                raise BadInput(calibrate_on, None, "instance_id", f"has no instance {inst!r} to calibrate on")
+            prof = calibrate_instance(calibrate_on, src)
+        else:
+            ref = trace.read("instances").set_index("instance_id").loc[inst, "profile"]
+            if not isinstance(ref, str) or not ref:
+                raise click.UsageError("give --profile or --calibrate-on (the trace names no profile for "
+                                       f"instance {inst})")
+            prof = load_profile(ref)
+        params = None
+        if needs_baselines:
+            try:
+                params = BaselineParams.from_derived(prof.derived)
+            except ValueError as e:
+                raise click.UsageError(f"profile {prof.name}: {e}; use --calibrate-on or "
+                                       "--estimators sfs") from None
+        models[inst] = (prof, params)
+    return models
+
+
+def format_metrics(m: dict) -> str:
+    lines = [f"{'estimator':<11} {'n':>6} {'MAPE':>8} {'median APE':>11} {'p90 APE':>8} {'p99 APE':>8} "
+             f"{'mean us':>9} {'median us':>10}"]
+    for name, s in m["estimators"].items():
+        lines.append(f"{name:<11} {s['n']:>6} {100 * s['mape']:7.1f}% {100 * s['median_ape']:10.1f}% "
+                     f"{100 * s['p90_ape']:7.1f}% {100 * s['p99_ape']:7.1f}% {s['mean_us']:9.1f} "
+                     f"{s['median_us']:10.1f}")
+    a = m.get("sfs_attribution")
+    if a:
+        lines.append(f"SFS error split: trajectory {100 * a['trajectory_error']:.1f}% (simulation and lengths), "
+                     f"time model {100 * a['time_model_error']:.1f}% (batch-time model and step jitter); "
+                     f"{a['mean_sim_steps']:.1f} simulated vs {a['mean_real_steps']:.1f} real steps per query")
+        if "jitter_floor_mape" in a:
+            lines.append(f"jitter floor: a perfect trajectory charged expected times would still be "
+                         f"{100 * a['jitter_floor_mape']:.1f}% off TTFTs drawn from the profile's noise model")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("trace_dir", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option("--estimators", "names", default=",".join(ESTIMATORS), show_default=True,
+              help="Comma-separated estimators.")
+@click.option("--lengths", default="oracle", show_default=True,
+              help="Predicted output lengths of residents: oracle | column | median | constant:N.")
+@click.option("--profile", "profile_ref", help="Batch-time profile (path or built-in name) for every instance.")
+@click.option("--calibrate-on", type=click.Path(path_type=Path),
+              help="Calibrate each instance's profile on this other trace's steps.")
+@click.option("--ewma-tau", type=float, default=10.0, show_default=True,
+              help="Time constant (s) of the online arrival-rate estimate used by lps-mg.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
+             ewma_tau: float, out: Path, force: bool) -> None:
+    """Estimate every measured request's TTFT with each estimator, from
+    honest snapshots of its instance at arrival, and score them.
+
+    Writes estimates.parquet (request_id, instance_id, estimator, true_s,
+    est_s, residents, waiting, est_us), attribution.parquet (SFS: reference
+    charge on the real trajectory) and metrics.json (MAPE, median/p90/p99
+    APE, n, µs per estimate, by load bin, SFS error split).
+
+    \b
+    Examples:
+      latroute estimate d1 --calibrate-on d2 --out est-d1
+      latroute estimate d1 --profile d2.json --lengths median --estimators sfs,throughput --out est-d1-median
+      latroute estimate served --out est-twin        # twin traces name their instances' profiles
+    """
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
+    unknown = [n for n in chosen if n not in ESTIMATORS]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
+                                 f"(choose from {', '.join(ESTIMATORS)})", param_hint="--estimators")
+    if profile_ref is not None and calibrate_on is not None:
+        raise click.UsageError("give --profile or --calibrate-on, not both")
+    trace = open_trace(trace_dir)
+    for table in ("requests", "steps", "step_items", "instances"):
+        if not trace.has(table):
+            raise BadInput(trace.file(table), None, table, "estimate needs this table (a recorded or twin trace)")
+    models = _models(trace, profile_ref, calibrate_on, needs_baselines=any(n != "sfs" for n in chosen))
+    overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
+    cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead)
+    n_req = trace.meta.get("tables", {}).get("requests", 0)
+    t = time.perf_counter()
+    try:
+        if sys.stderr.isatty() and n_req > 2000:
+            with click.progressbar(length=n_req, label="estimating", file=sys.stderr) as bar:
+                res = estimate_trace(trace, models, cfg, progress=bar.update)
+        else:
+            res = estimate_trace(trace, models, cfg)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    m = res.metrics
+    m.update({"trace": str(trace_dir), "lengths": lengths, "ewma_tau_s": ewma_tau,
+              "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
+              "wall_s": time.perf_counter() - t})
+    with StagedDir(out, force) as tmp:
+        write_parquet(tmp / "estimates.parquet", res.estimates)
+        write_parquet(tmp / "attribution.parquet", res.attribution)
+        write_json(tmp / "metrics.json", m)
+    click.echo(f"estimate {trace_dir}: {m['requests']} requests, lengths {lengths}, profiles "
+               + ", ".join(f"{i}={p['name']}" for i, p in m["profiles"].items()))
+    click.echo(format_metrics(m))
+    click.echo(f"wrote {out}")
