@@ -48,17 +48,25 @@ class Throughput:
 
 
 class LPS:
+    """Paper form. ``online``: use the snapshot's EWMA arrival rate (as a
+    router must, since its own routing sets each instance's rate) instead of
+    the calibration trace's mean rate."""
+
     name = "lps"
 
     def __init__(self, k: int, mean_service_s: float, arrival_rate: float, theta_pre: float,
-                 mean_decode_step_s: float, frontend_overhead_s: float = 0.0):
-        mu = k / mean_service_s
-        a = min(arrival_rate, RHO_MAX * mu)
-        self.wait = (a / mu) ** k / (mu - a)
+                 mean_decode_step_s: float, frontend_overhead_s: float = 0.0, online: bool = False):
+        self.k, self.mu, self.online = k, k / mean_service_s, online
+        self.wait = self._wait(arrival_rate)
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
 
+    def _wait(self, a: float) -> float:
+        a = min(a, RHO_MAX * self.mu)
+        return (a / self.mu) ** self.k / (self.mu - a)
+
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        return self.wait + q.prompt / self.theta + self.decode + self.overhead
+        wait = self._wait(snap.arrival_rate) if self.online else self.wait
+        return wait + q.prompt / self.theta + self.decode + self.overhead
 
 
 class LPSMG:

@@ -102,7 +102,7 @@ class EstimateResult:
 
 
 def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
-          overhead: float):
+          overhead: float, online_lps: bool = False):
     if name == "sfs":
         return SFS(profile, pred_total, overhead)
     if params is None:
@@ -111,7 +111,7 @@ def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, p
         return Throughput(params.theta_pre, params.mean_decode_step_s, overhead)
     if name == "lps":
         return LPS(params.lps_k, params.lps_mean_service_s, params.lps_arrival_rate, params.theta_pre,
-                   params.mean_decode_step_s, overhead)
+                   params.mean_decode_step_s, overhead, online=online_lps)
     if name == "lps-mg":
         return LPSMG(params.lps_k, params.lps_mean_service_s, params.lps_scv, params.theta_pre,
                      params.mean_decode_step_s, overhead)

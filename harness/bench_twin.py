@@ -1,8 +1,8 @@
 """Twin replay benchmark, run as a child process by ``latroute bench`` so
 its peak memory is its own: ``python -m harness.bench_twin N RATE ROUTER``.
 
-Prints one JSON object: compile (warm-up) time measured apart on a small
-replay, then the full replay's wall time and simulated span."""
+Prints one JSON object: warm-up (compile or cache load) apart, then the
+replay's wall time, simulated span and the router's mean decision time."""
 from __future__ import annotations
 
 import json
@@ -13,27 +13,25 @@ import time
 
 def run(n: int, rate: float, router_name: str, seed: int = 0) -> dict:
     t0 = time.perf_counter()
+    from harness.pool_baselines import pool_baselines
     from harness.pools import load_pool
-    from harness.twin import Twin, TwinConfig, round_robin_router, shortest_queue_router
+    from harness.replay import ReplayConfig, replay, warm_up
+    from routers.registry import needs_baselines
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload
 
-    routers = {"shortest-queue": lambda: shortest_queue_router, "round-robin": round_robin_router}
     import_s = time.perf_counter() - t0
-    pool = load_pool("qwen3-h100")
-    cfg = TwinConfig(seed=seed, record_steps=False)
-    small = generate_workload(WorkloadConfig(requests=50, arrivals=ArrivalSpec("poisson", rate), seed=seed)).requests
-    t = time.perf_counter()
-    Twin.from_pool(pool, cfg).run(small, routers[router_name]())
-    warmup_s = time.perf_counter() - t
-    wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=seed)).requests
-    t = time.perf_counter()
-    res = Twin.from_pool(pool, cfg).run(wl, routers[router_name]())
-    wall = time.perf_counter() - t
-    span = res.sim_end_s - float(wl["arrival_s"].iloc[0])
+    warmup_s = warm_up()
+    if needs_baselines(router_name):
+        pool_baselines("qwen3-h100")  # calibration replay, not part of the timed run
+    wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=seed))
+    res = replay(load_pool("qwen3-h100"), "qwen3-h100", wl.requests, wl.quality,
+                 ReplayConfig(router=router_name, seed=seed))
+    m = res.metrics
     return {"pool": "qwen3-h100", "router": router_name, "rate": rate, "requests": n, "import_s": import_s,
-            "warmup_s": warmup_s, "wall_s": wall, "simulated_s": span, "speedup": span / wall,
-            "steps": res.steps_run, "steps_per_s": res.steps_run / wall,
+            "warmup_s": warmup_s, "wall_s": m["wall_s"], "simulated_s": m["simulated_s"], "speedup": m["speedup"],
+            "steps": m["steps"], "steps_per_s": m["steps"] / m["wall_s"], "mean_decision_us": m["mean_decision_us"],
+            "ontime_utility": m["ontime_utility"],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
 

@@ -45,6 +45,7 @@ def _register() -> None:
     from harness.cli_calibrate import calibrate
     from harness.cli_demo import demo
     from harness.cli_estimate import estimate
+    from harness.cli_replay import replay, sweep
     from harness.cli_trace import trace
     from harness.cli_validate import validate
 
@@ -54,6 +55,8 @@ def _register() -> None:
     cli.add_command(calibrate)
     cli.add_command(validate)
     cli.add_command(estimate)
+    cli.add_command(replay)
+    cli.add_command(sweep)
 
 
 _register()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-SECTIONS = ("generate", "import", "twin", "sfs")
+SECTIONS = ("generate", "import", "twin", "replay", "sfs")
 
 
 def _child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
@@ -91,6 +91,7 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
       twin      replay pool qwen3-h100 at 8 q/s with shortest-queue in a child
                 process: simulated seconds per wall second (target >= 1000x),
                 compile (warm-up) time apart, peak memory
+      replay    the same replay routed by sfs-hard (target >= 1000x), router decision us
       sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
                 queue (target: median <= 10 us at 64), and cost per simulated step
 
@@ -115,13 +116,16 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 click.echo(f"import:   {r['rows']:,}-row Azure CSV ({r['csv_mb']:.0f} MB) imported in "
                            f"{r['import_wall_s']:.1f} s ({r['rows_per_s']:,.0f} rows/s), "
                            f"peak memory {r['peak_rss_mb']:.0f} MB")
-        if "twin" in sections:
-            results["twin"] = r = bench_twin(twin_requests, twin_rate, "shortest-queue")
+        for section, router in (("twin", "shortest-queue"), ("replay", "sfs-hard")):
+            if section not in sections:
+                continue
+            results[section] = r = bench_twin(twin_requests, twin_rate, router)
             if not as_json:
-                click.echo(f"twin:     {r['requests']:,} requests at {r['rate']:g} q/s on {r['pool']} ({r['router']}): "
-                           f"{r['simulated_s']:,.0f} simulated s in {r['wall_s']:.2f} s = {r['speedup']:,.0f}x real "
-                           f"time, {r['steps_per_s']:,.0f} steps/s; warm-up (compile or cache load) "
-                           f"{r['warmup_s']:.2f} s apart; peak memory {r['peak_rss_mb']:.0f} MB")
+                click.echo(f"{section + ':':<9} {r['requests']:,} requests at {r['rate']:g} q/s on {r['pool']} "
+                           f"({r['router']}): {r['simulated_s']:,.0f} simulated s in {r['wall_s']:.2f} s = "
+                           f"{r['speedup']:,.0f}x real time, {r['steps_per_s']:,.0f} steps/s; router decision "
+                           f"{r['mean_decision_us']:.1f} us; warm-up (compile or cache load) {r['warmup_s']:.2f} s "
+                           f"apart; peak memory {r['peak_rss_mb']:.0f} MB")
         if "sfs" in sections:
             from harness.bench_sfs import run as run_sfs
 

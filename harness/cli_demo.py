@@ -4,8 +4,9 @@ It generates a workload on the paper's defaults, replays it on the engine
 twin of pool qwen3-h100 (shortest-queue routing, noise on) to get
 "recorded" steps, calibrates a batch-time profile from the qwen3-8b
 instance's steps (showing how well calibration recovers the built-in
-profile that generated them), and scores the TTFT estimators on every
-request of the twin trace. Router sweeps and reports join as they land. It must always finish within 2 minutes on 2 cores.
+profile that generated them), scores the TTFT estimators on every
+request of the twin trace, and sweeps the main routers over a few arrival
+rates. Reports join as they land. It must always finish within 2 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from estimators.profile import load_profile
 from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
 from harness.cli_calibrate import format_profile, format_results
 from harness.cli_estimate import format_metrics
+from harness.cli_replay import format_sweep
+from harness.sweep import Cell, SweepSpec, default_workers, run_sweep, summarize_sweep
+from routers.registry import MAIN_ROUTERS
 from harness.pools import load_pool
 from harness.twin import Twin, TwinConfig, shortest_queue_router
 from traces.arrivals import ArrivalSpec
@@ -30,6 +34,8 @@ DEMO_REQUESTS = 4000
 DEMO_RATE = 8.0
 DEMO_POOL = "qwen3-h100"
 DEMO_INSTANCE = "qwen3-8b"
+DEMO_SWEEP_RATES = (4.0, 6.0, 8.0)
+DEMO_SWEEP_REQUESTS = 2000
 
 
 @click.command()
@@ -47,11 +53,11 @@ def demo(out: Path, seed: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     workload = out / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
-    click.echo(f"[1/4] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
+    click.echo(f"[1/5] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
     write_workload(cfg, workload, force=True)
     click.echo(format_summary(summarize(open_trace(workload))))
 
-    click.echo(f"\n[2/4] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
+    click.echo(f"\n[2/5] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
     pool = load_pool(DEMO_POOL)
     t = time.perf_counter()
     res = Twin.from_pool(pool, TwinConfig(seed=seed)).run(generate_workload(cfg).requests, shortest_queue_router)
@@ -72,7 +78,7 @@ def demo(out: Path, seed: int) -> None:
         click.echo(f"  {inst:<11} {len(g):>5} requests  TTFT mean {g.mean():.3f} s  p90 {g.quantile(0.9):.3f} s")
 
     truth = load_profile(f"{DEMO_INSTANCE}-h100")
-    click.echo(f"\n[3/4] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
+    click.echo(f"\n[3/5] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
                f"(truth: built-in {truth.name}, jitter sigma {truth.noise.log_sigma}, stalls "
                f"{100 * truth.noise.p_stall:g}%)")
     ccfg = CalibrationConfig(seed=seed, instance=DEMO_INSTANCE)
@@ -86,7 +92,7 @@ def demo(out: Path, seed: int) -> None:
     if chosen == truth.form:
         ratio = "  ".join(f"{v:.3f}" for v in profile.coefficients / truth.coefficients)
         click.echo(f"recovered / true coefficients: {ratio}")
-    click.echo("\n[4/4] estimating every request's TTFT from honest snapshots of the twin trace (profiles "
+    click.echo("\n[4/5] estimating every request's TTFT from honest snapshots of the twin trace (profiles "
                "calibrated per instance on its own steps; predicted output lengths for residents)")
     served_trace = open_trace(served)
     models = {inst: (calibrate_instance(served, inst, seed, f"demo-{inst}"), None) for inst in res.instances["instance_id"]}
@@ -98,6 +104,20 @@ def demo(out: Path, seed: int) -> None:
         write_parquet(tmp / "estimates.parquet", est.estimates)
         write_json(tmp / "metrics.json", est.metrics)
     click.echo(format_metrics(est.metrics))
+
+    cells = [Cell(rate, router, 1e-6 if router.endswith("-soft") else 0.0, seed=seed)
+             for router in MAIN_ROUTERS for rate in DEMO_SWEEP_RATES]
+    click.echo(f"\n[5/5] sweeping {len(MAIN_ROUTERS)} routers over {len(DEMO_SWEEP_RATES)} arrival rates "
+               f"({DEMO_SWEEP_REQUESTS} requests per cell, sfs-soft with delta 1e-6 per us)")
+    spec = SweepSpec(pool=DEMO_POOL, requests=DEMO_SWEEP_REQUESTS)
+    df = run_sweep(spec, cells, workers=default_workers())
+    summary = summarize_sweep(df)
+    summary.update({"pool": DEMO_POOL, "arrival": "poisson", "requests": DEMO_SWEEP_REQUESTS, "cells": len(cells),
+                    "seeds": 1})
+    with StagedDir(out / "sweep", force=True) as tmp:
+        write_parquet(tmp / "results.parquet", df)
+        write_json(tmp / "metrics.json", summary)
+    click.echo(format_sweep(summary))
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
     click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
                f"group by 1\"")

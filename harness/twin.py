@@ -146,6 +146,10 @@ class Instance:
 
     def advance(self, t: float, ev) -> None:
         self._now = t
+        state = self.meta[tk.M_BUSY]
+        if state == tk.IDLE or (state == tk.RUNNING and self.times[tk.T_END] > t) or \
+                (state == tk.GAP and self.times[tk.T_START] > t):
+            return  # nothing happens on this instance before t
         while tk.advance(t, *self._args(), ev.first_t, ev.finish_t, ev.reject_t, ev.preempt_n,
                          self.log_t, self.log_n, self.log_items):
             self.flush_log()

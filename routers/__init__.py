@@ -1,1 +1,2 @@
-"""latroute: routers."""
+"""Routers: choose an instance for each arriving query from honest views of
+the pool (DESIGN section 1)."""

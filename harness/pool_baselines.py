@@ -1,0 +1,45 @@
+"""Baseline-estimator parameters for a pool's instances, measured on a twin
+replay (a pool's built-in profiles carry the batch-time model but no
+request-level calibration: LPS service times, queue-length fit).
+
+The calibration replay is fixed (4000 requests of the paper's workload at
+6 q/s, shortest-queue routing, noise on, seeded), cached per process.
+"""
+from __future__ import annotations
+
+import tempfile
+from functools import lru_cache
+
+from estimators.calibrate import load_steps
+from estimators.derived import throughput_params
+from estimators.estimate import BaselineParams
+from harness.pools import load_pool
+from harness.twin import Twin, TwinConfig, shortest_queue_router
+from traces.arrivals import ArrivalSpec
+from traces.store import TraceWriter
+from traces.workload import WorkloadConfig, generate_workload
+
+CALIBRATION_REQUESTS = 4000
+CALIBRATION_RATE = 6.0
+
+
+@lru_cache(maxsize=8)
+def pool_baselines(pool_ref: str, seed: int = 0) -> dict[str, BaselineParams]:
+    pool = load_pool(pool_ref)
+    wl = generate_workload(WorkloadConfig(requests=CALIBRATION_REQUESTS,
+                                          arrivals=ArrivalSpec("poisson", CALIBRATION_RATE), seed=seed + 7919))
+    res = Twin.from_pool(pool, TwinConfig(seed=seed + 7919)).run(wl.requests, shortest_queue_router)
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="latroute-baselines-") as tmp:
+        path = f"{tmp}/calib"
+        with TraceWriter(path) as w:
+            for name, df in (("requests", res.requests), ("steps", res.steps), ("step_items", res.step_items),
+                             ("instances", res.instances)):
+                w.write_table(name, df)
+        for inst in res.instances["instance_id"]:
+            data = load_steps([path], inst)
+            derived = throughput_params(data.steps)
+            derived["lps"] = {**(data.lps or {}), "arrival_rate": data.requests.get("arrival_rate", 0.0)}
+            derived["queue"] = data.requests.get("queue")
+            out[str(inst)] = BaselineParams.from_derived(derived)
+    return out

@@ -1,0 +1,50 @@
+"""The router interface and registry.
+
+A router is called by the twin at each arrival as ``router(i, t, insts)``
+and returns an instance index. It sees only honest views of the instances
+(``harness.twin.Instance``: state after the last completed step, the
+in-flight step's start and composition, arrivals not yet scheduled) and
+the query's own predicted quantities; never true output lengths or step
+end times.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RouteInputs:
+    """Per-query data a router may use (all predicted, none realised)."""
+
+    prompt: np.ndarray  # (N,)
+    slo: np.ndarray  # (N,) TTFT SLO tau_i, seconds
+    utility: np.ndarray  # (N, J) predicted utility
+    pred_total: np.ndarray  # (N,) predicted output length (for residents' remaining work)
+
+
+class Router:
+    """Base class: times every decision."""
+
+    name = "router"
+
+    def __init__(self, inputs: RouteInputs):
+        self.inputs = inputs
+        self.decision_ns = 0
+        self.decisions = 0
+
+    def __call__(self, i: int, t: float, insts) -> int:
+        t0 = time.perf_counter_ns()
+        j = self.choose(i, t, insts)
+        self.decision_ns += time.perf_counter_ns() - t0
+        self.decisions += 1
+        return j
+
+    def choose(self, i: int, t: float, insts) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @property
+    def mean_decision_us(self) -> float:
+        return self.decision_ns / self.decisions / 1e3 if self.decisions else float("nan")

@@ -1,0 +1,76 @@
+"""Routers that need no TTFT estimate: round-robin, shortest-queue,
+least-tokens, power-of-two choices and latency-agnostic (max predicted
+utility)."""
+from __future__ import annotations
+
+import numpy as np
+
+from estimators.sched_state import F_COMPUTED, F_OUTPUTS, F_PROMPT, F_RID
+from routers.base import RouteInputs, Router
+
+
+class RoundRobin(Router):
+    name = "round-robin"
+
+    def __init__(self, inputs: RouteInputs):
+        super().__init__(inputs)
+        self.next = 0
+
+    def choose(self, i, t, insts) -> int:
+        j = self.next % len(insts)
+        self.next += 1
+        return j
+
+
+class ShortestQueue(Router):
+    """Fewest resident requests (running, waiting, not yet scheduled)."""
+
+    name = "shortest-queue"
+
+    def choose(self, i, t, insts) -> int:
+        return min(range(len(insts)), key=lambda j: (insts[j].residents, j))
+
+
+def outstanding_tokens(inst, pred_total: np.ndarray) -> int:
+    """Prompt tokens not yet computed plus predicted decode tokens not yet
+    produced, over an instance's residents."""
+    st = inst.state
+    slots = np.concatenate([st.running_slots(), st.waiting_slots(), inst.inbox_slots()])
+    if slots.size == 0:
+        return 0
+    r = st.req[slots]
+    prefill = np.maximum(r[:, F_PROMPT] - r[:, F_COMPUTED], 0)
+    decode = np.maximum(pred_total[r[:, F_RID]] - r[:, F_OUTPUTS], 1)
+    return int(prefill.sum() + decode.sum())
+
+
+class LeastTokens(Router):
+    name = "least-tokens"
+
+    def choose(self, i, t, insts) -> int:
+        return min(range(len(insts)), key=lambda j: (outstanding_tokens(insts[j], self.inputs.pred_total), j))
+
+
+class PowerOfTwo(Router):
+    """Two distinct instances drawn at random (seeded); the one with fewer residents."""
+
+    name = "power-of-two"
+
+    def __init__(self, inputs: RouteInputs, seed: int = 0):
+        super().__init__(inputs)
+        self.rng = np.random.default_rng(seed)
+
+    def choose(self, i, t, insts) -> int:
+        if len(insts) == 1:
+            return 0
+        a, b = self.rng.choice(len(insts), size=2, replace=False)
+        return int(min((a, b), key=lambda j: (insts[j].residents, j)))
+
+
+class LatencyAgnostic(Router):
+    """Maximum predicted utility, latency ignored."""
+
+    name = "latency-agnostic"
+
+    def choose(self, i, t, insts) -> int:
+        return int(np.argmax(self.inputs.utility[i]))
