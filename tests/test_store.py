@@ -137,3 +137,20 @@ def test_every_table_schema_has_required_columns():
         assert schema.required, name
         empty = schema.arrow_schema(schema.required).empty_table()
         assert empty.num_rows == 0
+
+
+def test_atomic_write_never_replaces_a_device(tmp_path):
+    import os
+    import stat
+    from traces.store import atomic_write_text
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    atomic_write_text(fifo, "hello")
+    reader.join(timeout=5)
+    assert got == ["hello"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    atomic_write_text(tmp_path / "f.json", "x")
+    assert (tmp_path / "f.json").read_text() == "x"

@@ -36,6 +36,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write a small text file atomically (temp file in the same directory,
     then rename)."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        # a device or pipe (e.g. /dev/null, /dev/stdout): write through, never replace it
+        with open(path, "w") as f:
+            f.write(text)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
