@@ -2,11 +2,11 @@
 its peak memory is its own: ``python -m harness.bench_twin N RATE ROUTER``.
 
 Prints one JSON object: warm-up (compile or cache load) apart, then the
-replay's wall time, simulated span and the router's mean decision time."""
+replay's wall time, simulated span and the router's mean decision time
+(``latroute bench`` runs it under ``harness.peak_mem`` for its peak memory)."""
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 
@@ -31,8 +31,7 @@ def run(n: int, rate: float, router_name: str, seed: int = 0) -> dict:
     return {"pool": "qwen3-h100", "router": router_name, "rate": rate, "requests": n, "import_s": import_s,
             "warmup_s": warmup_s, "wall_s": m["wall_s"], "simulated_s": m["simulated_s"], "speedup": m["speedup"],
             "steps": m["steps"], "steps_per_s": m["steps"] / m["wall_s"], "mean_decision_us": m["mean_decision_us"],
-            "ontime_utility": m["ontime_utility"],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+            "ontime_utility": m["ontime_utility"]}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ reports belongs to that work alone.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -20,17 +19,24 @@ SECTIONS = ("generate", "import", "twin", "replay", "sfs")
 
 
 def _child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
-    """Run ``cmd``; return (wall seconds, peak RSS of that child in MB)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Run ``python -m MODULE ...`` (given as ``cmd``) under
+    ``harness.peak_mem``; return (wall seconds, its own peak RSS in MB)."""
+    full = [sys.executable, "-m", "harness.peak_mem", *cmd[2:]]
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(full, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise click.ClickException(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of children is the max over all waited-for children; a fresh
-    # child per section keeps it meaningful as long as this one is the largest
-    return wall, max(peak, before) / 1024.0
+    return wall, _peak_from(proc.stderr)
+
+
+def _peak_from(stderr: str) -> float:
+    from harness.peak_mem import MARKER
+
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(MARKER):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
 
 
 def bench_generate(requests: int, workdir: Path) -> dict:
@@ -61,11 +67,13 @@ def bench_import(rows: int, workdir: Path) -> dict:
 
 
 def bench_twin(requests: int, rate: float, router: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "harness.bench_twin", str(requests), str(rate), router],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "harness.peak_mem", "harness.bench_twin", str(requests), str(rate),
+                           router], capture_output=True, text=True)
     if proc.returncode != 0:
         raise click.ClickException(f"twin benchmark failed:\n{proc.stderr.strip()}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["peak_rss_mb"] = _peak_from(proc.stderr)
+    return out
 
 
 @click.command()
