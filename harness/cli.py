@@ -46,6 +46,7 @@ def _register() -> None:
     from harness.cli_demo import demo
     from harness.cli_estimate import estimate
     from harness.cli_replay import replay, sweep
+    from harness.cli_report import check, report
     from harness.cli_trace import trace
     from harness.cli_validate import validate
 
@@ -57,6 +58,8 @@ def _register() -> None:
     cli.add_command(estimate)
     cli.add_command(replay)
     cli.add_command(sweep)
+    cli.add_command(report)
+    cli.add_command(check)
 
 
 _register()

@@ -5,8 +5,9 @@ twin of pool qwen3-h100 (shortest-queue routing, noise on) to get
 "recorded" steps, calibrates a batch-time profile from the qwen3-8b
 instance's steps (showing how well calibration recovers the built-in
 profile that generated them), scores the TTFT estimators on every
-request of the twin trace, and sweeps the main routers over a few arrival
-rates. Reports join as they land. It must always finish within 2 minutes on 2 cores.
+request of the twin trace, sweeps the main routers over a few arrival
+rates, replays them at the highest rate, and writes an HTML report whose
+path it prints last. It must always finish within 2 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
 from harness.cli_calibrate import format_profile, format_results
 from harness.cli_estimate import format_metrics
 from harness.cli_replay import format_sweep
-from harness.sweep import Cell, SweepSpec, default_workers, run_sweep, summarize_sweep
+from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
+from harness.cli_replay import write_replay_result
+from harness.replay import ReplayConfig, replay
+from reports.render import build_report
+from reports.results import load_result
 from routers.registry import MAIN_ROUTERS
 from harness.pools import load_pool
 from harness.twin import Twin, TwinConfig, shortest_queue_router
@@ -36,6 +41,7 @@ DEMO_POOL = "qwen3-h100"
 DEMO_INSTANCE = "qwen3-8b"
 DEMO_SWEEP_RATES = (4.0, 6.0, 8.0)
 DEMO_SWEEP_REQUESTS = 2000
+DEMO_DELTAS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4)
 
 
 @click.command()
@@ -53,11 +59,11 @@ def demo(out: Path, seed: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     workload = out / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
-    click.echo(f"[1/5] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
+    click.echo(f"[1/6] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
     write_workload(cfg, workload, force=True)
     click.echo(format_summary(summarize(open_trace(workload))))
 
-    click.echo(f"\n[2/5] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
+    click.echo(f"\n[2/6] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
     pool = load_pool(DEMO_POOL)
     t = time.perf_counter()
     res = Twin.from_pool(pool, TwinConfig(seed=seed)).run(generate_workload(cfg).requests, shortest_queue_router)
@@ -78,7 +84,7 @@ def demo(out: Path, seed: int) -> None:
         click.echo(f"  {inst:<11} {len(g):>5} requests  TTFT mean {g.mean():.3f} s  p90 {g.quantile(0.9):.3f} s")
 
     truth = load_profile(f"{DEMO_INSTANCE}-h100")
-    click.echo(f"\n[3/5] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
+    click.echo(f"\n[3/6] calibrating a batch-time profile from the twin's {DEMO_INSTANCE} steps "
                f"(truth: built-in {truth.name}, jitter sigma {truth.noise.log_sigma}, stalls "
                f"{100 * truth.noise.p_stall:g}%)")
     ccfg = CalibrationConfig(seed=seed, instance=DEMO_INSTANCE)
@@ -92,7 +98,7 @@ def demo(out: Path, seed: int) -> None:
     if chosen == truth.form:
         ratio = "  ".join(f"{v:.3f}" for v in profile.coefficients / truth.coefficients)
         click.echo(f"recovered / true coefficients: {ratio}")
-    click.echo("\n[4/5] estimating every request's TTFT from honest snapshots of the twin trace (profiles "
+    click.echo("\n[4/6] estimating every request's TTFT from honest snapshots of the twin trace (profiles "
                "calibrated per instance on its own steps; predicted output lengths for residents)")
     served_trace = open_trace(served)
     models = {inst: (calibrate_instance(served, inst, seed, f"demo-{inst}"), None) for inst in res.instances["instance_id"]}
@@ -102,22 +108,42 @@ def demo(out: Path, seed: int) -> None:
                                                               frontend_overhead_s=pool.frontend_overhead_s))
     with StagedDir(out / "estimates", force=True) as tmp:
         write_parquet(tmp / "estimates.parquet", est.estimates)
-        write_json(tmp / "metrics.json", est.metrics)
+        write_parquet(tmp / "attribution.parquet", est.attribution)
+        write_json(tmp / "metrics.json", {**est.metrics, "trace": str(served), "lengths": "column"})
     click.echo(format_metrics(est.metrics))
 
     cells = [Cell(rate, router, 1e-6 if router.endswith("-soft") else 0.0, seed=seed)
              for router in MAIN_ROUTERS for rate in DEMO_SWEEP_RATES]
-    click.echo(f"\n[5/5] sweeping {len(MAIN_ROUTERS)} routers over {len(DEMO_SWEEP_RATES)} arrival rates "
+    click.echo(f"\n[5/6] sweeping {len(MAIN_ROUTERS)} routers over {len(DEMO_SWEEP_RATES)} arrival rates "
                f"({DEMO_SWEEP_REQUESTS} requests per cell, sfs-soft with delta 1e-6 per us)")
     spec = SweepSpec(pool=DEMO_POOL, requests=DEMO_SWEEP_REQUESTS)
-    df = run_sweep(spec, cells, workers=default_workers())
-    summary = summarize_sweep(df)
-    summary.update({"pool": DEMO_POOL, "arrival": "poisson", "requests": DEMO_SWEEP_REQUESTS, "cells": len(cells),
-                    "seeds": 1})
-    with StagedDir(out / "sweep", force=True) as tmp:
-        write_parquet(tmp / "results.parquet", df)
-        write_json(tmp / "metrics.json", summary)
+    df, summary = sweep_result(spec, cells, default_workers())
+    write_sweep_result(out / "sweep", df, summary, force=True)
     click.echo(format_sweep(summary))
+    fcells = [Cell(DEMO_SWEEP_RATES[-1], "sfs-soft", d, seed=seed) for d in DEMO_DELTAS]
+    fdf, fsum = sweep_result(spec, fcells, default_workers())
+    write_sweep_result(out / "frontier", fdf, fsum, force=True)
+    click.echo(f"sfs-soft at {DEMO_SWEEP_RATES[-1]:g} q/s, delta -> (mean utility, mean TTFT): " + ", ".join(
+        f"{p['delta_per_us']:g} -> ({p['mean_utility']:.3f}, {p['ttft_mean_s']:.3f} s)" for p in fsum["frontier"]))
+
+    click.echo(f"\n[6/6] replaying the main routers at {DEMO_SWEEP_RATES[-1]:g} q/s for their TTFT distributions, "
+               f"then writing the report")
+    wl8 = generate_workload(WorkloadConfig(requests=DEMO_SWEEP_REQUESTS, arrivals=ArrivalSpec("poisson",
+                                                                                             DEMO_SWEEP_RATES[-1]),
+                                           seed=seed))
+    replay_dirs = []
+    for router in MAIN_ROUTERS:
+        rres = replay(pool, DEMO_POOL, wl8.requests, wl8.quality,
+                      ReplayConfig(router=router, delta_per_us=1e-6 if router.endswith("-soft") else 0.0, seed=seed))
+        write_replay_result(out / "replays" / router, rres, pool, wl8.quality, router, seed, force=True)
+        replay_dirs.append(out / "replays" / router)
+        m = rres.metrics
+        click.echo(f"  {router:<17} OnTimeUtility {m['ontime_utility']:.3f}  SLO attainment "
+                   f"{100 * m['slo_attainment']:5.1f}%  TTFT mean {m['ttft_mean_s']:.3f} s  p90 {m['ttft_p90_s']:.3f} s")
+    with StagedDir(out / "report", force=True) as tmp:
+        info = build_report([load_result(p) for p in [out / "estimates", out / "sweep", out / "frontier",
+                                                       *replay_dirs]], tmp)
+    click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}")
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
     click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
                f"group by 1\"")

@@ -9,11 +9,11 @@ import click
 
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, replay as run_replay
-from harness.sweep import Cell, SweepSpec, default_workers, run_sweep, summarize_sweep
+from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
 from routers.registry import MAIN_ROUTERS, ROUTERS
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec
-from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
+from traces.store import StagedDir, TraceWriter, open_trace, write_json
 from traces.workload import WorkloadConfig, generate_workload
 
 
@@ -34,6 +34,24 @@ def _routers(text: str) -> list[str]:
         raise click.BadParameter(f"unknown router {bad[0] if bad else '(none)'} (choose from {', '.join(ROUTERS)})",
                                  param_hint="--router(s)")
     return names
+
+
+def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: int, record_steps: bool = False,
+                        force: bool = False) -> None:
+    """A replay result directory: metrics.json and the served trace."""
+    with StagedDir(out, force) as tmp:
+        write_json(tmp / "metrics.json", res.metrics)
+        with TraceWriter(tmp / "served") as w:
+            w.meta["source"] = {"kind": "replay", "pool": pool.name, "router": router_name, "seed": seed}
+            w.meta["arrivals"] = "measured"
+            w.meta["frontend_overhead_s"] = pool.frontend_overhead_s
+            w.write_table("requests", res.requests)
+            w.write_table("instances", res.twin.instances)
+            if quality is not None:
+                w.write_table("quality", quality)
+            if record_steps and res.twin.steps is not None:
+                w.write_table("steps", res.twin.steps)
+                w.write_table("step_items", res.twin.step_items)
 
 
 def _print_replay(m: dict) -> None:
@@ -98,19 +116,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, seed, ro
     m = res.metrics
     m.update({"pool": pool.name, "workload": str(trace_dir) if trace_dir else
               {"rate": rate, "requests": n_requests, "arrival": arrival, "burst_ratio": burst_ratio}})
-    with StagedDir(out, force) as tmp:
-        write_json(tmp / "metrics.json", m)
-        with TraceWriter(tmp / "served") as w:
-            w.meta["source"] = {"kind": "replay", "pool": pool.name, "router": router_name, "seed": seed}
-            w.meta["arrivals"] = "measured"
-            w.meta["frontend_overhead_s"] = pool.frontend_overhead_s
-            w.write_table("requests", res.requests)
-            w.write_table("instances", res.twin.instances)
-            if quality is not None:
-                w.write_table("quality", quality)
-            if record_steps and res.twin.steps is not None:
-                w.write_table("steps", res.twin.steps)
-                w.write_table("step_items", res.twin.step_items)
+    write_replay_result(out, res, pool, quality, router_name, seed, record_steps, force)
     _print_replay(m)
     click.echo(f"wrote {out}")
 
@@ -158,15 +164,11 @@ def sweep(pool_ref, rates, router_names, deltas, lambdas, arrival, burst_ratio, 
     t = time.perf_counter()
     if sys.stderr.isatty():
         with click.progressbar(length=len(cells), label=f"{len(cells)} cells", file=sys.stderr) as bar:
-            df = run_sweep(spec, cells, workers, progress=bar.update)
+            df, summary = sweep_result(spec, cells, workers, progress=bar.update)
     else:
-        df = run_sweep(spec, cells, workers)
-    summary = summarize_sweep(df)
-    summary.update({"pool": pool_ref, "arrival": arrival, "burst_ratio": burst_ratio, "requests": n_requests,
-                    "seeds": seeds, "cells": len(cells), "wall_s": time.perf_counter() - t})
-    with StagedDir(out, force) as tmp:
-        write_parquet(tmp / "results.parquet", df)
-        write_json(tmp / "metrics.json", summary)
+        df, summary = sweep_result(spec, cells, workers)
+    summary["wall_s"] = time.perf_counter() - t
+    write_sweep_result(out, df, summary, force)
     click.echo(format_sweep(summary))
     click.echo(f"wrote {out}")
 

@@ -134,3 +134,20 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
 
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
+
+
+def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None) -> tuple[pd.DataFrame, dict]:
+    """Run the cells and summarise them, recording the sweep's parameters."""
+    df = run_sweep(spec, cells, workers, progress)
+    summary = summarize_sweep(df)
+    summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
+                    "requests": spec.requests, "seeds": len({c.seed for c in cells}), "cells": len(cells)})
+    return df, summary
+
+
+def write_sweep_result(out, df: pd.DataFrame, summary: dict, force: bool = False) -> None:
+    from traces.store import StagedDir, write_json, write_parquet
+
+    with StagedDir(out, force) as tmp:
+        write_parquet(tmp / "results.parquet", df)
+        write_json(tmp / "metrics.json", summary)

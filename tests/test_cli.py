@@ -55,6 +55,13 @@ def test_demo_writes_a_trace_and_says_where(tmp_path):
     assert "held-out MAPE" in res.stdout and "<- chosen" in res.stdout
     prof = json.loads((tmp_path / "demo" / "profile.json").read_text())
     assert prof["metrics"]["holdout"]["mape"] < 0.06
+    index = tmp_path / "demo" / "report" / "index.html"
+    assert str(index.resolve()) in res.stdout.splitlines()[-3] or str(index.resolve()) in res.stdout
+    import base64
+    import re
+    html = index.read_text()
+    imgs = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(imgs) == 8 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in imgs)
 
 
 def test_bench_small(tmp_path):
@@ -69,6 +76,6 @@ def test_bench_small(tmp_path):
 
 def test_every_command_has_help_with_examples():
     for args in (["trace", "info"], ["trace", "query"], ["trace", "generate"], ["trace", "import"], ["demo"],
-                 ["bench"], ["calibrate"]):
+                 ["bench"], ["calibrate"], ["validate"], ["estimate"], ["replay"], ["sweep"], ["report"], ["check"]):
         res = run_cli(*args, "--help")
         assert res.exit_code == 0 and "Example" in res.stdout, args

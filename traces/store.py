@@ -41,6 +41,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         with open(path, "w") as f:
             f.write(text)
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:

@@ -1,0 +1,113 @@
+"""``latroute report``: figures, tables and the run's parameters as one
+self-contained ``index.html`` (images embedded) plus ``report.md`` and the
+PNGs beside them."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from reports.figures import FIGURES
+from reports.results import Result
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _num(v, fmt="{:.4f}") -> str:
+    return "-" if v is None or v != v else fmt.format(v)
+
+
+def estimator_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    head = ["result", "estimator", "n", "MAPE", "median APE", "p90 APE", "p99 APE", "median µs"]
+    rows = []
+    for r in results:
+        if r.kind == "estimate":
+            for name, s in r.metrics["estimators"].items():
+                rows.append([r.label, name, str(s.get("n")), _pct(s.get("mape")), _pct(s.get("median_ape")),
+                             _pct(s.get("p90_ape")), _pct(s.get("p99_ape")), _num(s.get("median_us"), "{:.1f}")])
+        elif r.kind == "validate":
+            t = r.metrics["ttft"]
+            rows.append([r.label, "twin replay", str(t.get("n")), _pct(t.get("mape")), _pct(t.get("median_ape")),
+                         _pct(t.get("p90_ape")), _pct(t.get("p99_ape")), "-"])
+    return head, rows
+
+
+def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    head = ["result", "router", "OnTimeUtility (AUC for sweeps)", "vs best baseline", "SLO attainment",
+            "mean TTFT (s)", "p90 TTFT (s)"]
+    rows = []
+    for r in results:
+        if r.kind == "sweep":
+            for key, v in r.metrics.get("routers", {}).items():
+                rows.append([r.label, key, _num(v["auc_ontime_utility"]), _num(v.get("auc_ratio_to_best_baseline"), "{:.3f}"),
+                             "-", "-", "-"])
+        elif r.kind == "replay":
+            m = r.metrics
+            rows.append([r.label, m.get("router", "?"), _num(m["ontime_utility"]), "-", _pct(m["slo_attainment"]),
+                         _num(m["ttft_mean_s"], "{:.3f}"), _num(m["ttft_p90_s"], "{:.3f}")])
+    return head, rows
+
+
+def params_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    keys = ("trace", "pool", "router", "lengths", "profile", "profiles", "arrival", "burst_ratio", "requests", "seeds",
+            "rate_range", "lambda", "delta_per_us", "noise", "seed")
+    rows = []
+    for r in results:
+        for k in keys:
+            if k in r.metrics:
+                v = r.metrics[k]
+                rows.append([r.label, r.kind, k, v if isinstance(v, str) else json.dumps(v, default=str)])
+    return ["result", "kind", "parameter", "value"], rows
+
+
+def _md_table(head, rows) -> str:
+    if not rows:
+        return "_none_\n"
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def _html_table(head, rows) -> str:
+    if not rows:
+        return "<p><em>none</em></p>"
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    trs = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}figure{margin:1.5em 0}figcaption{color:#444;font-size:0.95em}img{max-width:100%}"""
+
+
+def build_report(results: list[Result], out: Path) -> dict:
+    """Write the PNGs, report.md and index.html into ``out`` (a directory
+    that exists). Returns {"figures": [...], "html": path}."""
+    figs = []
+    for name, fn in FIGURES:
+        caption = fn(results, out / name)
+        if caption:
+            figs.append((name, caption))
+    tables = [("Estimator metrics", estimator_table(results)), ("Router metrics", router_table(results)),
+              ("Parameters", params_table(results))]
+    sources = ", ".join(f"{r.label} ({r.kind})" for r in results)
+    md = [f"# latroute report\n\nResults: {sources}\n"]
+    for name, caption in figs:
+        md.append(f"![{caption}]({name})\n\n*{caption}*\n")
+    for title, (head, rows) in tables:
+        md.append(f"## {title}\n\n{_md_table(head, rows)}")
+    (out / "report.md").write_text("\n".join(md))
+    body = [f"<h1>latroute report</h1><p>Results: {html.escape(sources)}</p>"]
+    for name, caption in figs:
+        data = base64.b64encode((out / name).read_bytes()).decode()
+        body.append(f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    for title, (head, rows) in tables:
+        body.append(f"<h2>{html.escape(title)}</h2>{_html_table(head, rows)}")
+    (out / "index.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>latroute report</title>"
+                                    f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return {"figures": [n for n, _ in figs], "html": str(out / "index.html")}
