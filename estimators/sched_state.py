@@ -62,7 +62,6 @@ C_WATERMARK = 8  # blocks kept free at admission (Sarathi and V0: 1%)
 NC = 9
 
 POLICIES = {"vllm-v1": 0, "sarathi": 1, "vllm-v0": 2}
-POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pandas as pd
 from estimators.batch_time_kernel import profile_arrays, rng_state
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.sched_kernel import new_batch_buffers
-from estimators.sched_state import F_COMPUTED, F_OUTPUTS, F_PROMPT, S_CAP, S_NR, S_WN, ST_PENDING, EngineConfig, SchedState
+from estimators.sched_state import S_CAP, S_NR, S_WN, ST_PENDING, EngineConfig, SchedState
 from estimators.snapshot import RateTracker, Snapshot
 from harness import twin_kernel as tk
 from harness.pools import InstanceConfig, Pool
@@ -89,7 +89,6 @@ class Instance:
         self.log_n = np.zeros(LOG_STEPS if cfg.record_steps else 1, dtype=np.int64)
         self.log_items = np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64)
         self.log_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.routed = 0
         self.rate = RateTracker()
         self._now = 0.0
 
@@ -126,17 +125,6 @@ class Instance:
         """Requests on the instance: running, waiting and not yet taken in."""
         return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
 
-    def outstanding_prefill_tokens(self) -> int:
-        """Prompt (and recompute) tokens not yet computed, over all residents."""
-        st = self.state
-        slots = np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox_slots()])
-        if slots.size == 0:
-            return 0
-        r = st.req[slots]
-        remaining = r[:, F_PROMPT] + r[:, F_OUTPUTS] - r[:, F_COMPUTED]
-        prefill = (remaining > 1) | (r[:, F_COMPUTED] < r[:, F_PROMPT])
-        return int(remaining[prefill].sum())
-
     # --- driving
     def _args(self):
         st = self.state
@@ -165,7 +153,6 @@ class Instance:
             self._grow_buffers(cap)
         self.inbox[self.meta[tk.M_INBOX_N]] = slot
         self.meta[tk.M_INBOX_N] += 1
-        self.routed += 1
         self.rate.observe(self._now)
 
     def _grow_buffers(self, cap: int) -> None:

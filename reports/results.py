@@ -10,9 +10,6 @@ import pandas as pd
 
 from traces.errors import BadInput
 
-KINDS = ("estimate", "validate", "replay", "sweep")
-
-
 @dataclass
 class Result:
     kind: str

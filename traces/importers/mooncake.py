@@ -13,7 +13,6 @@ from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, jsonl_records
 from traces.store import TraceWriter
 
-KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE_BLOCK_TOKENS = 512
 
 

@@ -29,7 +29,6 @@ from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, require_file
 from traces.store import TraceWriter
 
-REQUIRED = ("input_lens", "output_lens", "ttfts")
 BENCHMARK_DEFAULT_SEED = 0
 _SEED_RE = re.compile(r"--seed[= ]+(\d+)")
 
