@@ -143,6 +143,11 @@ def test_vllm_bench_fixture_schedule_start_times_and_unknown(tmp_path):
     assert np.allclose(r["ttft_s"], [0.1, 0.2, 0.3, 0.4])
     assert np.allclose(r["finish_s"], r["arrival_s"] + r["ttft_s"] + [0.04, 0.05, 0.06, 0.07])
     assert open_trace(tmp_path / "v").meta["arrivals"] == "reconstructed"
+    # vllm bench serve (0.33) gaps the first request too and rescales the last time to n / rate
+    src = write(tmp_path, "modern.json", json.dumps(bench_json(endpoint_type="openai")))
+    res, r = do_import("vllm-bench", src, tmp_path / "modern")
+    assert np.allclose(r["arrival_s"], reconstruct_schedule(4, 2.0, 1.0, 0, modern=True))
+    assert r["arrival_s"].iloc[0] > 0 and r["arrival_s"].iloc[-1] == pytest.approx(4 / 2.0)
     # the seed recorded in the client command is used
     src = write(tmp_path, "seeded.json", json.dumps(bench_json(_client_command="benchmark_serving.py --seed 7")))
     res, r = do_import("vllm-bench", src, tmp_path / "s")

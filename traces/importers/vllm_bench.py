@@ -8,10 +8,12 @@ versions, so arrival times come from, in order of preference:
 2. the benchmark's own schedule when the file says how it was drawn:
    ``request_rate`` inf means every request at t = 0; a finite rate with
    ``burstiness`` (default 1) and no ``max_concurrency`` or ramp-up is
-   replayed exactly as the client drew it, ``np.random.seed(seed)`` then one
-   ``np.random.gamma(burstiness, 1/(rate*burstiness))`` sleep after each
-   request (seed: ``--seed``, else the file's ``seed``, else ``--seed`` in
-   its recorded command, else the client's default 0);
+   replayed exactly as the client drew it, ``np.random.seed(seed)`` then
+   ``np.random.gamma(burstiness, 1/(rate*burstiness))`` gaps (seed:
+   ``--seed``, else the file's ``seed``, else ``--seed`` in its recorded
+   command, else the client's default 0) -- the legacy script sleeps a gap
+   after each request; ``vllm bench serve`` (files with ``endpoint_type``)
+   gaps every request and rescales the last time to n/rate;
 3. otherwise arrivals are unknown: ``arrival_s`` is null and meta.json says
    ``arrivals: unknown``.
 """
@@ -33,13 +35,21 @@ BENCHMARK_DEFAULT_SEED = 0
 _SEED_RE = re.compile(r"--seed[= ]+(\d+)")
 
 
-def reconstruct_schedule(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:
-    """The send time of each request as the benchmark client schedules it."""
-    if math.isinf(rate):
+def reconstruct_schedule(n: int, rate: float, burstiness: float, seed: int, modern: bool = False) -> np.ndarray:
+    """The send time of each request as the benchmark client schedules it.
+
+    Legacy ``benchmark_serving.py``: request i is sent, then the client
+    sleeps one gamma gap, so the first request goes at t = 0. ``vllm bench
+    serve`` (0.33): every request, the first included, gets a gap, and the
+    accumulated times are rescaled so the last one is exactly n / rate."""
+    if math.isinf(rate) or n == 0:
         return np.zeros(n)
     state = np.random.RandomState(seed)  # the client seeds numpy's global legacy generator
     gaps = state.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
-    return np.concatenate(([0.0], np.cumsum(gaps[:-1]))) if n else np.zeros(0)
+    if not modern:
+        return np.concatenate(([0.0], np.cumsum(gaps[:-1])))
+    times = np.cumsum(gaps)
+    return times * ((n / rate) / times[-1]) if times[-1] > 0 else times
 
 
 def _rate(value, src: Path) -> float | None:
@@ -125,10 +135,12 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
     elif rate is not None and (math.isinf(rate) or (doc.get("max_concurrency") is None
                                                    and not doc.get("ramp_up_strategy"))):
         seed, seed_from = _seed(doc, opts)
-        arrival = reconstruct_schedule(n, rate, float(burstiness), seed)
+        modern = "endpoint_type" in doc  # vllm bench serve; the legacy script has no such key
+        arrival = reconstruct_schedule(n, rate, float(burstiness), seed, modern)
         kind = "reconstructed"
         how = {"from": "request_rate schedule", "request_rate": rate, "burstiness": burstiness,
-               "seed": None if math.isinf(rate) else seed, "seed_from": None if math.isinf(rate) else seed_from}
+               "seed": None if math.isinf(rate) else seed, "seed_from": None if math.isinf(rate) else seed_from,
+               "client": "vllm bench serve (rescaled to n/rate)" if modern else "legacy benchmark_serving.py"}
         notes.append("arrival times reconstructed from the benchmark's schedule "
                      + ("(request_rate inf: all at t=0)" if math.isinf(rate)
                         else f"(rate {rate:g}/s, burstiness {burstiness:g}, seed {seed} from {seed_from})"))
