@@ -31,12 +31,16 @@ def cli() -> None:
 
     \b
     Start here:
-      latroute demo                         # the whole story on built-in defaults
-      latroute trace generate --out wl --requests 2000 --rate 8
+      latroute demo                                    # the whole story, ~15 s
       latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
       latroute trace info azconv
-      latroute trace query azconv "select count(*) from requests"
-      latroute calibrate d1 --out d1-profile.json   # batch-time model from recorded steps
+      latroute trace import vllm-record RECORDING_DIR --out d1
+      latroute calibrate d1 --out d1.json              # batch-time model from recorded steps
+      latroute validate d1 --profile d1.json --out val # does the twin reproduce vLLM?
+      latroute estimate d1 --calibrate-on d2 --out est # SFS vs baselines against measured TTFT
+      latroute sweep --rates 4,6,8 --out sweep         # routers on pool qwen3-h100
+      latroute report est sweep --out report           # report/index.html
+      latroute check est --baseline ci/est.json        # CI regression gate
     """
 
 
