@@ -38,34 +38,22 @@ class SFS:
             self.rej = np.zeros(c + 1, dtype=np.int64)
             self.cap = c
 
-    def estimate_live(self, inst, t: float, rid: int, prompt: int) -> float:
-        """The same estimate straight from a live twin instance (no Snapshot
-        object: routers call this once per instance per arrival)."""
-        st = inst.state
+    def _run(self, st, inbox, n_inbox, slots, tok, cb, n, elapsed, first, rid, prompt) -> float:
         self._scratch(int(st.sc[S_CAP]))
-        meta, times, gap = inst.meta, inst.times, self.gap
-        busy = meta[0] == 1  # harness.twin_kernel.RUNNING
-        n = int(meta[1]) if busy else 0
-        if busy:
-            elapsed, first = t - times[0], gap
-        else:
-            elapsed = 0.0
-            first = max(0.0, times[0] - t) if meta[0] == 2 else gap  # between steps: what is left of the gap
-        est, steps = sfs_estimate(st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, inst.inbox,
-                                  meta[2], inst.out_slot, inst.out_tok, inst.out_cb, n, elapsed, first,
-                                  self.pred_total, rid, prompt, self.form, self.coef, self.mult, gap, self.r2,
-                                  self.sc2, self.run2, self.wait2, self.free2, self.o_slot, self.o_tok, self.o_cb,
-                                  self.rej, MAX_SIM_STEPS)
+        est, steps = sfs_estimate(st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, inbox, n_inbox,
+                                  slots, tok, cb, n, elapsed, first, self.pred_total, rid, prompt, self.form,
+                                  self.coef, self.mult, self.gap, self.r2, self.sc2, self.run2, self.wait2,
+                                  self.free2, self.o_slot, self.o_tok, self.o_cb, self.rej, MAX_SIM_STEPS)
         self.last_steps = steps
         return est + self.overhead
 
+    def estimate_live(self, inst, t: float, rid: int, prompt: int) -> float:
+        """The same estimate straight from a live twin instance (no Snapshot
+        object: routers call this once per instance per arrival)."""
+        n_inbox, n, elapsed, first = inst.timing(t, self.gap)
+        return self._run(inst.state, inst.inbox, n_inbox, inst.out_slot, inst.out_tok, inst.out_cb, n, elapsed, first,
+                         rid, prompt)
+
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        st = snap.state
-        self._scratch(int(st.sc[S_CAP]))
-        est, steps = sfs_estimate(st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, snap.inbox,
-                                  snap.n_inbox, snap.infl_slot, snap.infl_tok, snap.infl_cb, snap.infl_n,
-                                  snap.elapsed, snap.first_gap(self.gap), self.pred_total, q.rid, q.prompt, self.form, self.coef, self.mult,
-                                  self.gap, self.r2, self.sc2, self.run2, self.wait2, self.free2, self.o_slot,
-                                  self.o_tok, self.o_cb, self.rej, MAX_SIM_STEPS)
-        self.last_steps = steps
-        return est + self.overhead
+        return self._run(snap.state, snap.inbox, snap.n_inbox, snap.infl_slot, snap.infl_tok, snap.infl_cb,
+                         snap.infl_n, snap.elapsed, snap.first_gap(self.gap), q.rid, q.prompt)

@@ -32,6 +32,15 @@ class Query:
     prompt: int
 
 
+def first_gap(t: float, infl_start: float | None, wake_s: float | None, gap: float) -> float:
+    """Time until the next schedule() after the in-flight step (or from now):
+    a full inter-step gap, or what is left of the current one when the
+    engine is between steps (it woke or finished a step at ``wake_s``)."""
+    if infl_start is None and wake_s is not None:
+        return max(0.0, wake_s + gap - t)
+    return gap
+
+
 @dataclass
 class Snapshot:
     """One instance at time ``t`` (arrays are live: estimators copy them)."""
@@ -50,11 +59,7 @@ class Snapshot:
     wake_s: float | None = None  # between steps: when the engine's last boundary (or wake-up) was
 
     def first_gap(self, gap: float) -> float:
-        """Time until the next schedule() after the in-flight step (or from
-        now): a full gap, or what is left of the current one."""
-        if self.infl_start is None and self.wake_s is not None:
-            return max(0.0, self.wake_s + gap - self.t)
-        return gap
+        return first_gap(self.t, self.infl_start, self.wake_s, gap)
 
     @property
     def elapsed(self) -> float:

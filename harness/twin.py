@@ -26,7 +26,7 @@ from estimators.batch_time_kernel import profile_arrays, rng_state
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.sched_kernel import new_batch_buffers
 from estimators.sched_state import S_CAP, S_NR, S_WN, ST_PENDING, EngineConfig, SchedState
-from estimators.snapshot import RateTracker, Snapshot
+from estimators.snapshot import RateTracker, Snapshot, first_gap
 from harness import twin_kernel as tk
 from harness.pools import InstanceConfig, Pool
 from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
@@ -67,7 +67,7 @@ class Instance:
     """One simulated instance: scheduler state, in-flight step, inbox, noise
     stream and step log. Routers read it through the honest accessors."""
 
-    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig, n_requests: int):
+    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig):
         self.index = index
         self.spec = spec
         self.state = SchedState.new(spec.engine, capacity=256)
@@ -110,12 +110,25 @@ class Instance:
         n = int(self.meta[tk.M_N]) if self.busy else 0
         return self.out_slot[:n], self.out_tok[:n], self.out_cb[:n]
 
+    @property
+    def wake_s(self) -> float | None:
+        """Between steps: when the engine finished its last step or woke up."""
+        return float(self.times[tk.T_START] - self.params[tk.P_GAP]) if self.meta[tk.M_BUSY] == tk.GAP else None
+
     def snapshot(self, t: float) -> Snapshot:
         """The honest view at time ``t`` (live arrays; estimators copy them)."""
         slots, tok, cb = self.inflight_batch()
-        wake = float(self.times[tk.T_START] - self.params[tk.P_GAP]) if self.meta[tk.M_BUSY] == tk.GAP else None
         return Snapshot(t, self.spec.instance_id, self.state, self.inbox, int(self.meta[tk.M_INBOX_N]), slots, tok,
-                        cb, len(slots), self.inflight_start if self.busy else None, self.rate.rate(t), wake)
+                        cb, len(slots), self.inflight_start if self.busy else None, self.rate.rate(t), self.wake_s)
+
+    def timing(self, t: float, gap: float) -> tuple[int, int, float, float]:
+        """What SFS needs of the live instance without building a Snapshot:
+        (requests not yet taken in, in-flight batch size, time since the
+        in-flight step started, time to the next schedule() after it)."""
+        busy = self.busy
+        start = self.inflight_start if busy else None
+        return (int(self.meta[tk.M_INBOX_N]), int(self.meta[tk.M_N]) if busy else 0,
+                t - start if busy else 0.0, first_gap(t, start, self.wake_s, gap))
 
     def inbox_slots(self) -> np.ndarray:
         return self.inbox[: self.meta[tk.M_INBOX_N]]
@@ -238,7 +251,7 @@ class Twin:
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1)
         ev = Events.new(n)
-        insts = [Instance(i, s, self.cfg, n) for i, s in enumerate(self.specs)]
+        insts = [Instance(i, s, self.cfg) for i, s in enumerate(self.specs)]
         for i in range(n):
             t = arrival[i]
             for inst in insts:

@@ -52,10 +52,12 @@ def test_sfs_equals_twin_without_noise(scenario):
     def on_arrival(i, t, insts):
         if i == probe:
             got["est"] = sfs.estimate(insts[0].snapshot(t), Query(i, t, prompts[i]))
+            got["live"] = sfs.estimate_live(insts[0], t, i, prompts[i])
 
     twin = Twin([InstanceSpec("i0", engine, prof)], TwinConfig(noise=False, record_steps=False))
     res = twin.run(reqs, lambda i, t, insts: 0, on_arrival=on_arrival)
     true = res.requests["ttft_s"].iloc[probe]
+    assert got["live"] == got["est"] or not (np.isfinite(got["live"]) or np.isfinite(got["est"]))
     if np.isfinite(true):
         assert abs(got["est"] - true) <= 1e-9, (got["est"], true)
     else:
