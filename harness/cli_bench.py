@@ -18,16 +18,15 @@ import click
 SECTIONS = ("generate", "import", "twin", "replay", "sfs")
 
 
-def _child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
-    """Run ``python -m MODULE ...`` (given as ``cmd``) under
-    ``harness.peak_mem``; return (wall seconds, its own peak RSS in MB)."""
-    full = [sys.executable, "-m", "harness.peak_mem", *cmd[2:]]
+def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run ``python -m MODULE ARGS`` in a child under ``harness.peak_mem``;
+    return (the finished process, wall seconds, its own peak RSS in MB)."""
     t = time.perf_counter()
-    proc = subprocess.run(full, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "harness.peak_mem", module, *args], capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
-        raise click.ClickException(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
-    return wall, _peak_from(proc.stderr)
+        raise click.ClickException(f"{module} {' '.join(args)} failed:\n{proc.stderr.strip()}")
+    return proc, wall, _peak_from(proc.stderr)
 
 
 def _peak_from(stderr: str) -> float:
@@ -57,9 +56,8 @@ def bench_import(rows: int, workdir: Path) -> dict:
     t = time.perf_counter()
     write_azure_csv(csv_path, rows)
     write_s = time.perf_counter() - t
-    cmd = [sys.executable, "-m", "harness.cli", "trace", "import", "azure", str(csv_path),
-           "--out", str(workdir / "imported"), "--force"]
-    wall, peak_mb = _child_peak_rss_mb(cmd)
+    _, wall, peak_mb = _run_measured("harness.cli", "trace", "import", "azure", str(csv_path),
+                                     "--out", str(workdir / "imported"), "--force")
     size_mb = csv_path.stat().st_size / 1e6
     csv_path.unlink()
     return {"rows": rows, "csv_mb": size_mb, "csv_write_s": write_s, "import_wall_s": wall,
@@ -67,12 +65,9 @@ def bench_import(rows: int, workdir: Path) -> dict:
 
 
 def bench_twin(requests: int, rate: float, router: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "harness.peak_mem", "harness.bench_twin", str(requests), str(rate),
-                           router], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise click.ClickException(f"twin benchmark failed:\n{proc.stderr.strip()}")
+    proc, _, peak_mb = _run_measured("harness.bench_twin", str(requests), str(rate), router)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["peak_rss_mb"] = _peak_from(proc.stderr)
+    out["peak_rss_mb"] = peak_mb
     return out
 
 

@@ -15,7 +15,8 @@ from traces.store import StagedDir, Trace, open_trace, write_json, write_parquet
 
 
 def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, needs_baselines: bool):
-    ids = list(trace.read("instances")["instance_id"].astype(str))
+    instances = trace.read("instances")
+    ids = list(instances["instance_id"].astype(str))
     models = {}
     for inst in ids:
         if profile_ref is not None:
@@ -28,7 +29,7 @@ def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, ne
                 raise BadInput(calibrate_on, None, "instance_id", f"has no instance {inst!r} to calibrate on")
             prof = calibrate_instance(calibrate_on, src)
         else:
-            ref = trace.read("instances").set_index("instance_id").loc[inst, "profile"]
+            ref = instances.set_index("instance_id").loc[inst, "profile"]
             if not isinstance(ref, str) or not ref:
                 raise click.UsageError("give --profile or --calibrate-on (the trace names no profile for "
                                        f"instance {inst})")

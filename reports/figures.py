@@ -98,37 +98,37 @@ def _by_rate(r: Result, metric: str):
     return base.groupby(["router", "rate"], as_index=False)[metric].mean()
 
 
-def ontime_vs_rate(results: list[Result], path: Path) -> str | None:
+def _vs_rate(results: list[Result], path: Path, metric: str, ylabel: str, scale: float = 1.0,
+             auc_key: str | None = None) -> bool:
+    """One panel per sweep of ``metric`` against arrival rate, a line per
+    router (with its AUC in the legend when ``auc_key`` is given)."""
     sw = _sweeps(results, min_rates=2)
     if not sw:
-        return None
+        return False
     fig, axes = plt.subplots(1, len(sw), figsize=(6.4 * len(sw), 4), squeeze=False)
     for ax, r in zip(axes[0], sw):
-        aucs = {v["router"]: v["auc_ontime_utility"] for v in r.metrics.get("routers", {}).values()}
-        for router, g in _by_rate(r, "ontime_utility").groupby("router"):
+        aucs = {v["router"]: v[auc_key] for v in r.metrics.get("routers", {}).values()} if auc_key else {}
+        for router, g in _by_rate(r, metric).groupby("router"):
             if g["rate"].nunique() < 2:
                 continue
-            ax.plot(g["rate"], g["ontime_utility"], marker="o", label=f"{router} (AUC {aucs.get(router, float('nan')):.3f})")
+            label = f"{router} (AUC {aucs.get(router, float('nan')):.3f})" if auc_key else router
+            ax.plot(g["rate"], scale * g[metric], marker="o", label=label)
         rr = r.metrics.get("rate_range", [])
         ax.set_title(f"{r.label} ({r.metrics.get('arrival', '')}, rates {rr[0]:g}-{rr[-1]:g})" if rr else r.label)
-        _finish(ax, "arrival rate (q/s)", "OnTimeUtility")
+        _finish(ax, "arrival rate (q/s)", ylabel)
     _save(fig, path)
+    return True
+
+
+def ontime_vs_rate(results: list[Result], path: Path) -> str | None:
+    if not _vs_rate(results, path, "ontime_utility", "OnTimeUtility", auc_key="auc_ontime_utility"):
+        return None
     return "OnTimeUtility vs arrival rate per router, AUC over the swept rates in the legend: higher is better; the gap widens as load grows."
 
 
 def attainment_vs_rate(results: list[Result], path: Path) -> str | None:
-    sw = _sweeps(results, min_rates=2)
-    if not sw:
+    if not _vs_rate(results, path, "slo_attainment", "SLO attainment (%)", scale=100.0):
         return None
-    fig, axes = plt.subplots(1, len(sw), figsize=(6.4 * len(sw), 4), squeeze=False)
-    for ax, r in zip(axes[0], sw):
-        for router, g in _by_rate(r, "slo_attainment").groupby("router"):
-            if g["rate"].nunique() < 2:
-                continue
-            ax.plot(g["rate"], 100 * g["slo_attainment"], marker="o", label=router)
-        ax.set_title(r.label)
-        _finish(ax, "arrival rate (q/s)", "SLO attainment (%)")
-    _save(fig, path)
     return "Share of requests whose TTFT met their SLO, per router and arrival rate."
 
 
