@@ -117,7 +117,7 @@ class NoiseModel:
                 "stall_excess_unit": "multiples of the typical step time"}
 
     @classmethod
-    def from_json(cls, d: dict) -> "NoiseModel":
+    def from_json(cls, d: dict) -> NoiseModel:
         return cls(float(d.get("log_mu", 0.0)), float(d.get("log_sigma", 0.0)), float(d.get("p_stall", 0.0)),
                    float(d.get("stall_excess_mean", 0.0)),
                    {str(k): float(v) for k, v in (d.get("stall_excess_quantiles") or {}).items()})

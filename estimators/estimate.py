@@ -73,7 +73,7 @@ class BaselineParams:
     queue_b1: float
 
     @classmethod
-    def from_derived(cls, d: dict) -> "BaselineParams":
+    def from_derived(cls, d: dict) -> BaselineParams:
         lps = d.get("lps") or {}
         q = d.get("queue") or {}
         missing = [k for k, v in (("theta_pre_tokens_per_s", d.get("theta_pre_tokens_per_s")),

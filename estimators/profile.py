@@ -90,7 +90,7 @@ class BatchTimeProfile:
         atomic_write_text(Path(path), json.dumps(self.to_json(), indent=2) + "\n")
 
     @classmethod
-    def from_json(cls, d: Any, source: str = "<profile>") -> "BatchTimeProfile":
+    def from_json(cls, d: Any, source: str = "<profile>") -> BatchTimeProfile:
         if not isinstance(d, dict):
             raise BadInput(source, None, "profile", "not a JSON object")
         if d.get("profile_version") != PROFILE_VERSION:

@@ -8,8 +8,20 @@ from __future__ import annotations
 from numba import njit
 
 from estimators.sched_kernel import cdiv
-from estimators.sched_state import (C_BLOCK, F_BLOCKS, F_COMPUTED, F_PREEMPTIONS, F_STATUS, S_CAP, S_FREE_BLOCKS,
-                                    S_NR, S_WHEAD, S_WN, ST_RUNNING, ST_WAITING)
+from estimators.sched_state import (
+    C_BLOCK,
+    F_BLOCKS,
+    F_COMPUTED,
+    F_PREEMPTIONS,
+    F_STATUS,
+    S_CAP,
+    S_FREE_BLOCKS,
+    S_NR,
+    S_WHEAD,
+    S_WN,
+    ST_RUNNING,
+    ST_WAITING,
+)
 
 
 @njit(cache=True)

@@ -34,11 +34,39 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from estimators.sched_state import (C_BLOCK, C_BUDGET, C_CHUNKED, C_LONG_PREFILL, C_MAX_LEN, C_MAX_SEQS,
-                                    C_POLICY, C_WATERMARK, EV_FINISH, EV_FIRST, F_BLOCKS, F_COMPUTED, F_EVENT,
-                                    F_HIT, F_OUTPUTS, F_PREEMPTIONS, F_PROMPT, F_STATUS, F_TARGET, S_CAP,
-                                    S_FREE_BLOCKS, S_NFREE_SLOTS, S_NPREEMPT, S_NR, S_STEP, S_WHEAD, S_WN,
-                                    ST_FINISHED, ST_REJECTED, ST_RUNNING, ST_WAITING)
+from estimators.sched_state import (
+    C_BLOCK,
+    C_BUDGET,
+    C_CHUNKED,
+    C_LONG_PREFILL,
+    C_MAX_LEN,
+    C_MAX_SEQS,
+    C_POLICY,
+    C_WATERMARK,
+    EV_FINISH,
+    EV_FIRST,
+    F_BLOCKS,
+    F_COMPUTED,
+    F_EVENT,
+    F_HIT,
+    F_OUTPUTS,
+    F_PREEMPTIONS,
+    F_PROMPT,
+    F_STATUS,
+    F_TARGET,
+    S_CAP,
+    S_FREE_BLOCKS,
+    S_NFREE_SLOTS,
+    S_NPREEMPT,
+    S_NR,
+    S_STEP,
+    S_WHEAD,
+    S_WN,
+    ST_FINISHED,
+    ST_REJECTED,
+    ST_RUNNING,
+    ST_WAITING,
+)
 
 EV_REJECT = 4
 

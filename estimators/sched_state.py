@@ -113,7 +113,7 @@ class SchedState:
     free_slots: np.ndarray
 
     @classmethod
-    def new(cls, engine: EngineConfig, capacity: int = 64) -> "SchedState":
+    def new(cls, engine: EngineConfig, capacity: int = 64) -> SchedState:
         cfg = engine.to_array()
         sc = np.zeros(NS, dtype=np.int64)
         sc[S_FREE_BLOCKS] = cfg[C_NUM_BLOCKS] - 1  # vLLM's block pool keeps one null block
@@ -122,7 +122,7 @@ class SchedState:
         return cls(cfg, np.zeros((capacity, NF), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
                    np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64))
 
-    def copy(self) -> "SchedState":
+    def copy(self) -> SchedState:
         return SchedState(self.cfg, self.req.copy(), self.sc.copy(), self.running.copy(), self.waiting.copy(),
                           self.free_slots.copy())
 

@@ -16,8 +16,22 @@ from numba import njit
 
 from estimators.batch_time_kernel import batch_typical_time
 from estimators.sched_kernel import complete_step, drop_unservable_head, schedule_step, wait_push_back
-from estimators.sched_state import (EV_FIRST, F_EVENT, F_OUTPUTS, F_PROMPT, F_RID, F_STATUS, F_TARGET, NF,
-                                    S_CAP, S_NFREE_SLOTS, S_NR, S_WHEAD, S_WN, ST_WAITING)
+from estimators.sched_state import (
+    EV_FIRST,
+    F_EVENT,
+    F_OUTPUTS,
+    F_PROMPT,
+    F_RID,
+    F_STATUS,
+    F_TARGET,
+    NF,
+    S_CAP,
+    S_NFREE_SLOTS,
+    S_NR,
+    S_WHEAD,
+    S_WN,
+    ST_WAITING,
+)
 
 
 @njit(cache=True)

@@ -15,7 +15,7 @@ import numpy as np
 
 from estimators.profile import load_profile
 from estimators.sched_kernel import cdiv
-from estimators.sched_state import (F_BLOCKS, S_FREE_BLOCKS, S_NR, ST_RUNNING, EngineConfig, SchedState)
+from estimators.sched_state import F_BLOCKS, S_FREE_BLOCKS, S_NR, ST_RUNNING, EngineConfig, SchedState
 from estimators.sfs import SFS
 from estimators.snapshot import Query, Snapshot
 from traces.workload import WorkloadConfig, generate_workload
@@ -82,7 +82,7 @@ def run(sizes=(16, 64, 256, 1024), queries: int = 2000, waiting: int = 2, seed: 
         snap, pred = busy_state(64, ahead, rng, (np.maximum(lengths[0], 4000), lengths[1]))
         sfs = SFS(profile, pred)
         us, st_ = [], []
-        for i in range(300):
+        for _ in range(300):
             t = time.perf_counter_ns()
             sfs.estimate(snap, Query(len(pred) - 1, 0.0, 2000))
             us.append((time.perf_counter_ns() - t) / 1e3)

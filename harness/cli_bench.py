@@ -39,8 +39,8 @@ def _peak_from(stderr: str) -> float:
 
 
 def bench_generate(requests: int, workdir: Path) -> dict:
-    from traces.workload import WorkloadConfig, write_workload
     from traces.arrivals import ArrivalSpec
+    from traces.workload import WorkloadConfig, write_workload
 
     t = time.perf_counter()
     write_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", 8.0), seed=0),

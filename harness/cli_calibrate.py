@@ -7,8 +7,16 @@ import click
 
 from estimators.batch_features import FORMS
 from estimators.batch_fit import LOSSES
-from estimators.calibrate import (CalibrationConfig, FormResult, best_form, build_profile, evaluate_profile,
-                                  fit_forms, load_steps, noise_check)
+from estimators.calibrate import (
+    CalibrationConfig,
+    FormResult,
+    best_form,
+    build_profile,
+    evaluate_profile,
+    fit_forms,
+    load_steps,
+    noise_check,
+)
 from estimators.profile import BatchTimeProfile
 
 

@@ -17,19 +17,18 @@ from pathlib import Path
 import click
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, calibrate_instance, fit_forms, load_steps
-from estimators.profile import load_profile
 from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
+from estimators.profile import load_profile
 from harness.cli_calibrate import format_profile, format_results
 from harness.cli_estimate import format_metrics
-from harness.cli_replay import format_sweep
-from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
-from harness.cli_replay import write_replay_result
+from harness.cli_replay import format_sweep, write_replay_result
+from harness.pools import load_pool
 from harness.replay import ReplayConfig, replay
+from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
+from harness.twin import Twin, TwinConfig, shortest_queue_router
 from reports.render import build_report
 from reports.results import load_result
 from routers.registry import MAIN_ROUTERS
-from harness.pools import load_pool
-from harness.twin import Twin, TwinConfig, shortest_queue_router
 from traces.arrivals import ArrivalSpec
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 from traces.summary import format_summary, summarize

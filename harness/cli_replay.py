@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay as run_replay
+from harness.replay import ReplayConfig
+from harness.replay import replay as run_replay
 from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
 from routers.registry import MAIN_ROUTERS, ROUTERS
 from routers.utility import DEFAULT_LAMBDA

@@ -8,9 +8,9 @@ ordered by cell, so the output is the same whatever the worker count.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd

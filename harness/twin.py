@@ -16,8 +16,9 @@ instance_id, ttft_s, finish_s, preemptions; steps; step_items; instances).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,7 @@ class InstanceSpec:
     profile_ref: str = ""
 
     @classmethod
-    def from_config(cls, c: InstanceConfig) -> "InstanceSpec":
+    def from_config(cls, c: InstanceConfig) -> InstanceSpec:
         engine = EngineConfig(policy=c.policy, max_num_batched_tokens=c.max_num_batched_tokens,
                               max_num_seqs=c.max_num_seqs, block_size=c.block_size, num_kv_blocks=c.num_kv_blocks,
                               long_prefill_token_threshold=c.long_prefill_token_threshold,
@@ -199,7 +200,7 @@ class Events:
     instance: np.ndarray
 
     @classmethod
-    def new(cls, n: int) -> "Events":
+    def new(cls, n: int) -> Events:
         nan = lambda: np.full(n, np.nan)  # noqa: E731
         return cls(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64))
 
@@ -236,7 +237,7 @@ class Twin:
         self.cfg = cfg
 
     @classmethod
-    def from_pool(cls, pool: Pool, cfg: TwinConfig | None = None) -> "Twin":
+    def from_pool(cls, pool: Pool, cfg: TwinConfig | None = None) -> Twin:
         cfg = cfg or TwinConfig()
         if cfg.frontend_overhead_s is None:
             cfg = replace(cfg, frontend_overhead_s=pool.frontend_overhead_s)

@@ -19,8 +19,19 @@ from numba import njit
 
 from estimators.batch_time_kernel import batch_typical_time, noisy_ratio
 from estimators.sched_kernel import complete_step, drop_unservable_head, schedule_step, wait_push_back
-from estimators.sched_state import (EV_FINISH, EV_FIRST, F_EVENT, F_PREEMPTIONS, F_PROMPT, F_RID, F_STATUS,
-                                    S_NFREE_SLOTS, S_NR, S_WN, ST_WAITING)
+from estimators.sched_state import (
+    EV_FINISH,
+    EV_FIRST,
+    F_EVENT,
+    F_PREEMPTIONS,
+    F_PROMPT,
+    F_RID,
+    F_STATUS,
+    S_NFREE_SLOTS,
+    S_NR,
+    S_WN,
+    ST_WAITING,
+)
 
 # meta (int64) fields
 M_BUSY, M_N, M_INBOX_N, M_FORM, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS = 0, 1, 2, 3, 4, 5, 6

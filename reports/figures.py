@@ -138,7 +138,7 @@ def frontier(results: list[Result], path: Path) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     df = pd.DataFrame([{**p, "label": lbl} for lbl, p in pts])
-    for (lbl, router, rate), g in df.groupby(["label", "router", "rate"]):
+    for (_lbl, router, rate), g in df.groupby(["label", "router", "rate"]):
         g = g.sort_values("ttft_mean_s")
         ax.plot(g["ttft_mean_s"], g["mean_utility"], marker="o", label=f"{router} @ {rate:g} q/s")
         for _, row in g.iterrows():

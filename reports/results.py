@@ -10,6 +10,7 @@ import pandas as pd
 
 from traces.errors import BadInput
 
+
 @dataclass
 class Result:
     kind: str

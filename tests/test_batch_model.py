@@ -12,8 +12,15 @@ from estimators.accuracy import mape
 from estimators.batch_features import design_matrix, step_durations
 from estimators.batch_fit import NoiseModel, huber_irls, least_squares
 from estimators.builtin_profiles import BUILTIN_PROFILES, H100_SIX
-from estimators.calibrate import (CalibrationConfig, best_form, build_profile, evaluate_profile, fit_forms,
-                                  load_steps, noise_check)
+from estimators.calibrate import (
+    CalibrationConfig,
+    best_form,
+    build_profile,
+    evaluate_profile,
+    fit_forms,
+    load_steps,
+    noise_check,
+)
 from estimators.profile import load_profile
 from estimators.synthetic_steps import synthetic_steps
 from tests.conftest import assert_refused, run_cli

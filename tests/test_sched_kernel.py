@@ -1,10 +1,18 @@
 """Hand-worked checks of every scheduling rule, one policy at a time."""
 from __future__ import annotations
 
-
 from estimators.sched_kernel import complete_step, new_batch_buffers, schedule_step
-from estimators.sched_state import (F_BLOCKS, F_COMPUTED, F_OUTPUTS, F_PREEMPTIONS, F_RID, S_CAP, S_FREE_BLOCKS,
-                                    EngineConfig, SchedState)
+from estimators.sched_state import (
+    F_BLOCKS,
+    F_COMPUTED,
+    F_OUTPUTS,
+    F_PREEMPTIONS,
+    F_RID,
+    S_CAP,
+    S_FREE_BLOCKS,
+    EngineConfig,
+    SchedState,
+)
 
 
 class Engine:

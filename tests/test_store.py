@@ -142,6 +142,7 @@ def test_every_table_schema_has_required_columns():
 def test_atomic_write_never_replaces_a_device(tmp_path):
     import os
     import stat
+
     from traces.store import atomic_write_text
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

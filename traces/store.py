@@ -12,9 +12,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -126,7 +127,7 @@ class TraceWriter:
         self.rows: dict[str, int] = {}
         self.meta: dict[str, Any] = {}
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -156,7 +157,7 @@ class TraceWriter:
     def _finish(self) -> None:
         meta = {
             "schema_version": SCHEMA_VERSION,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             **self.meta,
             "tables": dict(sorted(self.rows.items())),
         }
@@ -177,7 +178,7 @@ class Trace:
         try:
             self.meta: dict[str, Any] = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadInput(meta_path, getattr(e, "lineno", None), "meta.json", f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})")
+            raise BadInput(meta_path, getattr(e, "lineno", None), "meta.json", f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
         version = self.meta.get("schema_version")
         if version != SCHEMA_VERSION:
             raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")
@@ -196,7 +197,7 @@ class Trace:
         try:
             return pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
-            raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})")
+            raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})") from None
 
     def columns(self, name: str) -> list[str]:
         return self.parquet(name).schema_arrow.names
@@ -214,7 +215,7 @@ class Trace:
         try:
             df = pf.read(columns=columns).to_pandas()
         except (pa.ArrowInvalid, OSError) as e:
-            raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})")
+            raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})") from None
         if validate:
             schema = TABLES[name]
             if columns is not None:

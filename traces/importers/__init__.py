@@ -6,8 +6,8 @@ a refused input leaves nothing behind.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from traces.errors import BadInput
 from traces.importers.azure import import_azure

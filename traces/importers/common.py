@@ -9,9 +9,9 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
