@@ -214,7 +214,7 @@ class Instance:
     def _grow(self, st: SchedState) -> None:
         cap = st.capacity
         self.state = st
-        self.plan = self.plan.grown(cap, int(self.tw.meta[tk.M_N]))
+        self.plan = self.plan.grown(cap)
         inbox = np.zeros(cap, dtype=np.int64)
         inbox[: self.tw.inbox.size] = self.tw.inbox
         self.tw = self.tw._replace(inbox=inbox)

@@ -1,0 +1,82 @@
+"""The engine model package: its step log (twin traces keep their
+preemptions, so the decision check rebuilds their states exactly) and
+finishing at max_model_len as vLLM does."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from estimators.engine.config import InstanceConfig
+from estimators.engine.kernel import complete_step, schedule_step
+from estimators.engine.layout import EV_FINISH, EV_LENGTH, F_BLOCKS, F_EVENT, F_OUTPUTS, S_FREE_BLOCKS, S_NR
+from estimators.engine.state import SchedState, StepPlan
+from harness.decisions import decision_agreement
+from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
+from tests.test_twin import toy_profile
+from traces.store import TraceWriter, open_trace
+
+
+def test_max_model_len_finishes_the_request_and_frees_its_blocks():
+    # issue 19's example: prompt 60, max_model_len 64, output 20, block size 16.
+    # step 0 prefills 60 tokens (4 blocks) and samples token 1 (61 tokens);
+    # steps 1-3 decode one token each; after step 3 prompt + outputs = 64 =
+    # max_model_len, so vLLM's check_stop finishes it ("length") and frees
+    # its blocks, 16 outputs short of its own end.
+    cfg = InstanceConfig(max_num_batched_tokens=64, max_num_seqs=8, block_size=16, num_kv_blocks=10, max_model_len=64)
+    st = SchedState.new(cfg, capacity=4)
+    s = st.add(0, 60, 20)
+    plan = StepPlan.new(4)
+    batches = []
+    for _ in range(4):
+        n = schedule_step(st, plan)
+        batches.append([(int(plan.slot[j]), int(plan.tokens[j])) for j in range(n)])
+        complete_step(st, plan, n)
+    assert batches == [[(s, 60)], [(s, 1)], [(s, 1)], [(s, 1)]]
+    assert st.req[s, F_OUTPUTS] == 4
+    assert st.req[s, F_EVENT] == EV_FINISH | EV_LENGTH
+    assert st.sc[S_NR] == 0 and st.req[s, F_BLOCKS] == 0
+    assert st.sc[S_FREE_BLOCKS] == 10 - 1  # all blocks free (one is vLLM's null block)
+    assert schedule_step(st, plan) == 0  # nothing left to run
+
+
+def test_twin_records_length_finishes():
+    spec = InstanceSpec(InstanceConfig(max_num_batched_tokens=64, max_num_seqs=8, num_kv_blocks=10,
+                                       max_model_len=64), toy_profile())
+    reqs = pd.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 5.0], "prompt_tokens": [60, 10],
+                         "output_tokens": [20, 5]})
+    res = Twin([spec], TwinConfig(noise=False)).run(reqs, fixed_router(np.zeros(2, dtype=int)))
+    assert res.requests["finish_reason"].tolist() == ["length", "stop"]
+    assert len(res.steps) == 4 + 5  # request 0 leaves after 4 steps instead of 20
+
+
+def overload_twin_trace(path):
+    """A twin run on a KV cache far too small for its load: it preempts."""
+    rng = np.random.default_rng(3)
+    n = 600
+    reqs = pd.DataFrame({"request_id": np.arange(n), "arrival_s": np.sort(rng.uniform(0, 30, n)),
+                         "prompt_tokens": rng.integers(20, 300, n), "output_tokens": rng.integers(20, 200, n)})
+    spec = InstanceSpec(InstanceConfig(instance_id="tight", max_num_batched_tokens=512, max_num_seqs=32,
+                                       block_size=16, num_kv_blocks=120, max_model_len=4096), toy_profile(0.0005))
+    res = Twin([spec], TwinConfig(noise=True, seed=1)).run(reqs, fixed_router(np.zeros(n, dtype=int)))
+    with TraceWriter(path) as w:
+        write_twin_trace(w, res)
+    return res
+
+
+def test_twin_trace_with_preemptions_replays_exactly_through_the_decision_check(tmp_path):
+    res = overload_twin_trace(tmp_path / "t")
+    own = int(res.requests["preemptions"].sum())
+    assert own >= 100, own  # an overload run
+    tr = open_trace(tmp_path / "t")
+    pre = tr.read("preemptions")
+    assert len(pre) == own and int(tr.read("steps")["num_preempted"].sum()) == own
+    agreement = decision_agreement(tr, "tight")
+    assert agreement.steps == len(res.steps) and agreement.agree == agreement.steps, agreement.to_json(keep=3)
+
+
+def test_instance_config_round_trips_through_an_instances_row():
+    cfg = InstanceConfig(instance_id="a", model="m", profile="p.json", policy="sarathi", max_num_batched_tokens=4096,
+                         max_num_seqs=64, num_kv_blocks=777, watermark=0.05, max_model_len=8192, price_in=0.1)
+    assert InstanceConfig.from_row(cfg.to_row()) == cfg
+    assert InstanceConfig.from_row({"instance_id": "b", "max_model_len": 0, "watermark": float("nan")}) == \
+        InstanceConfig(instance_id="b")
