@@ -72,11 +72,3 @@ def test_twin_trace_with_preemptions_replays_exactly_through_the_decision_check(
     assert len(pre) == own and int(tr.read("steps")["num_preempted"].sum()) == own
     agreement = decision_agreement(tr, "tight")
     assert agreement.steps == len(res.steps) and agreement.agree == agreement.steps, agreement.to_json(keep=3)
-
-
-def test_instance_config_round_trips_through_an_instances_row():
-    cfg = InstanceConfig(instance_id="a", model="m", profile="p.json", policy="sarathi", max_num_batched_tokens=4096,
-                         max_num_seqs=64, num_kv_blocks=777, watermark=0.05, max_model_len=8192, price_in=0.1)
-    assert InstanceConfig.from_row(cfg.to_row()) == cfg
-    assert InstanceConfig.from_row({"instance_id": "b", "max_model_len": 0, "watermark": float("nan")}) == \
-        InstanceConfig(instance_id="b")
