@@ -9,6 +9,7 @@ import click
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
 from harness.validate import validate as run_validation
+from reports.results import result_header
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 
 
@@ -54,7 +55,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
     with StagedDir(out, force) as tmp:
-        write_json(tmp / "metrics.json", m)
+        write_json(tmp / "metrics.json", {**result_header("validate"), **m})
         write_parquet(tmp / "requests.parquet", v.per_request)
         with TraceWriter(tmp / "twin") as w:
             w.meta["source"] = {"kind": "twin", "replay_of": str(trace_dir), "profile": profile.name,

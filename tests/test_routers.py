@@ -95,7 +95,8 @@ def test_utility_tables_prices_and_lambda():
                          "predicted_output_tokens": [200, 900]})
     q = pd.DataFrame({"request_id": [7, 7, 8, 8], "model": ["a", "b", "a", "b"], "acc": [0.5, 0.9, 0.2, 0.8],
                       "acc_hat": [0.4, 0.8, 0.3, 0.7]})
-    t = utility_tables(reqs, q, ["a", "b"], np.array([0.1, 1.0]), np.array([0.2, 2.0]), lam=1e-3)
+    t = utility_tables(reqs, q, ["a", "b"], np.array([0.1, 1.0]), np.array([0.2, 2.0]), np.array([200, 900]),
+                       lam=1e-3)
     # cost in micro-dollars = tokens * USD per million tokens
     assert t.cost_realised[0].tolist() == pytest.approx([1000 * 0.1 + 100 * 0.2, 1000 * 1.0 + 100 * 2.0])
     assert t.realised[0, 1] == pytest.approx(0.9 - 1e-3 * 1200)
