@@ -124,7 +124,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     ttft = out["ttft_s"].to_numpy(dtype=np.float64)
     slo = inputs.slo
     out["on_time"] = np.isfinite(ttft) & (ttft <= slo)
-    out["slo_ttft_s"] = slo
+    out["slo_ttft_s"] = np.where(np.isfinite(slo), slo, np.nan)  # the SLOs used; none (inf) is stored as null
     m = replay_metrics(out, specs)
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,

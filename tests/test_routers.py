@@ -131,3 +131,31 @@ def test_replay_and_sweep_cli(tmp_path):
     cols = [c for c in df.columns if c not in ("wall_s", "speedup", "mean_decision_us")]
     pd.testing.assert_frame_equal(df[cols], df1[cols])
     assert run_cli("sweep", "--routers", "nope", "--out", tmp_path / "x").exit_code == 2
+
+
+def test_registry_declares_what_each_router_needs():
+    from estimators.estimate import ESTIMATORS, build
+    from estimators.profile import load_profile
+    from routers.registry import MAIN_ROUTERS, REGISTRY, make_router
+
+    prof = load_profile("qwen3-8b-h100")
+    for est in ESTIMATORS:
+        for rule in ("hard", "soft"):
+            e = REGISTRY[f"{est}-{rule}"]
+            assert e.estimator == est and e.rule == rule and e.uses_delta == (rule == "soft") and e.uses_lambda
+            # needs_baselines says exactly whether the estimator can be built without them
+            if e.needs_baselines:
+                with pytest.raises(ValueError, match="baseline"):
+                    build(est, prof, None, np.ones(1, dtype=np.int64), 0.0)
+            else:
+                build(est, prof, None, np.ones(1, dtype=np.int64), 0.0)
+    simple = [e for e in REGISTRY.values() if e.estimator is None]
+    assert not any(e.uses_delta or e.needs_baselines or e.oracle for e in simple)
+    assert [n for n, e in REGISTRY.items() if e.uses_lambda and e.estimator is None] == ["latency-agnostic"]
+    assert MAIN_ROUTERS == ("shortest-queue", "latency-agnostic", "sfs-hard", "sfs-soft")
+    assert {n for n, e in REGISTRY.items() if e.baseline} == {"round-robin", "shortest-queue", "latency-agnostic"}
+    # a router built through the registry ignores delta unless it declares it
+    specs = [type("Spec", (), {"profile": prof, "instance_id": f"i{k}"})() for k in range(2)]
+    for name in ("sfs-hard", "sfs-soft"):
+        r = make_router(name, inputs(np.array([[0.9, 0.1]])), specs, 0.0, delta_per_us=1e9)
+        assert r.delta == (1e9 if REGISTRY[name].uses_delta else 0.0)
