@@ -132,7 +132,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
               "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),
               "router_capabilities": capabilities([cfg.router])})
-    return ReplayResult(out, m, res, {"quality": workload.quality.table, "notes": workload.notes()})
+    return ReplayResult(out, m, res, {"quality": workload.quality.table})
 
 
 def replay_metrics(out: pd.DataFrame, specs) -> dict:
