@@ -164,6 +164,9 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --trace azconv --requests 4000 --router sfs-hard --out r-az   # SLO rule, quality model
     """
     _routers(router_name)
+    if delta != 0.0 and not router_entry(router_name).uses_delta:
+        raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "
+                                   f"{', '.join(n for n in ROUTERS if router_entry(n).uses_delta)})")
     if (trace_dir is None) == (rate is None):
         raise click.UsageError("give --trace DIR or --rate R (exactly one)")
     _check_lengths(lengths_policy)

@@ -67,6 +67,8 @@ def test_policies_a_trace_cannot_serve_are_refused(azure, tmp_path):
         assert_refused(run_cli("replay", "--trace", azure, "--requests", 100, opt, value, "--out", out), out, said)
     assert_refused(run_cli("replay", "--rate", 5, "--requests", 100, "--lengths", "constant:0", "--out",
                            tmp_path / "c0"), tmp_path / "c0", "--lengths")
+    assert_refused(run_cli("replay", "--rate", 5, "--router", "sfs-hard", "--delta", 1e-6, "--out", tmp_path / "d"),
+                   tmp_path / "d", "--delta", "sfs-soft")  # the registry says sfs-hard has no use for it
 
 
 def test_a_partial_quality_table_is_refused(tmp_path):
