@@ -130,3 +130,13 @@ def test_burstiness_means_gamma_and_is_refused_where_it_cannot_apply(tmp_path):
         out = tmp_path / "x"
         assert_refused(run_cli(*cmd, "--burstiness", 0.2, "--out", out), out, "--burstiness", "mmpp"
                        if "mmpp" in cmd else "poisson")
+
+
+def test_readme_documents_every_option_of_replay_and_sweep():
+    from harness.cli_replay import replay, sweep
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    for cmd in (replay, sweep):
+        missing = [o for p in cmd.params for o in p.opts if o.startswith("--") and o not in readme]
+        assert not missing, (cmd.name, missing)
