@@ -120,6 +120,7 @@ def demo(out: Path, seed: int) -> None:
     df, summary = sweep_result(spec, cells, default_workers())
     write_sweep_result(out / "sweep", df, summary, force=True, command=command_line())
     click.echo(format_sweep(summary))
+    click.echo("what routers are told: " + ", ".join(f"{k} {v['policy']}" for k, v in summary["policies"].items()))
     fcells = [Cell(DEMO_SWEEP_RATES[-1], "sfs-soft", d, seed=seed) for d in DEMO_DELTAS]
     fdf, fsum = sweep_result(spec, fcells, default_workers())
     write_sweep_result(out / "frontier", fdf, fsum, force=True, command=command_line())
