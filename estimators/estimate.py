@@ -24,6 +24,7 @@ from estimators.baselines import LPS, LPSMG, QueueLength, Throughput
 from estimators.profile import BatchTimeProfile
 from estimators.sfs import SFS
 from estimators.snapshot import Query, RateTracker, RecordedWalk
+from traces.lengths import predicted_lengths
 from traces.store import Trace
 
 ESTIMATORS = ("sfs", "throughput", "lps", "lps-mg", "queue")
@@ -35,30 +36,6 @@ def load_bin(residents: np.ndarray) -> np.ndarray:
     labels = np.array([f"{lo}-{hi - 1}" if hi - lo > 1 else f"{lo}" for lo, hi in zip(LOAD_BINS, LOAD_BINS[1:])]
                       + [f"{LOAD_BINS[-1]}+"])
     return labels[np.searchsorted(edges, residents, side="right")]
-
-
-def predicted_totals(reqs: pd.DataFrame, policy: str) -> np.ndarray:
-    """Predicted total output length per request under a length policy:
-    oracle | column | median | constant:N."""
-    true = np.maximum(reqs["output_tokens"].to_numpy(dtype=np.int64), 1)
-    if policy == "oracle":
-        return true
-    if policy == "column":
-        if "predicted_output_tokens" not in reqs or reqs["predicted_output_tokens"].isna().all():
-            raise ValueError("--lengths column needs a predicted_output_tokens column in the trace")
-        col = reqs["predicted_output_tokens"].to_numpy(dtype=np.float64)
-        return np.where(np.isnan(col), np.median(true), np.maximum(col, 1)).astype(np.int64)
-    if policy == "median":
-        return np.full(len(true), max(1, int(round(float(np.median(true))))), dtype=np.int64)
-    if policy.startswith("constant:"):
-        try:
-            n = int(policy.split(":", 1)[1])
-        except ValueError:
-            raise ValueError(f"bad length policy {policy!r}: constant:N needs a whole number") from None
-        if n < 1:
-            raise ValueError("constant:N needs N >= 1")
-        return np.full(len(true), n, dtype=np.int64)
-    raise ValueError(f"unknown length policy {policy!r} (oracle, column, median, constant:N)")
 
 
 @dataclass
@@ -89,7 +66,7 @@ class BaselineParams:
 @dataclass
 class EstimateConfig:
     estimators: tuple[str, ...] = ESTIMATORS
-    lengths: str = "oracle"
+    lengths: str | None = None  # predicted-length policy (traces.lengths; None: column if present, else median)
     ewma_tau_s: float = 10.0
     frontend_overhead_s: float = 0.0
 
@@ -167,7 +144,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         raise ValueError(f"{trace.path}: requests have no measured ttft_s to compare with")
     if not (trace.has("steps") and trace.has("step_items") and trace.has("instances")):
         raise ValueError(f"{trace.path}: needs steps, step_items and instances tables to build snapshots")
-    pred_total = predicted_totals(reqs, cfg.lengths)
+    lengths = predicted_lengths(reqs, cfg.lengths)
+    pred_total = lengths.tokens
     ttft = reqs["ttft_s"].to_numpy(dtype=np.float64)
     rows, attr, floor_parts, floors = [], [], [], []
     warmup_us: dict[str, float] = {}
@@ -221,6 +199,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     att_df = pd.DataFrame(attr, columns=["request_id", "instance_id", "true_s", "sfs_s", "reference_s",
                                          "sim_steps", "real_steps"])
     metrics = summarize(est_df, att_df)
+    metrics["lengths"] = lengths.policy
+    metrics["policies"] = {"lengths": lengths.record()}
     if floors and "sfs_attribution" in metrics:
         apes = np.concatenate(floors)
         metrics["sfs_attribution"]["jitter_floor_mape"] = float(np.mean(apes))

@@ -14,7 +14,14 @@ from traces.errors import BadInput
 
 
 class LatrouteGroup(click.Group):
-    """A click group that turns BadInput into the one-line error and exit 2."""
+    """A click group that turns BadInput into the one-line error and exit 2,
+    and keeps the command line for the results' headers."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        argv = list(args)
+        ctx = super().make_context(info_name, args, parent, **extra)
+        ctx.meta["latroute.argv"] = argv
+        return ctx
 
     def invoke(self, ctx: click.Context):
         try:

@@ -27,8 +27,8 @@ from harness.replay import ReplayConfig, replay
 from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
 from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from reports.render import build_report
-from reports.results import load_result
-from routers.registry import MAIN_ROUTERS
+from reports.results import command_line, load_result, result_header
+from routers.registry import MAIN_ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 from traces.summary import format_summary, summarize
@@ -41,6 +41,7 @@ DEMO_INSTANCE = "qwen3-8b"
 DEMO_SWEEP_RATES = (4.0, 6.0, 8.0)
 DEMO_SWEEP_REQUESTS = 2000
 DEMO_DELTAS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4)
+DEMO_DELTA = 1e-6  # routers that use a delta, in the sweep and the replays
 
 
 @click.command()
@@ -106,20 +107,21 @@ def demo(out: Path, seed: int) -> None:
     with StagedDir(out / "estimates", force=True) as tmp:
         write_parquet(tmp / "estimates.parquet", est.estimates)
         write_parquet(tmp / "attribution.parquet", est.attribution)
-        write_json(tmp / "metrics.json", {**est.metrics, "trace": str(served), "lengths": "column"})
+        write_json(tmp / "metrics.json", {**result_header("estimate"), **est.metrics, "trace": str(served)})
     click.echo(format_metrics(est.metrics))
 
-    cells = [Cell(rate, router, 1e-6 if router.endswith("-soft") else 0.0, seed=seed)
+    cells = [Cell(rate, router, DEMO_DELTA if router_entry(router).uses_delta else 0.0, seed=seed)
              for router in MAIN_ROUTERS for rate in DEMO_SWEEP_RATES]
     click.echo(f"\n[5/6] sweeping {len(MAIN_ROUTERS)} routers over {len(DEMO_SWEEP_RATES)} arrival rates "
                f"({DEMO_SWEEP_REQUESTS} requests per cell, sfs-soft with delta 1e-6 per us)")
     spec = SweepSpec(pool=DEMO_POOL, requests=DEMO_SWEEP_REQUESTS)
     df, summary = sweep_result(spec, cells, default_workers())
-    write_sweep_result(out / "sweep", df, summary, force=True)
+    write_sweep_result(out / "sweep", df, summary, force=True, command=command_line())
     click.echo(format_sweep(summary))
+    click.echo("what routers are told: " + ", ".join(f"{k} {v['policy']}" for k, v in summary["policies"].items()))
     fcells = [Cell(DEMO_SWEEP_RATES[-1], "sfs-soft", d, seed=seed) for d in DEMO_DELTAS]
     fdf, fsum = sweep_result(spec, fcells, default_workers())
-    write_sweep_result(out / "frontier", fdf, fsum, force=True)
+    write_sweep_result(out / "frontier", fdf, fsum, force=True, command=command_line())
     click.echo(f"sfs-soft at {DEMO_SWEEP_RATES[-1]:g} q/s, delta -> (mean utility, mean TTFT): " + ", ".join(
         f"{p['delta_per_us']:g} -> ({p['mean_utility']:.3f}, {p['ttft_mean_s']:.3f} s)" for p in fsum["frontier"]))
 
@@ -131,8 +133,10 @@ def demo(out: Path, seed: int) -> None:
     replay_dirs = []
     for router in MAIN_ROUTERS:
         rres = replay(pool, DEMO_POOL, wl8.requests, wl8.quality,
-                      ReplayConfig(router=router, delta_per_us=1e-6 if router.endswith("-soft") else 0.0, seed=seed))
-        write_replay_result(out / "replays" / router, rres, pool, wl8.quality, router, seed, force=True)
+                      ReplayConfig(router=router, delta_per_us=DEMO_DELTA if router_entry(router).uses_delta else 0.0,
+                                   seed=seed))
+        write_replay_result(out / "replays" / router, rres, pool, wl8.quality, router, seed, force=True,
+                            command=command_line())
         replay_dirs.append(out / "replays" / router)
         m = rres.metrics
         click.echo(f"  {router:<17} OnTimeUtility {m['ontime_utility']:.3f}  SLO attainment "

@@ -10,7 +10,9 @@ import click
 from estimators.calibrate import calibrate_instance
 from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
 from estimators.profile import load_profile
-from traces.errors import BadInput
+from reports.results import result_header
+from traces.errors import BadInput, BadOption
+from traces.lengths import LENGTH_POLICIES, check_length_policy
 from traces.store import StagedDir, Trace, open_trace, write_json, write_parquet
 
 
@@ -67,8 +69,9 @@ def format_metrics(m: dict) -> str:
 @click.argument("trace_dir", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--estimators", "names", default=",".join(ESTIMATORS), show_default=True,
               help="Comma-separated estimators.")
-@click.option("--lengths", default="oracle", show_default=True,
-              help="Predicted output lengths of residents: oracle | column | median | constant:N.")
+@click.option("--lengths", metavar="|".join(LENGTH_POLICIES),
+              help="Predicted output lengths of residents. Default: column (predicted_output_tokens) if the trace "
+                   "has it, else median (of the trace's output lengths); oracle = true lengths (a bound).")
 @click.option("--profile", "profile_ref", help="Batch-time profile (path or built-in name) for every instance.")
 @click.option("--calibrate-on", type=click.Path(path_type=Path),
               help="Calibrate each instance's profile on this other trace's steps.")
@@ -99,7 +102,14 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                                  f"(choose from {', '.join(ESTIMATORS)})", param_hint="--estimators")
     if profile_ref is not None and calibrate_on is not None:
         raise click.UsageError("give --profile or --calibrate-on, not both")
+    try:
+        check_length_policy(lengths)
+    except ValueError as e:
+        raise BadOption("--lengths", str(e)) from None
     trace = open_trace(trace_dir)
+    if lengths == "column" and "predicted_output_tokens" not in trace.columns("requests"):
+        raise BadOption("--lengths", f"column needs a predicted_output_tokens column; {trace_dir} has none "
+                                     "(use median or constant:N)")
     for table in ("requests", "steps", "step_items", "instances"):
         if not trace.has(table):
             raise BadInput(trace.file(table), None, table, "estimate needs this table (a recorded or twin trace)")
@@ -117,14 +127,18 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     m = res.metrics
-    m.update({"trace": str(trace_dir), "lengths": lengths, "ewma_tau_s": ewma_tau,
+    m.update({"trace": str(trace_dir), "ewma_tau_s": ewma_tau,
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
               "wall_s": time.perf_counter() - t})
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)
-        write_json(tmp / "metrics.json", m)
-    click.echo(f"estimate {trace_dir}: {m['requests']} requests, lengths {lengths}, profiles "
+        write_json(tmp / "metrics.json", {**result_header("estimate"), **m})
+    note = m["policies"]["lengths"]["note"]
+    if m["policies"]["lengths"]["oracle"]:
+        click.echo(note, err=True)
+    click.echo(f"estimate {trace_dir}: {m['requests']} requests, profiles "
                + ", ".join(f"{i}={p['name']}" for i, p in m["profiles"].items()))
+    click.echo(note)
     click.echo(format_metrics(m))
     click.echo(f"wrote {out}")

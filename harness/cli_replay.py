@@ -8,12 +8,18 @@ from pathlib import Path
 import click
 
 from harness.pools import load_pool
-from harness.replay import ReplayConfig
+from harness.replay import ReplayConfig, workload_inputs
 from harness.replay import replay as run_replay
-from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
-from routers.registry import MAIN_ROUTERS, ROUTERS
+from harness.sweep import Cell, SweepSpec, default_workers, sweep_inputs, sweep_result, write_sweep_result
+from harness.twin import InstanceSpec
+from reports.results import command_line, result_header
+from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
 from routers.utility import DEFAULT_LAMBDA
-from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec
+from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
+from traces.errors import BadOption
+from traces.lengths import LENGTH_POLICIES, check_length_policy
+from traces.quality import QUALITY_POLICIES
+from traces.slo import SLO_POLICIES
 from traces.store import StagedDir, TraceWriter, open_trace, write_json
 from traces.workload import WorkloadConfig, generate_workload
 
@@ -37,13 +43,64 @@ def _routers(text: str) -> list[str]:
     return names
 
 
+def policy_options(f):
+    """--lengths, --slo and --quality: what routers are told where a trace
+    lacks it (shared by replay and sweep)."""
+    f = click.option("--quality", "quality_policy", type=click.Choice(QUALITY_POLICIES),
+                     help="Per-model accuracy: the trace's quality table, or the generator's accuracy model with "
+                          "the requests as one task. Default: table if the trace has one, else model.")(f)
+    f = click.option("--slo", "slo_policy", type=click.Choice(SLO_POLICIES),
+                     help="TTFT SLOs: the trace's slo_ttft_s, DESIGN's rule on the prompt length, or none "
+                          "(every served request on time). Default: column if present, else rule.")(f)
+    f = click.option("--lengths", "lengths_policy", metavar="|".join(LENGTH_POLICIES),
+                     help="Predicted output lengths routers see. Default: column (predicted_output_tokens) if "
+                          "present, else median (of the trace's output lengths). oracle = true lengths.")(f)
+    return f
+
+
+def arrival_options(f):
+    f = click.option("--burstiness", type=float, default=1.0, show_default=True,
+                     help="Gamma shape: inter-arrival CV^2 = 1/burstiness (vllm bench serve's meaning); other than "
+                          "1 implies --arrival gamma.")(f)
+    f = click.option("--burst-ratio", type=float, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")(f)
+    f = click.option("--arrival", type=click.Choice(ARRIVAL_KINDS),
+                     help="Arrival process of generated workloads. Default: poisson, or gamma when --burstiness "
+                          "is not 1.")(f)
+    return f
+
+
+def _arrival(arrival: str | None, burstiness: float) -> str:
+    try:
+        return resolve_arrival(arrival, burstiness)
+    except ValueError as e:
+        raise BadOption("--burstiness", str(e)) from None
+
+
+def _check_lengths(text: str | None) -> None:
+    try:
+        check_length_policy(text)
+    except ValueError as e:
+        raise BadOption("--lengths", str(e)) from None
+
+
+def echo_policies(inputs) -> None:
+    """Say which policies filled what the trace lacks (oracle lengths
+    loudly, on stderr too)."""
+    for note in inputs.notes():
+        click.echo(note)
+    if inputs.lengths.oracle:
+        click.echo(inputs.lengths.note, err=True)
+
+
 def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: int, record_steps: bool = False,
-                        force: bool = False) -> None:
-    """A replay result directory: metrics.json and the served trace."""
+                        force: bool = False, command: str | None = None) -> None:
+    """A replay result directory: metrics.json and the served trace (with
+    the quality table the replay used)."""
     from harness.twin import write_twin_trace
 
+    quality = res.extra.get("quality", quality)
     with StagedDir(out, force) as tmp:
-        write_json(tmp / "metrics.json", res.metrics)
+        write_json(tmp / "metrics.json", {**result_header("replay", command), **res.metrics})
         with TraceWriter(tmp / "served") as w:
             w.meta["source"] = {"kind": "replay", "pool": pool.name, "router": router_name, "seed": seed}
             w.meta["arrivals"] = "measured"
@@ -54,6 +111,8 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
 
 
 def _print_replay(m: dict) -> None:
+    if m["policies"]["lengths"]["oracle"]:
+        click.echo("ORACLE LENGTHS: the router saw true output lengths")
     click.echo(f"router {m['router']}: OnTimeUtility {m['ontime_utility']:.4f}, SLO attainment "
                f"{100 * m['slo_attainment']:.1f}%, mean utility {m['mean_utility']:.4f}")
     click.echo(f"TTFT mean {m['ttft_mean_s']:.3f} s, p50 {m['ttft_p50_s']:.3f}, p90 {m['ttft_p90_s']:.3f}, "
@@ -67,99 +126,140 @@ def _print_replay(m: dict) -> None:
 @click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True, help="Pool name or POOL.json.")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path), help="Workload trace (requests [+ quality]).")
 @click.option("--rate", type=float, help="Generate a workload at this rate (q/s) instead of --trace.")
-@click.option("--requests", "n_requests", type=int, default=16000, show_default=True)
-@click.option("--arrival", type=click.Choice(ARRIVAL_KINDS), default="poisson", show_default=True)
-@click.option("--burst-ratio", type=float, default=3.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload and of the twin's noise.")
+@click.option("--requests", "n_requests", type=int,
+              help="Requests to generate (default 16000), or the first N of --trace (default all).")
+@arrival_options
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the workload, the twin's noise and the SLO rule / quality model draws.")
 @click.option("--router", "router_name", default="sfs-hard", show_default=True,
               help=f"One of: {', '.join(ROUTERS)}.")
 @click.option("--lambda", "lam", type=float, default=DEFAULT_LAMBDA, show_default=True,
               help="Cost weight in U = acc - lambda * cost (cost in micro-dollars).")
 @click.option("--delta", type=float, default=0.0, show_default=True,
               help="Soft rule: utility per microsecond of estimated TTFT.")
+@policy_options
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large).")
 @click.option("--out", required=True, type=click.Path(path_type=Path))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, seed, router_name, lam, delta, noise,
-           record_steps, out, force) -> None:
+def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
+           lengths_policy, slo_policy, quality_policy, noise, record_steps, out, force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
-    Writes the served trace (requests with instance, TTFT, realised utility,
-    on-time flag) and metrics.json (OnTimeUtility, SLO attainment, TTFT
-    percentiles, share per instance and task, router decision µs).
+    Writes the served trace (requests with instance, TTFT, SLO, realised
+    utility, on-time flag) and metrics.json (OnTimeUtility, SLO
+    attainment, TTFT percentiles, share per instance and task, router
+    decision µs, and the length, SLO and quality policies used). Where a
+    trace lacks predicted lengths, SLOs or accuracies (imported production
+    traces do), the default policy fills them and says so.
 
     \b
     Examples:
       latroute replay --rate 8 --router sfs-hard --out r-sfs
       latroute replay --trace wl --router shortest-queue --out r-sq
       latroute replay --rate 8 --router sfs-soft --delta 1e-6 --out r-soft
+      latroute replay --rate 8 --burstiness 0.25 --router sfs-hard --out r-bursty   # gamma, CV^2 = 4
+      latroute replay --trace azconv --requests 4000 --router sfs-hard --out r-az   # SLO rule, quality model
     """
     _routers(router_name)
+    if delta != 0.0 and not router_entry(router_name).uses_delta:
+        raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "
+                                   f"{', '.join(n for n in ROUTERS if router_entry(n).uses_delta)})")
     if (trace_dir is None) == (rate is None):
         raise click.UsageError("give --trace DIR or --rate R (exactly one)")
+    _check_lengths(lengths_policy)
+    if trace_dir is not None and (arrival is not None or burstiness != 1.0):
+        raise BadOption("--arrival" if arrival is not None else "--burstiness",
+                        "applies to generated workloads (--rate), not to --trace")
+    kind = _arrival(arrival, burstiness)
     pool = load_pool(pool_ref)
     if trace_dir is not None:
         t = open_trace(trace_dir)
         requests = t.read("requests")
+        if n_requests is not None:
+            requests = requests.iloc[:n_requests].reset_index(drop=True)
         quality = t.read("quality") if t.has("quality") else None
     else:
-        wl = generate_workload(WorkloadConfig(requests=n_requests, arrivals=ArrivalSpec(arrival, rate, burst_ratio),
-                                              seed=seed))
+        n_requests = 16000 if n_requests is None else n_requests
+        wl = generate_workload(WorkloadConfig(requests=n_requests, arrivals=ArrivalSpec(
+            kind, rate, burst_ratio, burstiness=burstiness), seed=seed))
         requests, quality = wl.requests, wl.quality
     keep = [c for c in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "task", "slo_ttft_s",
                         "predicted_output_tokens") if c in requests]
-    res = run_replay(pool, pool_ref, requests[keep], quality,
-                     ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
-                                  record_steps=record_steps))
+    cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
+                       record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy)
+    try:
+        inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
+    except ValueError as e:
+        raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
+    echo_policies(inputs)
+    res = run_replay(pool, pool_ref, requests[keep], quality, cfg, inputs)
     m = res.metrics
     m.update({"pool": pool.name, "workload": str(trace_dir) if trace_dir else
-              {"rate": rate, "requests": n_requests, "arrival": arrival, "burst_ratio": burst_ratio}})
-    write_replay_result(out, res, pool, quality, router_name, seed, record_steps, force)
+              {"rate": rate, "requests": n_requests, "arrival": kind, "burst_ratio": burst_ratio,
+               "burstiness": burstiness}})
+    write_replay_result(out, res, pool, quality, router_name, seed, record_steps, force, command_line())
     _print_replay(m)
     click.echo(f"wrote {out}")
 
 
 @click.command()
 @click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True)
+@click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
+              help="Replay this trace's requests, arrival times rescaled to each rate, instead of generating.")
 @click.option("--rates", default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
 @click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True)
 @click.option("--deltas", default="1e-6", show_default=True,
-              help="Deltas for *-soft routers (utility per µs of estimated TTFT; 0 = latency-agnostic).")
+              help="Deltas for routers that use one (the soft rule: utility per µs of estimated TTFT; "
+                   "0 = latency-agnostic).")
 @click.option("--lambdas", default=str(DEFAULT_LAMBDA), show_default=True)
-@click.option("--arrival", type=click.Choice(["poisson", "mmpp", "gamma"]), default="poisson", show_default=True)
-@click.option("--burst-ratio", type=float, default=3.0, show_default=True)
+@arrival_options
+@policy_options
 @click.option("--requests", "n_requests", type=int, default=16000, show_default=True, help="Requests per cell.")
 @click.option("--seeds", type=int, default=1, show_default=True, help="Repetitions (seeds 0..K-1).")
 @click.option("--workers", type=int, default=default_workers(), show_default=True, help="Worker processes.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--out", required=True, type=click.Path(path_type=Path))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def sweep(pool_ref, rates, router_names, deltas, lambdas, arrival, burst_ratio, n_requests, seeds, workers, noise,
-          out, force) -> None:
+def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
+          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, noise, out, force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
-    Writes results.parquet (one row per cell) and metrics.json: per router
-    the OnTimeUtility AUC over the rates (trapezoid), its ratio to the best
-    baseline (round-robin, shortest-queue, latency-agnostic), and with
-    several --deltas the utility vs mean-TTFT frontier.
+    Writes results.parquet (one row per cell, with the inter-arrival CV^2
+    it replayed) and metrics.json: per router the OnTimeUtility AUC over
+    the rates (trapezoid), its ratio to the best baseline (round-robin,
+    shortest-queue, latency-agnostic), with several --deltas the utility vs
+    mean-TTFT frontier, and the length, SLO and quality policies used.
 
     \b
     Examples:
       latroute sweep --out sweep-poisson
       latroute sweep --rates 6,7,8 --arrival mmpp --burst-ratio 6 --out sweep-mmpp6
+      latroute sweep --rates 6,8 --arrival gamma --burstiness 0.25 --out sweep-gamma   # CV^2 = 4
       latroute sweep --rates 8 --routers sfs-soft --deltas 0,1e-7,1e-6,1e-5,1e-4,1e-3,1e9 --out frontier
+      latroute sweep --trace azconv --rates 4,8 --requests 4000 --out sweep-az   # SLO rule, quality model
     """
     rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
     names = _routers(router_names)
     if seeds < 1 or workers < 1 or n_requests < 1:
         raise click.UsageError("--seeds, --workers and --requests must be >= 1")
-    cells = [Cell(r, name, d if name.endswith("-soft") else 0.0, lam, s)
+    _check_lengths(lengths_policy)
+    if trace_dir is not None and (arrival is not None or burstiness != 1.0):
+        raise BadOption("--arrival" if arrival is not None else "--burstiness",
+                        "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
+    kind = _arrival(arrival, burstiness)
+    cells = [Cell(r, name, d, lam, s)
              for s in range(seeds) for lam in lam_list for name in names
-             for d in (delta_list if name.endswith("-soft") else [0.0]) for r in rate_list]
-    spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival=arrival, burst_ratio=burst_ratio,
-                     noise=noise == "on")
+             for d in (delta_list if router_entry(name).uses_delta else [0.0]) for r in rate_list]
+    spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival="trace" if trace_dir else kind,
+                     burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",
+                     trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
+                     quality=quality_policy)
     load_pool(pool_ref)  # refuse a bad pool before starting workers
+    try:  # and a policy the workload cannot serve
+        echo_policies(sweep_inputs(spec, cells[0]))
+    except ValueError as e:
+        raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
     t = time.perf_counter()
     if sys.stderr.isatty():
         with click.progressbar(length=len(cells), label=f"{len(cells)} cells", file=sys.stderr) as bar:
@@ -167,14 +267,17 @@ def sweep(pool_ref, rates, router_names, deltas, lambdas, arrival, burst_ratio, 
     else:
         df, summary = sweep_result(spec, cells, workers)
     summary["wall_s"] = time.perf_counter() - t
-    write_sweep_result(out, df, summary, force)
+    write_sweep_result(out, df, summary, force, command_line())
     click.echo(format_sweep(summary))
     click.echo(f"wrote {out}")
 
 
 def format_sweep(s: dict) -> str:
-    lines = [f"{s['cells']} cells, rates {s['rate_range'][0]:g}-{s['rate_range'][1]:g} q/s ({s['arrival']}), "
-             f"{s['requests']} requests per cell"]
+    arrival = s["arrival"] + (f", burstiness {s['burstiness']:g}" if s.get("burstiness", 1.0) != 1.0 else "")
+    lines = [f"{s['cells']} cells, rates {s['rate_range'][0]:g}-{s['rate_range'][1]:g} q/s ({arrival}, inter-arrival "
+             f"CV^2 {s.get('interarrival_cv2', float('nan')):.2f}), {s['requests']} requests per cell"]
+    if s.get("policies", {}).get("lengths", {}).get("oracle"):
+        lines.insert(0, "ORACLE LENGTHS: routers saw true output lengths")
     rates = [f"{r:g}" for r in s["rates"]]
     lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8}  " + " ".join(f"{r:>7}" for r in rates))
     for key, v in s["routers"].items():

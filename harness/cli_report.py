@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reports.check import baseline_doc, compare, flatten, load_baseline
+from reports.check import baseline_doc, check_kind, compare, flatten, load_baseline
 from reports.render import build_report
 from reports.results import load_result
 from traces.store import StagedDir, atomic_write_text
@@ -74,6 +74,7 @@ def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_basel
         click.echo(f"wrote baseline {baseline} ({len(flatten(res))} metrics)")
         return
     base = load_baseline(baseline)
+    check_kind(base, res, baseline)
     rows = compare(base["metrics"], flatten(res), over)
     bad = [r for r in rows if r.verdict in ("REGRESSED", "missing")]
     if as_json:

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 import duckdb
 
-from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec
-from traces.errors import BadInput
+from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
+from traces.errors import BadInput, BadOption
 from traces.importers import import_trace
 from traces.importers.common import DEFAULT_CHUNK_ROWS, ImportOptions
 from traces.store import open_trace
@@ -80,19 +80,21 @@ def _positive(ctx, param, value):
 @click.option("--duration", type=float, callback=_positive, help="Seconds of arrivals (instead of --requests).")
 @click.option("--rate", type=float, callback=_positive,
               help="Mean arrival rate, requests/s (with --arrivals-from: rescale to this rate).")
-@click.option("--arrival", type=click.Choice(ARRIVAL_KINDS), default="poisson", show_default=True)
+@click.option("--arrival", type=click.Choice(ARRIVAL_KINDS),
+              help="Arrival process. Default: poisson, or gamma when --burstiness is not 1.")
 @click.option("--burst-ratio", type=float, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")
 @click.option("--high-fraction", type=float, default=0.2, show_default=True, help="mmpp: time share in high state.")
 @click.option("--correlation-s", type=float, default=2.0, show_default=True, help="mmpp: correlation time (s).")
 @click.option("--burstiness", type=float, default=1.0, show_default=True,
-              help="gamma: shape; inter-arrival CV^2 = 1/burstiness (as vllm bench serve).")
+              help="Gamma shape: inter-arrival CV^2 = 1/burstiness (as vllm bench serve); other than 1 implies "
+                   "--arrival gamma and is refused with poisson or mmpp.")
 @click.option("--mix", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_MIX.items()), show_default=True,
               help="Task weights.")
 @click.option("--lengths-from", type=click.Path(path_type=Path), help="Resample (prompt, output) pairs from a trace.")
 @click.option("--arrivals-from", type=click.Path(path_type=Path), help="Reuse another trace's arrival times.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str,
+def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str | None,
              burst_ratio: float, high_fraction: float, correlation_s: float, burstiness: float, mix: str,
              lengths_from: Path | None, arrivals_from: Path | None, seed: int, force: bool) -> None:
     """Generate a synthetic workload (requests + quality tables).
@@ -105,6 +107,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
     Examples:
       latroute trace generate --out wl --requests 16000 --rate 8
       latroute trace generate --out burst --duration 600 --rate 7 --arrival mmpp --burst-ratio 6
+      latroute trace generate --out gamma --requests 16000 --rate 8 --burstiness 0.25   # gamma, CV^2 = 4
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
     """
     if n_requests is not None and duration is not None:
@@ -118,6 +121,12 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
         weights = parse_mix(mix)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--mix") from None
+    try:
+        arrival = resolve_arrival(arrival, burstiness)
+    except ValueError as e:
+        raise BadOption("--burstiness", str(e)) from None
+    if arrivals_from is not None and burstiness != 1.0:
+        raise BadOption("--burstiness", "cannot reshape arrivals taken from --arrivals-from")
     spec = ArrivalSpec(kind=arrival, rate=rate or 1.0, burst_ratio=burst_ratio, high_fraction=high_fraction,
                        correlation_s=correlation_s, burstiness=burstiness)
     try:

@@ -10,6 +10,7 @@ from estimators.calibrate import CalibrationConfig, best_form, build_profile, fi
 from estimators.profile import load_profile
 from harness.twin import write_twin_trace
 from harness.validate import validate as run_validation
+from reports.results import result_header
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 
 
@@ -55,7 +56,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
     with StagedDir(out, force) as tmp:
-        write_json(tmp / "metrics.json", m)
+        write_json(tmp / "metrics.json", {**result_header("validate"), **m})
         write_parquet(tmp / "requests.parquet", v.per_request)
         with TraceWriter(tmp / "twin") as w:
             w.meta["source"] = {"kind": "twin", "replay_of": str(trace_dir), "profile": profile.name,

@@ -4,6 +4,12 @@ pool, and the metrics that compare routers (DESIGN section 1).
 OnTimeUtility = (1/N) sum_i U_real(i) * 1[TTFT_i <= tau_i], with the
 realised utility of the instance that served i (realised accuracy minus
 lambda times realised cost); requests never served count as late.
+
+What the router is told about each request comes from three explicit
+policies for what a trace may lack (``traces.lengths``, ``traces.slo``,
+``traces.quality``): the predicted output length, the TTFT SLO and the
+per-model accuracy. The metrics record the policy of each, and the
+served trace carries the SLO and accuracy that were used.
 """
 from __future__ import annotations
 
@@ -17,8 +23,11 @@ from harness.pool_baselines import pool_baselines
 from harness.pools import Pool
 from harness.twin import Twin, TwinConfig, TwinResult
 from routers.base import RouteInputs
-from routers.registry import make_router, needs_baselines
-from routers.utility import DEFAULT_LAMBDA, utility_tables
+from routers.registry import capabilities, make_router, needs_baselines
+from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
+from traces.lengths import PredictedLengths, predicted_lengths
+from traces.quality import QualityTable, quality_table
+from traces.slo import SloTargets, slo_targets
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,9 @@ class ReplayConfig:
     seed: int = 0
     noise: bool = True
     record_steps: bool = False
+    lengths: str | None = None  # predicted-length policy (None: column if the trace has it, else median)
+    slo: str | None = None  # SLO policy (None: column if the trace has it, else rule)
+    quality: str | None = None  # quality policy (None: table if the trace has one, else model)
 
 
 @dataclass
@@ -39,12 +51,34 @@ class ReplayResult:
     extra: dict = field(default_factory=dict)
 
 
-def route_inputs(requests: pd.DataFrame, util_pred: np.ndarray) -> RouteInputs:
-    pred = requests["predicted_output_tokens"] if "predicted_output_tokens" in requests else requests["output_tokens"]
-    pred = pred.fillna(requests["output_tokens"].median()).to_numpy(dtype=np.float64)
-    slo = requests["slo_ttft_s"].to_numpy(dtype=np.float64) if "slo_ttft_s" in requests else np.full(len(requests), np.inf)
-    return RouteInputs(prompt=requests["prompt_tokens"].to_numpy(dtype=np.int64), slo=np.nan_to_num(slo, nan=np.inf),
-                       utility=util_pred, pred_total=np.maximum(pred, 1).astype(np.int64))
+@dataclass
+class WorkloadInputs:
+    """What routers are told about each request, and the policies behind it."""
+
+    lengths: PredictedLengths
+    slo: SloTargets
+    quality: QualityTable
+    utility: UtilityTables
+    route: RouteInputs
+
+    def policies(self) -> dict:
+        return {"lengths": self.lengths.record(), "slo": self.slo.record(), "quality": self.quality.record()}
+
+    def notes(self) -> list[str]:
+        return [self.lengths.note, self.slo.note, self.quality.note]
+
+
+def workload_inputs(requests: pd.DataFrame, quality: pd.DataFrame | None, specs, cfg: ReplayConfig) -> WorkloadInputs:
+    """Apply the length, SLO and quality policies (ValueError: a policy the
+    trace cannot serve, or a partial quality table)."""
+    lengths = predicted_lengths(requests, cfg.lengths)
+    slo = slo_targets(requests, cfg.slo, cfg.seed)
+    qual = quality_table(requests, quality, [s.model for s in specs], cfg.quality, cfg.seed)
+    util = utility_tables(requests, qual.table, [s.model for s in specs], np.array([s.price_in for s in specs]),
+                          np.array([s.price_out for s in specs]), lengths.tokens, cfg.lam)
+    route = RouteInputs(prompt=requests["prompt_tokens"].to_numpy(dtype=np.int64), slo=slo.seconds,
+                        utility=util.predicted, pred_total=lengths.tokens)
+    return WorkloadInputs(lengths, slo, qual, util, route)
 
 
 def warm_up() -> float:
@@ -67,13 +101,13 @@ def warm_up() -> float:
 
 
 def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFrame | None,
-           cfg: ReplayConfig) -> ReplayResult:
+           cfg: ReplayConfig, workload: WorkloadInputs | None = None) -> ReplayResult:
+    """``workload``: the policies already applied (``workload_inputs``), so
+    that a CLI can refuse a bad policy before any work starts."""
     twin = Twin.from_pool(pool, TwinConfig(seed=cfg.seed, noise=cfg.noise, record_steps=cfg.record_steps))
     specs = twin.specs
-    models = [s.model for s in specs]
-    util = utility_tables(requests, quality, models, np.array([s.price_in for s in specs]),
-                          np.array([s.price_out for s in specs]), cfg.lam)
-    inputs = route_inputs(requests, util.predicted)
+    workload = workload or workload_inputs(requests, quality, specs, cfg)
+    util, inputs = workload.utility, workload.route
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines)
     warm_s = warm_up()
@@ -90,13 +124,15 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     ttft = out["ttft_s"].to_numpy(dtype=np.float64)
     slo = inputs.slo
     out["on_time"] = np.isfinite(ttft) & (ttft <= slo)
+    out["slo_ttft_s"] = np.where(np.isfinite(slo), slo, np.nan)  # the SLOs used; none (inf) is stored as null
     m = replay_metrics(out, specs)
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
-              "rejected": res.extra.get("rejected", 0)})
-    return ReplayResult(out, m, res)
+              "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),
+              "router_capabilities": capabilities([cfg.router])})
+    return ReplayResult(out, m, res, {"quality": workload.quality.table})
 
 
 def replay_metrics(out: pd.DataFrame, specs) -> dict:

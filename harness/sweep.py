@@ -4,6 +4,12 @@ process pool, and the summaries that compare routers.
 Every cell is fully determined by its parameters (the workload seed comes
 from the cell's seed and rate, the twin's from its seed), and results are
 ordered by cell, so the output is the same whatever the worker count.
+
+A cell's workload is generated (the paper's workload with the sweep's
+arrival process) or, with ``SweepSpec.trace``, a trace's requests with
+their arrival times rescaled to the cell's rate. Each row records the
+inter-arrival CV^2 of the arrivals the cell replayed, so a sweep's
+burstiness can be checked from its results.
 """
 from __future__ import annotations
 
@@ -16,10 +22,12 @@ import numpy as np
 import pandas as pd
 
 from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay
-from routers.registry import BASELINE_ROUTERS
+from harness.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
+from harness.twin import InstanceSpec
+from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ArrivalSpec
+from traces.store import open_trace
 from traces.workload import WorkloadConfig, generate_workload
 
 
@@ -40,22 +48,63 @@ class SweepSpec:
     burst_ratio: float = 3.0
     high_fraction: float = 0.2
     correlation_s: float = 2.0
+    burstiness: float = 1.0  # gamma: shape (inter-arrival CV^2 = 1/burstiness)
     noise: bool = True
+    trace: str | None = None  # replay this trace's requests (arrivals rescaled to each rate) instead of generating
+    lengths: str | None = None  # predicted-length policy (None: the default)
+    slo: str | None = None  # SLO policy (None: the default)
+    quality: str | None = None  # quality policy (None: the default)
+
+    def replay_config(self, cell: Cell) -> ReplayConfig:
+        return ReplayConfig(router=cell.router, lam=cell.lam, delta_per_us=cell.delta_per_us, seed=cell.seed,
+                            noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality)
 
 
 def workload_seed(seed: int, rate: float) -> int:
     return int(np.random.SeedSequence([seed, int(round(rate * 1000))]).generate_state(1)[0])
 
 
-def run_cell(spec: SweepSpec, cell: Cell) -> dict:
-    arrivals = ArrivalSpec(spec.arrival, cell.rate, spec.burst_ratio, spec.high_fraction, spec.correlation_s)
+def rescaled_arrivals(arrival_s: np.ndarray, rate: float) -> np.ndarray:
+    """Arrival times shifted to start at 0 and stretched to mean rate ``rate``
+    (the shape of the trace's arrival process is kept)."""
+    t = arrival_s - arrival_s[0]
+    return t * ((t.size - 1) / t[-1] / rate) if t.size > 1 and t[-1] > 0 else t
+
+
+def cell_workload(spec: SweepSpec, cell: Cell) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The requests (and quality table, if any) a cell replays."""
+    if spec.trace is not None:
+        tr = open_trace(spec.trace)
+        reqs = tr.read("requests").iloc[: spec.requests].reset_index(drop=True)
+        reqs["arrival_s"] = rescaled_arrivals(reqs["arrival_s"].to_numpy(dtype=np.float64), cell.rate)
+        return reqs, tr.read("quality") if tr.has("quality") else None
+    arrivals = ArrivalSpec(spec.arrival, cell.rate, spec.burst_ratio, spec.high_fraction, spec.correlation_s,
+                           spec.burstiness)
     wl = generate_workload(WorkloadConfig(requests=spec.requests, arrivals=arrivals,
                                           seed=workload_seed(cell.seed, cell.rate)))
-    res = replay(load_pool(spec.pool), spec.pool, wl.requests, wl.quality,
-                 ReplayConfig(router=cell.router, lam=cell.lam, delta_per_us=cell.delta_per_us, seed=cell.seed,
-                              noise=spec.noise))
+    return wl.requests, wl.quality
+
+
+def sweep_inputs(spec: SweepSpec, cell: Cell) -> WorkloadInputs:
+    """The policies applied to ``cell``'s workload: every cell of a sweep
+    resolves them alike, so the first cell tells (and refuses) for all."""
+    reqs, quality = cell_workload(spec, cell)
+    specs = [InstanceSpec.from_config(c) for c in load_pool(spec.pool).instances]
+    return workload_inputs(reqs, quality, specs, spec.replay_config(cell))
+
+
+def interarrival_cv2(arrival_s: np.ndarray) -> float:
+    gaps = np.diff(np.sort(arrival_s))
+    return float(gaps.var() / gaps.mean() ** 2) if gaps.size > 1 and gaps.mean() > 0 else float("nan")
+
+
+def run_cell(spec: SweepSpec, cell: Cell) -> dict:
+    reqs, quality = cell_workload(spec, cell)
+    res = replay(load_pool(spec.pool), spec.pool, reqs, quality, spec.replay_config(cell))
     m = res.metrics
-    row = {**asdict(cell), "arrival": spec.arrival, "requests": spec.requests}
+    row = {**asdict(cell), "arrival": spec.arrival, "requests": len(reqs),
+           "interarrival_cv2": interarrival_cv2(res.requests["arrival_s"].to_numpy(dtype=np.float64))}
+    row.update({f"{k}_policy": v["policy"] for k, v in m["policies"].items()})
     for k in ("ontime_utility", "slo_attainment", "mean_utility", "mean_cost_micro_usd", "ttft_mean_s",
               "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "unserved", "mean_decision_us", "wall_s", "simulated_s",
               "speedup"):
@@ -96,13 +145,16 @@ def auc(rates: np.ndarray, values: np.ndarray) -> float:
 
 def summarize_sweep(df: pd.DataFrame) -> dict:
     """Per router (and delta, lambda): OnTimeUtility AUC over the rates,
-    averaged over seeds, and its ratio to the best baseline router."""
-    out: dict = {"rates": sorted(float(r) for r in df["rate"].unique())}
+    averaged over seeds, and its ratio to the best baseline router. What
+    each router is (soft, baseline, ...) comes from the registry and is
+    recorded under ``router_capabilities`` for reports."""
+    caps = capabilities(df["router"].unique())
+    out: dict = {"rates": sorted(float(r) for r in df["rate"].unique()), "router_capabilities": caps}
     out["rate_range"] = [out["rates"][0], out["rates"][-1]]
     mean = df.groupby(["lam", "router", "delta_per_us", "rate"], as_index=False).mean(numeric_only=True)
     routers = {}
     for (lam, router, delta), g in mean.groupby(["lam", "router", "delta_per_us"]):
-        key = router if delta == 0 or not router.endswith("-soft") else f"{router}(delta={delta:g})"
+        key = f"{router}(delta={delta:g})" if caps[router]["uses_delta"] and delta != 0 else router
         if len(df["lam"].unique()) > 1:
             key = f"{key}[lambda={lam:g}]"
         routers[key] = {
@@ -114,7 +166,7 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
                         for r, o, a, tm, mu in zip(g["rate"], g["ontime_utility"], g["slo_attainment"],
                                                    g["ttft_mean_s"], g["mean_utility"])},
         }
-    base = {k: v["auc_ontime_utility"] for k, v in routers.items() if v["router"] in BASELINE_ROUTERS
+    base = {k: v["auc_ontime_utility"] for k, v in routers.items() if caps[v["router"]]["baseline"]
             and (v["delta_per_us"] == 0)}
     if base:
         best_key = max(base, key=base.get)
@@ -122,7 +174,7 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
         for v in routers.values():
             v["auc_ratio_to_best_baseline"] = v["auc_ontime_utility"] / base[best_key] if base[best_key] else None
     out["routers"] = routers
-    soft = mean[mean["router"].str.endswith("-soft")]
+    soft = mean[mean["router"].map(lambda r: caps[r]["uses_delta"])]
     if len(soft["delta_per_us"].unique()) > 1:
         out["frontier"] = [{"router": r, "rate": float(rt), "delta_per_us": float(d), "lambda": float(lam),
                             "mean_utility": float(mu), "ontime_utility": float(o), "ttft_mean_s": float(tm)}
@@ -141,13 +193,17 @@ def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None
     df = run_sweep(spec, cells, workers, progress)
     summary = summarize_sweep(df)
     summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
-                    "requests": spec.requests, "seeds": len({c.seed for c in cells}), "cells": len(cells)})
+                    "burstiness": spec.burstiness, "trace": spec.trace, "requests": int(df["requests"].max()),
+                    "seeds": len({c.seed for c in cells}), "cells": len(cells),
+                    "interarrival_cv2": float(df["interarrival_cv2"].mean()),
+                    "policies": sweep_inputs(spec, cells[0]).policies()})
     return df, summary
 
 
-def write_sweep_result(out, df: pd.DataFrame, summary: dict, force: bool = False) -> None:
+def write_sweep_result(out, df: pd.DataFrame, summary: dict, force: bool = False, command: str | None = None) -> None:
+    from reports.results import result_header
     from traces.store import StagedDir, write_json, write_parquet
 
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "results.parquet", df)
-        write_json(tmp / "metrics.json", summary)
+        write_json(tmp / "metrics.json", {**result_header("sweep", command), **summary})

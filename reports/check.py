@@ -117,5 +117,12 @@ def load_baseline(path: Path) -> dict:
     return doc
 
 
+def check_kind(baseline: dict, r: Result, baseline_path: Path) -> None:
+    """A baseline compares only with a result of its own kind."""
+    kind = baseline.get("kind")
+    if kind is not None and kind != r.kind:
+        raise BadInput(baseline_path, None, "kind", f"a {kind} baseline cannot check a {r.kind} result ({r.path})")
+
+
 def baseline_doc(r: Result) -> dict:
     return {"baseline_version": BASELINE_VERSION, "kind": r.kind, "source": str(r.path), "metrics": flatten(r)}

@@ -92,9 +92,15 @@ def mape_by_load(results: list[Result], path: Path) -> str | None:
     return "TTFT MAPE by load at arrival: how each estimator's error grows with the number of resident requests."
 
 
+def _delta_routers(r: Result) -> set[str]:
+    """Routers whose decisions depend on delta, as the sweep recorded them."""
+    return {n for n, c in r.metrics.get("router_capabilities", {}).items() if c.get("uses_delta")}
+
+
 def _by_rate(r: Result, metric: str):
     df = r.tables["results"]
-    base = df[~df["router"].str.endswith("-soft") | (df["delta_per_us"] == df.groupby("router")["delta_per_us"].transform("min"))]
+    soft = df["router"].isin(_delta_routers(r))
+    base = df[~soft | (df["delta_per_us"] == df.groupby("router")["delta_per_us"].transform("min"))]
     return base.groupby(["router", "rate"], as_index=False)[metric].mean()
 
 
@@ -145,7 +151,7 @@ def frontier(results: list[Result], path: Path) -> str | None:
             ax.annotate(f"{row['delta_per_us']:g}", (row["ttft_mean_s"], row["mean_utility"]), fontsize=6)
     for r in _sweeps(results):
         df2 = r.tables["results"]
-        for _, row in df2[~df2["router"].str.endswith("-soft")].iterrows():
+        for _, row in df2[~df2["router"].isin(_delta_routers(r))].iterrows():
             if row["rate"] in set(df["rate"]):
                 ax.scatter([row["ttft_mean_s"]], [row["mean_utility"]], marker="x")
                 ax.annotate(row["router"], (row["ttft_mean_s"], row["mean_utility"]), fontsize=6)
@@ -167,8 +173,9 @@ def composition(results: list[Result], path: Path) -> str | None:
             df = r.tables["results"]
             share_cols = [c for c in df.columns if c.startswith("share_")]
             top = df[df["rate"] == df["rate"].max()]
+            soft = _delta_routers(r)
             for (router, delta), g in top.groupby(["router", "delta_per_us"]):
-                label = f"{router}" + (f"(delta={delta:g})" if router.endswith("-soft") else "")
+                label = f"{router}" + (f"(delta={delta:g})" if router in soft else "")
                 rows.append((f"{label} @ {g['rate'].iloc[0]:g} q/s", {c[6:]: float(g[c].mean()) for c in share_cols}))
     if not rows:
         return None

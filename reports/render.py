@@ -52,8 +52,8 @@ def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
 
 
 def params_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
-    keys = ("trace", "pool", "router", "lengths", "profile", "profiles", "arrival", "burst_ratio", "requests", "seeds",
-            "rate_range", "lambda", "delta_per_us", "noise", "seed")
+    keys = ("trace", "pool", "router", "lengths", "policies", "profile", "profiles", "arrival", "burst_ratio",
+            "burstiness", "requests", "seeds", "rate_range", "lambda", "delta_per_us", "noise", "seed")
     rows = []
     for r in results:
         for k in keys:

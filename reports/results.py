@@ -1,14 +1,55 @@
-"""Reading result directories written by ``estimate``, ``validate``,
-``replay`` and ``sweep``: each is recognised by what it contains."""
+"""Result directories written by ``estimate``, ``validate``, ``replay`` and
+``sweep``: the header every ``metrics.json`` carries, and reading them back.
+
+Every metrics.json starts with ``kind`` (estimate | validate | replay |
+sweep), ``schema_version``, ``latroute_version`` and ``command`` (the
+command line that wrote it), so a reader never guesses what it holds.
+Results written before the header existed are recognised by what they
+contain (``schema_version`` 0).
+"""
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from traces.errors import BadInput
+
+RESULT_KINDS = ("estimate", "validate", "replay", "sweep")
+RESULT_SCHEMA_VERSION = 1
+
+
+def latroute_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("latroute")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def command_line() -> str:
+    """The command line of the running ``latroute`` command (captured by the
+    CLI's root group), or the process's argv outside the CLI."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    argv = ctx.find_root().meta.get("latroute.argv") if ctx is not None else None
+    if argv is None:
+        return shlex.join(sys.argv)
+    return shlex.join(["latroute", *argv])
+
+
+def result_header(kind: str, command: str | None = None) -> dict:
+    """The first keys of a result's metrics.json."""
+    if kind not in RESULT_KINDS:
+        raise ValueError(f"unknown result kind {kind!r}")
+    return {"kind": kind, "schema_version": RESULT_SCHEMA_VERSION, "latroute_version": latroute_version(),
+            "command": command if command is not None else command_line()}
 
 
 @dataclass
@@ -43,6 +84,18 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 
 def kind_of(path: Path) -> str:
+    """The result's declared kind (its metrics.json header), else what its
+    files say (results written before the header)."""
+    if (path / "metrics.json").is_file():
+        m = _json(path / "metrics.json")
+        if "kind" in m:
+            if m["kind"] not in RESULT_KINDS:
+                raise BadInput(path / "metrics.json", None, "kind", f"unknown result kind {m['kind']!r}")
+            if not isinstance(m.get("schema_version"), int) or m["schema_version"] > RESULT_SCHEMA_VERSION:
+                raise BadInput(path / "metrics.json", None, "schema_version",
+                               f"{m.get('schema_version')!r} is not one this latroute reads "
+                               f"(<= {RESULT_SCHEMA_VERSION})")
+            return m["kind"]
     if (path / "results.parquet").is_file():
         return "sweep"
     if (path / "estimates.parquet").is_file():

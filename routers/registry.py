@@ -1,30 +1,116 @@
-"""Router names and construction."""
+"""The router registry: every router's name, what it needs and how to build it.
+
+The CLI, sweeps, the demo and the results learn what a router needs from its
+entry, never from its name: whether it asks a TTFT estimator (and which),
+whether the soft rule's delta or the cost weight lambda change its
+decisions, whether its estimator needs request-level baseline parameters
+(measured on a calibration replay of the pool), and whether it is an
+*oracle* (sees something a production router cannot, e.g. true output
+lengths; none of today's routers is). Sweeps and replays copy
+``capabilities()`` of the routers they ran into metrics.json, so reports
+read them from the result, not from this module.
+"""
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from estimators.estimate import ESTIMATORS, BaselineParams, build
 from routers.base import RouteInputs, Router
 from routers.latency_aware import LatencyAware
 from routers.simple import LatencyAgnostic, LeastTokens, PowerOfTwo, RoundRobin, ShortestQueue
 
-SIMPLE = {"round-robin": RoundRobin, "shortest-queue": ShortestQueue, "least-tokens": LeastTokens,
-          "power-of-two": PowerOfTwo, "latency-agnostic": LatencyAgnostic}
-LATENCY_AWARE = [f"{e}-{rule}" for e in ESTIMATORS for rule in ("hard", "soft")]
-ROUTERS = list(SIMPLE) + LATENCY_AWARE
-BASELINE_ROUTERS = ("round-robin", "shortest-queue", "latency-agnostic")
-MAIN_ROUTERS = ("shortest-queue", "latency-agnostic", "sfs-hard", "sfs-soft")
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything a router may be built from (all honest)."""
+
+    inputs: RouteInputs
+    specs: list  # harness.twin.InstanceSpec per instance
+    frontend_overhead_s: float
+    delta_per_us: float = 0.0
+    seed: int = 0
+    baselines: dict[str, BaselineParams] | None = None
+
+
+@dataclass(frozen=True)
+class RouterEntry:
+    name: str
+    summary: str
+    make: Callable[[BuildContext], Router]
+    estimator: str | None = None  # TTFT estimator it asks, per instance
+    rule: str | None = None  # hard | soft (latency-aware routers)
+    uses_delta: bool = False  # the soft rule's delta changes its decisions
+    uses_lambda: bool = False  # decides on predicted utility, so lambda changes its decisions
+    needs_baselines: bool = False  # its estimator needs the pool's baseline parameters
+    oracle: bool = False  # sees what a production router cannot
+    seeded: bool = False  # draws random numbers (from the replay's seed)
+    baseline: bool = False  # a baseline that latency-aware routers are compared against
+    main: bool = False  # in the default sweep
+
+    @property
+    def needs_estimator(self) -> bool:
+        return self.estimator is not None
+
+    def capabilities(self) -> dict:
+        """The JSON block results carry per router."""
+        return {"estimator": self.estimator, "rule": self.rule, "uses_delta": self.uses_delta,
+                "uses_lambda": self.uses_lambda, "needs_baselines": self.needs_baselines, "oracle": self.oracle,
+                "seeded": self.seeded, "baseline": self.baseline}
+
+
+def _latency_aware(estimator: str, rule: str) -> Callable[[BuildContext], Router]:
+    def make(c: BuildContext) -> Router:
+        ests = [build(estimator, s.profile, (c.baselines or {}).get(s.instance_id), c.inputs.pred_total,
+                      c.frontend_overhead_s, online_lps=True) for s in c.specs]
+        return LatencyAware(c.inputs, ests, rule, c.delta_per_us if rule == "soft" else 0.0,
+                            name=f"{estimator}-{rule}")
+    return make
+
+
+# estimator -> whether it needs the pool's baseline parameters (SFS needs only the batch-time profile)
+ESTIMATOR_NEEDS_BASELINES = {"sfs": False, "throughput": True, "lps": True, "lps-mg": True, "queue": True}
+
+_ENTRIES = [
+    RouterEntry("round-robin", "instances in turn", lambda c: RoundRobin(c.inputs), baseline=True),
+    RouterEntry("shortest-queue", "fewest resident requests", lambda c: ShortestQueue(c.inputs), baseline=True,
+                main=True),
+    RouterEntry("least-tokens", "fewest outstanding tokens (predicted decode lengths)",
+                lambda c: LeastTokens(c.inputs)),
+    RouterEntry("power-of-two", "the shorter queue of two random instances",
+                lambda c: PowerOfTwo(c.inputs, c.seed), seeded=True),
+    RouterEntry("latency-agnostic", "highest predicted utility, latency ignored",
+                lambda c: LatencyAgnostic(c.inputs), uses_lambda=True, baseline=True, main=True),
+] + [
+    RouterEntry(f"{est}-{rule}",
+                f"{est} TTFT estimate per instance, " + ("best utility meeting the SLO" if rule == "hard"
+                                                          else "max utility - delta * estimated TTFT"),
+                _latency_aware(est, rule), estimator=est, rule=rule, uses_delta=rule == "soft", uses_lambda=True,
+                needs_baselines=ESTIMATOR_NEEDS_BASELINES[est], main=est == "sfs")
+    for est in ESTIMATORS for rule in ("hard", "soft")
+]
+
+REGISTRY: dict[str, RouterEntry] = {e.name: e for e in _ENTRIES}
+ROUTERS = list(REGISTRY)
+BASELINE_ROUTERS = tuple(n for n, e in REGISTRY.items() if e.baseline)
+MAIN_ROUTERS = tuple(n for n, e in REGISTRY.items() if e.main)
+
+
+def router_entry(name: str) -> RouterEntry:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r} (choose from {', '.join(ROUTERS)})") from None
 
 
 def needs_baselines(name: str) -> bool:
-    return name in LATENCY_AWARE and not name.startswith("sfs-")
+    return router_entry(name).needs_baselines
+
+
+def capabilities(names) -> dict[str, dict]:
+    return {n: router_entry(n).capabilities() for n in dict.fromkeys(names)}
 
 
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,
                 baselines: dict[str, BaselineParams] | None = None) -> Router:
-    if name in SIMPLE:
-        return PowerOfTwo(inputs, seed) if name == "power-of-two" else SIMPLE[name](inputs)
-    if name not in LATENCY_AWARE:
-        raise ValueError(f"unknown router {name!r} (choose from {', '.join(ROUTERS)})")
-    est_name, rule = name.rsplit("-", 1)
-    ests = [build(est_name, s.profile, (baselines or {}).get(s.instance_id), inputs.pred_total, overhead,
-                  online_lps=True) for s in specs]
-    return LatencyAware(inputs, ests, rule, delta_per_us, name=name)
+    return router_entry(name).make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines))

@@ -3,7 +3,8 @@
 U(i, j) = acc(i, j) - lambda * cost(i, j), cost in micro-dollars:
 cost = p_i * price_in_j + o_i * price_out_j with prices in USD per million
 tokens. Routers see the *predicted* utility (acc_hat, predicted output
-length); metrics use the *realised* one (realised accuracy, true length).
+length from the one predicted-length policy, ``traces.lengths``); metrics
+use the *realised* one (realised accuracy, true length).
 """
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ class UtilityTables:
 
 
 def utility_tables(requests: pd.DataFrame, quality: pd.DataFrame | None, models: list[str], price_in: np.ndarray,
-                   price_out: np.ndarray, lam: float = DEFAULT_LAMBDA) -> UtilityTables:
+                   price_out: np.ndarray, pred_tokens: np.ndarray, lam: float = DEFAULT_LAMBDA) -> UtilityTables:
+    """``pred_tokens``: predicted output length per request (the length
+    policy's); the true ``output_tokens`` enter the realised table only."""
     n, j = len(requests), len(models)
     acc = np.zeros((n, j))
     acc_hat = np.zeros((n, j))
@@ -38,10 +41,7 @@ def utility_tables(requests: pd.DataFrame, quality: pd.DataFrame | None, models:
             acc_hat[rows, k] = qm["acc_hat"].to_numpy()
     p = requests["prompt_tokens"].to_numpy(dtype=np.float64)[:, None]
     o_true = requests["output_tokens"].to_numpy(dtype=np.float64)[:, None]
-    if "predicted_output_tokens" in requests and requests["predicted_output_tokens"].notna().any():
-        o_hat = requests["predicted_output_tokens"].fillna(requests["output_tokens"].median()).to_numpy(float)[:, None]
-    else:
-        o_hat = np.full_like(o_true, float(np.median(o_true)))
+    o_hat = np.asarray(pred_tokens, dtype=np.float64)[:, None]
     pin, pout = np.nan_to_num(price_in)[None, :], np.nan_to_num(price_out)[None, :]
     cost_hat = p * pin + o_hat * pout
     cost = p * pin + o_true * pout

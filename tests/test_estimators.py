@@ -11,11 +11,12 @@ import pytest
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, fit_queue, outstanding_prefill_tokens
 from estimators.engine.config import InstanceConfig
 from estimators.engine.state import SchedState, StepPlan
-from estimators.estimate import load_bin, predicted_totals
+from estimators.estimate import load_bin
 from estimators.snapshot import Query, RateTracker, RecordedWalk, Snapshot
 from tests.conftest import run_cli
 from tests.test_twin import reqs as make_reqs
 from tests.test_twin import toy_twin
+from traces.lengths import predicted_lengths
 from traces.store import TraceWriter, open_trace
 
 
@@ -60,13 +61,19 @@ def test_rate_tracker_converges_to_the_rate():
 
 def test_length_policies():
     df = pd.DataFrame({"output_tokens": [10, 20, 30, 0], "predicted_output_tokens": [12.0, np.nan, 1.0, 5.0]})
-    assert predicted_totals(df, "oracle").tolist() == [10, 20, 30, 1]
-    assert predicted_totals(df, "median").tolist() == [15] * 4
-    assert predicted_totals(df, "constant:7").tolist() == [7] * 4
-    assert predicted_totals(df, "column").tolist() == [12, 15, 1, 5]
+    tokens = lambda policy: predicted_lengths(df, policy).tokens.tolist()  # noqa: E731
+    assert tokens("oracle") == [10, 20, 30, 1] and predicted_lengths(df, "oracle").oracle
+    assert tokens("median") == [15] * 4
+    assert tokens("constant:7") == [7] * 4
+    assert tokens("column") == [12, 15, 1, 5]
+    assert predicted_lengths(df).policy == "column"  # default: the column where the trace has one
+    no_col = df.drop(columns=["predicted_output_tokens"])
+    assert predicted_lengths(no_col).policy == "median" and predicted_lengths(no_col).tokens.tolist() == [15] * 4
     for bad in ("constant:x", "constant:0", "psychic"):
         with pytest.raises(ValueError):
-            predicted_totals(df, bad)
+            predicted_lengths(df, bad)
+    with pytest.raises(ValueError, match="predicted_output_tokens"):
+        predicted_lengths(no_col, "column")
     assert load_bin(np.array([0, 1, 3, 4, 70, 900])).tolist() == ["0", "1-3", "1-3", "4-15", "64-255", "256+"]
 
 
@@ -107,7 +114,7 @@ def test_estimate_cli_on_a_twin_trace(tmp_path):
                          ("instances", r.instances)):
             tw.write_table(name, df)
     out = tmp_path / "est"
-    res = run_cli("estimate", tmp_path / "served", "--estimators", "sfs", "--out", out)
+    res = run_cli("estimate", tmp_path / "served", "--estimators", "sfs", "--lengths", "oracle", "--out", out)
     assert res.exit_code == 0, res.output
     m = json.loads((out / "metrics.json").read_text())
     # without noise and with oracle lengths SFS errs only where later arrivals join the query's steps
@@ -141,7 +148,8 @@ TABLE = {  # recording: (calibrated on, SFS MAPE, trajectory error) from the iss
 @pytest.mark.parametrize("name", sorted(TABLE))
 def test_sfs_on_real_recordings_meets_the_reference(recordings, name, tmp_path):
     other, mape_ref, traj_ref = TABLE[name]
-    res = run_cli("estimate", recordings / name, "--calibrate-on", recordings / other, "--out", tmp_path / "e")
+    res = run_cli("estimate", recordings / name, "--calibrate-on", recordings / other, "--lengths", "oracle",
+                  "--out", tmp_path / "e")
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "e" / "metrics.json").read_text())
     sfs = m["estimators"]["sfs"]

@@ -117,3 +117,17 @@ def test_check_refuses_a_malformed_baseline(results, tmp_path, text, column):
     base = tmp_path / "b.json"
     base.write_text(text)
     assert_refused(run_cli("check", results / "est", "--baseline", base), None, "b.json", column)
+
+
+def test_every_result_declares_its_kind_and_check_refuses_another_kind(results, tmp_path):
+    kinds = {"est": "estimate", "val": "validate", "rep-sfs-hard": "replay", "sweep": "sweep"}
+    for name, kind in kinds.items():
+        m = json.loads((results / name / "metrics.json").read_text())
+        assert m["kind"] == kind and m["schema_version"] == 1 and m["latroute_version"], name
+        assert m["command"].startswith(f"latroute {'replay' if kind == 'replay' else kind} "), m["command"]
+    base = tmp_path / "b.json"
+    assert run_cli("check", results / "est", "--baseline", base, "--write-baseline").exit_code == 0
+    assert_refused(run_cli("check", results / "sweep", "--baseline", base), None, "kind",
+                   "estimate baseline cannot check a sweep result")
+    m = json.loads((results / "sweep" / "metrics.json").read_text())
+    assert m["router_capabilities"]["sfs-soft"]["uses_delta"] and not m["router_capabilities"]["shortest-queue"]["uses_delta"]

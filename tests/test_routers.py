@@ -91,7 +91,8 @@ def test_utility_tables_prices_and_lambda():
                          "predicted_output_tokens": [200, 900]})
     q = pd.DataFrame({"request_id": [7, 7, 8, 8], "model": ["a", "b", "a", "b"], "acc": [0.5, 0.9, 0.2, 0.8],
                       "acc_hat": [0.4, 0.8, 0.3, 0.7]})
-    t = utility_tables(reqs, q, ["a", "b"], np.array([0.1, 1.0]), np.array([0.2, 2.0]), lam=1e-3)
+    t = utility_tables(reqs, q, ["a", "b"], np.array([0.1, 1.0]), np.array([0.2, 2.0]), np.array([200, 900]),
+                       lam=1e-3)
     # cost in micro-dollars = tokens * USD per million tokens
     assert t.cost_realised[0].tolist() == pytest.approx([1000 * 0.1 + 100 * 0.2, 1000 * 1.0 + 100 * 2.0])
     assert t.realised[0, 1] == pytest.approx(0.9 - 1e-3 * 1200)
@@ -126,3 +127,31 @@ def test_replay_and_sweep_cli(tmp_path):
     cols = [c for c in df.columns if c not in ("wall_s", "speedup", "mean_decision_us")]
     pd.testing.assert_frame_equal(df[cols], df1[cols])
     assert run_cli("sweep", "--routers", "nope", "--out", tmp_path / "x").exit_code == 2
+
+
+def test_registry_declares_what_each_router_needs():
+    from estimators.estimate import ESTIMATORS, build
+    from estimators.profile import load_profile
+    from routers.registry import MAIN_ROUTERS, REGISTRY, make_router
+
+    prof = load_profile("qwen3-8b-h100")
+    for est in ESTIMATORS:
+        for rule in ("hard", "soft"):
+            e = REGISTRY[f"{est}-{rule}"]
+            assert e.estimator == est and e.rule == rule and e.uses_delta == (rule == "soft") and e.uses_lambda
+            # needs_baselines says exactly whether the estimator can be built without them
+            if e.needs_baselines:
+                with pytest.raises(ValueError, match="baseline"):
+                    build(est, prof, None, np.ones(1, dtype=np.int64), 0.0)
+            else:
+                build(est, prof, None, np.ones(1, dtype=np.int64), 0.0)
+    simple = [e for e in REGISTRY.values() if e.estimator is None]
+    assert not any(e.uses_delta or e.needs_baselines or e.oracle for e in simple)
+    assert [n for n, e in REGISTRY.items() if e.uses_lambda and e.estimator is None] == ["latency-agnostic"]
+    assert MAIN_ROUTERS == ("shortest-queue", "latency-agnostic", "sfs-hard", "sfs-soft")
+    assert {n for n, e in REGISTRY.items() if e.baseline} == {"round-robin", "shortest-queue", "latency-agnostic"}
+    # a router built through the registry ignores delta unless it declares it
+    specs = [type("Spec", (), {"profile": prof, "instance_id": f"i{k}"})() for k in range(2)]
+    for name in ("sfs-hard", "sfs-soft"):
+        r = make_router(name, inputs(np.array([[0.9, 0.1]])), specs, 0.0, delta_per_us=1e9)
+        assert r.delta == (1e9 if REGISTRY[name].uses_delta else 0.0)

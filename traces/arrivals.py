@@ -3,7 +3,10 @@
 - ``poisson``: exponential inter-arrivals at rate R.
 - ``gamma``: Gamma inter-arrivals with shape = burstiness and scale =
   1/(R*burstiness), exactly as ``vllm bench serve`` draws them; the
-  inter-arrival CV^2 is 1/burstiness (burstiness 1 is Poisson).
+  inter-arrival CV^2 is 1/burstiness (burstiness 1 is Poisson). As in
+  ``vllm bench serve``, a burstiness other than 1 with no arrival process
+  named means gamma (``resolve_arrival``); a process that cannot honour it
+  is refused rather than silently ignoring it.
 - ``mmpp``: a two-state Markov-modulated Poisson process with mean rate R,
   rate ratio r = high/low, high-state time fraction f and correlation time c
   (the state process's autocorrelation decays as exp(-t/c)), so the switching
@@ -49,6 +52,21 @@ class ArrivalSpec:
         """(low, high) state rates whose time-average is ``rate``."""
         low = self.rate / (1.0 + self.high_fraction * (self.burst_ratio - 1.0))
         return low, low * self.burst_ratio
+
+
+def resolve_arrival(kind: str | None, burstiness: float) -> str:
+    """The arrival process for ``--arrival`` (None: not given) and
+    ``--burstiness``: unnamed means gamma when burstiness != 1, else
+    Poisson; a named process other than gamma takes only burstiness 1."""
+    if not burstiness > 0:
+        raise ValueError(f"must be > 0, got {burstiness:g}")
+    if kind is None:
+        return "gamma" if burstiness != 1.0 else "poisson"
+    if kind not in ARRIVAL_KINDS:
+        raise ValueError(f"unknown arrival process {kind!r} (choose from {', '.join(ARRIVAL_KINDS)})")
+    if kind != "gamma" and burstiness != 1.0:
+        raise ValueError(f"{burstiness:g} needs gamma arrivals ({kind} cannot honour a burstiness other than 1)")
+    return kind
 
 
 def _renewal(rng: np.random.Generator, draw, mean_gap: float, n: int | None, duration: float | None) -> np.ndarray:

@@ -27,3 +27,14 @@ class BadInput(Exception):
     def __str__(self) -> str:
         where = self.file if self.row is None else f"{self.file}:{self.row}"
         return f"{where}: {self.column}: {self.reason}"
+
+
+class BadOption(BadInput):
+    """A command-line option (or combination) that latroute refuses; shown
+    as ``error: OPTION: reason`` like any other bad input."""
+
+    def __init__(self, option: str, reason: str):
+        super().__init__(option, None, option, reason)
+
+    def __str__(self) -> str:
+        return f"{self.column}: {self.reason}"

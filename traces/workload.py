@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from traces.arrivals import ArrivalSpec, generate_arrivals
+from traces.quality import ACC_HAT_SIGMA, ACCURACY_CONCENTRATION, draw_accuracy, quality_frame
+from traces.slo import slo_rule
 from traces.store import open_trace
 from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TASKS
 
@@ -24,11 +26,6 @@ from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TA
 # floor at 1 token it gives a mean absolute error of about 200 tokens on the
 # default mix (DESIGN section 5).
 PREDICTED_LENGTH_SCALE = 237.0
-# Realised accuracy per (request, model) is Beta around the task's mean with
-# this concentration; predicted accuracy adds Gaussian noise of this sigma,
-# clipped to [0, 1], for a mean absolute error of about 0.17.
-ACCURACY_CONCENTRATION = 4.0
-ACC_HAT_SIGMA = 0.292
 
 
 @dataclass(frozen=True)
@@ -56,12 +53,6 @@ class WorkloadConfig:
 class Workload:
     requests: pd.DataFrame
     quality: pd.DataFrame
-
-
-def slo_ttft(prompt_tokens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """tau_i = clip((155 ms + 0.035 ms * p_i) * U[0.98, 1.02], 150 ms, 1120 ms)."""
-    base = 0.155 + 0.035e-3 * prompt_tokens
-    return np.clip(base * rng.uniform(0.98, 1.02, prompt_tokens.size), 0.150, 1.120)
 
 
 def _lognormal_tokens(rng: np.random.Generator, median: np.ndarray, sigma: np.ndarray, clip: tuple[int, int]) -> np.ndarray:
@@ -112,7 +103,7 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
         prompt = _lognormal_tokens(r_len, pm, ps, PROMPT_CLIP)
         output = _lognormal_tokens(r_len, om, osg, OUTPUT_CLIP)
 
-    slo = slo_ttft(prompt, r_slo)
+    slo = slo_rule(prompt, r_slo)
     noise = r_pred.laplace(0.0, cfg.predicted_length_scale, n)
     predicted = np.maximum(np.rint(output + noise), 1).astype(np.int64)
 
@@ -129,23 +120,9 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
         }
     )
 
-    k = cfg.accuracy_concentration
-    acc_cols, hat_cols = [], []
-    for m in range(len(QWEN3_MODELS)):
-        mean = np.array([s.accuracy[m] for s in specs])[task_idx]
-        acc = r_acc.beta(mean * k, (1.0 - mean) * k)
-        hat = np.clip(acc + r_acc.normal(0.0, cfg.acc_hat_sigma, n), 0.0, 1.0)
-        acc_cols.append(acc)
-        hat_cols.append(hat)
-    nm = len(QWEN3_MODELS)
-    quality = pd.DataFrame(
-        {
-            "request_id": np.repeat(request_id, nm),
-            "model": np.tile(np.array(QWEN3_MODELS, dtype=object), n),
-            "acc": np.column_stack(acc_cols).ravel(),
-            "acc_hat": np.column_stack(hat_cols).ravel(),
-        }
-    )
+    means = [np.array([s.accuracy[m] for s in specs])[task_idx] for m in range(len(QWEN3_MODELS))]
+    acc_cols, hat_cols = draw_accuracy(means, r_acc, cfg.accuracy_concentration, cfg.acc_hat_sigma)
+    quality = quality_frame(request_id, list(QWEN3_MODELS), acc_cols, hat_cols)
     return Workload(requests, quality)
 
 
