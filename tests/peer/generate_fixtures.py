@@ -1,0 +1,355 @@
+"""Regenerate the peer-suite fixtures from vLLM's real scheduler.
+
+The peer suite checks latroute's ``vllm-v1`` kernel against the scheduling
+scenarios that vLLM's own unit tests pin down on purpose
+(``tests/v1/core/test_scheduler.py`` and ``tests/v1/core/test_prefix_caching.py``;
+``vllm_tests.tsv`` lists every test found there and what became of it). Each
+scenario below is written in our own words: an engine configuration and a few
+requests (prompt length, ``max_tokens``, the step they arrive at and, for
+prefix caching, their prompt content as block ids). This script builds vLLM's
+``Scheduler`` over a mock ``KVCacheConfig`` (no model runs: only the model's
+configuration is read), feeds the requests, calls ``schedule()``, fabricates
+the model's output (one sampled token for every request whose prompt is fully
+computed; ``ignore_eos`` so a request ends at ``max_tokens`` or at
+``max_model_len``), calls ``update_from_output()`` and records every step.
+The records are written as small JSON fixtures so CI needs no vLLM.
+
+It runs in vLLM's own environment and imports only the standard library and
+vLLM. Regenerate (e.g. to check a new vLLM release) from the repository root:
+
+    /work/vllm-env/bin/python tests/peer/generate_fixtures.py
+
+Options: ``--model DIR`` (a model directory whose configuration vLLM can
+read; default ``/work/shared/models/tiny-a``), ``--out DIR`` (default
+``tests/peer/fixtures``), ``--only NAME`` (one scenario). A fixture whose
+content did not change is left untouched, so ``git diff`` shows exactly
+what a new vLLM release changed.
+
+Token content. Without ``blocks`` a request's prompt is one token value
+repeated, unique to the request, so no two requests share a cached block.
+With ``blocks`` (prefix caching) block id ``b`` stands for ``block_size``
+copies of token ``b + 1``; vLLM chains block hashes over the prefix, so an
+id names the same content only after the same preceding ids, exactly as a
+trace's ``hash_ids`` do. The prompt's remaining tokens (``prompt`` minus the
+blocks) and every sampled token are unique to the request.
+
+Step record (one per ``schedule()`` + ``update_from_output()``):
+``batch`` = [[request id, tokens scheduled, computed tokens before], ...] in
+vLLM's scheduling order; ``preempted`` = ids preempted by this schedule();
+``running`` / ``waiting`` = the queues after schedule(), in order;
+``free_blocks_scheduled`` = free KV blocks after schedule();
+``finished`` = ids finished by update_from_output(); ``free_blocks`` = free
+KV blocks after it. vLLM counts cached-but-unreferenced blocks as free.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+FORMAT = "latroute-vllm-peer/1"
+DEFAULT_MODEL = "/work/shared/models/tiny-a"
+MAX_STEPS = 400
+SCHEDULER_TESTS = "tests/v1/core/test_scheduler.py"
+PREFIX_TESTS = "tests/v1/core/test_prefix_caching.py"
+OURS = "latroute (issue 19)"
+
+
+def engine(budget=8192, max_num_seqs=16, block_size=16, num_blocks=10000, long_prefill=0, max_model_len=None,
+           prefix_caching=False, chunked_prefill=True):
+    """An engine configuration; the defaults are those of vLLM's test helper
+    ``create_scheduler`` (max_model_len defaults to the token budget)."""
+    return {"max_num_batched_tokens": budget, "max_num_seqs": max_num_seqs, "block_size": block_size,
+            "num_blocks": num_blocks, "long_prefill_token_threshold": long_prefill,
+            "max_model_len": max_model_len or budget, "prefix_caching": prefix_caching,
+            "chunked_prefill": chunked_prefill}
+
+
+def req(rid, prompt, max_tokens=16, arrival_step=1, blocks=None):
+    r = {"id": str(rid), "prompt": prompt, "max_tokens": max_tokens, "arrival_step": arrival_step}
+    if blocks is not None:
+        r["blocks"] = list(blocks)
+    return r
+
+
+def scenario(name, source, test, description, eng, requests):
+    return {"name": name, "source": {"file": source, "test": test}, "description": description,
+            "engine": eng, "requests": requests}
+
+
+def scenarios() -> list[dict]:
+    """The scenarios, in our own words (see each description)."""
+    out = []
+    for caching in (False, True):
+        tag = "_apc" if caching else ""
+        out.append(scenario(
+            f"all_fit_first_step{tag}", SCHEDULER_TESTS, "test_schedule",
+            "Ten 10-token prompts arrive together under the default budget: the first step admits all of them "
+            "in arrival order with their whole prompts, then they decode together to 16 outputs.",
+            engine(prefix_caching=caching), [req(i, 10) for i in range(10)]))
+        out.append(scenario(
+            f"long_prefill_cap_three_way{tag}", SCHEDULER_TESTS, "test_schedule_concurrent_partial_requests",
+            "Three 800-token prompts, budget 1024, long_prefill_token_threshold 400: the first two get 400 "
+            "each and the third the remaining 224; running prefills keep the cap, decodes join as prompts end.",
+            engine(budget=1024, long_prefill=400, prefix_caching=caching), [req(i, 800) for i in range(3)]))
+        out.append(scenario(
+            f"staggered_arrivals_all_freed{tag}", SCHEDULER_TESTS, "test_memory_leak",
+            "Five 10-token prompts (10 outputs each) arrive one per step; every block is back in the pool once "
+            "the last one finishes.",
+            engine(prefix_caching=caching), [req(i, 10, max_tokens=10, arrival_step=i + 1) for i in range(5)]))
+    for chunked in (True, False):
+        out.append(scenario(
+            f"admission_order_{'chunked' if chunked else 'unchunked'}", SCHEDULER_TESTS, "test_schedule_order",
+            "Two 800-token prompts then two 10-token prompts, budget 1024, max_num_seqs 3. "
+            + ("With chunked prefill the second long prompt is cut to the remaining 224 tokens and nothing "
+               "else fits; later the short ones wait for a max_num_seqs slot."
+               if chunked else
+               "Without chunked prefill the second long prompt does not fit the remaining budget and blocks "
+               "the short ones behind it (no skipping ahead)."),
+            engine(budget=1024, max_num_seqs=3, chunked_prefill=chunked),
+            [req(1, 800), req(2, 800), req(3, 10), req(4, 10)]))
+    out.append(scenario(
+        "budget_leaves_one_waiting", SCHEDULER_TESTS, "test_scheduler_stats_waiting_queues",
+        "Budget 100 and three 50-token prompts: two are admitted, the third waits for the next step. "
+        "(vLLM's test also parks two requests in skipped_waiting by hand; that part is a KV-connector state "
+        "and is left out.)",
+        engine(budget=100), [req(i, 50) for i in range(3)]))
+    out.append(scenario(
+        "kv_gate_head_of_line", SCHEDULER_TESTS, "test_kv_connector_unable_to_allocate",
+        "Block size 4, 10 blocks (9 usable), two 24-token prompts (6 blocks each), 2 outputs: only the first "
+        "fits; the second waits until the first finishes and frees all its blocks. (vLLM's test adds an "
+        "external KV hit of 8 tokens; here there is none.)",
+        engine(block_size=4, num_blocks=10), [req(i, 24, max_tokens=2) for i in range(2)]))
+    out.append(scenario(
+        "preempt_tail_recompute", SCHEDULER_TESTS, "test_kv_connector_handles_preemption",
+        "Block size 2, 7 blocks (6 usable), two 5-token prompts with 4 outputs: both start; when decoding "
+        "needs a new block the later request is preempted (recompute), resumes once the first finishes, and "
+        "all blocks return. (vLLM's test adds a 2-token external KV hit; here there is none.)",
+        engine(block_size=2, num_blocks=7), [req(i, 5, max_tokens=4) for i in range(2)]))
+    out.append(scenario(
+        "one_seq_at_a_time", SCHEDULER_TESTS, "test_prepend_skipped_requests_order",
+        "max_num_seqs 1 and four requests: they run strictly one after another and the waiting queue keeps "
+        "its order. (vLLM's test parks the first two as waiting for remote KV; here none are.)",
+        engine(max_num_seqs=1), [req(i, 10, max_tokens=3) for i in range(4)]))
+    out.append(scenario(
+        "decode_with_chunked_prefill", SCHEDULER_TESTS, "test_throttle_defers_inflight_prefill_chunk",
+        "Budget 50: a 4-token request decodes while an 80-token prompt arriving at step 2 is prefilled in "
+        "chunks next to it; max_model_len 256 so the prompt is admissible. (vLLM's test then throttles prefills for data-parallel balancing; not modelled.)",
+        engine(budget=50, max_model_len=256), [req("dec0", 4, max_tokens=6), req("chk0", 80, max_tokens=3, arrival_step=2)]))
+    out.append(scenario(
+        "head_fills_budget", SCHEDULER_TESTS, "test_throttle_capacity_bound_guard_admits",
+        "Budget 200 and two 200-token prompts: the first takes the whole budget, the second starts next step; "
+        "max_model_len 1024 so a 200-token prompt leaves room for outputs. "
+        "(vLLM's test then exercises the data-parallel prefill throttle; not modelled.)",
+        engine(budget=200, max_model_len=1024), [req("a", 200, max_tokens=3), req("b", 200, max_tokens=3)]))
+    out.append(scenario(
+        "prefill_in_two_chunks", SCHEDULER_TESTS, "test_no_spec_tokens_scheduled_for_prefill_chunks",
+        "Budget 50 and one 80-token prompt: 50 tokens, then the remaining 30, then decodes; max_model_len 256. (vLLM's test is "
+        "about draft tokens, which are not modelled.)",
+        engine(budget=50, max_model_len=256), [req(0, 80, max_tokens=4)]))
+    # --- prefix caching (vLLM's KVCacheManager tests, driven through the scheduler)
+    out.append(scenario(
+        "apc_hit_in_use_then_free_then_evicted", PREFIX_TESTS, "test_prefill",
+        "Block size 16, 11 blocks. Request 0 has three shared blocks plus 7 tokens; request 1 (three shared "
+        "blocks plus 5) arrives while 0 still runs and hits 48 tokens; request 2 (shared blocks plus 6) "
+        "arrives after both finished and hits 48 from the free-but-cached blocks; request 3 (160 fresh tokens) "
+        "needs every block and evicts the cache.",
+        engine(block_size=16, num_blocks=11, prefix_caching=True),
+        [req(0, 55, 2, 1, [0, 1, 2]), req(1, 53, 2, 2, [0, 1, 2]), req(2, 54, 2, 4, [0, 1, 2]),
+         req(3, 160, 1, 6)]))
+    out.append(scenario(
+        "apc_lru_keeps_touched_prefix", PREFIX_TESTS, "test_evict",
+        "Block size 16, 11 blocks. Request 0 (five blocks plus 7 tokens) and request 1 (three blocks) finish; "
+        "request 2 reuses the first two blocks of request 0 plus 3 tokens (hit 32); request 3 (8 fresh blocks) "
+        "then forces evictions in LRU order; request 4 asks for request 0's first two blocks again.",
+        engine(block_size=16, num_blocks=11, prefix_caching=True),
+        [req(0, 87, 1, 1, [0, 1, 2, 3, 4]), req(1, 48, 1, 1, [10, 11, 12]), req(2, 35, 1, 2, [0, 1]),
+         req(3, 128, 1, 3, [20, 21, 22, 23, 24, 25, 26, 27]), req(4, 40, 1, 4, [0, 1])]))
+    out.append(scenario(
+        "apc_hit_blocks_not_evicted_first", PREFIX_TESTS, "test_computed_blocks_not_evicted",
+        "Block size 16, 3 blocks (2 usable). Requests 0 ([A]) and 1 ([B]) finish; request 2 ([A, C]) hits A "
+        "and must take B's block for C rather than evict its own hit; request 3 ([B] plus 1) then misses.",
+        engine(block_size=16, num_blocks=3, prefix_caching=True),
+        [req(0, 16, 1, 1, [0]), req(1, 16, 1, 1, [1]), req(2, 32, 1, 2, [0, 2]), req(3, 17, 1, 3, [1])]))
+    out.append(scenario(
+        "apc_admission_counts_touched_hits", PREFIX_TESTS, "test_prefill_not_enough_free_blocks_with_computed_blocks",
+        "Block size 16, 11 blocks. Request 0 ([C0 C1 C2]) keeps running; request 1 ([C0 C1 C2 E0 E1 E2]) hits "
+        "48 and finishes, leaving E cached but free; request 2 ([D0 D1]) runs; request 3 ([C.. E.. F0 F1 F2]) "
+        "hits 96 tokens but its admission needs the free cached E blocks as well as 3 new ones.",
+        engine(block_size=16, num_blocks=11, prefix_caching=True),
+        [req(0, 48, 8, 1, [0, 1, 2]), req(1, 96, 1, 2, [0, 1, 2, 3, 4, 5]), req(2, 32, 8, 3, [6, 7]),
+         req(3, 144, 2, 4, [0, 1, 2, 3, 4, 5, 8, 9, 10])]))
+    out.append(scenario(
+        "no_hits_when_caching_off", PREFIX_TESTS, "test_basic_prefix_caching_disabled",
+        "Prefix caching off, block size 4, 5 blocks (4 usable). Request 1 (10 tokens) finishes; request 2 "
+        "(16 tokens, same leading content) gets no hit and takes all 4 blocks; request 3 (4 tokens, arriving "
+        "with it) waits until request 2 finishes.",
+        engine(block_size=4, num_blocks=5, prefix_caching=False),
+        [req(1, 10, 1, 1, [0, 1]), req(2, 16, 1, 2, [0, 1, 2, 3]), req(3, 4, 1, 2, [0])]))
+    out.append(scenario(
+        "apc_identical_prompt_recomputes_last_token", SCHEDULER_TESTS, "test_spec_decode_padding_first_decode_step",
+        "Block size 16. Two identical 33-token prompts (two full blocks plus one token): the second, arriving "
+        "at step 2, hits 32 tokens and computes only the last one. (vLLM's test is about draft-token "
+        "padding, which is not modelled; the hit rule is what remains.)",
+        engine(block_size=16, prefix_caching=True),
+        [req("r1", 33, 4, 1, [0, 1]), req("r2", 33, 4, 2, [0, 1])]))
+    # --- our own scenarios (not in vLLM's tests)
+    out.append(scenario(
+        "issue19_max_model_len_finish", OURS, "max_model_len finish",
+        "Prompt 60, max_model_len 64, 20 outputs wanted, block size 16: vLLM finishes the request with reason "
+        "'length' when its length reaches max_model_len and frees its blocks.",
+        engine(budget=2048, max_model_len=64), [req(0, 60, max_tokens=20)]))
+    out.append(scenario(
+        "lone_request_exemption", OURS, "long_prefill_token_threshold with one request",
+        "Budget 1024, long_prefill_token_threshold 400: a lone 900-token prompt gets the whole budget (the "
+        "cap protects other requests and there are none); a second 900-token prompt arriving at step 2 makes "
+        "the cap apply to both.",
+        engine(budget=1024, long_prefill=400), [req(0, 900, 3), req(1, 900, 3, arrival_step=2)]))
+    out.append(scenario(
+        "kv_gate_blocks_smaller_behind", OURS, "head-of-line blocking on KV blocks",
+        "Block size 4, 10 blocks (9 usable): two 24-token prompts and a 4-token one. The second cannot get "
+        "its 6 blocks, and the small one behind it is not tried although one block would do.",
+        engine(block_size=4, num_blocks=10), [req(0, 24, 2), req(1, 24, 2), req(2, 4, 2)]))
+    out.append(scenario(
+        "preempt_two_from_tail", OURS, "several preemptions in one step",
+        "Block size 2, 9 blocks (8 usable), budget 64, long_prefill_token_threshold 8: a 16-token prompt and "
+        "two 4-token prompts fill the pool in step 1; the long prompt's next chunk needs 4 blocks, so both "
+        "later requests are preempted (the last one first) and wait at the front in their original order.",
+        engine(budget=64, block_size=2, num_blocks=9, long_prefill=8),
+        [req(0, 16, 1), req(1, 4, 3), req(2, 4, 3)]))
+    return out
+
+
+# ---------------------------------------------------------------- vLLM side
+def build_scheduler(eng: dict, model_dir: str):
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(model=model_dir, max_model_len=eng["max_model_len"], dtype="float32", seed=0)
+    sched = SchedulerConfig(max_num_seqs=eng["max_num_seqs"], max_num_batched_tokens=eng["max_num_batched_tokens"],
+                            max_model_len=eng["max_model_len"],
+                            long_prefill_token_threshold=eng["long_prefill_token_threshold"],
+                            enable_chunked_prefill=eng["chunked_prefill"], is_encoder_decoder=False)
+    cache = CacheConfig(block_size=eng["block_size"], enable_prefix_caching=eng["prefix_caching"])
+    cache.num_gpu_blocks = eng["num_blocks"]
+    config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
+    spec = FullAttentionSpec(block_size=eng["block_size"], num_kv_heads=1, head_size=1,
+                             dtype=STR_DTYPE_TO_TORCH_DTYPE["float32"])
+    kv = KVCacheConfig(num_blocks=eng["num_blocks"], kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+    return Scheduler(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
+                     block_size=eng["block_size"], hash_block_size=eng["block_size"], log_stats=True)
+
+
+def prompt_tokens(r: dict, index: int, block_size: int) -> list[int]:
+    blocks = r.get("blocks", [])
+    toks = [b + 1 for b in blocks for _ in range(block_size)]
+    if len(toks) > r["prompt"]:
+        raise ValueError(f"request {r['id']}: {len(blocks)} blocks exceed a {r['prompt']}-token prompt")
+    return toks + [1_000_000 + index] * (r["prompt"] - len(toks))
+
+
+def run_vllm(sc: dict, model_dir: str) -> dict:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    eng = sc["engine"]
+    init_none_hash(sha256)
+    s = build_scheduler(eng, model_dir)
+    pool = s.kv_cache_manager.block_pool
+    hasher = get_request_block_hasher(eng["block_size"], sha256)
+    index = {r["id"]: i for i, r in enumerate(sc["requests"])}
+    reqs = {}
+    pending = list(sc["requests"])
+    finished: set[str] = set()
+    steps = []
+    start = {"free_blocks": pool.get_num_free_blocks()}
+    for step in range(1, MAX_STEPS + 1):
+        for r in [r for r in pending if r["arrival_step"] == step]:
+            vr = Request(r["id"], prompt_tokens(r, index[r["id"]], eng["block_size"]),
+                         SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True), None,
+                         arrival_time=float(step), block_hasher=hasher)
+            reqs[r["id"]] = vr
+            s.add_request(vr)
+            pending.remove(r)
+        out = s.schedule()
+        ids = list(out.num_scheduled_tokens)
+        batch = [[i, n, reqs[i].num_computed_tokens - n] for i, n in out.num_scheduled_tokens.items()]
+        record = {"step": step, "batch": batch,
+                  "preempted": sorted(out.preempted_req_ids or ()),
+                  "running": [r.request_id for r in s.running], "waiting": [r.request_id for r in s.waiting],
+                  "free_blocks_scheduled": pool.get_num_free_blocks()}
+        if len(getattr(s, "skipped_waiting", ())):
+            raise RuntimeError(f"{sc['name']}: step {step}: unexpected skipped_waiting requests")
+        sampled = [[2_000_000 + index[i]] if reqs[i].num_computed_tokens >= reqs[i].num_tokens else [] for i in ids]
+        s.update_from_output(out, ModelRunnerOutput(req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
+                                                    sampled_token_ids=sampled))
+        done = [i for i in ids if reqs[i].is_finished() and i not in finished]
+        finished.update(done)
+        record["finished"] = done
+        record["free_blocks"] = pool.get_num_free_blocks()
+        steps.append(record)
+        if not pending and len(finished) == len(sc["requests"]):
+            break
+    else:
+        raise RuntimeError(f"{sc['name']}: not finished after {MAX_STEPS} steps")
+    reasons = {i: str(reqs[i].get_finished_reason()) for i in sorted(reqs)}
+    return {"start": start, "steps": steps, "finish_reasons": reasons}
+
+
+def fixture_text(sc: dict, result: dict, vllm_version: str) -> str:
+    """JSON with one step per line, so a diff between vLLM releases reads
+    step by step."""
+    head = {"format": FORMAT, "vllm_version": vllm_version, **{k: v for k, v in sc.items() if k != "requests"},
+            "start": result["start"], "finish_reasons": result["finish_reasons"]}
+    lines = json.dumps(head, indent=1)
+    assert lines.endswith("\n}")
+
+    def rows(items):
+        return ",\n  ".join(json.dumps(x, separators=(",", ":")) for x in items)
+
+    return (f'{lines[:-2]},\n "requests": [\n  {rows(sc["requests"])}\n ],\n'
+            f' "steps": [\n  {rows(result["steps"])}\n ]\n}}\n')
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "fixtures"))
+    ap.add_argument("--only", default=None)
+    args = ap.parse_args(argv)
+    import vllm
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [sc for sc in scenarios() if args.only in (None, sc["name"])]
+    if not chosen:
+        print(f"error: no scenario named {args.only!r}", file=sys.stderr)
+        return 2
+    changed = 0
+    for sc in chosen:
+        text = fixture_text(sc, run_vllm(sc, args.model), vllm.__version__)
+        path = out / f"{sc['name']}.json"
+        same = path.exists() and path.read_text() == text
+        if not same:
+            path.write_text(text)
+            changed += 1
+        last = json.loads(text)["steps"][-1]
+        print(f"{sc['name']:45s} {len(json.loads(text)['steps']):3d} steps  free blocks at end "
+              f"{last['free_blocks']:5d}  {'unchanged' if same else 'written'}")
+    print(f"vLLM {vllm.__version__}: {len(chosen)} scenarios, {changed} fixtures written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
