@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.sched_kernel import complete_step, new_batch_buffers, schedule_step
-from estimators.sched_state import EV_FINISH, F_EVENT, F_PREEMPTIONS, F_RID, EngineConfig, SchedState
+from estimators.engine.config import InstanceConfig
+from estimators.engine.kernel import complete_step, schedule_step
+from estimators.engine.layout import EV_FINISH, F_EVENT, F_PREEMPTIONS, F_RID
+from estimators.engine.state import SchedState, StepPlan
 
 
-def engine_config(eng: dict) -> EngineConfig:
+def engine_config(eng: dict) -> InstanceConfig:
     """The fixture's engine as latroute's configuration (vLLM V1 has no
     admission watermark by default)."""
-    return EngineConfig(policy="vllm-v1", max_num_batched_tokens=eng["max_num_batched_tokens"],
+    return InstanceConfig(policy="vllm-v1", max_num_batched_tokens=eng["max_num_batched_tokens"],
                         max_num_seqs=eng["max_num_seqs"], block_size=eng["block_size"],
                         num_kv_blocks=eng["num_blocks"],
                         long_prefill_token_threshold=eng["long_prefill_token_threshold"],
@@ -33,8 +35,7 @@ def run_scenario(scenario: dict, num_steps: int) -> tuple[int, list[dict]]:
         raise NotImplementedError("prefix caching: issue 12")
     requests = scenario["requests"]
     state = SchedState.new(engine_config(scenario["engine"]), capacity=max(8, len(requests)))
-    cap = len(state.running)
-    out_slot, out_tok, out_cb, rejected = new_batch_buffers(cap)
+    plan = StepPlan.new(len(state.running))
     name = {}  # latroute's integer request id -> fixture id
     start_free = state.free_blocks
     records = []
@@ -44,19 +45,17 @@ def run_scenario(scenario: dict, num_steps: int) -> tuple[int, list[dict]]:
                 state.add(i, r["prompt"], r["max_tokens"])
                 name[i] = r["id"]
         preemptions = state.req[:, F_PREEMPTIONS].copy()
-        rejected[0] = 0
-        n = schedule_step(state.cfg, state.req, state.sc, state.running, state.waiting, out_slot, out_tok, out_cb,
-                          rejected)
-        slots = out_slot[:n].copy()
+        n = schedule_step(state, plan)
+        slots = plan.slot[:n].copy()
         preempted = sorted(name[int(state.req[s, F_RID])] for s in np.flatnonzero(state.req[:, F_PREEMPTIONS] > preemptions))
         record = {"step": step,
                   "batch": [[name[int(state.req[s, F_RID])], int(t), int(c)]
-                            for s, t, c in zip(slots, out_tok[:n], out_cb[:n])],
+                            for s, t, c in zip(slots, plan.tokens[:n], plan.computed[:n])],
                   "preempted": preempted,
                   "running": [name[r] for r in state.rids(state.running_slots())],
                   "waiting": [name[r] for r in state.rids(state.waiting_slots())],
                   "free_blocks_scheduled": state.free_blocks}
-        complete_step(state.req, state.sc, state.running, state.free_slots, out_slot, n)
+        complete_step(state, plan, n)
         record["finished"] = [name[int(state.req[s, F_RID])] for s in slots if state.req[s, F_EVENT] & EV_FINISH]
         record["free_blocks"] = state.free_blocks
         records.append(record)
