@@ -27,6 +27,7 @@ class SFS:
         self.overhead = frontend_overhead_s
         self.cap = -1
         self.last_steps = 0
+        self.speed = 1.0  # host speed factor (estimators.online_speed): scales every step and gap
 
     def _scratch(self, cap: int) -> None:
         if cap + 1 > self.cap:
@@ -42,7 +43,7 @@ class SFS:
         self._scratch(int(st.sc[S_CAP]))
         est, steps = sfs_estimate(st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, inbox, n_inbox,
                                   slots, tok, cb, n, elapsed, first, self.pred_total, rid, prompt, self.form,
-                                  self.coef, self.mult, self.gap, self.r2, self.sc2, self.run2, self.wait2,
+                                  self.coef, self.mult * self.speed, self.gap * self.speed, self.r2, self.sc2, self.run2, self.wait2,
                                   self.free2, self.o_slot, self.o_tok, self.o_cb, self.rej, MAX_SIM_STEPS)
         self.last_steps = steps
         return est + self.overhead
@@ -50,10 +51,10 @@ class SFS:
     def estimate_live(self, inst, t: float, rid: int, prompt: int) -> float:
         """The same estimate straight from a live twin instance (no Snapshot
         object: routers call this once per instance per arrival)."""
-        n_inbox, n, elapsed, first = inst.timing(t, self.gap)
+        n_inbox, n, elapsed, first = inst.timing(t, self.gap * self.speed)
         return self._run(inst.state, inst.inbox, n_inbox, inst.out_slot, inst.out_tok, inst.out_cb, n, elapsed, first,
                          rid, prompt)
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
         return self._run(snap.state, snap.inbox, snap.n_inbox, snap.infl_slot, snap.infl_tok, snap.infl_cb,
-                         snap.infl_n, snap.elapsed, snap.first_gap(self.gap), q.rid, q.prompt)
+                         snap.infl_n, snap.elapsed, snap.first_gap(self.gap * self.speed), q.rid, q.prompt)
