@@ -15,6 +15,11 @@ snapshot as SFS.
 
 Overload (rho >= 1) is clamped at rho = 0.999, so the estimate is large but
 finite.
+
+Each has a ``speed`` (host speed factor, ``estimators.online_speed``): every
+time the profile gave it (prefill rate, decode step, service time, the queue
+fit) is scaled by it, as SFS scales its step times, so that online correction
+is compared on equal terms.
 """
 from __future__ import annotations
 
@@ -40,12 +45,13 @@ def outstanding_prefill_tokens(snap: Snapshot) -> int:
 
 class Throughput:
     name = "throughput"
+    speed = 1.0
 
     def __init__(self, theta_pre: float, mean_decode_step_s: float, frontend_overhead_s: float = 0.0):
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        return (outstanding_prefill_tokens(snap) + q.prompt) / self.theta + self.decode + self.overhead
+        return ((outstanding_prefill_tokens(snap) + q.prompt) / self.theta + self.decode) * self.speed + self.overhead
 
 
 class LPS:
@@ -54,24 +60,31 @@ class LPS:
     the calibration trace's mean rate."""
 
     name = "lps"
+    speed = 1.0
 
     def __init__(self, k: int, mean_service_s: float, arrival_rate: float, theta_pre: float,
                  mean_decode_step_s: float, frontend_overhead_s: float = 0.0, online: bool = False):
         self.k, self.mu, self.online = k, k / mean_service_s, online
+        self.arrival_rate = arrival_rate
         self.wait = self._wait(arrival_rate)
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
 
-    def _wait(self, a: float) -> float:
-        a = min(a, RHO_MAX * self.mu)
-        return (a / self.mu) ** self.k / (self.mu - a)
+    def _wait(self, a: float, speed: float = 1.0) -> float:
+        mu = self.mu / speed
+        a = min(a, RHO_MAX * mu)
+        return (a / mu) ** self.k / (mu - a)
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        wait = self._wait(snap.arrival_rate) if self.online else self.wait
-        return wait + q.prompt / self.theta + self.decode + self.overhead
+        if self.online or self.speed != 1.0:
+            wait = self._wait(snap.arrival_rate if self.online else self.arrival_rate, self.speed)
+        else:
+            wait = self.wait
+        return wait + (q.prompt / self.theta + self.decode) * self.speed + self.overhead
 
 
 class LPSMG:
     name = "lps-mg"
+    speed = 1.0
 
     def __init__(self, k: int, mean_service_s: float, scv: float, theta_pre: float, mean_decode_step_s: float,
                  frontend_overhead_s: float = 0.0):
@@ -79,19 +92,21 @@ class LPSMG:
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        rho = min(snap.arrival_rate * self.m / self.k, RHO_MAX)
-        wq = rho**self.k * (self.m / self.k) * (1.0 + self.c2) / (2.0 * (1.0 - rho))
-        return wq + q.prompt / self.theta + self.decode + self.overhead
+        m = self.m * self.speed
+        rho = min(snap.arrival_rate * m / self.k, RHO_MAX)
+        wq = rho**self.k * (m / self.k) * (1.0 + self.c2) / (2.0 * (1.0 - rho))
+        return wq + (q.prompt / self.theta + self.decode) * self.speed + self.overhead
 
 
 class QueueLength:
     name = "queue"
+    speed = 1.0
 
     def __init__(self, b0: float, b1: float, frontend_overhead_s: float = 0.0):
         self.b0, self.b1, self.overhead = b0, b1, frontend_overhead_s
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        return max(self.b0 + self.b1 * snap.residents, 1e-6) + self.overhead
+        return max(self.b0 + self.b1 * snap.residents, 1e-6) * self.speed + self.overhead
 
 
 def fit_queue(residents: np.ndarray, ttft: np.ndarray) -> dict:

@@ -14,6 +14,7 @@ from estimators.accuracy import error_summary
 from estimators.batch_features import design_matrix, step_durations
 from estimators.batch_fit import BatchFit, fit_batch_model
 from estimators.derived import lps_params, pooled_lps, request_params, throughput_params
+from estimators.drift import speed_baseline
 from estimators.profile import BatchTimeProfile
 from traces.errors import BadInput
 from traces.store import open_trace
@@ -135,7 +136,7 @@ def build_profile(name: str, result: FormResult, data: StepData, cfg: Calibratio
             derived["lps"]["arrival_rate"] = data.requests["arrival_rate"]
     if "queue" in data.requests:
         derived["queue"] = data.requests["queue"]
-    return BatchTimeProfile(
+    profile = BatchTimeProfile(
         name=name,
         form=result.form,
         coefficients=result.fit.coef,
@@ -149,6 +150,9 @@ def build_profile(name: str, result: FormResult, data: StepData, cfg: Calibratio
         step_gap_s=step_gap(data.steps),
         allowance=result.fit.allowance,
     )
+    # what a speed factor of 1 means for this profile (estimators.drift)
+    profile.metrics["speed_baseline"] = speed_baseline(profile, data.steps)
+    return profile
 
 
 NOISE_CHECK_QUANTILES = (10, 50, 90)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from estimators.accuracy import error_summary
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput
+from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.profile import BatchTimeProfile
 from estimators.sfs import SFS
 from estimators.snapshot import Query, RateTracker, RecordedWalk
@@ -69,6 +70,7 @@ class EstimateConfig:
     lengths: str | None = None  # predicted-length policy (traces.lengths; None: column if present, else median)
     ewma_tau_s: float = 10.0
     frontend_overhead_s: float = 0.0
+    online_speed: OnlineSpeedConfig | None = None  # None: the profile as fitted
 
 
 @dataclass
@@ -160,6 +162,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         exp_step = profile.expected(walk.steps) if len(walk.steps) else np.zeros(0)
         cum = np.cumsum(profile.step_gap_s + exp_step)
         ft = first_token_steps(walk, len(reqs))
+        speeds = (running_factors(step_log_ratios(profile, walk.steps, cfg.online_speed), cfg.online_speed)
+                  if cfg.online_speed is not None else None)
         warm = set()
         for idx, snap in walk.queries():
             snap.arrival_rate = rate.rate(snap.t)
@@ -170,7 +174,9 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                 continue
             q = Query(idx, snap.t, int(walk.prompt[idx]))
             residents, waiting = snap.residents, snap.queued
+            speed = 1.0 if speeds is None else float(speeds[walk.k])  # steps 0..k-1 have completed
             for est in ests:
+                est.speed = speed
                 if est.name not in warm:  # first call compiles or loads the JIT cache: timed apart
                     t0 = time.perf_counter_ns()
                     est.estimate(snap, q)
@@ -185,9 +191,9 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                     k0 = walk.k
                     if f >= 0 and f >= k0:
                         if snap.infl_start is not None:
-                            ref = max(exp_step[k0] - snap.elapsed, 0.0) + cum[f] - cum[k0]
+                            ref = max(exp_step[k0] * speed - snap.elapsed, 0.0) + (cum[f] - cum[k0]) * speed
                         else:
-                            ref = cum[f] - (cum[k0 - 1] if k0 > 0 else 0.0)
+                            ref = (cum[f] - (cum[k0 - 1] if k0 > 0 else 0.0)) * speed
                         ref += cfg.frontend_overhead_s
                         attr.append((rid[idx], inst, ttft[idx], value, ref, est.last_steps, f - k0 + 1))
                         floor_parts.append((k0, f, snap.elapsed if snap.infl_start is not None else None))

@@ -44,6 +44,20 @@ class SFS:
         self.cap = -1
         self.last_steps = 0
         self._run = _entry()
+        self._base = self.model
+        self._speed = 1.0
+
+    @property
+    def speed(self) -> float:
+        """Host speed factor (``estimators.online_speed``): every step's
+        expected time and the gap between steps are scaled by it."""
+        return self._speed
+
+    @speed.setter
+    def speed(self, value: float) -> None:
+        if value != self._speed:
+            self._speed = value
+            self.model = self._base._replace(mult=self._base.mult * value, gap=self._base.gap * value)
 
     def _scratch(self, st: SchedState) -> None:
         if st.capacity + 1 > self.cap:
@@ -59,7 +73,7 @@ class SFS:
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
         est, steps = self._run(st, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                               first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt,
+                               first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt,
                                self.model, self.st2, self.plan2, MAX_SIM_STEPS)
         self.last_steps = steps
         return est + self.overhead

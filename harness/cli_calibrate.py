@@ -17,7 +17,9 @@ from estimators.calibrate import (
     load_steps,
     noise_check,
 )
-from estimators.profile import BatchTimeProfile
+from estimators.drift import speed_drift
+from estimators.profile import BatchTimeProfile, load_profile
+from estimators.recalibrate import format_curve, learning_curve, update_profile
 
 
 def _pct(v: float) -> str:
@@ -67,8 +69,11 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/held-out split.")
 @click.option("--evaluate-on", type=click.Path(path_type=Path), help="Also score the profile on every step of this trace.")
 @click.option("--name", help="Profile name (default: the --out file's stem).")
+@click.option("--update", "update_ref", metavar="PROFILE",
+              help="Refit this profile to the host of TRACES from their steps: the scale from few steps, the whole "
+                   "model from many; prints how many steps it takes to come within 1 point of a full refit.")
 def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
-              loss: str, seed: int, evaluate_on: Path | None, name: str | None) -> None:
+              loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -80,6 +85,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
       latroute trace import vllm-record ../shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
       latroute calibrate d1 --out d1.json
       latroute calibrate d1 d2 d4 --form eq9 --evaluate-on d6 --out pooled.json
+      latroute calibrate --update d1.json d1c --out d1-on-hostb.json
     """
     if not 0 < holdout < 1:
         raise click.BadParameter("must be in (0, 1)", param_hint="--holdout")
@@ -88,6 +94,9 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
     data = load_steps(list(traces), instance)
+    if update_ref is not None:
+        _update(load_profile(update_ref), data.steps, out, name)
+        return
     try:
         results = fit_forms(data.steps, cfg)
     except ValueError as e:
@@ -111,3 +120,20 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
                    f"{_pct(metrics['median_ape']).strip()}, R^2 {metrics['r2']:.3f} over {metrics['n']:,} steps")
     profile.save(out)
     click.echo(f"wrote {out}")
+
+
+def _update(profile: BatchTimeProfile, steps, out: Path, name: str | None) -> None:
+    """``calibrate --update``: the drift found, the learning curve, the updated profile."""
+    click.echo("\n".join(speed_drift(profile, steps).lines()))
+    curve = learning_curve(profile, steps) if len(steps) >= 50 else None
+    if curve is not None:
+        click.echo(format_curve(curve))
+    up = update_profile(profile, steps)
+    up.profile.name = name or out.stem
+    up.profile.fitted_on = {**profile.fitted_on, "updated_from": profile.name, "update_method": up.method,
+                            "update_steps": up.steps}
+    if curve is not None:
+        up.profile.metrics["update_curve"] = curve
+    up.profile.save(out)
+    how = f"scaled by {up.scale:.4f}" if up.method == "scale" else "refitted"
+    click.echo(f"{profile.name} {how} from {up.steps:,} steps; wrote {out}")

@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from estimators.calibrate import calibrate_instance
+from estimators.drift import trace_drift
 from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
+from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from reports.results import result_header
 from traces.errors import BadInput, BadOption
@@ -77,10 +79,15 @@ def format_metrics(m: dict) -> str:
               help="Calibrate each instance's profile on this other trace's steps.")
 @click.option("--ewma-tau", type=float, default=10.0, show_default=True,
               help="Time constant (s) of the online arrival-rate estimate used by lps-mg.")
+@click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="Scale each profile by the host speed learned from the steps completed before each query "
+                   "(every estimator alike).")
+@click.option("--speed-half-life", type=click.FloatRange(min=1.0), default=HALF_LIFE_STEPS, show_default=True,
+              help="Half-life, in completed steps, of the online speed factor.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
-             ewma_tau: float, out: Path, force: bool) -> None:
+             ewma_tau: float, online_speed: str, speed_half_life: float, out: Path, force: bool) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -115,7 +122,10 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
             raise BadInput(trace.file(table), None, table, "estimate needs this table (a recorded or twin trace)")
     models = _models(trace, profile_ref, calibrate_on, needs_baselines=any(n != "sfs" for n in chosen))
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
-    cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead)
+    speed_cfg = OnlineSpeedConfig(half_life_steps=speed_half_life) if online_speed == "on" else None
+    cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead,
+                         online_speed=speed_cfg)
+    drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
     try:
@@ -128,6 +138,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         raise click.UsageError(str(e)) from None
     m = res.metrics
     m.update({"trace": str(trace_dir), "ewma_tau_s": ewma_tau,
+              "online_speed": None if speed_cfg is None else {"half_life_steps": speed_half_life},
+              "drift": {i: d.to_json() for i, d in drift.items()},
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
               "wall_s": time.perf_counter() - t})
     with StagedDir(out, force) as tmp:
@@ -141,4 +153,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                + ", ".join(f"{i}={p['name']}" for i, p in m["profiles"].items()))
     click.echo(note)
     click.echo(format_metrics(m))
+    for d in drift.values():
+        click.echo("\n".join(d.lines()))
+    if speed_cfg is not None:
+        click.echo(f"online speed correction on (half-life {speed_half_life:g} completed steps)")
     click.echo(f"wrote {out}")

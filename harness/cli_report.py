@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reports.check import baseline_doc, check_kind, compare, flatten, load_baseline
+from reports.check import baseline_doc, check_kind, compare, flatten, load_baseline, speed_drift_violations
 from reports.render import build_report
 from reports.results import load_result
 from traces.store import StagedDir, atomic_write_text
@@ -49,12 +49,16 @@ def _tolerances(items: tuple[str, ...]) -> dict[str, float]:
 
 @click.command()
 @click.argument("result", type=click.Path(path_type=Path))
-@click.option("--baseline", required=True, type=click.Path(path_type=Path), help="Baseline JSON.")
+@click.option("--baseline", type=click.Path(path_type=Path), help="Baseline JSON (needed unless only --max-speed-drift gates).")
 @click.option("--tolerance", "tolerances", multiple=True,
               help="METRIC=FRACTION: relative change allowed (matches a full name or its suffix, e.g. mape=0.1).")
 @click.option("--write-baseline", is_flag=True, help="Write RESULT's metrics as the new baseline and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_baseline: bool, as_json: bool) -> None:
+@click.option("--max-speed-drift", type=click.FloatRange(min=0.0), metavar="FRACTION",
+              help="Also fail when an instance's host speed factor against its profile (estimate and validate "
+                   "results) is further than FRACTION from 1, e.g. 0.1.")
+def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], write_baseline: bool, as_json: bool,
+          max_speed_drift: float | None) -> None:
     """Regression gate for CI: compare a result's metrics with a baseline.
 
     Exit 0 when nothing regressed beyond tolerance, 1 when something did,
@@ -66,8 +70,18 @@ def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_basel
     Examples:
       latroute check est-d1 --baseline ci/est-d1.json --write-baseline
       latroute check est-d1 --baseline ci/est-d1.json --tolerance sfs.mape=0.02
+      latroute check est-d1c --max-speed-drift 0.1
     """
+    if baseline is None and (max_speed_drift is None or write_baseline):
+        raise click.UsageError("give --baseline (or only --max-speed-drift)")
     res = load_result(result)
+    drifted = [] if max_speed_drift is None else speed_drift_violations(res, max_speed_drift)
+    for line in drifted:
+        click.echo(f"DRIFT {line}")
+    if baseline is None:
+        click.echo(f"{len(drifted)} instance(s) drifted" if drifted else "no instance drifted beyond "
+                   f"{100 * max_speed_drift:g}%")
+        sys.exit(1 if drifted else 0)
     over = _tolerances(tolerances)
     if write_baseline:
         atomic_write_text(baseline, json.dumps(baseline_doc(res), indent=2) + "\n")
@@ -87,4 +101,4 @@ def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_basel
             ch = "-" if r.change is None else f"{100 * r.change:+7.1f}%"
             click.echo(f"{r.metric:<{w}} {fmt(r.old)} {fmt(r.new)} {ch:>8} {100 * r.tolerance:5.1f}%  {r.verdict}")
         click.echo(f"{len(bad)} regressed of {len(rows)} metrics" if bad else f"no regression in {len(rows)} metrics")
-    sys.exit(1 if bad else 0)
+    sys.exit(1 if bad or drifted else 0)

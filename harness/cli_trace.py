@@ -27,15 +27,35 @@ def trace() -> None:
 @trace.command()
 @click.argument("trace_dir", metavar="DIR", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def info(trace_dir: Path, as_json: bool) -> None:
+@click.option("--profile", "profile_ref", help="Also show the host speed factor of the trace's steps against this "
+              "profile (path or built-in name).")
+def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
     """Summarise a trace: tables, span, rate, lengths, TTFT, instances.
 
     \b
     Example:
       latroute trace info azconv --json
+      latroute trace info d1c --profile d1.json    # host speed factor of a recording
     """
-    summary = summarize(open_trace(trace_dir))
-    click.echo(json.dumps(summary, indent=2, default=str) if as_json else format_summary(summary))
+    trace = open_trace(trace_dir)
+    summary = summarize(trace)
+    drift = {}
+    if profile_ref is not None:
+        from estimators.drift import trace_drift
+        from estimators.profile import load_profile
+
+        if not trace.has("steps"):
+            raise BadInput(trace.file("steps"), None, "steps", "--profile needs a trace with steps")
+        prof = load_profile(profile_ref)
+        ids = trace.read("steps")["instance_id"].astype(str).unique()
+        drift = trace_drift(trace, {i: prof for i in ids})
+        summary["drift"] = {i: d.to_json() for i, d in drift.items()}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, default=str))
+        return
+    click.echo(format_summary(summary))
+    for d in drift.values():
+        click.echo("\n".join(d.lines()))
 
 
 @trace.command()

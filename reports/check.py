@@ -126,3 +126,16 @@ def check_kind(baseline: dict, r: Result, baseline_path: Path) -> None:
 
 def baseline_doc(r: Result) -> dict:
     return {"baseline_version": BASELINE_VERSION, "kind": r.kind, "source": str(r.path), "metrics": flatten(r)}
+
+
+def speed_drift_violations(r: Result, max_drift: float) -> list[str]:
+    """Instances whose host speed factor (``estimators.drift``, in estimate
+    and validate results) is further than ``max_drift`` from 1, either way."""
+    out = []
+    for inst, d in (r.metrics.get("drift") or {}).items():
+        f = d.get("speed_factor")
+        if f is not None and abs(f - 1.0) > max_drift:
+            lo, hi = d.get("ci95", [f, f])
+            out.append(f"{inst}: speed factor {f:.3f} (95% CI {lo:.3f}-{hi:.3f}) is more than "
+                       f"{100 * max_drift:g}% from its profile {d.get('profile')}")
+    return out
