@@ -10,10 +10,13 @@ import click
 from harness.pools import load_pool
 from harness.replay import ReplayConfig
 from harness.replay import replay as run_replay
-from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
+from harness.sweep import Cell, SweepSpec, default_workers, spec_doc, sweep_result, write_sweep_result
+from harness.sweep_backends import BACKENDS, Progress
+from harness.sweep_store import SweepStore, cell_key
 from routers.registry import MAIN_ROUTERS, ROUTERS
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec
+from traces.errors import BadInput
 from traces.store import StagedDir, TraceWriter, open_trace, write_json
 from traces.workload import WorkloadConfig, generate_workload
 
@@ -122,7 +125,41 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, seed, ro
     click.echo(f"wrote {out}")
 
 
+SWEEP_SPEC_KEYS = ("pool", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "requests", "seeds",
+                   "workers", "noise", "backend", "address")
+
+
+def _spec_file(ctx: click.Context, param, path: Path | None):
+    """Fill options from a TOML sweep specification; flags given on the
+    command line win."""
+    if path is None:
+        return None
+    import tomllib
+
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(path, None, "--spec", "does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(path, None, "--spec", f"not valid TOML ({e})") from None
+    sweep_doc = doc.get("sweep", doc)
+    unknown = sorted(set(sweep_doc) - set(SWEEP_SPEC_KEYS))
+    if unknown:
+        raise BadInput(path, None, unknown[0], f"unknown key (known: {', '.join(SWEEP_SPEC_KEYS)})")
+    defaults = ctx.default_map or {}
+    for key, value in sweep_doc.items():
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref"}.get(key, key)
+        defaults[name] = value
+    ctx.default_map = defaults
+    return path
+
+
 @click.command()
+@click.option("--spec", "spec_path", type=click.Path(path_type=Path), callback=_spec_file, is_eager=True,
+              expose_value=False, help="TOML file with the sweep's options (a [sweep] table or top-level keys named "
+                                       "like the flags: rates = [3, 4, 5], routers = [...]); flags override it.")
 @click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True)
 @click.option("--rates", default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
 @click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True)
@@ -132,30 +169,49 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, seed, ro
 @click.option("--arrival", type=click.Choice(["poisson", "mmpp", "gamma"]), default="poisson", show_default=True)
 @click.option("--burst-ratio", type=float, default=3.0, show_default=True)
 @click.option("--requests", "n_requests", type=int, default=16000, show_default=True, help="Requests per cell.")
-@click.option("--seeds", type=int, default=1, show_default=True, help="Repetitions (seeds 0..K-1).")
-@click.option("--workers", type=int, default=default_workers(), show_default=True, help="Worker processes.")
+@click.option("--seeds", type=int, default=1, show_default=True,
+              help="Paired seeds 0..K-1 (the same workloads and noise for every router); K >= 2 gives 95% intervals.")
+@click.option("--workers", type=int, default=default_workers(), show_default=True,
+              help="Worker processes (local) or CPUs of a local Ray.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="local", show_default=True,
+              help="local: a process pool here; ray: each cell a Ray task (pip install 'latroute[ray]').")
+@click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
+                                "started for the run.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--out", required=True, type=click.Path(path_type=Path))
-@click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def sweep(pool_ref, rates, router_names, deltas, lambdas, arrival, burst_ratio, n_requests, seeds, workers, noise,
-          out, force) -> None:
+@click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
+                                             "specification must be the same).")
+@click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
+def sweep(pool_ref, rates, router_names, deltas, lambdas, arrival, burst_ratio, n_requests, seeds, workers, backend,
+          address, noise, out, resume, force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
-    Writes results.parquet (one row per cell) and metrics.json: per router
-    the OnTimeUtility AUC over the rates (trapezoid), its ratio to the best
-    baseline (round-robin, shortest-queue, latency-agnostic), and with
-    several --deltas the utility vs mean-TTFT frontier.
+    Every finished cell is written at once under --out (cells/), so Ctrl-C
+    or a crash loses only the cells in flight and --resume finishes the
+    sweep. When done: results.parquet (one row per cell), timings.parquet
+    (wall time per cell) and metrics.json: per router the OnTimeUtility AUC
+    over the rates (trapezoid) with its 95% interval over seeds, its ratio
+    to the best baseline (round-robin, shortest-queue, latency-agnostic)
+    with a paired interval, and with several --deltas the utility vs
+    mean-TTFT frontier.
 
     \b
     Examples:
       latroute sweep --out sweep-poisson
+      latroute sweep --seeds 5 --out sweep-5seeds          # intervals over paired seeds
       latroute sweep --rates 6,7,8 --arrival mmpp --burst-ratio 6 --out sweep-mmpp6
       latroute sweep --rates 8 --routers sfs-soft --deltas 0,1e-7,1e-6,1e-5,1e-4,1e-3,1e9 --out frontier
+      latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
+      latroute sweep --spec study.toml --out study --resume
     """
     rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
     names = _routers(router_names)
     if seeds < 1 or workers < 1 or n_requests < 1:
         raise click.UsageError("--seeds, --workers and --requests must be >= 1")
+    if address is not None and backend != "ray":
+        raise click.UsageError("--address goes with --backend ray")
+    if resume and force:
+        raise click.UsageError("--resume and --force exclude each other")
     cells = [Cell(r, name, d if name.endswith("-soft") else 0.0, lam, s)
              for s in range(seeds) for lam in lam_list for name in names
              for d in (delta_list if name.endswith("-soft") else [0.0]) for r in rate_list]
@@ -163,20 +219,31 @@ def sweep(pool_ref, rates, router_names, deltas, lambdas, arrival, burst_ratio, 
                      noise=noise == "on")
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     t = time.perf_counter()
-    if sys.stderr.isatty():
-        with click.progressbar(length=len(cells), label=f"{len(cells)} cells", file=sys.stderr) as bar:
-            df, summary = sweep_result(spec, cells, workers, progress=bar.update)
-    else:
-        df, summary = sweep_result(spec, cells, workers)
+    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force)
+    already = len(store.done() & {cell_key(c) for c in cells})
+    bar = Progress(len(cells), backend, lambda line: click.echo(line, err=True), already)
+    try:
+        df, timings, summary = sweep_result(spec, cells, workers, bar.step, backend, address, store)
+    except KeyboardInterrupt:
+        done = len(store.done())
+        click.echo(f"interrupted: {done} of {len(cells)} cells are in {out}; finish with --resume", err=True)
+        sys.exit(130)
+    except RuntimeError as e:
+        raise click.UsageError(str(e)) from None
     summary["wall_s"] = time.perf_counter() - t
-    write_sweep_result(out, df, summary, force)
+    summary["backend"] = backend
+    write_sweep_result(store, df, timings, summary)
     click.echo(format_sweep(summary))
     click.echo(f"wrote {out}")
 
 
+def _ci(ci) -> str:
+    return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
 def format_sweep(s: dict) -> str:
     lines = [f"{s['cells']} cells, rates {s['rate_range'][0]:g}-{s['rate_range'][1]:g} q/s ({s['arrival']}), "
-             f"{s['requests']} requests per cell"]
+             f"{s['requests']} requests per cell, {s.get('seeds', 1)} seed(s)"]
     rates = [f"{r:g}" for r in s["rates"]]
     lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8}  " + " ".join(f"{r:>7}" for r in rates))
     for key, v in s["routers"].items():
@@ -186,5 +253,10 @@ def format_sweep(s: dict) -> str:
     if "best_baseline" in s:
         lines.append(f"best baseline: {s['best_baseline']['router']} (OnTimeUtility AUC "
                      f"{s['best_baseline']['auc_ontime_utility']:.4f})")
+    if s.get("seeds", 1) > 1:
+        lines.append("95% intervals over paired seeds: AUC; AUC ratio to the best baseline")
+        for key, v in s["routers"].items():
+            vs = (v.get("vs_best_baseline") or {}).get("ratio") or {}
+            lines.append(f"  {key:<26} {v['auc_ontime_utility_ci']['mean']:.4f}{_ci(v['auc_ontime_utility_ci']['ci95'])}"
+                         + (f"; ratio {vs['mean']:.3f}{_ci(vs['ci95'])}" if vs else ""))
     return "\n".join(lines)
-
