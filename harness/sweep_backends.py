@@ -11,15 +11,24 @@ at the end, so results do not depend on the backend or the worker count.
   on a local Ray started for the run and stopped after it. The sweep
   specification goes to the object store once; tasks get a reference.
   Ray is an optional extra (``pip install latroute[ray]``), imported only
-  here and only when asked for.
+  here and only when asked for. Ray's own processes share the driver's fate
+  only loosely (its agents outlive a SIGKILLed driver for minutes), so a
+  local Ray gets a reaper: a small process that holds a pipe from the
+  driver and, when the pipe closes (the driver ended, however it ended),
+  kills the processes that Ray's start-up created.
 """
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
 
 BACKENDS = ("local", "ray")
 PR_SET_PDEATHSIG = 1
@@ -55,15 +64,68 @@ def run_local(task: Callable, spec, cells: list, workers: int) -> Iterator[tuple
                 p.terminate()
 
 
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _descendants(root: int) -> dict[int, int]:
+    """pid -> start time of every process below ``root`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(p.name))
+    out, todo = {}, [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            st = _start_time(c)
+            if st is not None:
+                out[c] = st
+                todo.append(c)
+    return out
+
+
+REAPER = """
+import json, os, signal, sys
+procs = json.loads(sys.argv[1])
+sys.stdin.read()  # returns when the driver's end of the pipe closes
+for pid, start in procs.items():
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if int(f.read().rsplit(")", 1)[1].split()[19]) != start:
+                continue  # the pid was reused
+        os.kill(int(pid), signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+"""
+
+
+def _reaper_for(procs: dict[int, int]) -> subprocess.Popen | None:
+    if not procs or not Path("/proc").is_dir():
+        return None
+    return subprocess.Popen([sys.executable, "-c", REAPER, json.dumps(procs)], stdin=subprocess.PIPE,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run_ray(task: Callable, spec, cells: list, workers: int, address: str | None = None) -> Iterator[tuple]:
     try:
         import ray
     except ImportError:
         raise RuntimeError("--backend ray needs Ray: pip install 'latroute[ray]'") from None
     started = not ray.is_initialized()
+    reaper = None
     if started:
         kwargs = {"address": address} if address else {"num_cpus": workers, "include_dashboard": False}
+        os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
         ray.init(log_to_driver=False, configure_logging=False, **kwargs)
+        if not address:
+            reaper = _reaper_for(_descendants(os.getpid()))
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(task)
         spec_ref = ray.put(spec)
@@ -78,6 +140,9 @@ def run_ray(task: Callable, spec, cells: list, workers: int, address: str | None
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
+        if reaper is not None:
+            reaper.stdin.close()  # the reaper kills whatever of this Ray is still running
+            reaper.wait()
 
 
 def run_cells(task: Callable, spec, cells: list, workers: int, backend: str = "local",

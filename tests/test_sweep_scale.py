@@ -169,3 +169,37 @@ def test_ray_backend_gives_the_same_bytes_as_the_local_pool(tmp_path):
     assert "[ray] 200/200 cells" in res.stderr
     assert (tmp_path / "ray" / "results.parquet").read_bytes() == (tmp_path / "local" / "results.parquet").read_bytes()
     assert json.loads((tmp_path / "ray" / "metrics.json").read_text())["backend"] == "ray"
+
+
+def _ray_processes() -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"ray::" in cmd or b"raylet" in cmd or b"gcs_server" in cmd:
+                out.append(int(p.name))
+    return out
+
+
+def test_a_killed_ray_driver_leaves_nothing_of_the_ray_it_started(tmp_path):
+    pytest.importorskip("ray")
+    before = set(_ray_processes())
+    out = tmp_path / "rk"
+    rates = ",".join(str(r) for r in np.round(np.linspace(1, 9, 200), 3))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", "--rates", rates, "--routers",
+                             "shortest-queue", "--requests", "300", "--noise", "off", "--backend", "ray",
+                             "--workers", "2", "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"})
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (out.joinpath("cells").is_dir()
+                                               and len(list(out.joinpath("cells").glob("*.parquet"))) >= 5):
+        time.sleep(0.1)
+    assert set(_ray_processes()) - before, "no Ray was running"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(5)
+    assert not set(_ray_processes()) - before
+    assert len(list(out.joinpath("cells").glob("*.parquet"))) >= 5
