@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reports.check import baseline_doc, compare, flatten, load_baseline
+from reports.check import baseline_doc, compare, flatten, intervals, load_baseline
 from reports.render import build_report
 from reports.results import load_result
 from traces.store import StagedDir, atomic_write_text
@@ -54,7 +54,11 @@ def _tolerances(items: tuple[str, ...]) -> dict[str, float]:
               help="METRIC=FRACTION: relative change allowed (matches a full name or its suffix, e.g. mape=0.1).")
 @click.option("--write-baseline", is_flag=True, help="Write RESULT's metrics as the new baseline and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_baseline: bool, as_json: bool) -> None:
+@click.option("--interval", "use_interval", is_flag=True,
+              help="Gate on 95% intervals over seeds where the result has them (sweep --seeds K): a metric "
+                   "regresses only when its whole interval is worse than the baseline.")
+def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_baseline: bool, as_json: bool,
+          use_interval: bool) -> None:
     """Regression gate for CI: compare a result's metrics with a baseline.
 
     Exit 0 when nothing regressed beyond tolerance, 1 when something did,
@@ -74,7 +78,7 @@ def check(result: Path, baseline: Path, tolerances: tuple[str, ...], write_basel
         click.echo(f"wrote baseline {baseline} ({len(flatten(res))} metrics)")
         return
     base = load_baseline(baseline)
-    rows = compare(base["metrics"], flatten(res), over)
+    rows = compare(base["metrics"], flatten(res), over, intervals(res) if use_interval else None)
     bad = [r for r in rows if r.verdict in ("REGRESSED", "missing")]
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in rows], indent=2))

@@ -203,3 +203,26 @@ def test_a_killed_ray_driver_leaves_nothing_of_the_ray_it_started(tmp_path):
     time.sleep(5)
     assert not set(_ray_processes()) - before
     assert len(list(out.joinpath("cells").glob("*.parquet"))) >= 5
+
+
+def test_check_can_gate_on_the_interval_over_seeds(tmp_path):
+    out = tmp_path / "s"
+    assert run_cli("sweep", "--rates", "4,8", "--routers", "shortest-queue,round-robin", *TINY, "--seeds", "3",
+                   "--out", out).exit_code == 0
+    m = json.loads((out / "metrics.json").read_text())
+    v = m["routers"]["shortest-queue"]
+    lo, hi = v["auc_ontime_utility_ci"]["ci95"]
+    assert hi > v["auc_ontime_utility"] * 1.001, "the test needs some spread over seeds"
+    # a baseline a little above the mean, but inside the interval: one draw regresses, the interval does not
+    target = (v["auc_ontime_utility"] + hi) / 2
+    base = tmp_path / "b.json"
+    assert run_cli("check", out, "--baseline", base, "--write-baseline").exit_code == 0
+    doc = json.loads(base.read_text())
+    doc["metrics"] = {"routers.shortest-queue.auc_ontime_utility": target}
+    base.write_text(json.dumps(doc))
+    tol = "auc_ontime_utility=0"
+    assert run_cli("check", out, "--baseline", base, "--tolerance", tol).exit_code == 1
+    assert run_cli("check", out, "--baseline", base, "--tolerance", tol, "--interval").exit_code == 0
+    doc["metrics"] = {"routers.shortest-queue.auc_ontime_utility": hi * 1.05}
+    base.write_text(json.dumps(doc))
+    assert run_cli("check", out, "--baseline", base, "--tolerance", tol, "--interval").exit_code == 1
