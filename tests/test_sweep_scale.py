@@ -226,3 +226,17 @@ def test_check_can_gate_on_the_interval_over_seeds(tmp_path):
     doc["metrics"] = {"routers.shortest-queue.auc_ontime_utility": hi * 1.05}
     base.write_text(json.dumps(doc))
     assert run_cli("check", out, "--baseline", base, "--tolerance", tol, "--interval").exit_code == 1
+
+
+def test_report_draws_bands_over_seeds(tmp_path):
+    from reports.figures import _by_rate
+    from reports.results import load_result
+
+    out = tmp_path / "s"
+    assert run_cli("sweep", "--rates", "4,8", "--routers", "shortest-queue", *TINY, "--seeds", "3",
+                   "--out", out).exit_code == 0
+    by = _by_rate(load_result(out), "ontime_utility")
+    assert (by["half_ci"] > 0).all()
+    res = run_cli("report", out, "--out", tmp_path / "rep")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "rep" / "ontime_utility_vs_rate.png").stat().st_size > 0
