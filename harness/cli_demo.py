@@ -24,7 +24,7 @@ from harness.cli_estimate import format_metrics
 from harness.cli_replay import format_sweep, write_replay_result
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, replay
-from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
+from harness.sweep import Cell, SweepSpec, default_workers, run_and_write_sweep
 from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from reports.render import build_report
 from reports.results import command_line, load_result, result_header
@@ -115,13 +115,13 @@ def demo(out: Path, seed: int) -> None:
     click.echo(f"\n[5/6] sweeping {len(MAIN_ROUTERS)} routers over {len(DEMO_SWEEP_RATES)} arrival rates "
                f"({DEMO_SWEEP_REQUESTS} requests per cell, sfs-soft with delta 1e-6 per us)")
     spec = SweepSpec(pool=DEMO_POOL, requests=DEMO_SWEEP_REQUESTS)
-    df, summary = sweep_result(spec, cells, default_workers())
-    write_sweep_result(out / "sweep", df, summary, force=True, command=command_line())
+    df, summary = run_and_write_sweep(out / "sweep", spec, cells, default_workers(), force=True,
+                                      command=command_line())
     click.echo(format_sweep(summary))
     click.echo("what routers are told: " + ", ".join(f"{k} {v['policy']}" for k, v in summary["policies"].items()))
     fcells = [Cell(DEMO_SWEEP_RATES[-1], "sfs-soft", d, seed=seed) for d in DEMO_DELTAS]
-    fdf, fsum = sweep_result(spec, fcells, default_workers())
-    write_sweep_result(out / "frontier", fdf, fsum, force=True, command=command_line())
+    fdf, fsum = run_and_write_sweep(out / "frontier", spec, fcells, default_workers(), force=True,
+                                    command=command_line())
     click.echo(f"sfs-soft at {DEMO_SWEEP_RATES[-1]:g} q/s, delta -> (mean utility, mean TTFT): " + ", ".join(
         f"{p['delta_per_us']:g} -> ({p['mean_utility']:.3f}, {p['ttft_mean_s']:.3f} s)" for p in fsum["frontier"]))
 

@@ -10,13 +10,15 @@ import click
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, workload_inputs
 from harness.replay import replay as run_replay
-from harness.sweep import Cell, SweepSpec, default_workers, sweep_inputs, sweep_result, write_sweep_result
+from harness.sweep import Cell, SweepSpec, default_workers, spec_doc, sweep_inputs, sweep_result, write_sweep_result
+from harness.sweep_backends import BACKENDS, Progress
+from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
 from reports.results import command_line, result_header
 from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
-from traces.errors import BadOption
+from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
 from traces.quality import QUALITY_POLICIES
 from traces.slo import SLO_POLICIES
@@ -203,7 +205,42 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     click.echo(f"wrote {out}")
 
 
+SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
+                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address")
+
+
+def _spec_file(ctx: click.Context, param, path: Path | None):
+    """Fill options from a TOML sweep specification; flags given on the
+    command line win."""
+    if path is None:
+        return None
+    import tomllib
+
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(path, None, "--spec", "does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(path, None, "--spec", f"not valid TOML ({e})") from None
+    sweep_doc = doc.get("sweep", doc)
+    unknown = sorted(set(sweep_doc) - set(SWEEP_SPEC_KEYS))
+    if unknown:
+        raise BadInput(path, None, unknown[0], f"unknown key (known: {', '.join(SWEEP_SPEC_KEYS)})")
+    defaults = ctx.default_map or {}
+    for key, value in sweep_doc.items():
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
+                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy"}.get(key, key)
+        defaults[name] = value
+    ctx.default_map = defaults
+    return path
+
+
 @click.command()
+@click.option("--spec", "spec_path", type=click.Path(path_type=Path), callback=_spec_file, is_eager=True,
+              expose_value=False, help="TOML file with the sweep's options (a [sweep] table or top-level keys named "
+                                       "like the flags: rates = [3, 4, 5], routers = [...]); flags override it.")
 @click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True)
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
               help="Replay this trace's requests, arrival times rescaled to each rate, instead of generating.")
@@ -216,20 +253,33 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
 @arrival_options
 @policy_options
 @click.option("--requests", "n_requests", type=int, default=16000, show_default=True, help="Requests per cell.")
-@click.option("--seeds", type=int, default=1, show_default=True, help="Repetitions (seeds 0..K-1).")
-@click.option("--workers", type=int, default=default_workers(), show_default=True, help="Worker processes.")
+@click.option("--seeds", type=int, default=1, show_default=True,
+              help="Paired seeds 0..K-1 (the same workloads and noise for every router); K >= 2 gives 95% intervals.")
+@click.option("--workers", type=int, default=default_workers(), show_default=True,
+              help="Worker processes (local) or CPUs of a local Ray.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="local", show_default=True,
+              help="local: a process pool here; ray: each cell a Ray task (pip install 'latroute[ray]').")
+@click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
+                                "started for the run.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--out", required=True, type=click.Path(path_type=Path))
-@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
+                                             "specification must be the same).")
+@click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
-          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, noise, out, force) -> None:
+          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, noise, out, resume,
+          force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
-    Writes results.parquet (one row per cell, with the inter-arrival CV^2
-    it replayed) and metrics.json: per router the OnTimeUtility AUC over
-    the rates (trapezoid), its ratio to the best baseline (round-robin,
-    shortest-queue, latency-agnostic), with several --deltas the utility vs
-    mean-TTFT frontier, and the length, SLO and quality policies used.
+    Every finished cell is written at once under --out (cells/), so Ctrl-C
+    or a crash loses only the cells in flight and --resume finishes the
+    sweep. When done: results.parquet (one row per cell, with the
+    inter-arrival CV^2 it replayed), timings.parquet (wall time per cell)
+    and metrics.json: per router the OnTimeUtility AUC over the rates
+    (trapezoid) with its 95% interval over seeds, its ratio to the best
+    baseline (round-robin, shortest-queue, latency-agnostic) with a paired
+    interval, with several --deltas the utility vs mean-TTFT frontier, and
+    the length, SLO and quality policies used.
 
     \b
     Examples:
@@ -238,12 +288,19 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
       latroute sweep --rates 6,8 --arrival gamma --burstiness 0.25 --out sweep-gamma   # CV^2 = 4
       latroute sweep --rates 8 --routers sfs-soft --deltas 0,1e-7,1e-6,1e-5,1e-4,1e-3,1e9 --out frontier
       latroute sweep --trace azconv --rates 4,8 --requests 4000 --out sweep-az   # SLO rule, quality model
+      latroute sweep --seeds 5 --out sweep-5seeds          # intervals over paired seeds
+      latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
+      latroute sweep --spec study.toml --out study --resume
     """
     rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
     names = _routers(router_names)
     if seeds < 1 or workers < 1 or n_requests < 1:
         raise click.UsageError("--seeds, --workers and --requests must be >= 1")
     _check_lengths(lengths_policy)
+    if address is not None and backend != "ray":
+        raise click.UsageError("--address goes with --backend ray")
+    if resume and force:
+        raise click.UsageError("--resume and --force exclude each other")
     if trace_dir is not None and (arrival is not None or burstiness != 1.0):
         raise BadOption("--arrival" if arrival is not None else "--burstiness",
                         "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
@@ -261,13 +318,20 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     except ValueError as e:
         raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
     t = time.perf_counter()
-    if sys.stderr.isatty():
-        with click.progressbar(length=len(cells), label=f"{len(cells)} cells", file=sys.stderr) as bar:
-            df, summary = sweep_result(spec, cells, workers, progress=bar.update)
-    else:
-        df, summary = sweep_result(spec, cells, workers)
+    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force)
+    already = len(store.done() & {cell_key(c) for c in cells})
+    bar = Progress(len(cells), backend, lambda line: click.echo(line, err=True), already)
+    try:
+        df, timings, summary = sweep_result(spec, cells, workers, bar.step, backend, address, store)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: {len(store.done())} of {len(cells)} cells are in {out}; finish with --resume",
+                   err=True)
+        sys.exit(130)
+    except RuntimeError as e:
+        raise click.UsageError(str(e)) from None
     summary["wall_s"] = time.perf_counter() - t
-    write_sweep_result(out, df, summary, force, command_line())
+    summary["backend"] = backend
+    write_sweep_result(store, df, timings, summary, command_line())
     click.echo(format_sweep(summary))
     click.echo(f"wrote {out}")
 
@@ -275,7 +339,8 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
 def format_sweep(s: dict) -> str:
     arrival = s["arrival"] + (f", burstiness {s['burstiness']:g}" if s.get("burstiness", 1.0) != 1.0 else "")
     lines = [f"{s['cells']} cells, rates {s['rate_range'][0]:g}-{s['rate_range'][1]:g} q/s ({arrival}, inter-arrival "
-             f"CV^2 {s.get('interarrival_cv2', float('nan')):.2f}), {s['requests']} requests per cell"]
+             f"CV^2 {s.get('interarrival_cv2', float('nan')):.2f}), {s['requests']} requests per cell, "
+             f"{s.get('seeds', 1)} seed(s)"]
     if s.get("policies", {}).get("lengths", {}).get("oracle"):
         lines.insert(0, "ORACLE LENGTHS: routers saw true output lengths")
     rates = [f"{r:g}" for r in s["rates"]]
@@ -287,5 +352,16 @@ def format_sweep(s: dict) -> str:
     if "best_baseline" in s:
         lines.append(f"best baseline: {s['best_baseline']['router']} (OnTimeUtility AUC "
                      f"{s['best_baseline']['auc_ontime_utility']:.4f})")
+    if s.get("seeds", 1) > 1:
+        lines.append("95% intervals over paired seeds: AUC; AUC ratio to the best baseline")
+        for key, v in s["routers"].items():
+            ci = v["auc_ontime_utility_ci"]
+            vs = (v.get("vs_best_baseline") or {}).get("ratio") or {}
+            lines.append(f"  {key:<26} {ci['mean']:.4f}{_ci(ci['ci95'])}"
+                         + (f"; ratio {vs['mean']:.3f}{_ci(vs['ci95'])}" if vs else ""))
     return "\n".join(lines)
+
+
+def _ci(ci) -> str:
+    return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
 

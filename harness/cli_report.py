@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from reports.check import baseline_doc, check_kind, compare, flatten, load_baseline, speed_drift_violations
+from reports.check import (
+    baseline_doc,
+    check_kind,
+    compare,
+    flatten,
+    intervals,
+    load_baseline,
+    speed_drift_violations,
+)
 from reports.render import build_report
 from reports.results import load_result
 from traces.store import StagedDir, atomic_write_text
@@ -57,8 +65,11 @@ def _tolerances(items: tuple[str, ...]) -> dict[str, float]:
 @click.option("--max-speed-drift", type=click.FloatRange(min=0.0), metavar="FRACTION",
               help="Also fail when an instance's host speed factor against its profile (estimate and validate "
                    "results) is further than FRACTION from 1, e.g. 0.1.")
+@click.option("--interval", "use_interval", is_flag=True,
+              help="Gate on 95% intervals over seeds where the result has them (sweep --seeds K): a metric "
+                   "regresses only when its whole interval is worse than the baseline.")
 def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], write_baseline: bool, as_json: bool,
-          max_speed_drift: float | None) -> None:
+          max_speed_drift: float | None, use_interval: bool) -> None:
     """Regression gate for CI: compare a result's metrics with a baseline.
 
     Exit 0 when nothing regressed beyond tolerance, 1 when something did,
@@ -89,7 +100,7 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
         return
     base = load_baseline(baseline)
     check_kind(base, res, baseline)
-    rows = compare(base["metrics"], flatten(res), over)
+    rows = compare(base["metrics"], flatten(res), over, intervals(res) if use_interval else None)
     bad = [r for r in rows if r.verdict in ("REGRESSED", "missing")]
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in rows], indent=2))

@@ -1,9 +1,13 @@
-"""Sweeps: many replays (rates x routers x deltas x lambdas x seeds) in a
-process pool, and the summaries that compare routers.
+"""Sweeps: many replays (rates x routers x deltas x lambdas x seeds) on a
+local process pool or Ray (``sweep_backends``), every finished cell written
+at once (``sweep_store``), and the summaries that compare routers, with
+confidence intervals over paired seeds (``sweep_stats``).
 
 Every cell is fully determined by its parameters (the workload seed comes
 from the cell's seed and rate, the twin's from its seed), and results are
-ordered by cell, so the output is the same whatever the worker count.
+ordered by cell, so the output is the same whatever the backend, the worker
+count or the number of runs a resumed sweep took. Wall-clock figures of a
+cell go to ``timings.parquet``, apart from the results.
 
 A cell's workload is generated (the paper's workload with the sweep's
 arrival process) or, with ``SweepSpec.trace``, a trace's requests with
@@ -15,14 +19,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
+from harness.sweep_backends import run_cells
+from harness.sweep_stats import mean_ci, paired
+from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
@@ -106,34 +113,57 @@ def run_cell(spec: SweepSpec, cell: Cell) -> dict:
            "interarrival_cv2": interarrival_cv2(res.requests["arrival_s"].to_numpy(dtype=np.float64))}
     row.update({f"{k}_policy": v["policy"] for k, v in m["policies"].items()})
     for k in ("ontime_utility", "slo_attainment", "mean_utility", "mean_cost_micro_usd", "ttft_mean_s",
-              "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "unserved", "mean_decision_us", "wall_s", "simulated_s",
-              "speedup"):
+              "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "unserved", "simulated_s"):
         row[k] = m[k]
     for inst, share in m["share_by_instance"].items():
         row[f"share_{inst}"] = share
-    return row
+    timing = {k: m[k] for k in TIMING_COLUMNS}
+    return row, timing
 
 
-def _run(args):
-    return run_cell(*args)
+TIMING_COLUMNS = ("wall_s", "speedup", "mean_decision_us")
+CELL_ORDER = ["seed", "lam", "router", "delta_per_us", "rate"]
 
 
 def run_sweep(spec: SweepSpec, cells: list[Cell], workers: int = 1,
-              progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    rows: list[dict] = []
-    if workers <= 1:
-        for c in cells:
-            rows.append(run_cell(spec, c))
-            if progress:
-                progress(1)
+              progress: Callable[[], None] | None = None, backend: str = "local", address: str | None = None,
+              store: SweepStore | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the cells (those without a part in ``store``), writing each as it
+    finishes; returns (results, timings) over every cell, ordered by cell."""
+    done = store.done() if store is not None else set()
+    todo = [c for c in cells if cell_key(c) not in done]
+    rows, timings = [], []
+    for cell, row, timing in run_cells(run_cell, spec, todo, workers, backend, address):
+        key = cell_key(cell)
+        if store is not None:
+            store.write_cell(key, row, timing)
+        rows.append(row)
+        timings.append({"cell": key, **timing})
+        if progress:
+            progress()
+    if store is not None:
+        df, tim = store.rows()
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for row in pool.map(_run, [(spec, c) for c in cells]):
-                rows.append(row)
-                if progress:
-                    progress(1)
-    df = pd.DataFrame(rows)
-    return df.sort_values(["seed", "lam", "router", "delta_per_us", "rate"], kind="stable").reset_index(drop=True)
+        df, tim = pd.DataFrame(rows), pd.DataFrame(timings)
+    df = df.sort_values(CELL_ORDER, kind="stable").reset_index(drop=True)
+    return df, tim.sort_values("cell").reset_index(drop=True) if len(tim) else tim
+
+
+def router_key(router: str, delta: float, lam: float, several_lambdas: bool, caps: dict) -> str:
+    """A sweep's name for a (router, delta, lambda) cell family."""
+    key = f"{router}(delta={delta:g})" if caps[router]["uses_delta"] and delta != 0 else router
+    return f"{key}[lambda={lam:g}]" if several_lambdas else key
+
+
+def seed_aucs(df: pd.DataFrame, caps: dict) -> dict[str, np.ndarray]:
+    """Per router key, its OnTimeUtility AUC for each seed (in seed order)."""
+    several = len(df["lam"].unique()) > 1
+    out: dict[str, np.ndarray] = {}
+    for (lam, router, delta), g in df.groupby(["lam", "router", "delta_per_us"]):
+        per = g.groupby("seed").apply(lambda s: auc(s["rate"].to_numpy(), s["ontime_utility"].to_numpy()),
+                                      include_groups=False)
+        out[router_key(router, delta, lam, several, caps)] = per.sort_index().to_numpy()
+    return out
 
 
 def auc(rates: np.ndarray, values: np.ndarray) -> float:
@@ -153,10 +183,9 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
     out["rate_range"] = [out["rates"][0], out["rates"][-1]]
     mean = df.groupby(["lam", "router", "delta_per_us", "rate"], as_index=False).mean(numeric_only=True)
     routers = {}
+    several = len(df["lam"].unique()) > 1
     for (lam, router, delta), g in mean.groupby(["lam", "router", "delta_per_us"]):
-        key = f"{router}(delta={delta:g})" if caps[router]["uses_delta"] and delta != 0 else router
-        if len(df["lam"].unique()) > 1:
-            key = f"{key}[lambda={lam:g}]"
+        key = router_key(router, delta, lam, several, caps)
         routers[key] = {
             "router": router, "lambda": float(lam), "delta_per_us": float(delta),
             "auc_ontime_utility": auc(g["rate"].to_numpy(), g["ontime_utility"].to_numpy()),
@@ -166,13 +195,18 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
                         for r, o, a, tm, mu in zip(g["rate"], g["ontime_utility"], g["slo_attainment"],
                                                    g["ttft_mean_s"], g["mean_utility"])},
         }
+    per_seed = seed_aucs(df, caps)
+    for key, v in routers.items():
+        v["auc_ontime_utility_ci"] = mean_ci(per_seed[key])
     base = {k: v["auc_ontime_utility"] for k, v in routers.items() if caps[v["router"]]["baseline"]
             and (v["delta_per_us"] == 0)}
     if base:
         best_key = max(base, key=base.get)
         out["best_baseline"] = {"router": best_key, "auc_ontime_utility": base[best_key]}
-        for v in routers.values():
+        for key, v in routers.items():
             v["auc_ratio_to_best_baseline"] = v["auc_ontime_utility"] / base[best_key] if base[best_key] else None
+            if key != best_key:
+                v["vs_best_baseline"] = paired(per_seed[key], per_seed[best_key])
     out["routers"] = routers
     soft = mean[mean["router"].map(lambda r: caps[r]["uses_delta"])]
     if len(soft["delta_per_us"].unique()) > 1:
@@ -188,22 +222,43 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
 
 
-def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None) -> tuple[pd.DataFrame, dict]:
+def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
+    """The full specification of a sweep, as stored in ``sweep.json``."""
+    return {"spec": asdict(spec), "cells": [asdict(c) for c in cells]}
+
+
+def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None, backend: str = "local",
+                 address: str | None = None, store: SweepStore | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Run the cells and summarise them, recording the sweep's parameters."""
-    df = run_sweep(spec, cells, workers, progress)
+    df, timings = run_sweep(spec, cells, workers, progress, backend, address, store)
     summary = summarize_sweep(df)
     summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
                     "burstiness": spec.burstiness, "trace": spec.trace, "requests": int(df["requests"].max()),
                     "seeds": len({c.seed for c in cells}), "cells": len(cells),
                     "interarrival_cv2": float(df["interarrival_cv2"].mean()),
                     "policies": sweep_inputs(spec, cells[0]).policies()})
-    return df, summary
+    return df, timings, summary
 
 
-def write_sweep_result(out, df: pd.DataFrame, summary: dict, force: bool = False, command: str | None = None) -> None:
+def write_sweep_result(store: SweepStore, df: pd.DataFrame, timings: pd.DataFrame, summary: dict,
+                       command: str | None = None) -> None:
     from reports.results import result_header
-    from traces.store import StagedDir, write_json, write_parquet
+    from traces.store import write_json, write_parquet
 
-    with StagedDir(out, force) as tmp:
-        write_parquet(tmp / "results.parquet", df)
-        write_json(tmp / "metrics.json", {**result_header("sweep", command), **summary})
+    store.finish({"results.parquet": lambda p: write_parquet(Path(p), df),
+                  "timings.parquet": lambda p: write_parquet(Path(p), timings),
+                  "metrics.json": lambda p: write_json(Path(p), {**result_header("sweep", command), **summary})})
+
+
+def run_and_write_sweep(out, spec: SweepSpec, cells: list[Cell], workers: int, backend: str = "local",
+                        address: str | None = None, resume: bool = False, force: bool = False,
+                        progress: Callable[[], None] | None = None, command: str | None = None
+                        ) -> tuple[pd.DataFrame, dict]:
+    """A whole sweep into ``out``: open (or resume) its store, run what is
+    missing, write the final results."""
+    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force)
+    df, timings, summary = sweep_result(spec, cells, workers, progress, backend, address, store)
+    summary["backend"] = backend
+    write_sweep_result(store, df, timings, summary, command)
+    return df, summary

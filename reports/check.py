@@ -56,6 +56,18 @@ def flatten(r: Result) -> dict[str, float]:
     return out
 
 
+def intervals(r: Result) -> dict[str, tuple[float, float]]:
+    """95% intervals over seeds of a sweep's AUCs (``sweep --seeds K``, K >= 2),
+    under the names ``flatten`` gives the AUCs."""
+    out = {}
+    if r.kind == "sweep":
+        for key, v in r.metrics.get("routers", {}).items():
+            ci = (v.get("auc_ontime_utility_ci") or {}).get("ci95")
+            if ci:
+                out[f"routers.{key}.auc_ontime_utility"] = (float(ci[0]), float(ci[1]))
+    return out
+
+
 def higher_is_better(name: str) -> bool:
     return name.endswith(HIGHER_IS_BETTER)
 
@@ -79,7 +91,11 @@ class Row:
     verdict: str  # ok | better | REGRESSED | missing | new
 
 
-def compare(baseline: dict[str, float], current: dict[str, float], overrides: dict[str, float]) -> list[Row]:
+def compare(baseline: dict[str, float], current: dict[str, float], overrides: dict[str, float],
+            current_ci: dict[str, tuple[float, float]] | None = None) -> list[Row]:
+    """With ``current_ci`` (``check --interval``) a metric that has an
+    interval regresses only when its whole interval is worse than the
+    baseline beyond tolerance: one unlucky draw does not fail the gate."""
     rows = []
     for name in sorted(set(baseline) | set(current)):
         old, new = baseline.get(name), current.get(name)
@@ -90,8 +106,13 @@ def compare(baseline: dict[str, float], current: dict[str, float], overrides: di
         if new is None:
             rows.append(Row(name, old, None, None, tol, "missing"))
             continue
+        judged = new
+        if current_ci and name in current_ci:
+            lo, hi = current_ci[name]
+            judged = hi if higher_is_better(name) else lo  # the interval's most favourable end
         change = (new - old) / abs(old) if abs(old) > 1e-9 else (new - old)
-        worse = -change if higher_is_better(name) else change
+        judged_change = (judged - old) / abs(old) if abs(old) > 1e-9 else (judged - old)
+        worse = -judged_change if higher_is_better(name) else judged_change
         verdict = "REGRESSED" if worse > tol + 1e-12 else ("better" if worse < 0 else "ok")
         rows.append(Row(name, old, new, change, tol, verdict))
     return rows

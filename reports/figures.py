@@ -101,7 +101,16 @@ def _by_rate(r: Result, metric: str):
     df = r.tables["results"]
     soft = df["router"].isin(_delta_routers(r))
     base = df[~soft | (df["delta_per_us"] == df.groupby("router")["delta_per_us"].transform("min"))]
-    return base.groupby(["router", "rate"], as_index=False)[metric].mean()
+    return base.groupby(["router", "rate"], as_index=False)[metric].agg(
+        **{metric: "mean", "half_ci": lambda x: _half_ci(x.to_numpy())})
+
+
+def _half_ci(x) -> float:
+    """Half-width of the 95% t-interval over seeds (0 with one seed)."""
+    from harness.sweep_stats import mean_ci
+
+    ci = mean_ci(x)["ci95"]
+    return (ci[1] - ci[0]) / 2 if ci else 0.0
 
 
 def _vs_rate(results: list[Result], path: Path, metric: str, ylabel: str, scale: float = 1.0,
@@ -118,7 +127,10 @@ def _vs_rate(results: list[Result], path: Path, metric: str, ylabel: str, scale:
             if g["rate"].nunique() < 2:
                 continue
             label = f"{router} (AUC {aucs.get(router, float('nan')):.3f})" if auc_key else router
-            ax.plot(g["rate"], scale * g[metric], marker="o", label=label)
+            line, = ax.plot(g["rate"], scale * g[metric], marker="o", label=label)
+            if (g["half_ci"] > 0).any():  # several seeds: the 95% band over seeds
+                ax.fill_between(g["rate"], scale * (g[metric] - g["half_ci"]), scale * (g[metric] + g["half_ci"]),
+                                color=line.get_color(), alpha=0.2, linewidth=0)
         rr = r.metrics.get("rate_range", [])
         ax.set_title(f"{r.label} ({r.metrics.get('arrival', '')}, rates {rr[0]:g}-{rr[-1]:g})" if rr else r.label)
         _finish(ax, "arrival rate (q/s)", ylabel)
