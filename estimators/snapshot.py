@@ -147,9 +147,11 @@ class RecordedWalk:
         limit = len(self.order) if before_pos is None else before_pos
         while self.next_arrival < limit and self.arrival[self.order[self.next_arrival]] <= t:
             idx = int(self.order[self.next_arrival])
+            self.next_arrival += 1
+            if self.prompt[idx] >= self.engine.max_model_len:
+                continue  # refused by the engine's front end: it never reaches the scheduler
             self.slot_of[idx] = self.state.add(idx, int(self.prompt[idx]), int(self.output[idx]), status=ST_PENDING)
             self.inbox_req.append(idx)
-            self.next_arrival += 1
 
     def join_until(self, t: float) -> None:
         """Arrived requests handed to the scheduler by the boundary at ``t``."""

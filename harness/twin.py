@@ -328,6 +328,9 @@ class Twin:
             j = router(i, t, insts)
             inst = insts[j]
             ev.instance[i] = j
+            if prompt[i] >= inst.spec.config.max_model_len:
+                ev.out.reject_t[i] = t  # vLLM's front end refuses it: no room for one output token
+                continue
             inst.add(i, int(prompt[i]), int(output[i]), 0 if hits is None else int(hits[i]))
             if inst.idle:
                 inst.kick(t)

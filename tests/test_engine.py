@@ -10,6 +10,9 @@ from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, schedule_step
 from estimators.engine.layout import EV_FINISH, EV_LENGTH, F_BLOCKS, F_EVENT, F_OUTPUTS, S_FREE_BLOCKS, S_NR
 from estimators.engine.state import SchedState, StepPlan
+from estimators.engine.view import Query
+from estimators.sfs import SFS
+from estimators.snapshot import Snapshot
 from harness.decisions import decision_agreement
 from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
 from tests.test_twin import toy_profile
@@ -72,3 +75,20 @@ def test_twin_trace_with_preemptions_replays_exactly_through_the_decision_check(
     assert len(pre) == own and int(tr.read("steps")["num_preempted"].sum()) == own
     agreement = decision_agreement(tr, "tight")
     assert agreement.steps == len(res.steps) and agreement.agree == agreement.steps, agreement.to_json(keep=3)
+
+
+def test_prompts_without_room_for_one_output_are_refused_at_arrival():
+    # vLLM's input processor refuses prompt_len >= max_model_len before the scheduler sees it
+    spec = InstanceSpec(InstanceConfig(max_num_batched_tokens=64, max_num_seqs=8, num_kv_blocks=20,
+                                       max_model_len=64), toy_profile())
+    reqs = pd.DataFrame({"request_id": [0, 1, 2], "arrival_s": [0.0, 0.0, 0.0], "prompt_tokens": [64, 63, 10],
+                         "output_tokens": [5, 5, 5]})
+    res = Twin([spec], TwinConfig(noise=False)).run(reqs, fixed_router(np.zeros(3, dtype=int)))
+    assert res.extra["rejected"] == 1 and np.isnan(res.requests["ttft_s"].iloc[0])
+    assert res.requests["finish_reason"].tolist()[1:] == ["length", "stop"]  # 63 + 1 output = 64
+    assert pd.isna(res.requests["finish_reason"].iloc[0])
+    sfs = SFS(toy_profile(), np.array([5, 5, 5]))
+    snap = Snapshot(0.0, "i0", SchedState.new(spec.config, capacity=4), np.zeros(4, dtype=np.int64), 0,
+                    StepPlan.new(4), 0, None)
+    assert sfs.estimate(snap, Query(0, 0.0, 64)) == np.inf
+    assert np.isfinite(sfs.estimate(snap, Query(1, 0.0, 63)))
