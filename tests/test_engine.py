@@ -13,8 +13,8 @@ from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.view import Query
 from estimators.sfs import SFS
 from estimators.snapshot import Snapshot
-from harness.decisions import decision_agreement
 from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
+from harness.validate import validate
 from tests.test_twin import toy_profile
 from traces.store import TraceWriter, open_trace
 
@@ -73,8 +73,9 @@ def test_twin_trace_with_preemptions_replays_exactly_through_the_decision_check(
     tr = open_trace(tmp_path / "t")
     pre = tr.read("preemptions")
     assert len(pre) == own and int(tr.read("steps")["num_preempted"].sum()) == own
-    agreement = decision_agreement(tr, "tight")
-    assert agreement.steps == len(res.steps) and agreement.agree == agreement.steps, agreement.to_json(keep=3)
+    agreement = validate(tr, toy_profile(0.0005), noise=False).metrics["decision_agreement"]  # validate's check
+    assert agreement["steps"] == len(res.steps) and agreement["agree"] == agreement["steps"], \
+        agreement["per_instance"]["tight"]["first_mismatches"][:3]
 
 
 def test_prompts_without_room_for_one_output_are_refused_at_arrival():
