@@ -13,6 +13,7 @@ from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.view import Query
 from estimators.sfs import SFS
 from estimators.snapshot import Snapshot
+from harness.decisions import decision_agreement
 from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
 from harness.validate import validate
 from tests.test_twin import toy_profile
@@ -93,3 +94,18 @@ def test_prompts_without_room_for_one_output_are_refused_at_arrival():
                     StepPlan.new(4), 0, None)
     assert sfs.estimate(snap, Query(0, 0.0, 64)) == np.inf
     assert np.isfinite(sfs.estimate(snap, Query(1, 0.0, 63)))
+
+
+def test_a_twin_trace_with_a_request_the_kv_cache_cannot_hold_still_replays_exactly(tmp_path):
+    # 99 usable blocks of 16 tokens; the 5000-token prompt can never be admitted and the
+    # twin refuses it when nothing else runs: the rebuilt state must refuse it too
+    spec = InstanceSpec(InstanceConfig(instance_id="small", max_num_batched_tokens=512, max_num_seqs=16,
+                                       num_kv_blocks=100, max_model_len=32768), toy_profile(0.0005))
+    reqs = pd.DataFrame({"request_id": np.arange(6), "arrival_s": [0.0, 0.001, 0.002, 0.5, 0.501, 0.9],
+                         "prompt_tokens": [300, 5000, 200, 100, 700, 50], "output_tokens": [20, 5, 30, 10, 8, 3]})
+    res = Twin([spec], TwinConfig(noise=False)).run(reqs, fixed_router(np.zeros(6, dtype=int)))
+    assert res.extra["rejected"] == 1
+    with TraceWriter(tmp_path / "t") as w:
+        write_twin_trace(w, res)
+    agreement = decision_agreement(open_trace(tmp_path / "t"), "small")
+    assert agreement.steps == len(res.steps) and agreement.agree == agreement.steps, agreement.mismatches[:2]
