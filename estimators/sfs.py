@@ -8,6 +8,7 @@ import numpy as np
 
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
+from estimators.engine.layout import C_MAX_LEN
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
@@ -69,6 +70,8 @@ class SFS:
 
     def estimate(self, view: InstanceView, q: Query) -> float:
         st = view.state
+        if q.prompt >= st.cfg[C_MAX_LEN]:
+            return np.inf  # the engine's front end refuses it (as the twin does)
         self._scratch(st)
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
