@@ -140,12 +140,15 @@ def _print_replay(m: dict) -> None:
 @click.option("--delta", type=float, default=0.0, show_default=True,
               help="Soft rule: utility per microsecond of estimated TTFT.")
 @policy_options
+@click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="Latency-aware routers' estimators learn each instance's host speed from its completed steps "
+                   "(half-life 100 steps) and scale their profile by it.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large).")
 @click.option("--out", required=True, type=click.Path(path_type=Path))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
-           lengths_policy, slo_policy, quality_policy, noise, record_steps, out, force) -> None:
+           lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, out, force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
     Writes the served trace (requests with instance, TTFT, SLO, realised
@@ -189,7 +192,8 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     keep = [c for c in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "task", "slo_ttft_s",
                         "predicted_output_tokens") if c in requests]
     cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
-                       record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy)
+                       record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
+                       online_speed=online_speed == "on")
     try:
         inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:
@@ -206,7 +210,8 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
 
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
-                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address")
+                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address",
+                   "online_speed")
 
 
 def _spec_file(ctx: click.Context, param, path: Path | None):
@@ -261,14 +266,17 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
               help="local: a process pool here; ray: each cell a Ray task (pip install 'latroute[ray]').")
 @click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
                                 "started for the run.")
+@click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="Latency-aware routers' estimators learn each instance's host speed from its completed steps "
+                   "(half-life 100 steps) and scale their profile by it.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--out", required=True, type=click.Path(path_type=Path))
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
                                              "specification must be the same).")
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
-          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, noise, out, resume,
-          force) -> None:
+          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, online_speed, noise,
+          out, resume, force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
     Every finished cell is written at once under --out (cells/), so Ctrl-C
@@ -311,7 +319,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival="trace" if trace_dir else kind,
                      burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
-                     quality=quality_policy)
+                     quality=quality_policy, online_speed=online_speed == "on")
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     try:  # and a policy the workload cannot serve
         echo_policies(sweep_inputs(spec, cells[0]))

@@ -41,6 +41,7 @@ class ReplayConfig:
     lengths: str | None = None  # predicted-length policy (None: column if the trace has it, else median)
     slo: str | None = None  # SLO policy (None: column if the trace has it, else rule)
     quality: str | None = None  # quality policy (None: table if the trace has one, else model)
+    online_speed: bool = False  # estimators learn each instance's host speed from its completed steps
 
 
 @dataclass
@@ -109,7 +110,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     workload = workload or workload_inputs(requests, quality, specs, cfg)
     util, inputs = workload.utility, workload.route
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
-    router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines)
+    router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
+                         cfg.online_speed)
     warm_s = warm_up()
     t0 = time.perf_counter()
     res = twin.run(requests, router)
@@ -131,6 +133,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
               "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),
+              "online_speed": cfg.online_speed, "host_speed": {sp.instance_id: sp.config.speed for sp in specs},
               "router_capabilities": capabilities([cfg.router])})
     return ReplayResult(out, m, res, {"quality": workload.quality.table})
 

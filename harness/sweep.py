@@ -61,10 +61,12 @@ class SweepSpec:
     lengths: str | None = None  # predicted-length policy (None: the default)
     slo: str | None = None  # SLO policy (None: the default)
     quality: str | None = None  # quality policy (None: the default)
+    online_speed: bool = False  # estimators learn each instance's host speed from its completed steps
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
         return ReplayConfig(router=cell.router, lam=cell.lam, delta_per_us=cell.delta_per_us, seed=cell.seed,
-                            noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality)
+                            noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality,
+                            online_speed=self.online_speed)
 
 
 def workload_seed(seed: int, rate: float) -> int:

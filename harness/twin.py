@@ -30,6 +30,7 @@ from estimators.engine.layout import FINISH_REASONS, S_NR, S_WN, ST_PENDING
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.steplog import StepLog
 from estimators.engine.timing import TimeModel, rng_state
+from estimators.online_speed import CLIP_LOG, HALF_LIFE_STEPS, baseline_log_ratio
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.snapshot import RateTracker, Snapshot
 from harness import twin_kernel as tk
@@ -105,13 +106,22 @@ class Instance:
         self.state = SchedState.new(spec.config, capacity=256)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)
-        self.model = TimeModel.of(spec.profile)
+        # the ground truth: the profile at the host's true speed (estimators keep the profile itself)
+        base = TimeModel.of(spec.profile)
+        hs = spec.config.speed
+        self.model = base if hs == 1.0 else base._replace(coef=base.coef * hs, gap=base.gap * hs)
+        speed = np.zeros(tk.NSP, dtype=np.float64)
+        speed[tk.SP_LAM] = 0.5 ** (1.0 / HALF_LIFE_STEPS)
+        speed[tk.SP_BASE] = baseline_log_ratio(spec.profile)
+        speed[tk.SP_CLIP] = CLIP_LOG
+        speed[tk.SP_HOST] = hs
         params = np.zeros(tk.NP_, dtype=np.float64)
         params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
         params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
         self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), np.zeros(tk.NM, dtype=np.int64),
                                 np.zeros(2, dtype=np.float64), params,
-                                rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])))
+                                rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])),
+                                speed)
         k = LOG_STEPS if cfg.record_steps else 1
         self.log = tk.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
                                  np.zeros(k, dtype=np.int64),
@@ -163,6 +173,18 @@ class Instance:
     @property
     def arrival_rate(self) -> float:
         return self.rate.rate(self._now)
+
+    @property
+    def speed_factor(self) -> float:
+        """The host speed learned from the steps completed so far (honest:
+        their starts and ends are known; 1 before any step)."""
+        sp = self.tw.speed
+        return float(np.exp(sp[tk.SP_NUM] / sp[tk.SP_DEN])) if sp[tk.SP_DEN] > 0 else 1.0
+
+    @property
+    def speed_steps(self) -> int:
+        """Completed steps (the online factor's evidence)."""
+        return int(self.tw.meta[tk.M_STEPS]) - (1 if self.busy else 0)
 
     def snapshot(self, t: float) -> Snapshot:
         """The honest view at time ``t`` as a Snapshot (live arrays)."""

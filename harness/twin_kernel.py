@@ -54,6 +54,11 @@ P_NOISE_ON, P_LOG_ON = 0, 1
 NP_ = 2
 # times (float64): in-flight step start (or, between steps, the next schedule) and end (hidden from routers)
 T_START, T_END = 0, 1
+# speed (float64): the running host-speed factor learned from completed steps (estimators.online_speed):
+# weighted sums of clipped log(actual / the profile's typical), their decay per step, the profile's
+# baseline log ratio, the clip, the in-flight step's typical time by the profile, the host's true speed
+SP_NUM, SP_DEN, SP_LAM, SP_BASE, SP_CLIP, SP_TYP, SP_HOST = 0, 1, 2, 3, 4, 5, 6
+NSP = 7
 
 
 class TwinArrays(NamedTuple):
@@ -62,6 +67,7 @@ class TwinArrays(NamedTuple):
     times: np.ndarray  # T_*
     params: np.ndarray  # P_*
     rng: np.ndarray  # xoshiro256** state
+    speed: np.ndarray  # SP_*
 
 
 class Outcomes(NamedTuple):
@@ -112,6 +118,7 @@ def _start_step(t, st, plan, tw, model, out):
         meta[M_N] = 0
         return
     typical = plan_time(model, st.req, plan, n)
+    tw.speed[SP_TYP] = typical / tw.speed[SP_HOST]  # what the profile (the estimators' view) says
     if tw.params[P_NOISE_ON] > 0.0:
         dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
     else:
@@ -151,6 +158,17 @@ def _log_step(st, plan, tw, log, n, t_end):
     return True
 
 
+@njit(cache=True, inline="always")
+def _observe_speed(sp, duration):
+    """One completed step into the running speed factor (normalised EWMA of
+    the clipped log ratio; ``estimators.online_speed`` is the same rule)."""
+    if duration > 0.0 and sp[SP_TYP] > 0.0:
+        r = np.log(duration / sp[SP_TYP]) - sp[SP_BASE]
+        r = min(max(r, -sp[SP_CLIP]), sp[SP_CLIP])
+        sp[SP_NUM] = sp[SP_LAM] * sp[SP_NUM] + r
+        sp[SP_DEN] = sp[SP_LAM] * sp[SP_DEN] + 1.0
+
+
 @njit(cache=True)
 def advance(t_until, st, plan, tw, model, out, log):
     """Run every step that ends at or before ``t_until``. Returns 1 when the
@@ -163,6 +181,7 @@ def advance(t_until, st, plan, tw, model, out, log):
             if tw.params[P_LOG_ON] > 0.0 and not _log_step(st, plan, tw, log, n, t_end):
                 return 1
             complete_step(st, plan, n)
+            _observe_speed(tw.speed, t_end - times[T_START])
             for j in range(n):
                 s = plan.slot[j]
                 ev = st.req[s, F_EVENT]

@@ -12,7 +12,7 @@ from routers.rules import hard_rule, soft_rule
 
 class LatencyAware(Router):
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, delta_per_us: float = 0.0,
-                 name: str = "latency-aware"):
+                 name: str = "latency-aware", online_speed: bool = False):
         super().__init__(inputs)
         if rule not in ("hard", "soft"):
             raise ValueError(f"unknown rule {rule!r}")
@@ -21,9 +21,13 @@ class LatencyAware(Router):
         self.delta = delta_per_us
         self.name = name
         self.latency = np.zeros(len(estimators))
+        self.online_speed = online_speed  # scale each estimator by its instance's learned host speed
 
     def estimate_one(self, j: int, i: int, t: float, insts) -> float:
-        return self.estimators[j].estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))
+        est = self.estimators[j]
+        if self.online_speed:
+            est.speed = insts[j].speed_factor
+        return est.estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))
 
     def estimate_all(self, i: int, t: float, insts) -> np.ndarray:
         for j in range(len(insts)):

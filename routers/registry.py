@@ -31,6 +31,7 @@ class BuildContext:
     delta_per_us: float = 0.0
     seed: int = 0
     baselines: dict[str, BaselineParams] | None = None
+    online_speed: bool = False  # estimators scale their profile by each instance's learned host speed
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def _latency_aware(estimator: str, rule: str) -> Callable[[BuildContext], Router
         ests = [build(estimator, s.profile, (c.baselines or {}).get(s.instance_id), c.inputs.pred_total,
                       c.frontend_overhead_s, online_lps=True) for s in c.specs]
         return LatencyAware(c.inputs, ests, rule, c.delta_per_us if rule == "soft" else 0.0,
-                            name=f"{estimator}-{rule}")
+                            name=f"{estimator}-{rule}", online_speed=c.online_speed)
     return make
 
 
@@ -112,5 +113,6 @@ def capabilities(names) -> dict[str, dict]:
 
 
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,
-                baselines: dict[str, BaselineParams] | None = None) -> Router:
-    return router_entry(name).make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines))
+                baselines: dict[str, BaselineParams] | None = None, online_speed: bool = False) -> Router:
+    return router_entry(name).make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines,
+                                                online_speed))

@@ -71,6 +71,9 @@ class InstanceConfig:
     watermark: float | None = field(default=None, metadata=meta(
         "fraction of KV blocks kept free at admission; empty = the policy's (V1 0, Sarathi and V0 1%)"))
     device: str | None = field(default=None, metadata=meta())
+    host_speed: float | None = field(default=None, metadata=meta(
+        "the twin's true step time / the profile's (1.45 = a host 45% slower than the profile says; estimators "
+        "keep the profile); empty = 1"))
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -81,10 +84,17 @@ class InstanceConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.watermark is not None and not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
+        if self.host_speed is not None and not (math.isfinite(self.host_speed) and self.host_speed > 0):
+            raise ValueError(f"host_speed must be a positive number, got {self.host_speed!r}")
 
     @property
     def chunked(self) -> bool:
         return self.chunked_prefill and self.policy != "vllm-v0"
+
+    @property
+    def speed(self) -> float:
+        """The host's true step time relative to the profile (``host_speed``, default 1)."""
+        return 1.0 if self.host_speed is None else float(self.host_speed)
 
     @property
     def watermark_fraction(self) -> float:
