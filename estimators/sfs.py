@@ -16,6 +16,7 @@ from estimators.profile import BatchTimeProfile
 from estimators.sfs_kernel import sfs_estimate
 
 MAX_SIM_STEPS = 1_000_000
+SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
 _ENTRY = None
 
 
@@ -56,9 +57,12 @@ class SFS:
 
     @speed.setter
     def speed(self, value: float) -> None:
-        if value != self._speed:
+        # changes under SPEED_RESOLUTION are ignored: the learned factor moves a little with every step, and
+        # rebuilding the TimeModel (~3 us) at every estimate would cost more than the correction is worth
+        if abs(value - self._speed) > SPEED_RESOLUTION * self._speed:
             self._speed = value
-            self.model = self._base._replace(mult=self._base.mult * value, gap=self._base.gap * value)
+            b = self._base
+            self.model = TimeModel(b.form, b.coef, b.mult * value, b.gap * value, b.noise, b.stall_q, b.stall_v)
 
     def _scratch(self, st: SchedState) -> None:
         if st.capacity + 1 > self.cap:

@@ -115,6 +115,7 @@ class Instance:
         speed[tk.SP_BASE] = baseline_log_ratio(spec.profile)
         speed[tk.SP_CLIP] = CLIP_LOG
         speed[tk.SP_HOST] = hs
+        speed[tk.SP_FACTOR] = 1.0
         params = np.zeros(tk.NP_, dtype=np.float64)
         params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
         params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
@@ -178,8 +179,7 @@ class Instance:
     def speed_factor(self) -> float:
         """The host speed learned from the steps completed so far (honest:
         their starts and ends are known; 1 before any step)."""
-        sp = self.tw.speed
-        return float(np.exp(sp[tk.SP_NUM] / sp[tk.SP_DEN])) if sp[tk.SP_DEN] > 0 else 1.0
+        return self.tw.speed[tk.SP_FACTOR]
 
     @property
     def speed_steps(self) -> int:

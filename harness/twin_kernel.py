@@ -56,9 +56,10 @@ NP_ = 2
 T_START, T_END = 0, 1
 # speed (float64): the running host-speed factor learned from completed steps (estimators.online_speed):
 # weighted sums of clipped log(actual / the profile's typical), their decay per step, the profile's
-# baseline log ratio, the clip, the in-flight step's typical time by the profile, the host's true speed
-SP_NUM, SP_DEN, SP_LAM, SP_BASE, SP_CLIP, SP_TYP, SP_HOST = 0, 1, 2, 3, 4, 5, 6
-NSP = 7
+# baseline log ratio, the clip, the in-flight step's typical time by the profile, the host's true speed,
+# and the factor itself (exp(num / den), 1 before any step)
+SP_NUM, SP_DEN, SP_LAM, SP_BASE, SP_CLIP, SP_TYP, SP_HOST, SP_FACTOR = 0, 1, 2, 3, 4, 5, 6, 7
+NSP = 8
 
 
 class TwinArrays(NamedTuple):
@@ -167,6 +168,7 @@ def _observe_speed(sp, duration):
         r = min(max(r, -sp[SP_CLIP]), sp[SP_CLIP])
         sp[SP_NUM] = sp[SP_LAM] * sp[SP_NUM] + r
         sp[SP_DEN] = sp[SP_LAM] * sp[SP_DEN] + 1.0
+        sp[SP_FACTOR] = np.exp(sp[SP_NUM] / sp[SP_DEN])
 
 
 @njit(cache=True)
