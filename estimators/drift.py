@@ -77,12 +77,17 @@ def typical_ratios(profile: BatchTimeProfile, steps: pd.DataFrame) -> np.ndarray
 def speed_baseline(profile: BatchTimeProfile, steps: pd.DataFrame) -> dict[str, dict]:
     """Median actual/typical per class on the profile's own calibration steps:
     what a factor of 1 means. Stored in the profile by ``calibrate``."""
+    from estimators.online_speed import CLIP_LOG
+
     ratio = typical_ratios(profile, steps)
     out = {}
     for name, m in class_masks(steps).items():
         r = ratio[m & np.isfinite(ratio)]
         if len(r):
-            out[name] = {"median_ratio": float(np.median(r)), "n": int(len(r))}
+            med = float(np.median(r))
+            # the online factor averages clipped log ratios: its own zero point
+            mean_log = float(np.mean(np.clip(np.log(r) - np.log(med), -CLIP_LOG, CLIP_LOG)) + np.log(med))
+            out[name] = {"median_ratio": med, "mean_log_ratio": mean_log, "n": int(len(r))}
     return out
 
 

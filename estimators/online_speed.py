@@ -41,10 +41,13 @@ class OnlineSpeedConfig:
 
 
 def baseline_log_ratio(profile: BatchTimeProfile) -> float:
-    """log of the median actual/typical on the profile's own steps (what a
-    factor of 1 means); the noise model's log_mu for older profiles."""
+    """The mean clipped log(actual/typical) on the profile's own steps (what a
+    factor of 1 means: the running factor averages the same quantity); the
+    noise model's log_mu for profiles without a speed baseline."""
     base = (profile.metrics.get("speed_baseline") or {}).get("all")
-    return float(np.log(base["median_ratio"])) if base else float(profile.noise.log_mu)
+    if not base:
+        return float(profile.noise.log_mu)
+    return float(base.get("mean_log_ratio", np.log(base["median_ratio"])))
 
 
 def step_log_ratios(profile: BatchTimeProfile, steps: pd.DataFrame, cfg: OnlineSpeedConfig) -> np.ndarray:
