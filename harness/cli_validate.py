@@ -72,4 +72,9 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     if da["steps"]:
         click.echo(f"decisions   {da['agree']:,} of {da['steps']:,} recorded steps reproduced exactly "
                    f"({100 * da['rate']:.2f}%)")
+    for d in m.get("drift", {}).values():
+        if d["classes"]:
+            c = d["classes"]["all"]
+            click.echo(f"host speed  factor {c['factor']:.3f} (95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}) against "
+                       f"{d['profile']}" + ("  DRIFT: the profile does not match this host" if d["drift"] else ""))
     click.echo(f"wrote {out}")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from estimators.accuracy import error_summary
+from estimators.drift import trace_drift
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
 from harness.decisions import decision_agreement
@@ -72,6 +73,8 @@ def validate(trace: Trace, profile: BatchTimeProfile, noise: bool, seed: int = 0
         if trace.has("steps") and trace.has("step_items"):
             agreement[str(inst)] = decision_agreement(trace, str(inst)).to_json()
     total = sum(a["steps"] for a in agreement.values())
+    ids = [str(i) for i in trace.read("instances")["instance_id"]]
+    drift = trace_drift(trace, {i: profile for i in ids})
     metrics = {
         "trace": str(trace.path),
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
@@ -85,5 +88,6 @@ def validate(trace: Trace, profile: BatchTimeProfile, noise: bool, seed: int = 0
         "decision_agreement": {"steps": total, "agree": sum(a["agree"] for a in agreement.values()),
                                "rate": (sum(a["agree"] for a in agreement.values()) / total) if total else None,
                                "per_instance": agreement},
+        "drift": {i: d.to_json() for i, d in drift.items()},
     }
     return Validation(metrics, per, res)

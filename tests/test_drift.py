@@ -141,3 +141,12 @@ def test_online_correction_reaches_the_same_host_ceiling_on_real_recordings(host
     assert sfs(online) <= sfs(ceiling) + 0.02, (sfs(plain), sfs(online), sfs(ceiling))
     gate = run_cli("check", hosts / "e-d1c-d1-0", "--max-speed-drift", "0.1")
     assert gate.exit_code == 1 and "DRIFT tiny-a" in gate.output
+
+
+def test_validate_reports_the_host_speed_factor(hosts):
+    res = run_cli("validate", hosts / "d1c", "--profile", hosts / "d1.json", "--out", hosts / "v-d1c")
+    assert res.exit_code == 0, res.output
+    assert "DRIFT" in res.output
+    m = json.loads((hosts / "v-d1c" / "metrics.json").read_text())
+    d = m["drift"]["tiny-a"]
+    assert d["drift"] and d["ci95"][0] <= d["speed_factor"] <= d["ci95"][1] and d["speed_factor"] > 1.3
