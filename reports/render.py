@@ -8,8 +8,9 @@ import html
 import json
 from pathlib import Path
 
-from reports.figures import FIGURES
+from reports.figures import draw_png
 from reports.results import Result
+from reports.series import assign_labels, figure_specs, png_name, sweep_cells
 
 
 def _pct(v) -> str:
@@ -36,18 +37,37 @@ def estimator_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
 
 
 def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
-    head = ["result", "router", "OnTimeUtility (AUC for sweeps)", "vs best baseline", "SLO attainment",
-            "mean TTFT (s)", "p90 TTFT (s)"]
+    """One row per replay and per sweep cell (router, delta, lambda). Sweep
+    rows give the AUC over rates when there are several rates, else the
+    value at the one rate, and SLO attainment and TTFT at the highest rate."""
+    head = ["result", "router", "OnTimeUtility (AUC for sweeps over rates)", "vs best baseline",
+            "SLO attainment", "mean TTFT (s)", "p90 TTFT (s)", "rate (q/s)"]
     rows = []
     for r in results:
         if r.kind == "sweep":
+            cells = sweep_cells(r) if "results" in r.tables else None
             for key, v in r.metrics.get("routers", {}).items():
-                rows.append([r.label, key, _num(v["auc_ontime_utility"]), _num(v.get("auc_ratio_to_best_baseline"), "{:.3f}"),
-                             "-", "-", "-"])
+                by_rate = v.get("by_rate", {})
+                top = max(by_rate, key=float) if by_rate else None
+                at_top = by_rate.get(top, {}) if top else {}
+                util = v.get("auc_ontime_utility")
+                if util is None and len(by_rate) == 1:
+                    util = at_top.get("ontime_utility")
+                p90 = None
+                if cells is not None and top is not None:
+                    c = cells[(cells["router"] == v["router"]) & (cells["rate"] == float(top))
+                              & ((cells["delta_per_us"] - v.get("delta_per_us", 0.0)).abs() < 1e-15)]
+                    if v.get("lambda") is not None and c["lam"].notna().any():
+                        c = c[(c["lam"] - v["lambda"]).abs() < 1e-12]
+                    p90 = float(c["ttft_p90_s"].iloc[0]) if len(c) and "ttft_p90_s" in c else None
+                rows.append([r.label, key, _num(util), _num(v.get("auc_ratio_to_best_baseline"), "{:.3f}"),
+                             _pct(at_top.get("slo_attainment")), _num(at_top.get("ttft_mean_s"), "{:.3f}"),
+                             _num(p90, "{:.3f}"), top if top is not None else "-"])
         elif r.kind == "replay":
             m = r.metrics
             rows.append([r.label, m.get("router", "?"), _num(m["ontime_utility"]), "-", _pct(m["slo_attainment"]),
-                         _num(m["ttft_mean_s"], "{:.3f}"), _num(m["ttft_p90_s"], "{:.3f}")])
+                         _num(m["ttft_mean_s"], "{:.3f}"), _num(m["ttft_p90_s"], "{:.3f}"),
+                         _num(m.get("rate"), "{:g}")])
     return head, rows
 
 
@@ -87,11 +107,12 @@ th{background:#f3f3f3}figure{margin:1.5em 0}figcaption{color:#444;font-size:0.95
 def build_report(results: list[Result], out: Path) -> dict:
     """Write the PNGs, report.md and index.html into ``out`` (a directory
     that exists). Returns {"figures": [...], "html": path}."""
+    assign_labels(results)
+    specs = figure_specs(results)
     figs = []
-    for name, fn in FIGURES:
-        caption = fn(results, out / name)
-        if caption:
-            figs.append((name, caption))
+    for spec in specs:
+        draw_png(spec, out / png_name(spec))
+        figs.append((png_name(spec), spec.caption))
     tables = [("Estimator metrics", estimator_table(results)), ("Router metrics", router_table(results)),
               ("Parameters", params_table(results))]
     sources = ", ".join(f"{r.label} ({r.kind})" for r in results)
