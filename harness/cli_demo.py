@@ -144,7 +144,9 @@ def demo(out: Path, seed: int) -> None:
     with StagedDir(out / "report", force=True) as tmp:
         info = build_report([load_result(p) for p in [out / "estimates", out / "sweep", out / "frontier",
                                                        *replay_dirs]], tmp)
-    click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}")
+    click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}"
+               + (f"\ninteractive (hover, zoom, toggle): {(out / 'report' / 'interactive.html').resolve()}"
+                  if info.get("interactive") else ""))
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
     click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
                f"group by 1\"")

@@ -129,6 +129,15 @@ def build_report(results: list[Result], out: Path) -> dict:
                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     for title, (head, rows) in tables:
         body.append(f"<h2>{html.escape(title)}</h2>{_html_table(head, rows)}")
+    try:
+        from reports.interactive import build_interactive
+
+        page = build_interactive(specs, tables, sources, _html_table)
+    except ImportError:  # plotly is a core dependency; an old environment still gets the static report
+        page = None
+    if page is not None:
+        (out / "interactive.html").write_text(page)
     (out / "index.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>latroute report</title>"
                                     f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
-    return {"figures": [n for n, _ in figs], "html": str(out / "index.html")}
+    return {"figures": [n for n, _ in figs], "html": str(out / "index.html"),
+            "interactive": str(out / "interactive.html") if page is not None else None}

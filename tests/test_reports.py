@@ -276,3 +276,62 @@ def test_frontier_sweep_rows_in_router_metrics_are_filled(results):
     assert len(rows) == 3
     for row in rows:
         assert "-" not in (row[2], row[4], row[5], row[6]), row
+
+
+def _headless_chromium(tmp_path):
+    """Chromium + chromedriver from the OS packages, driven by selenium;
+    skips cleanly when any of them is absent."""
+    import shutil
+
+    webdriver = pytest.importorskip("selenium.webdriver")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_bin = shutil.which("chromedriver")
+    if not browser or not driver_bin:
+        pytest.skip("chromium and chromedriver not installed (apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1400,1000"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver_bin), options=opts)
+
+
+def render_in_browser(page, tmp_path, screenshot):
+    """Open ``page`` in headless Chromium; return (console errors, ids of
+    figures whose plot rendered, ids of all figures) and save a screenshot."""
+    import time
+
+    driver = _headless_chromium(tmp_path)
+    try:
+        driver.get(page.resolve().as_uri())
+        ids = driver.execute_script("return [...document.querySelectorAll('.plotly-figure')].map(d => d.id)")
+        deadline = time.time() + 60
+        rendered = []
+        while time.time() < deadline:
+            rendered = driver.execute_script(
+                "return [...document.querySelectorAll('.plotly-figure')]"
+                ".filter(d => d.querySelector('.main-svg') && d._fullLayout).map(d => d.id)")
+            if len(rendered) == len(ids):
+                break
+            time.sleep(0.2)
+        errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+        driver.save_screenshot(str(screenshot))
+        return errors, rendered, ids
+    finally:
+        driver.quit()
+
+
+def test_interactive_report_renders_in_headless_chromium(results, tmp_path):
+    args = [results / n for n in ("est", "val", "rep-shortest-queue", "rep-sfs-hard", "sweep", "frontier")]
+    res = run_cli("report", *args, "--out", tmp_path / "rep")
+    assert res.exit_code == 0, res.output
+    page = tmp_path / "rep" / "interactive.html"
+    assert page.is_file() and "<script src=" not in page.read_text()  # self-contained: plotly.js inlined
+    errors, rendered, ids = render_in_browser(page, tmp_path, tmp_path / "shot.png")
+    assert not errors, errors
+    assert len(ids) == 8 and sorted(rendered) == sorted(ids), (rendered, ids)
+    assert (tmp_path / "shot.png").read_bytes().startswith(b"\x89PNG")
