@@ -25,7 +25,9 @@ class LatrouteGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module_name, attr = COMMANDS[cmd_name][0].split(":")
-            self.add_command(getattr(importlib.import_module(module_name), attr), cmd_name)
+            cmd = getattr(importlib.import_module(module_name), attr)
+            add_vllm_aliases(cmd)
+            self.add_command(cmd, cmd_name)
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -69,6 +71,29 @@ def cli() -> None:
     """
 
 
+# vLLM's (``vllm bench serve``) names for the same things, accepted beside
+# latroute's own on every command that has the latroute option.
+VLLM_ALIASES: dict[str, str] = {
+    "--rate": "--request-rate",
+    "--requests": "--num-prompts",
+    "--out": "--result-dir",
+    "--seeds": "--num-seeds",
+}
+
+
+def add_vllm_aliases(cmd: click.Command) -> None:
+    """Give every option named in VLLM_ALIASES its vLLM spelling too (once;
+    not where the command already has an option of that name)."""
+    for sub in getattr(cmd, "commands", {}).values():
+        add_vllm_aliases(sub)
+    taken = {o for p in cmd.params for o in getattr(p, "opts", [])}
+    for p in cmd.params:
+        for opt, alias in VLLM_ALIASES.items():
+            if isinstance(p, click.Option) and opt in p.opts and alias not in taken:
+                p.opts.append(alias)
+                taken.add(alias)
+
+
 # Commands by import path, imported only when invoked (``latroute --help``
 # must not pay for numba, pandas or matplotlib). name: ("module:attr", one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -81,6 +106,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("harness.cli_replay:replay", "Replay a workload through one router on the engine twin of a pool."),
     "sweep": ("harness.cli_replay:sweep", "Replay routers over arrival rates (and deltas, lambdas, seeds)."),
     "report": ("harness.cli_report:report", "Build an HTML and Markdown report from results."),
+    "list": ("harness.cli_list:list_", "List the built-in pools, profiles, routers or estimators."),
     "check": ("harness.cli_report:check", "Regression gate for CI: compare a result's metrics with a baseline."),
 }
 

@@ -47,7 +47,8 @@ DEMO_DELTA = 1e-6  # routers that use a delta, in the sweep and the replays
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("latroute-demo"), show_default=True,
               help="Directory for the demo's outputs (replaced if it exists).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the workload, the twin's noise and every replay and sweep cell.")
 def demo(out: Path, seed: int) -> None:
     """Run the pipeline on built-in defaults and say where the results are.
 

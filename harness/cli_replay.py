@@ -38,10 +38,13 @@ def _floats(text: str, name: str) -> list[float]:
 
 def _routers(text: str) -> list[str]:
     names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [n for n in names if n not in ROUTERS]
-    if bad or not names:
-        raise click.BadParameter(f"unknown router {bad[0] if bad else '(none)'} (choose from {', '.join(ROUTERS)})",
-                                 param_hint="--router(s)")
+    if not names:
+        raise click.BadParameter("no router given", param_hint="--router(s)")
+    for n in names:  # built-in names, or plug-ins as module:Class (routers.registry.plugin_entry)
+        try:
+            router_entry(n)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--router(s)") from None
     return names
 
 
@@ -134,15 +137,17 @@ def _print_replay(m: dict) -> None:
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the workload, the twin's noise and the SLO rule / quality model draws.")
 @click.option("--router", "router_name", default="sfs-hard", show_default=True,
-              help=f"One of: {', '.join(ROUTERS)}.")
+              help=f"One of: {', '.join(ROUTERS)} (latroute list routers), or a plug-in as module:Class.")
 @click.option("--lambda", "lam", type=float, default=DEFAULT_LAMBDA, show_default=True,
               help="Cost weight in U = acc - lambda * cost (cost in micro-dollars).")
 @click.option("--delta", type=float, default=0.0, show_default=True,
               help="Soft rule: utility per microsecond of estimated TTFT.")
 @policy_options
-@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
+@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
 @click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large).")
-@click.option("--out", required=True, type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Result directory: metrics.json, metrics.parquet and the served trace.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
            lengths_policy, slo_policy, quality_policy, noise, record_steps, out, force) -> None:
@@ -206,7 +211,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
 
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
-                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address")
+                   "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "noise", "backend", "address")
 
 
 def _spec_file(ctx: click.Context, param, path: Path | None):
@@ -231,7 +236,8 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
         if isinstance(value, list):
             value = ",".join(str(v) for v in value)
         name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
-                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy"}.get(key, key)
+                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
+                "seed": "first_seed"}.get(key, key)
         defaults[name] = value
     ctx.default_map = defaults
     return path
@@ -241,33 +247,42 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--spec", "spec_path", type=click.Path(path_type=Path), callback=_spec_file, is_eager=True,
               expose_value=False, help="TOML file with the sweep's options (a [sweep] table or top-level keys named "
                                        "like the flags: rates = [3, 4, 5], routers = [...]); flags override it.")
-@click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True)
+@click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True,
+              help="Pool name or POOL.json (latroute list pools).")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
               help="Replay this trace's requests, arrival times rescaled to each rate, instead of generating.")
 @click.option("--rates", default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
-@click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True)
+@click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True,
+              help=f"Comma-separated routers, of: {', '.join(ROUTERS)} (latroute list routers), or plug-ins "
+                   "as module:Class.")
 @click.option("--deltas", default="1e-6", show_default=True,
               help="Deltas for routers that use one (the soft rule: utility per µs of estimated TTFT; "
                    "0 = latency-agnostic).")
-@click.option("--lambdas", default=str(DEFAULT_LAMBDA), show_default=True)
+@click.option("--lambdas", default=str(DEFAULT_LAMBDA), show_default=True,
+              help="Cost weights lambda in U = acc - lambda * cost (cost in micro-dollars), comma-separated.")
 @arrival_options
 @policy_options
 @click.option("--requests", "n_requests", type=int, default=16000, show_default=True, help="Requests per cell.")
 @click.option("--seeds", type=int, default=1, show_default=True,
-              help="Paired seeds 0..K-1 (the same workloads and noise for every router); K >= 2 gives 95% intervals.")
+              help="Number of paired seeds SEED..SEED+K-1 (the same workloads and noise for every router); "
+                   "K >= 2 gives 95% intervals.")
+@click.option("--seed", "first_seed", type=int, default=0, show_default=True,
+              help="First seed (as in replay and trace generate).")
 @click.option("--workers", type=int, default=default_workers(), show_default=True,
               help="Worker processes (local) or CPUs of a local Ray.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="local", show_default=True,
               help="local: a process pool here; ray: each cell a Ray task (pip install 'latroute[ray]').")
 @click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
                                 "started for the run.")
-@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
-@click.option("--out", required=True, type=click.Path(path_type=Path))
+@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Result directory: cells/, results.parquet, metrics.json, metrics.parquet.")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
                                              "specification must be the same).")
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
-          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, noise, out, resume,
+          lengths_policy, slo_policy, quality_policy, n_requests, seeds, first_seed, workers, backend, address, noise, out, resume,
           force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
@@ -306,7 +321,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                         "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
     kind = _arrival(arrival, burstiness)
     cells = [Cell(r, name, d, lam, s)
-             for s in range(seeds) for lam in lam_list for name in names
+             for s in range(first_seed, first_seed + seeds) for lam in lam_list for name in names
              for d in (delta_list if router_entry(name).uses_delta else [0.0]) for r in rate_list]
     spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival="trace" if trace_dir else kind,
                      burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",

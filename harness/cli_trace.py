@@ -62,7 +62,8 @@ def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
 @trace.command()
 @click.argument("trace_dir", metavar="DIR", type=click.Path(path_type=Path))
 @click.argument("sql")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="Output: an aligned table, CSV, or JSON records.")
 def query(trace_dir: Path, sql: str, fmt: str) -> None:
     """Run SQL over a trace with DuckDB.
 
@@ -115,7 +116,7 @@ def _positive(ctx, param, value):
               help="Task weights.")
 @click.option("--lengths-from", type=click.Path(path_type=Path), help="Resample (prompt, output) pairs from a trace.")
 @click.option("--arrivals-from", type=click.Path(path_type=Path), help="Reuse another trace's arrival times.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals, lengths and SLO/accuracy draws.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str | None,
              burst_ratio: float, high_fraction: float, correlation_s: float, burstiness: float, mix: str,
