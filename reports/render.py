@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reports.figures import draw_png
 from reports.results import Result
-from reports.series import assign_labels, figure_specs, png_name, sweep_cells
+from reports.series import _delta_routers, assign_labels, figure_specs, png_name, sweep_cells
 
 
 def _pct(v) -> str:
@@ -71,6 +71,50 @@ def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def serving_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """vLLM-style serving metrics (ms; req/s and tok/s) of replays, validate
+    runs (recorded and twin) and sweep cells at their highest rate."""
+    pcts: list[float] = []
+    entries = []
+    for r in results:
+        if r.kind == "replay" and r.metrics.get("serving"):
+            entries.append((r.label, r.metrics.get("router", "?"), r.metrics["serving"]))
+        elif r.kind == "validate" and r.metrics.get("serving"):
+            entries += [(r.label, k, s) for k, s in r.metrics["serving"].items()]
+        elif r.kind == "sweep" and "results" in r.tables:
+            df = r.tables["results"]
+            cols = [c for c in df.columns if c.startswith("serve_")]
+            if not cols:
+                continue
+            top = df[df["rate"] == df["rate"].max()].groupby(["router", "delta_per_us"])[cols].mean()
+            for (router, delta), row in top.iterrows():
+                s: dict = {}
+                for c, v in row.items():
+                    metric, _, stat = c[6:].partition("__")
+                    if metric.endswith("_ms"):
+                        s.setdefault(metric, {})[stat] = v
+                    else:
+                        s[metric] = v
+                s["goodput"] = {"request_goodput": s.pop("request_goodput")} if "request_goodput" in s else None
+                label = router + (f" δ={delta:g}" if router in _delta_routers(r) else "")
+                entries.append((r.label, f"{label} @ {df['rate'].max():g} q/s", s))
+    for _, _, s in entries:
+        pcts = sorted(set(pcts) | {float(k[1:]) for k in (s.get("ttft_ms") or {}) if k.startswith("p")})
+    head = ["result", "run"] + [f"{m.upper()} {'mean' if p is None else f'p{p:g}'} (ms)" for m in ("ttft", "tpot",
+                                                                                                    "itl", "e2el")
+                                for p in (None, *pcts)] + ["req/s", "output tok/s", "goodput req/s"]
+    rows = []
+    for label, run, s in entries:
+        row = [label, run]
+        for m in ("ttft", "tpot", "itl", "e2el"):
+            st = s.get(f"{m}_ms") or {}
+            row += [_num(st.get("mean"), "{:.1f}")] + [_num(st.get(f"p{p:g}"), "{:.1f}") for p in pcts]
+        row += [_num(s.get("request_throughput"), "{:.2f}"), _num(s.get("output_throughput"), "{:,.0f}"),
+                _num((s.get("goodput") or {}).get("request_goodput"), "{:.2f}")]
+        rows.append(row)
+    return head, rows
+
+
 def params_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     keys = ("trace", "pool", "router", "lengths", "policies", "profile", "profiles", "arrival", "burst_ratio",
             "burstiness", "requests", "seeds", "rate_range", "lambda", "delta_per_us", "noise", "seed")
@@ -114,6 +158,7 @@ def build_report(results: list[Result], out: Path) -> dict:
         draw_png(spec, out / png_name(spec))
         figs.append((png_name(spec), spec.caption))
     tables = [("Estimator metrics", estimator_table(results)), ("Router metrics", router_table(results)),
+              ("Serving metrics (vLLM's definitions)", serving_table(results)),
               ("Parameters", params_table(results))]
     sources = ", ".join(f"{r.label} ({r.kind})" for r in results)
     md = [f"# latroute report\n\nResults: {sources}\n"]
