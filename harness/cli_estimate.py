@@ -70,7 +70,8 @@ def format_metrics(m: dict) -> str:
 @click.command()
 @click.argument("trace_dir", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--estimators", "names", default=",".join(ESTIMATORS), show_default=True,
-              help="Comma-separated estimators.")
+              help=f"Comma-separated estimators, of: {', '.join(ESTIMATORS)} (latroute list estimators), or "
+                   "plug-ins as module:Class.")
 @click.option("--lengths", metavar="|".join(LENGTH_POLICIES),
               help="Predicted output lengths of residents. Default: column (predicted_output_tokens) if the trace "
                    "has it, else median (of the trace's output lengths); oracle = true lengths (a bound).")
@@ -103,7 +104,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
       latroute estimate served --out est-twin        # twin traces name their instances' profiles
     """
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
-    unknown = [n for n in chosen if n not in ESTIMATORS]
+    unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
                                  f"(choose from {', '.join(ESTIMATORS)})", param_hint="--estimators")

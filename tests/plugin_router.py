@@ -12,3 +12,14 @@ class LastInstance(Router):
 
     def choose(self, i: int, t: float, insts) -> int:
         return len(insts) - 1
+
+
+class TwiceThroughput:
+    """A plug-in TTFT estimator: twice the prompt's prefill time at the
+    profile's prefill rate (needs baseline parameters)."""
+
+    def __init__(self, profile, params, pred_total, frontend_overhead_s):
+        self.theta, self.overhead = params.theta_pre, frontend_overhead_s
+
+    def estimate(self, snap, q) -> float:
+        return 2.0 * q.prompt / self.theta * self.speed + self.overhead

@@ -104,3 +104,17 @@ def test_router_plugin_by_import_path(tmp_path):
     res = run_cli("replay", "--rate", 4, "--requests", 40, "--router", "tests.plugin_router:Nope", "--out",
                   tmp_path / "x")
     assert res.exit_code == 2 and "cannot be loaded" in res.output
+
+
+def test_estimator_plugin_by_import_path(tmp_path):
+    from tests.conftest import run_cli
+
+    served = tmp_path / "r"
+    assert run_cli("replay", "--rate", 4, "--requests", 60, "--router", "shortest-queue", "--record-steps",
+                   "--out", served).exit_code == 0
+    res = run_cli("estimate", served / "served", "--calibrate-on", served / "served", "--estimators",
+                  "sfs,tests.plugin_router:TwiceThroughput", "--out", tmp_path / "e")
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "e" / "metrics.json").read_text())["estimators"]
+    assert set(m) == {"sfs", "tests.plugin_router:TwiceThroughput"}
+    assert m["tests.plugin_router:TwiceThroughput"]["n"] == m["sfs"]["n"] > 0
