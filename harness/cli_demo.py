@@ -28,6 +28,7 @@ from harness.sweep import Cell, SweepSpec, default_workers, run_and_write_sweep
 from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from reports.render import build_report
 from reports.results import command_line, load_result, result_header
+from reports.serving import tidy_estimates
 from routers.registry import MAIN_ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
@@ -109,6 +110,7 @@ def demo(out: Path, seed: int) -> None:
         write_parquet(tmp / "estimates.parquet", est.estimates)
         write_parquet(tmp / "attribution.parquet", est.attribution)
         write_json(tmp / "metrics.json", {**result_header("estimate"), **est.metrics, "trace": str(served)})
+        write_parquet(tmp / "metrics.parquet", tidy_estimates(est.metrics))
     click.echo(format_metrics(est.metrics))
 
     cells = [Cell(rate, router, DEMO_DELTA if router_entry(router).uses_delta else 0.0, seed=seed)

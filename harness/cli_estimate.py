@@ -13,6 +13,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, esti
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from reports.results import result_header
+from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
 from traces.store import StagedDir, Trace, open_trace, write_json, write_parquet
@@ -147,6 +148,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)
         write_json(tmp / "metrics.json", {**result_header("estimate"), **m})
+        write_parquet(tmp / "metrics.parquet", tidy_estimates(m))
     note = m["policies"]["lengths"]["note"]
     if m["policies"]["lengths"]["oracle"]:
         click.echo(note, err=True)

@@ -146,3 +146,15 @@ def format_serving(m: dict) -> str:
         elif name == "itl":
             lines.append("ITL   ms: - (needs token times: a trace with steps, e.g. replay --record-steps)")
     return "\n".join(lines)
+
+
+def tidy_estimates(metrics: dict) -> pd.DataFrame:
+    """An estimate result's metrics in long rows: estimator, load bin
+    ("all" or the residents bin), metric (mape, median_ape, ...), value."""
+    rows = []
+    for name, s in metrics.get("estimators", {}).items():
+        for load, block in [("all", s), *s.get("by_load", {}).items()]:
+            for k, v in block.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
+                    rows.append({"estimator": name, "load": load, "metric": k, "value": float(v)})
+    return pd.DataFrame(rows, columns=["estimator", "load", "metric", "value"])

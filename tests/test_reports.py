@@ -335,3 +335,17 @@ def test_interactive_report_renders_in_headless_chromium(results, tmp_path):
     assert not errors, errors
     assert len(ids) == 8 and sorted(rendered) == sorted(ids), (rendered, ids)
     assert (tmp_path / "shot.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_every_result_has_a_tidy_metrics_table(results):
+    import pandas as pd
+
+    for name in ("est", "val", "rep-shortest-queue", "sweep", "frontier"):
+        assert (results / name / "metrics.json").is_file()
+        long = pd.read_parquet(results / name / "metrics.parquet")
+        assert len(long) > 0 and {"metric", "value"} <= set(long.columns), name
+    assert set(pd.read_parquet(results / "val" / "metrics.parquet")["source"]) == {"recorded", "twin"}
+    est = pd.read_parquet(results / "est" / "metrics.parquet")
+    m = json.loads((results / "est" / "metrics.json").read_text())["estimators"]
+    assert est[(est.estimator == "sfs") & (est.load == "all") & (est.metric == "mape")]["value"].item() == \
+        pytest.approx(m["sfs"]["mape"])
