@@ -56,7 +56,9 @@ def plotly_figure(spec: FigureSpec):
     from plotly.subplots import make_subplots
 
     n = len(spec.panels)
-    fig = make_subplots(rows=1, cols=n, subplot_titles=[p.title for p in spec.panels])
+    bars = any(s.mode == "barh" for p in spec.panels for s in p.series)
+    fig = make_subplots(rows=1, cols=n, subplot_titles=[p.title for p in spec.panels],
+                        horizontal_spacing=0.22 if bars and n > 1 else 0.06)
     seen: set[str] = set()
     for col, p in enumerate(spec.panels, start=1):
         for trace, c in _panel_traces(p, col, seen):
@@ -74,9 +76,10 @@ def plotly_figure(spec: FigureSpec):
                 if p.diagonal:
                     fig.add_shape(type="line", x0=10 ** lo, y0=10 ** lo, x1=10 ** hi, y1=10 ** hi,
                                   line={"color": "black", "width": 1}, row=1, col=col)
-        for x, text in p.vlines:
-            fig.add_vline(x=x, line_dash="dash", line_color="black", annotation_text=text, row=1, col=col)
-    if any(s.mode == "barh" for p in spec.panels for s in p.series):
+        for k, (x, text) in enumerate(p.vlines):  # alternate sides so neighbouring labels do not collide
+            fig.add_vline(x=x, line_dash="dash", line_color="black", annotation_text=text, row=1, col=col,
+                          annotation_position="top left" if k % 2 == 0 else "bottom right")
+    if bars:
         fig.update_layout(barmode="stack")
     rows = max((len(s.y) for p in spec.panels for s in p.series if s.mode == "barh"), default=0)
     height = max(420, 22 * rows + 160) if rows else (380 if any(p.equal for p in spec.panels) else 440)

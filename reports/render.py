@@ -67,7 +67,8 @@ def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
             m = r.metrics
             rows.append([r.label, m.get("router", "?"), _num(m["ontime_utility"]), "-", _pct(m["slo_attainment"]),
                          _num(m["ttft_mean_s"], "{:.3f}"), _num(m["ttft_p90_s"], "{:.3f}"),
-                         _num(m.get("rate"), "{:g}")])
+                         _num(m.get("rate", (m.get("workload") if isinstance(m.get("workload"), dict) else {})
+                                    .get("rate")), "{:g}")])
     return head, rows
 
 

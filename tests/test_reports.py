@@ -319,6 +319,8 @@ def render_in_browser(page, tmp_path, screenshot):
                 break
             time.sleep(0.2)
         errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+        height = driver.execute_script("return document.body.scrollHeight")
+        driver.set_window_size(1400, min(int(height) + 100, 12000))  # the whole page in one screenshot
         driver.save_screenshot(str(screenshot))
         return errors, rendered, ids
     finally:
