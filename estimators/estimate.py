@@ -84,6 +84,8 @@ def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, p
           overhead: float, online_lps: bool = False):
     if name == "sfs":
         return SFS(profile, pred_total, overhead)
+    if ":" in name:
+        return plugin_estimator(name, profile, params, pred_total, overhead)
     if params is None:
         raise ValueError(f"estimator {name} needs baseline parameters")
     if name == "throughput":
@@ -97,6 +99,27 @@ def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, p
     if name == "queue":
         return QueueLength(params.queue_b0, params.queue_b1, overhead)
     raise ValueError(f"unknown estimator {name!r} (choose from {', '.join(ESTIMATORS)})")
+
+
+def plugin_estimator(path: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
+                     overhead: float):
+    """A TTFT estimator named by import path ``module:Class``, built as
+    ``Class(profile, params, pred_total, frontend_overhead_s)``. It must
+    offer ``estimate(snapshot, query) -> seconds`` over the same honest
+    snapshot as the built-ins (``estimators.engine.view``) and a settable
+    ``speed`` (host speed factor, 1.0 unless online correction is on)."""
+    import importlib
+
+    module_name, _, attr = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"estimator plug-in {path!r} cannot be loaded ({e})") from None
+    est = cls(profile, params, pred_total, overhead)
+    if not callable(getattr(est, "estimate", None)):
+        raise ValueError(f"estimator plug-in {path!r} has no estimate(snapshot, query) method")
+    est.name, est.speed = path, getattr(est, "speed", 1.0)
+    return est
 
 
 def first_token_steps(walk: RecordedWalk, n_requests: int) -> np.ndarray:

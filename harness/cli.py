@@ -6,6 +6,7 @@ and scripts can tell a bad trace from a failed check (exit 1).
 """
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -15,7 +16,26 @@ from traces.errors import BadInput
 
 class LatrouteGroup(click.Group):
     """A click group that turns BadInput into the one-line error and exit 2,
-    and keeps the command line for the results' headers."""
+    keeps the command line for the results' headers, and imports a command's
+    module only when that command runs (its help line comes from COMMANDS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module_name, attr = COMMANDS[cmd_name][0].split(":")
+            cmd = getattr(importlib.import_module(module_name), attr)
+            add_vllm_aliases(cmd)
+            self.add_command(cmd, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1] if name in COMMANDS else self.commands[name].get_short_help_str())
+                for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def make_context(self, info_name, args, parent=None, **extra):
         argv = list(args)
@@ -38,7 +58,7 @@ def cli() -> None:
 
     \b
     Start here:
-      latroute demo                                    # the whole story, ~15 s
+      latroute demo                                    # the whole story
       latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
       latroute trace info azconv
       latroute trace import vllm-record RECORDING_DIR --out d1
@@ -51,29 +71,44 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from harness.cli_bench import bench
-    from harness.cli_calibrate import calibrate
-    from harness.cli_demo import demo
-    from harness.cli_estimate import estimate
-    from harness.cli_replay import replay, sweep
-    from harness.cli_report import check, report
-    from harness.cli_trace import trace
-    from harness.cli_validate import validate
-
-    cli.add_command(trace)
-    cli.add_command(demo)
-    cli.add_command(bench)
-    cli.add_command(calibrate)
-    cli.add_command(validate)
-    cli.add_command(estimate)
-    cli.add_command(replay)
-    cli.add_command(sweep)
-    cli.add_command(report)
-    cli.add_command(check)
+# vLLM's (``vllm bench serve``) names for the same things, accepted beside
+# latroute's own on every command that has the latroute option.
+VLLM_ALIASES: dict[str, str] = {
+    "--rate": "--request-rate",
+    "--requests": "--num-prompts",
+    "--out": "--result-dir",
+    "--seeds": "--num-seeds",
+}
 
 
-_register()
+def add_vllm_aliases(cmd: click.Command) -> None:
+    """Give every option named in VLLM_ALIASES its vLLM spelling too (once;
+    not where the command already has an option of that name)."""
+    for sub in getattr(cmd, "commands", {}).values():
+        add_vllm_aliases(sub)
+    taken = {o for p in cmd.params for o in getattr(p, "opts", [])}
+    for p in cmd.params:
+        for opt, alias in VLLM_ALIASES.items():
+            if isinstance(p, click.Option) and opt in p.opts and alias not in taken:
+                p.opts.append(alias)
+                taken.add(alias)
+
+
+# Commands by import path, imported only when invoked (``latroute --help``
+# must not pay for numba, pandas or matplotlib). name: ("module:attr", one-line help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "trace": ("harness.cli_trace:trace", "Generate, import, inspect and query traces (Parquet + DuckDB)."),
+    "demo": ("harness.cli_demo:demo", "Run the pipeline on built-in defaults and say where the results are."),
+    "bench": ("harness.cli_bench:bench", "Measure speed and memory of latroute's heavy paths."),
+    "calibrate": ("harness.cli_calibrate:calibrate", "Fit a batch-time profile from the steps of traces."),
+    "validate": ("harness.cli_validate:validate", "Replay a recorded trace on the engine twin and compare with vLLM."),
+    "estimate": ("harness.cli_estimate:estimate", "Estimate every measured request's TTFT with each estimator."),
+    "replay": ("harness.cli_replay:replay", "Replay a workload through one router on the engine twin of a pool."),
+    "sweep": ("harness.cli_replay:sweep", "Replay routers over arrival rates (and deltas, lambdas, seeds)."),
+    "report": ("harness.cli_report:report", "Build an HTML and Markdown report from results."),
+    "list": ("harness.cli_list:list_", "List the built-in pools, profiles, routers or estimators."),
+    "check": ("harness.cli_report:check", "Regression gate for CI: compare a result's metrics with a baseline."),
+}
 
 
 def main() -> None:

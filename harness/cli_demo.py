@@ -28,6 +28,7 @@ from harness.sweep import Cell, SweepSpec, default_workers, run_and_write_sweep
 from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from reports.render import build_report
 from reports.results import command_line, load_result, result_header
+from reports.serving import tidy_estimates
 from routers.registry import MAIN_ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
@@ -47,7 +48,8 @@ DEMO_DELTA = 1e-6  # routers that use a delta, in the sweep and the replays
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("latroute-demo"), show_default=True,
               help="Directory for the demo's outputs (replaced if it exists).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the workload, the twin's noise and every replay and sweep cell.")
 def demo(out: Path, seed: int) -> None:
     """Run the pipeline on built-in defaults and say where the results are.
 
@@ -108,6 +110,7 @@ def demo(out: Path, seed: int) -> None:
         write_parquet(tmp / "estimates.parquet", est.estimates)
         write_parquet(tmp / "attribution.parquet", est.attribution)
         write_json(tmp / "metrics.json", {**result_header("estimate"), **est.metrics, "trace": str(served)})
+        write_parquet(tmp / "metrics.parquet", tidy_estimates(est.metrics))
     click.echo(format_metrics(est.metrics))
 
     cells = [Cell(rate, router, DEMO_DELTA if router_entry(router).uses_delta else 0.0, seed=seed)
@@ -144,7 +147,9 @@ def demo(out: Path, seed: int) -> None:
     with StagedDir(out / "report", force=True) as tmp:
         info = build_report([load_result(p) for p in [out / "estimates", out / "sweep", out / "frontier",
                                                        *replay_dirs]], tmp)
-    click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}")
+    click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}"
+               + (f"\ninteractive (hover, zoom, toggle): {(out / 'report' / 'interactive.html').resolve()}"
+                  if info.get("interactive") else ""))
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
     click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
                f"group by 1\"")

@@ -13,6 +13,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, esti
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from reports.results import result_header
+from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
 from traces.store import StagedDir, Trace, open_trace, write_json, write_parquet
@@ -70,7 +71,8 @@ def format_metrics(m: dict) -> str:
 @click.command()
 @click.argument("trace_dir", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--estimators", "names", default=",".join(ESTIMATORS), show_default=True,
-              help="Comma-separated estimators.")
+              help=f"Comma-separated estimators, of: {', '.join(ESTIMATORS)} (latroute list estimators), or "
+                   "plug-ins as module:Class.")
 @click.option("--lengths", metavar="|".join(LENGTH_POLICIES),
               help="Predicted output lengths of residents. Default: column (predicted_output_tokens) if the trace "
                    "has it, else median (of the trace's output lengths); oracle = true lengths (a bound).")
@@ -103,7 +105,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
       latroute estimate served --out est-twin        # twin traces name their instances' profiles
     """
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
-    unknown = [n for n in chosen if n not in ESTIMATORS]
+    unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
                                  f"(choose from {', '.join(ESTIMATORS)})", param_hint="--estimators")
@@ -146,6 +148,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)
         write_json(tmp / "metrics.json", {**result_header("estimate"), **m})
+        write_parquet(tmp / "metrics.parquet", tidy_estimates(m))
     note = m["policies"]["lengths"]["note"]
     if m["policies"]["lengths"]["oracle"]:
         click.echo(note, err=True)

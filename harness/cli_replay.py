@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli_serving import parse_serving, served_serving_metrics, serving_options
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, workload_inputs
 from harness.replay import replay as run_replay
@@ -22,7 +23,7 @@ from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
 from traces.quality import QUALITY_POLICIES
 from traces.slo import SLO_POLICIES
-from traces.store import StagedDir, TraceWriter, open_trace, write_json
+from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 from traces.workload import WorkloadConfig, generate_workload
 
 
@@ -38,10 +39,13 @@ def _floats(text: str, name: str) -> list[float]:
 
 def _routers(text: str) -> list[str]:
     names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [n for n in names if n not in ROUTERS]
-    if bad or not names:
-        raise click.BadParameter(f"unknown router {bad[0] if bad else '(none)'} (choose from {', '.join(ROUTERS)})",
-                                 param_hint="--router(s)")
+    if not names:
+        raise click.BadParameter("no router given", param_hint="--router(s)")
+    for n in names:  # built-in names, or plug-ins as module:Class (routers.registry.plugin_entry)
+        try:
+            router_entry(n)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--router(s)") from None
     return names
 
 
@@ -95,14 +99,16 @@ def echo_policies(inputs) -> None:
 
 
 def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: int, record_steps: bool = False,
-                        force: bool = False, command: str | None = None) -> None:
-    """A replay result directory: metrics.json and the served trace (with
-    the quality table the replay used)."""
+                        force: bool = False, command: str | None = None, percentiles=None,
+                        goodput: dict | None = None) -> None:
+    """A replay result directory: metrics.json (with vLLM-style serving
+    metrics), metrics.parquet (the same, long format) and the served trace
+    (with the quality table the replay used)."""
     from harness.twin import write_twin_trace
+    from reports.serving import DEFAULT_PERCENTILES, tidy
 
     quality = res.extra.get("quality", quality)
     with StagedDir(out, force) as tmp:
-        write_json(tmp / "metrics.json", {**result_header("replay", command), **res.metrics})
         with TraceWriter(tmp / "served") as w:
             w.meta["source"] = {"kind": "replay", "pool": pool.name, "router": router_name, "seed": seed}
             w.meta["arrivals"] = "measured"
@@ -110,6 +116,10 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
             write_twin_trace(w, res.twin, requests=res.requests, steps=record_steps)
             if quality is not None:
                 w.write_table("quality", quality)
+        serving = served_serving_metrics(tmp / "served", res.requests, percentiles or DEFAULT_PERCENTILES, goodput)
+        res.metrics["serving"] = serving
+        write_json(tmp / "metrics.json", {**result_header("replay", command), **res.metrics})
+        write_parquet(tmp / "metrics.parquet", tidy(serving, router=router_name, seed=seed))
 
 
 def _print_replay(m: dict) -> None:
@@ -120,6 +130,9 @@ def _print_replay(m: dict) -> None:
     click.echo(f"TTFT mean {m['ttft_mean_s']:.3f} s, p50 {m['ttft_p50_s']:.3f}, p90 {m['ttft_p90_s']:.3f}, "
                f"p99 {m['ttft_p99_s']:.3f}; unserved {m['unserved']}")
     click.echo("share by instance: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in m["share_by_instance"].items()))
+    from reports.serving import format_serving
+
+    click.echo(format_serving(m["serving"]))
     click.echo(f"router decision {m['mean_decision_us']:.1f} us; {m['simulated_s']:,.0f} simulated s in "
                f"{m['wall_s']:.2f} s ({m['speedup']:,.0f}x real time; warm-up {m['warmup_s']:.2f} s apart)")
 
@@ -134,7 +147,7 @@ def _print_replay(m: dict) -> None:
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the workload, the twin's noise and the SLO rule / quality model draws.")
 @click.option("--router", "router_name", default="sfs-hard", show_default=True,
-              help=f"One of: {', '.join(ROUTERS)}.")
+              help=f"One of: {', '.join(ROUTERS)} (latroute list routers), or a plug-in as module:Class.")
 @click.option("--lambda", "lam", type=float, default=DEFAULT_LAMBDA, show_default=True,
               help="Cost weight in U = acc - lambda * cost (cost in micro-dollars).")
 @click.option("--delta", type=float, default=0.0, show_default=True,
@@ -143,12 +156,16 @@ def _print_replay(m: dict) -> None:
 @click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Latency-aware routers' estimators learn each instance's host speed from its completed steps "
                    "(half-life 100 steps) and scale their profile by it.")
-@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
-@click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large).")
-@click.option("--out", required=True, type=click.Path(path_type=Path))
+@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
+@click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large; gives ITL).")
+@serving_options
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Result directory: metrics.json, metrics.parquet and the served trace.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
-           lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, out, force) -> None:
+           lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, percentiles_text, goodput_text, out,
+           force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
     Writes the served trace (requests with instance, TTFT, SLO, realised
@@ -167,6 +184,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --trace azconv --requests 4000 --router sfs-hard --out r-az   # SLO rule, quality model
     """
     _routers(router_name)
+    percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     if delta != 0.0 and not router_entry(router_name).uses_delta:
         raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "
                                    f"{', '.join(n for n in ROUTERS if router_entry(n).uses_delta)})")
@@ -204,13 +222,14 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     m.update({"pool": pool.name, "workload": str(trace_dir) if trace_dir else
               {"rate": rate, "requests": n_requests, "arrival": kind, "burst_ratio": burst_ratio,
                "burstiness": burstiness}})
-    write_replay_result(out, res, pool, quality, router_name, seed, record_steps, force, command_line())
+    write_replay_result(out, res, pool, quality, router_name, seed, record_steps, force, command_line(),
+                        percentiles, goodput)
     _print_replay(m)
     click.echo(f"wrote {out}")
 
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
-                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address",
+                   "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "metric_percentiles", "goodput", "noise", "backend", "address",
                    "online_speed")
 
 
@@ -236,7 +255,9 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
         if isinstance(value, list):
             value = ",".join(str(v) for v in value)
         name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
-                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy"}.get(key, key)
+                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
+                "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text"
+                }.get(key, key)
         defaults[name] = value
     ctx.default_map = defaults
     return path
@@ -246,20 +267,28 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--spec", "spec_path", type=click.Path(path_type=Path), callback=_spec_file, is_eager=True,
               expose_value=False, help="TOML file with the sweep's options (a [sweep] table or top-level keys named "
                                        "like the flags: rates = [3, 4, 5], routers = [...]); flags override it.")
-@click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True)
+@click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True,
+              help="Pool name or POOL.json (latroute list pools).")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
               help="Replay this trace's requests, arrival times rescaled to each rate, instead of generating.")
 @click.option("--rates", default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
-@click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True)
+@click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True,
+              help=f"Comma-separated routers, of: {', '.join(ROUTERS)} (latroute list routers), or plug-ins "
+                   "as module:Class.")
 @click.option("--deltas", default="1e-6", show_default=True,
               help="Deltas for routers that use one (the soft rule: utility per µs of estimated TTFT; "
                    "0 = latency-agnostic).")
-@click.option("--lambdas", default=str(DEFAULT_LAMBDA), show_default=True)
+@click.option("--lambdas", default=str(DEFAULT_LAMBDA), show_default=True,
+              help="Cost weights lambda in U = acc - lambda * cost (cost in micro-dollars), comma-separated.")
 @arrival_options
 @policy_options
 @click.option("--requests", "n_requests", type=int, default=16000, show_default=True, help="Requests per cell.")
+@serving_options
 @click.option("--seeds", type=int, default=1, show_default=True,
-              help="Paired seeds 0..K-1 (the same workloads and noise for every router); K >= 2 gives 95% intervals.")
+              help="Number of paired seeds SEED..SEED+K-1 (the same workloads and noise for every router); "
+                   "K >= 2 gives 95% intervals.")
+@click.option("--seed", "first_seed", type=int, default=0, show_default=True,
+              help="First seed (as in replay and trace generate).")
 @click.option("--workers", type=int, default=default_workers(), show_default=True,
               help="Worker processes (local) or CPUs of a local Ray.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="local", show_default=True,
@@ -269,14 +298,17 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Latency-aware routers' estimators learn each instance's host speed from its completed steps "
                    "(half-life 100 steps) and scale their profile by it.")
-@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
-@click.option("--out", required=True, type=click.Path(path_type=Path))
+@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Result directory: cells/, results.parquet, metrics.json, metrics.parquet.")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
                                              "specification must be the same).")
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
-          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, online_speed, noise,
-          out, resume, force) -> None:
+          lengths_policy, slo_policy, quality_policy, n_requests, percentiles_text, goodput_text, seeds, first_seed,
+          workers, backend, address, online_speed, noise, out, resume,
+          force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
     Every finished cell is written at once under --out (cells/), so Ctrl-C
@@ -302,6 +334,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     """
     rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
     names = _routers(router_names)
+    percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     if seeds < 1 or workers < 1 or n_requests < 1:
         raise click.UsageError("--seeds, --workers and --requests must be >= 1")
     _check_lengths(lengths_policy)
@@ -314,12 +347,13 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                         "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
     kind = _arrival(arrival, burstiness)
     cells = [Cell(r, name, d, lam, s)
-             for s in range(seeds) for lam in lam_list for name in names
+             for s in range(first_seed, first_seed + seeds) for lam in lam_list for name in names
              for d in (delta_list if router_entry(name).uses_delta else [0.0]) for r in rate_list]
     spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival="trace" if trace_dir else kind,
                      burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
-                     quality=quality_policy, online_speed=online_speed == "on")
+                     quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
+                     online_speed=online_speed == "on")
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     try:  # and a policy the workload cannot serve
         echo_policies(sweep_inputs(spec, cells[0]))

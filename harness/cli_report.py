@@ -23,7 +23,7 @@ from traces.store import StagedDir, atomic_write_text
 
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for index.html, report.md, PNGs.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for index.html (static), interactive.html (Plotly), report.md, PNGs.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
     """Build an HTML and Markdown report from estimate, validate, replay and
@@ -32,13 +32,15 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
     \b
     Examples:
       latroute report est-d1 sweep-poisson r-sfs r-sq --out report
-      open report/index.html
+      open report/interactive.html    # hover, zoom, toggle series; index.html is the static page
     """
     loaded = [load_result(p) for p in results]
     with StagedDir(out, force) as tmp:
         info = build_report(loaded, tmp)
     click.echo(f"{len(info['figures'])} figures: {', '.join(info['figures']) or 'none'}")
     click.echo(f"wrote {out / 'index.html'}")
+    if info.get("interactive"):
+        click.echo(f"wrote {out / 'interactive.html'}")
 
 
 def _tolerances(items: tuple[str, ...]) -> dict[str, float]:

@@ -7,16 +7,15 @@ import time
 from pathlib import Path
 
 import click
-import duckdb
 
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
-from traces.importers import import_trace
-from traces.importers.common import DEFAULT_CHUNK_ROWS, ImportOptions
 from traces.store import open_trace
-from traces.summary import format_summary, summarize
 from traces.tasks import DEFAULT_MIX, parse_mix
-from traces.workload import WorkloadConfig, write_workload
+
+# Importers and the workload generator load pandas: imported inside their
+# commands so ``trace info`` starts fast. Mirrors traces.importers.common.
+DEFAULT_CHUNK_ROWS = 500_000
 
 
 @click.group()
@@ -37,6 +36,8 @@ def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
       latroute trace info azconv --json
       latroute trace info d1c --profile d1.json    # host speed factor of a recording
     """
+    from traces.summary import format_summary, summarize
+
     trace = open_trace(trace_dir)
     summary = summarize(trace)
     drift = {}
@@ -61,7 +62,8 @@ def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
 @trace.command()
 @click.argument("trace_dir", metavar="DIR", type=click.Path(path_type=Path))
 @click.argument("sql")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="Output: an aligned table, CSV, or JSON records.")
 def query(trace_dir: Path, sql: str, fmt: str) -> None:
     """Run SQL over a trace with DuckDB.
 
@@ -73,6 +75,8 @@ def query(trace_dir: Path, sql: str, fmt: str) -> None:
       latroute trace query wl "select task, count(*), median(prompt_tokens) from requests group by task"
       latroute trace query rec "select * from steps order by end_s - start_s desc limit 5" --format csv
     """
+    import duckdb
+
     con = open_trace(trace_dir).connect()
     try:
         df = con.sql(sql).df() if sql.strip() else None
@@ -112,7 +116,7 @@ def _positive(ctx, param, value):
               help="Task weights.")
 @click.option("--lengths-from", type=click.Path(path_type=Path), help="Resample (prompt, output) pairs from a trace.")
 @click.option("--arrivals-from", type=click.Path(path_type=Path), help="Reuse another trace's arrival times.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals, lengths and SLO/accuracy draws.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str | None,
              burst_ratio: float, high_fraction: float, correlation_s: float, burstiness: float, mix: str,
@@ -130,6 +134,8 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
       latroute trace generate --out gamma --requests 16000 --rate 8 --burstiness 0.25   # gamma, CV^2 = 4
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
     """
+    from traces.workload import WorkloadConfig, write_workload
+
     if n_requests is not None and duration is not None:
         raise click.UsageError("give --requests or --duration, not both")
     if arrivals_from is None:
@@ -196,6 +202,9 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
       latroute trace import vllm-record shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
       latroute trace import lmbench per_request.csv --run r042 --out r042
     """
+    from traces.importers import import_trace
+    from traces.importers.common import ImportOptions
+
     src_size = src.stat().st_size if src.is_file() else 0
     opts = ImportOptions(model=model, run=run, seed=seed, keep_failed=keep_failed, chunk_rows=chunk_rows)
     t = time.perf_counter()

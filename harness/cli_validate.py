@@ -5,12 +5,15 @@ import time
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
+from harness.cli_serving import parse_serving, served_serving_metrics, serving_options
 from harness.twin import write_twin_trace
 from harness.validate import validate as run_validation
 from reports.results import result_header
+from reports.serving import format_serving, tidy
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 
 
@@ -24,8 +27,9 @@ from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_p
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise draws.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for metrics.json etc.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@serving_options
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int, out: Path,
-             force: bool) -> None:
+             force: bool, percentiles_text: str, goodput_text: str | None) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -43,6 +47,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     """
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
+    percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     trace = open_trace(trace_dir)
     if self_calibrate:
         data = load_steps([trace_dir])
@@ -56,13 +61,19 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
     with StagedDir(out, force) as tmp:
-        write_json(tmp / "metrics.json", {**result_header("validate"), **m})
         write_parquet(tmp / "requests.parquet", v.per_request)
         with TraceWriter(tmp / "twin") as w:
             w.meta["source"] = {"kind": "twin", "replay_of": str(trace_dir), "profile": profile.name,
                                 "noise": noise, "seed": seed}
             w.meta["arrivals"] = "measured"
             write_twin_trace(w, v.twin)
+        # vLLM-style serving metrics of the recording and of the twin's replay of it, side by side
+        m["serving"] = {"recorded": served_serving_metrics(trace_dir, trace.read("requests"), percentiles, goodput)}
+        m["serving"]["twin"] = served_serving_metrics(tmp / "twin", open_trace(tmp / "twin").read("requests"),
+                                                      percentiles, goodput)
+        write_json(tmp / "metrics.json", {**result_header("validate"), **m})
+        write_parquet(tmp / "metrics.parquet", pd.concat([tidy(s, source=k) for k, s in m["serving"].items()],
+                                                         ignore_index=True))
     tt, st, da = m["ttft"], m["steps"], m["decision_agreement"]
     click.echo(f"validate {trace_dir} with profile {profile.name} ({profile.form}), noise {noise}")
     click.echo(f"TTFT        MAPE {100 * tt['mape']:.1f}%  median APE {100 * tt['median_ape']:.1f}%  "
@@ -77,4 +88,6 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
             c = d["classes"]["all"]
             click.echo(f"host speed  factor {c['factor']:.3f} (95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}) against "
                        f"{d['profile']}" + ("  DRIFT: the profile does not match this host" if d["drift"] else ""))
+    for k, sm in m["serving"].items():
+        click.echo(f"serving ({k}):\n  " + format_serving(sm).replace("\n", "\n  "))
     click.echo(f"wrote {out}")

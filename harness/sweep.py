@@ -31,6 +31,7 @@ from harness.sweep_backends import run_cells
 from harness.sweep_stats import mean_ci, paired
 from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
+from reports.serving import serving_metrics, tidy
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ArrivalSpec
@@ -62,6 +63,8 @@ class SweepSpec:
     slo: str | None = None  # SLO policy (None: the default)
     quality: str | None = None  # quality policy (None: the default)
     online_speed: bool = False  # estimators learn each instance's host speed from its completed steps
+    percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)  # serving-metric percentiles (reports.serving)
+    goodput: tuple[tuple[str, float], ...] = ()  # goodput bounds in ms, e.g. (("ttft", 200.0),)
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
         return ReplayConfig(router=cell.router, lam=cell.lam, delta_per_us=cell.delta_per_us, seed=cell.seed,
@@ -119,8 +122,15 @@ def run_cell(spec: SweepSpec, cell: Cell) -> dict:
         row[k] = m[k]
     for inst, share in m["share_by_instance"].items():
         row[f"share_{inst}"] = share
+    row.update(serving_columns(serving_metrics(res.requests, spec.percentiles, dict(spec.goodput))))
     timing = {k: m[k] for k in TIMING_COLUMNS}
     return row, timing
+
+
+def serving_columns(serving: dict) -> dict:
+    """A cell's serving metrics as flat ``serve_<metric>__<stat>`` columns
+    (results.parquet stays one row per cell; metrics.parquet melts them)."""
+    return {f"serve_{r.metric}__{r.stat}": r.value for r in tidy(serving).itertuples()}
 
 
 TIMING_COLUMNS = ("wall_s", "speedup", "mean_decision_us")
@@ -226,7 +236,10 @@ def default_workers() -> int:
 
 def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
     """The full specification of a sweep, as stored in ``sweep.json``."""
-    return {"spec": asdict(spec), "cells": [asdict(c) for c in cells]}
+    import json
+
+    # through JSON, so tuples read back from sweep.json as lists compare equal on --resume
+    return json.loads(json.dumps({"spec": asdict(spec), "cells": [asdict(c) for c in cells]}))
 
 
 def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None, backend: str = "local",
@@ -249,8 +262,24 @@ def write_sweep_result(store: SweepStore, df: pd.DataFrame, timings: pd.DataFram
     from traces.store import write_json, write_parquet
 
     store.finish({"results.parquet": lambda p: write_parquet(Path(p), df),
+                  "metrics.parquet": lambda p: write_parquet(Path(p), long_metrics(df)),
                   "timings.parquet": lambda p: write_parquet(Path(p), timings),
                   "metrics.json": lambda p: write_json(Path(p), {**result_header("sweep", command), **summary})})
+
+
+def long_metrics(df: pd.DataFrame) -> pd.DataFrame:
+    """Tidy metrics: one row per (cell, metric, stat), every metric of
+    results.parquet (OnTimeUtility, SLO attainment, ... and the serving
+    metrics in ms), for DuckDB queries without JSON keys."""
+    keys = [c for c in ("router", "delta_per_us", "lam", "rate", "seed") if c in df.columns]
+    plain = [c for c in ("ontime_utility", "slo_attainment", "mean_utility", "mean_cost_micro_usd", "unserved")
+             if c in df.columns]
+    serve = [c for c in df.columns if c.startswith("serve_")]
+    long = df[keys + plain + serve].melt(id_vars=keys, var_name="column", value_name="value")
+    split = long["column"].str.removeprefix("serve_").str.split("__", n=1, expand=True)
+    long["metric"] = split[0]
+    long["stat"] = split[1].fillna("value") if split.shape[1] > 1 else "value"
+    return long[keys + ["metric", "stat", "value"]].reset_index(drop=True)
 
 
 def run_and_write_sweep(out, spec: SweepSpec, cells: list[Cell], workers: int, backend: str = "local",

@@ -58,10 +58,11 @@ class Result:
     path: Path
     metrics: dict
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    display: str | None = None  # set by reports.series.assign_labels when folder names collide
 
     @property
     def label(self) -> str:
-        return self.path.name
+        return self.display or self.path.name
 
 
 def _json(path: Path) -> dict:

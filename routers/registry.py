@@ -98,10 +98,42 @@ MAIN_ROUTERS = tuple(n for n, e in REGISTRY.items() if e.main)
 
 
 def router_entry(name: str) -> RouterEntry:
+    """A built-in router by name, or a plug-in by import path ``module:attr``."""
+    if ":" in name:
+        return plugin_entry(name)
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown router {name!r} (choose from {', '.join(ROUTERS)})") from None
+        raise ValueError(f"unknown router {name!r} (choose from {', '.join(ROUTERS)}, or module:Class)") from None
+
+
+def plugin_entry(path: str) -> RouterEntry:
+    """The registry entry of a plug-in router named by import path.
+
+    ``module:attr`` names either a ``RouterEntry`` (full control: what it
+    needs, how it is built) or a ``routers.base.Router`` subclass, built as
+    ``cls(inputs)`` and described by its class attributes ``summary``,
+    ``uses_delta``, ``uses_lambda``, ``seeded`` and ``oracle`` (all
+    optional; a seeded class is built as ``cls(inputs, seed)``). A plug-in
+    sees what built-in routers see, nothing more (``routers.base``).
+    """
+    import importlib
+
+    module_name, _, attr = path.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"router plug-in {path!r} cannot be loaded ({e})") from None
+    if isinstance(obj, RouterEntry):
+        return RouterEntry(**{**obj.__dict__, "name": path})
+    if not (isinstance(obj, type) and issubclass(obj, Router)):
+        raise ValueError(f"router plug-in {path!r} is neither a RouterEntry nor a routers.base.Router subclass")
+    seeded = bool(getattr(obj, "seeded", False))
+    return RouterEntry(path, getattr(obj, "summary", (obj.__doc__ or path).strip().splitlines()[0]),
+                       (lambda c: obj(c.inputs, c.seed)) if seeded else (lambda c: obj(c.inputs)),
+                       uses_delta=bool(getattr(obj, "uses_delta", False)),
+                       uses_lambda=bool(getattr(obj, "uses_lambda", False)),
+                       oracle=bool(getattr(obj, "oracle", False)), seeded=seeded)
 
 
 def needs_baselines(name: str) -> bool:

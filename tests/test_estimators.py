@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, fit_queue, outstanding_prefill_tokens
+from estimators.baselines import LPS, LPSMG, RHO_MAX_MG, QueueLength, Throughput, fit_queue, outstanding_prefill_tokens
 from estimators.engine.config import InstanceConfig
 from estimators.engine.state import SchedState, StepPlan
 from estimators.estimate import load_bin
@@ -41,8 +41,8 @@ def test_snapshot_counts_and_baselines():
     lps = LPS(k=2, mean_service_s=1.0, arrival_rate=1.0, theta_pre=1000.0, mean_decode_step_s=0.01)
     assert lps.estimate(snap, q) == pytest.approx((1 / 2) ** 2 / (2 - 1) + 0.15 + 0.01)
     mg = LPSMG(k=2, mean_service_s=1.0, scv=1.0, theta_pre=1000.0, mean_decode_step_s=0.01)
-    rho = 2.0 * 1.0 / 2
-    assert mg.estimate(snap, q) > 100  # overloaded: rho clamped just below 1
+    rho = RHO_MAX_MG  # overloaded (2 * 1 / 2 = 1): held at the stated cap, not at 0.999's 1000x
+    assert mg.estimate(snap, q) == pytest.approx(rho**2 * 0.5 * 2 / (2 * (1 - rho)) + 0.16)
     snap.arrival_rate = 1.0
     rho = 0.5
     assert mg.estimate(snap, q) == pytest.approx(rho**2 * 0.5 * 2 / (2 * 0.5) + 0.16)

@@ -229,14 +229,16 @@ def test_check_can_gate_on_the_interval_over_seeds(tmp_path):
 
 
 def test_report_draws_bands_over_seeds(tmp_path):
-    from reports.figures import _by_rate
     from reports.results import load_result
+    from reports.series import figure_specs, sweep_cells
 
     out = tmp_path / "s"
     assert run_cli("sweep", "--rates", "4,8", "--routers", "shortest-queue", *TINY, "--seeds", "3",
                    "--out", out).exit_code == 0
-    by = _by_rate(load_result(out), "ontime_utility")
-    assert (by["half_ci"] > 0).all()
+    by = sweep_cells(load_result(out))
+    assert (by["ontime_utility_half_ci"] > 0).all()
+    (line,) = {s.name: s for s in figure_specs([load_result(out)])}["ontime_utility_vs_rate"].panels[0].series
+    assert line.band is not None and all(lo < y < hi for lo, y, hi in zip(line.band[0], line.y, line.band[1]))
     res = run_cli("report", out, "--out", tmp_path / "rep")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "rep" / "ontime_utility_vs_rate.png").stat().st_size > 0

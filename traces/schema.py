@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from traces.errors import BadInput
+
+if TYPE_CHECKING:  # pandas loads where a frame is validated, not on import
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 
@@ -181,6 +184,8 @@ def validate_frame(
     for name in schema.required:
         if name not in df.columns:
             raise BadInput(file, None, name, "missing column")
+    import pandas as pd
+
     numeric_cols: list[tuple[Column, np.ndarray]] = []
     for col in schema.columns:
         if col.name not in df.columns:

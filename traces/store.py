@@ -15,15 +15,17 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces.errors import BadInput
 from traces.schema import SCHEMA_VERSION, TABLES, TableSchema, to_arrow, validate_frame
+
+if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)
+    import pandas as pd
 
 META = "meta.json"
 ROW_GROUP_ROWS = 1 << 20
