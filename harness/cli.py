@@ -49,11 +49,15 @@ def _register() -> None:
     from harness.cli_calibrate import calibrate
     from harness.cli_demo import demo
     from harness.cli_estimate import estimate
+    from harness.cli_join import join
+    from harness.cli_loadgen import loadgen
+    from harness.cli_record import record
     from harness.cli_replay import replay, sweep
     from harness.cli_report import check, report
     from harness.cli_trace import trace
     from harness.cli_validate import validate
 
+    trace.add_command(join)
     cli.add_command(trace)
     cli.add_command(demo)
     cli.add_command(bench)
@@ -64,6 +68,8 @@ def _register() -> None:
     cli.add_command(sweep)
     cli.add_command(report)
     cli.add_command(check)
+    cli.add_command(record)
+    cli.add_command(loadgen)
 
 
 _register()

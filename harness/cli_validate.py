@@ -5,11 +5,15 @@ import time
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
 from harness.validate import validate as run_validation
+from traces.client_join import client_ttft_check
+from traces.errors import BadInput
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
+from traces.vllm_versions import unchecked_version_warning
 
 
 @click.command()
@@ -20,10 +24,12 @@ from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_p
 @click.option("--noise", type=click.Choice(["off", "on"]), default="off", show_default=True,
               help="off: every step takes the profile's expected time; on: draw jitter and stalls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise draws.")
+@click.option("--join", "join_dir", type=click.Path(path_type=Path),
+              help="`latroute trace join` output of this recording: also compare with the client's TTFTs.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for metrics.json etc.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int, out: Path,
-             force: bool) -> None:
+def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int,
+             join_dir: Path | None, out: Path, force: bool) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -42,6 +48,8 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
     trace = open_trace(trace_dir)
+    if (warning := unchecked_version_warning(trace.meta)) is not None:
+        click.echo(warning, err=True)
     if self_calibrate:
         data = load_steps([trace_dir])
         cfg = CalibrationConfig()
@@ -53,6 +61,10 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     v = run_validation(trace, profile, noise == "on", seed)
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
+    if join_dir is not None:
+        if not (join_dir / "join.parquet").is_file():
+            raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
+        m["client"] = client_ttft_check(v.per_request, pd.read_parquet(join_dir / "join.parquet"))
     with StagedDir(out, force) as tmp:
         write_json(tmp / "metrics.json", m)
         write_parquet(tmp / "requests.parquet", v.per_request)
@@ -74,4 +86,9 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     if da["steps"]:
         click.echo(f"decisions   {da['agree']:,} of {da['steps']:,} recorded steps reproduced exactly "
                    f"({100 * da['rate']:.2f}%)")
+    if join_dir is not None and m["client"]["n"]:
+        c = m["client"]
+        click.echo(f"client      TTFT - engine TTFT median {c['overhead']['median_ms']:.2f} ms, p90 "
+                   f"{c['overhead']['p90_ms']:.2f} ms; twin vs client TTFT MAPE {100 * c['twin_vs_client_mape']:.1f}% "
+                   f"(+ median overhead: {100 * c['twin_plus_median_overhead_vs_client_mape']:.1f}%)")
     click.echo(f"wrote {out}")
