@@ -47,6 +47,8 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     """
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
+    if join_dir is not None and not (join_dir / "join.parquet").is_file():
+        raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
     trace = open_trace(trace_dir)
     if (warning := unchecked_version_warning(trace.meta)) is not None:
         click.echo(warning, err=True)
@@ -62,8 +64,6 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
     if join_dir is not None:
-        if not (join_dir / "join.parquet").is_file():
-            raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
         m["client"] = client_ttft_check(v.per_request, pd.read_parquet(join_dir / "join.parquet"))
     with StagedDir(out, force) as tmp:
         write_json(tmp / "metrics.json", m)

@@ -46,7 +46,6 @@ import atexit
 import json
 import os
 import platform
-import re
 import time
 from array import array
 from pathlib import Path
@@ -55,26 +54,12 @@ import vllm
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from traces.vllm_recorder.files import DEFAULT_ROTATE_BYTES, RecordingWriter, finish_recording
+from traces.vllm_recorder.ids import client_id_of
 
 ENV_DIR = "LATROUTE_RECORD_DIR"
 ENV_ROTATE_MB = "LATROUTE_RECORD_ROTATE_MB"
 ENV_MODEL_NAME = "LATROUTE_RECORD_MODEL_NAME"
 ENV_PAUSED = "LATROUTE_RECORD_PAUSED"  # "1": start paused (a driver warms up, then calls start_recording)
-_SUFFIX = re.compile(r"-[0-9A-Za-z]{8}$")
-_CMPL = re.compile(r"^cmpl-(.*)-\d+$")
-
-
-def client_id_of(engine_id: str) -> str:
-    """The id a client sent, from vLLM's engine request id (see module doc)."""
-    base = _SUFFIX.sub("", engine_id)
-    m = _CMPL.match(base)
-    if m:
-        return m.group(1)
-    if base.startswith("chatcmpl-"):
-        return base[len("chatcmpl-"):]
-    return base
-
-
 class _Req:
     __slots__ = ("req", "arrival_s", "added_s", "first_token_s", "cached", "client_id", "prompt_ids")
 
