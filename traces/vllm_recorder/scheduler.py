@@ -67,11 +67,18 @@ class _Req:
 class RecordingScheduler(Scheduler):
     """vLLM's ``Scheduler`` plus a recording (module doc). Subclasses the
     synchronous scheduler on purpose: the recordings and the kernel model
-    async scheduling off, and vLLM disables async scheduling for a custom
-    ``Scheduler`` subclass."""
+    async scheduling off (vLLM's CPU build runs it off by default; elsewhere
+    pass ``--no-async-scheduling``, which ``__init__`` insists on: with a
+    batch queue step n+1 is planned before step n's output is applied, which
+    a one-step-at-a-time recording cannot represent)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if self.vllm_config.max_concurrent_batches > 1 or self.scheduler_config.async_scheduling:
+            # the batch queue schedules step n+1 before step n's output is applied;
+            # the format (and the kernel) assume one step at a time
+            raise RuntimeError("RecordingScheduler records engines that run one step at a time: "
+                               "pass --no-async-scheduling (and no pipeline parallelism)")
         out = os.environ.get(ENV_DIR)
         if not out:
             raise RuntimeError(f"RecordingScheduler: set {ENV_DIR} to the recording's output directory")
@@ -117,7 +124,7 @@ class RecordingScheduler(Scheduler):
             "block_size": int(cc.block_size),
             "num_kv_blocks": int(self.kv_cache_config.num_blocks),
             "model": os.environ.get(ENV_MODEL_NAME) or model_dir.name,
-            "async_scheduling": False,
+            "async_scheduling": bool(sc.async_scheduling),
             "long_prefill": int(sc.long_prefill_token_threshold or 0),
             "prefix_caching": bool(cc.enable_prefix_caching),
             "max_model_len": int(mc.max_model_len),
