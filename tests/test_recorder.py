@@ -266,3 +266,44 @@ def test_server_recording_joins_loadgen_run(tmp_path):
     assert j.summary["joined"] == 6 and j.per_request["engine_ttft_s"].notna().all()
     assert (j.per_request["overhead_s"] > 0).all()  # HTTP and streaming cost something
     assert run_cli("trace", "import", "vllm-record", tmp_path / "rec", "--out", tmp_path / "rt").exit_code == 0
+
+
+# ------------------------------------------- committed real-server recordings
+RECORDINGS = Path(__file__).parent / "data" / "recordings"
+
+
+def _unpack(name: str, tmp_path: Path) -> Path:
+    """A committed recording with its steps.jsonl unzipped (the import format)."""
+    import gzip
+    src = RECORDINGS / name / "recording"
+    dst = tmp_path / name
+    dst.mkdir()
+    for f in ("engine.json", "requests.csv"):
+        shutil.copy(src / f, dst / f)
+    with gzip.open(src / "steps.jsonl.gz", "rb") as zin, open(dst / "steps.jsonl", "wb") as out:
+        shutil.copyfileobj(zin, out)
+    return dst
+
+
+def test_server_recording_caching_off_decisions_and_join(tmp_path):
+    from harness.decisions import decision_agreement
+    rec = _unpack("server_tinya_poisson_r2_nopc", tmp_path)
+    assert run_cli("trace", "import", "vllm-record", rec, "--out", tmp_path / "t").exit_code == 0
+    agree = decision_agreement(open_trace(tmp_path / "t"), "tiny-a")
+    assert agree.steps == 10321 and agree.agree == agree.steps
+    j = join_client_recording(open_trace(RECORDINGS / "server_tinya_poisson_r2_nopc" / "client"), rec)
+    assert j.summary["joined"] == 200 and j.summary["recorded_not_from_client"] == 2  # the two warm-up requests
+    assert (j.per_request["overhead_s"] > 0).all()
+
+
+def test_server_recording_reproduces_d8_prefix_hits(tmp_path):
+    """loadgen's prompts built from d8's hash_ids gave, on a real server, the
+    prefix-cache hit d8's own recording had for every request."""
+    d8 = pd.read_csv(shared("vllm_cpu", "d8_tinya_sessions_r0.3_pc", "requests.csv"))
+    rec = pd.read_csv(RECORDINGS / "server_tinya_d8sessions_pc" / "recording" / "requests.csv")
+    ours = rec[rec["client_id"].str.startswith("a2-")].copy()
+    ours["i"] = ours["client_id"].str[3:].astype(int)
+    ours = ours.sort_values("i")
+    assert len(ours) == len(d8) == 200
+    assert (ours["cached_tokens"].to_numpy() == d8["cached_tokens"].to_numpy()).all()
+    assert (ours["prompt_tokens"].to_numpy() == d8["prompt_tokens"].to_numpy()).all()
