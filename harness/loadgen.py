@@ -109,12 +109,16 @@ class _Client:
         self.sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
 
     async def send(self, r: RequestResult, prompt) -> RequestResult:
-        if self.sem is None:
-            return await self._send(r, prompt)
-        q = time.perf_counter()
-        async with self.sem:
-            r.queue_s = time.perf_counter() - q
-            return await self._send(r, prompt)
+        try:
+            if self.sem is None:
+                return await self._send(r, prompt)
+            q = time.perf_counter()
+            async with self.sem:
+                r.queue_s = time.perf_counter() - q
+                return await self._send(r, prompt)
+        except Exception as e:  # noqa: BLE001 - e.g. an over-long SSE line; the request is kept, with the reason
+            r.error = f"client error: {type(e).__name__}: {e}"
+            return r
 
     async def _send(self, r: RequestResult, prompt) -> RequestResult:
         import aiohttp

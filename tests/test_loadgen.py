@@ -181,8 +181,11 @@ def test_unreachable_server_and_bad_input(tmp_path):
 def test_generated_arrivals_follow_vllm_bench(tmp_path):
     with FakeServer() as srv:
         res = run_cli("loadgen", "--base-url", srv.url, "--num-prompts", "5", "--request-rate", "50",
-                      "--input-len", "20", "--output-len", "3", "--max-concurrency", "2", "--out", tmp_path / "c")
+                      "--input-len", "20", "--output-len", "3", "--max-concurrency", "2", "--prompt-format", "words",
+                      "--out", tmp_path / "c")
     assert res.exit_code == 0, res.output
+    words = srv.seen["r0"]["prompt"].split()
+    assert len(words) == 20 and all(w.startswith("w") and int(w[1:]) >= 3 for w in words)
     t = open_trace(tmp_path / "c").read("requests")
     assert (t["prompt_tokens"] == 20).all() and (t["output_tokens"] == 3).all()
     bench = json.loads((tmp_path / "c" / "bench.json").read_text())

@@ -36,6 +36,14 @@ What is recorded, and why it is exact (vLLM 0.32.0, ``vllm/v1/core/sched/``):
   ``LLMEngine.add_request(id)`` gives ``<id>-<8 random chars>``. The prefix,
   index and suffix are stripped, so a client joins on its own id.
 
+Shutdown: the recording is closed (open requests written as
+``unfinished``, parts joined, ``recorder.json`` written) by
+``Scheduler.shutdown`` or at interpreter exit. vLLM's server kills its
+engine-core process at once on SIGTERM unless ``--shutdown-timeout N`` gives
+it time, so pass e.g. ``--shutdown-timeout 20``; after a hard kill the parts
+(flushed whenever the writer is idle) are joined by ``latroute record finish
+DIR``, without ``recorder.json`` and without rows for requests in flight.
+
 The recorder's own cost per step (building the item list, bookkeeping, the
 queue hand-off: everything the wrapper adds to the engine thread) is timed
 with ``perf_counter`` and summarised in ``recorder.json`` at close.
