@@ -108,6 +108,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("harness.cli_report:report", "Build an HTML and Markdown report from results."),
     "list": ("harness.cli_list:list_", "List the built-in pools, profiles, routers or estimators."),
     "check": ("harness.cli_report:check", "Regression gate for CI: compare a result's metrics with a baseline."),
+    "record": ("harness.cli_record:record", "Record a real vLLM engine's every step (in vLLM's own environment)."),
+    "loadgen": ("harness.cli_loadgen:loadgen", "Open-loop streaming load on an OpenAI-compatible endpoint."),
 }
 
 

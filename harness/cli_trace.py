@@ -219,3 +219,11 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
     click.echo(f"wrote {out}: " + ", ".join(f"{k} {v:,}" for k, v in rows.items())
                + f" in {time.perf_counter() - t:.2f} s")
 
+
+def _add_join() -> None:
+    from harness.cli_join import join
+
+    trace.add_command(join)
+
+
+_add_join()

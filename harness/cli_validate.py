@@ -14,7 +14,10 @@ from harness.twin import write_twin_trace
 from harness.validate import validate as run_validation
 from reports.results import result_header
 from reports.serving import format_serving, tidy
+from traces.client_join import client_ttft_check
+from traces.errors import BadInput
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
+from traces.vllm_versions import unchecked_version_warning
 
 
 @click.command()
@@ -25,11 +28,13 @@ from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_p
 @click.option("--noise", type=click.Choice(["off", "on"]), default="off", show_default=True,
               help="off: every step takes the profile's expected time; on: draw jitter and stalls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise draws.")
+@click.option("--join", "join_dir", type=click.Path(path_type=Path),
+              help="`latroute trace join` output of this recording: also compare with the client's TTFTs.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for metrics.json etc.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @serving_options
-def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int, out: Path,
-             force: bool, percentiles_text: str, goodput_text: str | None) -> None:
+def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int,
+             join_dir: Path | None, out: Path, force: bool, percentiles_text: str, goodput_text: str | None) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -48,7 +53,11 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
+    if join_dir is not None and not (join_dir / "join.parquet").is_file():
+        raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
     trace = open_trace(trace_dir)
+    if (warning := unchecked_version_warning(trace.meta)) is not None:
+        click.echo(warning, err=True)
     if self_calibrate:
         data = load_steps([trace_dir])
         cfg = CalibrationConfig()
@@ -60,6 +69,8 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     v = run_validation(trace, profile, noise == "on", seed)
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
+    if join_dir is not None:
+        m["client"] = client_ttft_check(v.per_request, pd.read_parquet(join_dir / "join.parquet"))
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "requests.parquet", v.per_request)
         with TraceWriter(tmp / "twin") as w:
@@ -90,4 +101,9 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
                        f"{d['profile']}" + ("  DRIFT: the profile does not match this host" if d["drift"] else ""))
     for k, sm in m["serving"].items():
         click.echo(f"serving ({k}):\n  " + format_serving(sm).replace("\n", "\n  "))
+    if join_dir is not None and m["client"]["n"]:
+        c = m["client"]
+        click.echo(f"client      TTFT - engine TTFT median {c['overhead']['median_ms']:.2f} ms, p90 "
+                   f"{c['overhead']['p90_ms']:.2f} ms; twin vs client TTFT MAPE {100 * c['twin_vs_client_mape']:.1f}% "
+                   f"(+ median overhead: {100 * c['twin_plus_median_overhead_vs_client_mape']:.1f}%)")
     click.echo(f"wrote {out}")

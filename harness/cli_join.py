@@ -1,0 +1,42 @@
+"""``latroute trace join``: one run seen from both sides (client and engine)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from traces.store import StagedDir, open_trace, write_json, write_parquet
+
+
+@click.command("join")
+@click.argument("client_dir", metavar="CLIENT", type=click.Path(path_type=Path))
+@click.argument("recording", metavar="RECORDING_DIR", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for join.parquet, join.json.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
+    """Join a `latroute loadgen` trace with the server's recording of the same run.
+
+    The key is the X-Request-Id loadgen sent, which the recording scheduler
+    logs (never the order): every successful client request must be in the
+    recording. Reports client TTFT - engine TTFT (the API server's overhead:
+    HTTP, hand-over, detokenisation) per request and its median and p90.
+    `latroute validate REC --join OUT` compares the twin with client TTFTs.
+
+    \b
+    Example:
+      latroute trace join client-run rec-run --out join-run
+    """
+    from traces.client_join import join_client_recording  # pandas: only when joining
+
+    res = join_client_recording(open_trace(client_dir), recording)
+    with StagedDir(out, force) as tmp:
+        write_parquet(tmp / "join.parquet", res.per_request)
+        write_json(tmp / "join.json", res.summary)
+    s, o = res.summary, res.summary["ttft_overhead"]
+    click.echo(f"joined {s['joined']} of {s['client_requests']} client requests ({s['client_failed']} failed on the "
+               f"client; {s['recorded_not_from_client']} recorded requests not from this client)")
+    if o["n"]:
+        click.echo(f"client TTFT - engine TTFT: median {o['median_ms']:.2f} ms, p90 {o['p90_ms']:.2f} ms, "
+                   f"mean {o['mean_ms']:.2f} ms over {o['n']} requests "
+                   f"(TTFT median {s['client_ttft_median_ms']:.1f} ms client, {s['engine_ttft_median_ms']:.1f} ms engine)")
+    click.echo(f"wrote {out}")

@@ -1,0 +1,108 @@
+"""``latroute loadgen``: open-loop load against an OpenAI-compatible endpoint."""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from harness.loadgen import LoadgenConfig, bench_result, check_base_url, generated_workload, requests_frame, run_loadgen
+from harness.record import RunFailed, read_workload
+from traces.errors import BadInput
+from traces.store import TraceWriter, open_trace, write_json
+
+
+@click.command()
+@click.option("--base-url", required=True, help="Server root, e.g. http://127.0.0.1:8765.")
+@click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
+              help="Replay this trace's arrivals, lengths and hash_ids (else arrivals are generated).")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Client trace directory to create (with bench.json inside).")
+@click.option("--model", help="Model name for the API (default: the first of GET /v1/models).")
+@click.option("--num-prompts", type=click.IntRange(1), help="Requests to send (with --trace: its first N).")
+@click.option("--request-rate", type=float, default=math.inf, show_default=True,
+              help="Requests per second when generating arrivals (inf: all at once).")
+@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="Gamma shape of the gaps (1: Poisson), as vllm bench serve.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals and prompt tokens.")
+@click.option("--max-concurrency", type=click.IntRange(1), help="At most this many requests in flight.")
+@click.option("--input-len", type=click.IntRange(1), default=256, show_default=True,
+              help="Prompt tokens per generated request.")
+@click.option("--output-len", type=click.IntRange(1), default=64, show_default=True,
+              help="Output tokens per generated request.")
+@click.option("--hash-block-tokens", type=click.IntRange(1), help="Tokens per hash_ids block (default: meta.json).")
+@click.option("--id-prefix", default="r", show_default=True, help="X-Request-Id is this prefix + request_id.")
+@click.option("--prompt-format", type=click.Choice(["ids", "words"]), default="ids", show_default=True,
+              help="ids: a list of token ids; words: w<id> text for text-only endpoints.")
+@click.option("--request-timeout", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+              help="Seconds one request may take before it is recorded as failed (timeout).")
+@click.option("--time-limit", type=click.FloatRange(0, min_open=True), default=3600.0, show_default=True,
+              help="Seconds after which unfinished requests are abandoned (counted as failed).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None, num_prompts: int | None,
+            request_rate: float, burstiness: float, seed: int, max_concurrency: int | None, input_len: int,
+            output_len: int, hash_block_tokens: int | None, id_prefix: str, prompt_format: str,
+            request_timeout: float, time_limit: float, force: bool) -> None:
+    """Replay arrivals open loop against /v1/completions (streaming) and measure.
+
+    Per request: TTFT, inter-token latencies, end-to-end latency, or the
+    error (a failed request is kept, never dropped). Writes a latroute trace
+    (requests with measured ttft_s, itl_* statistics, status, error) and
+    OUT/bench.json with `vllm bench serve`'s keys. Exit 1 if any request
+    failed or the server cannot be reached; exit 2 for bad input.
+
+    \b
+    Examples:
+      latroute loadgen --base-url http://127.0.0.1:8765 --trace d1 --out client-d1
+      latroute loadgen --base-url http://127.0.0.1:8765 --num-prompts 200 --request-rate 2 --out client
+    """
+    url = check_base_url(base_url)
+    if trace_dir is not None:
+        if not math.isinf(request_rate) or burstiness != 1.0:
+            raise BadInput("--request-rate", None, "--request-rate",
+                           "applies when loadgen generates arrivals; a --trace has its own")
+        wl = read_workload(open_trace(trace_dir), hash_block_tokens)
+        if num_prompts is not None:
+            for name in ("request_id", "arrival_s", "prompt_tokens", "output_tokens"):
+                setattr(wl, name, getattr(wl, name)[:num_prompts])
+            wl.hash_ids = wl.hash_ids[:num_prompts]
+    else:
+        if num_prompts is None:
+            raise BadInput("--num-prompts", None, "--num-prompts", "give --trace DIR or --num-prompts N")
+        wl = generated_workload(num_prompts, request_rate, burstiness, seed, input_len, output_len)
+    cfg = LoadgenConfig(base_url=url, model=model, max_concurrency=max_concurrency, request_timeout_s=request_timeout,
+                        time_limit_s=time_limit, id_prefix=id_prefix, prompt_format=prompt_format, seed=seed,
+                        request_rate=request_rate, burstiness=burstiness)
+    date = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    try:
+        with TraceWriter(out, force) as w:
+            results, duration = run_loadgen(wl, cfg)
+            has_hash = any(h for h in wl.hash_ids)
+            w.meta["source"] = {"kind": "loadgen", "base_url": url, "endpoint": cfg.endpoint, "model": cfg.model,
+                                "trace": str(trace_dir) if trace_dir else None, "id_prefix": id_prefix,
+                                "prompt_format": prompt_format, "seed": seed, "max_concurrency": max_concurrency,
+                                "request_rate": None if math.isinf(request_rate) else request_rate,
+                                "burstiness": burstiness, "duration_s": duration, "argv": sys.argv[1:]}
+            w.meta["arrivals"] = "measured"
+            if has_hash:
+                w.meta["hash_block_tokens"] = wl.hash_block_tokens
+            w.write_table("requests", requests_frame(results, wl.hash_ids if has_hash else None))
+            write_json(w.tmp / "bench.json", bench_result(results, duration, cfg, len(results), date))
+    except RunFailed as e:
+        click.echo(f"error: {e} (nothing written)", err=True)
+        sys.exit(1)
+    ok = [r for r in results if r.ok]
+    failed = len(results) - len(ok)
+    if ok:
+        ttft = np.array([r.ttft_s for r in ok]) * 1e3
+        click.echo(f"loadgen {len(results)} requests in {duration:.1f} s: {len(ok)} ok, {failed} failed; "
+                   f"TTFT median {np.median(ttft):.1f} ms, p90 {np.quantile(ttft, 0.9):.1f} ms")
+    click.echo(f"wrote {out} (requests.parquet, bench.json)")
+    if failed:
+        first = next(r for r in results if not r.ok)
+        click.echo(f"error: {failed} of {len(results)} requests failed (first: request {first.request_id}: "
+                   f"{first.error})", err=True)
+        sys.exit(1)

@@ -1,0 +1,23 @@
+"""Which vLLM versions the scheduler kernel was checked against.
+
+The kernel reimplements vLLM V1's scheduling rules; every recorded batch of
+``shared/data/vllm_cpu`` (vLLM 0.32.0) is reproduced. A recording from
+another version may follow other rules, so ``validate`` says so instead of
+letting a decision-agreement figure below 100% look like a kernel bug.
+"""
+from __future__ import annotations
+
+CHECKED_VLLM_VERSIONS = ("0.32.0",)
+
+
+def unchecked_version_warning(meta: dict) -> str | None:
+    """A warning when the trace is a recording of an unchecked vLLM version
+    (None for other traces and checked versions)."""
+    src = meta.get("source") or {}
+    if src.get("kind") != "vllm-record":
+        return None
+    version = src.get("vllm_version")
+    if version in CHECKED_VLLM_VERSIONS:
+        return None
+    return (f"warning: recorded with vLLM {version or 'of unknown version'}; the scheduler kernel was checked "
+            f"against {', '.join(CHECKED_VLLM_VERSIONS)} only")
