@@ -24,8 +24,10 @@ from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_p
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise draws.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for metrics.json etc.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+              help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int, out: Path,
-             force: bool) -> None:
+             force: bool, engine_opts: tuple[str, ...]) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -40,10 +42,23 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
       latroute calibrate d2 --out d2.json
       latroute validate d1 --profile d2.json --out val-d1
       latroute validate d1 --calibrate --noise on --seed 3 --out val-d1-noisy
+      latroute validate l70-q4 --profile l70.json --out val-q4   # request-level: no steps
+
+    A request-level TRACE (measured TTFT, no steps or instances) is replayed
+    on one twin instance with the engine the profile's calibration fitted
+    (``--engine`` overrides); see ``harness.request_validate``.
     """
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
     trace = open_trace(trace_dir)
+    if not trace.has("instances") and not trace.has("steps"):
+        from harness.request_validate import validate_request_trace
+
+        if self_calibrate:
+            raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")
+        validate_request_trace(trace, trace_dir, load_profile(profile_ref), engine_opts, noise == "on", seed, out,
+                               force, click.echo)
+        return
     if self_calibrate:
         data = load_steps([trace_dir])
         cfg = CalibrationConfig()
