@@ -50,7 +50,7 @@ MAX_SEQS = (16, 32, 64, 128, 256, 512)
 @dataclass
 class RequestFitConfig:
     max_evals: int = 120
-    rounds: int = 2  # restarts of the simplex around the best point
+    rounds: int = 3  # restarts of the simplex around the best point
     search_engine: bool = False
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
@@ -210,7 +210,7 @@ def _search(engine: InstanceConfig, targets: list[TraceTargets], x0: np.ndarray,
     f = lambda z: loss(np.exp(z), engine, targets, cfg.weights)  # noqa: E731
     z, fz, evals = np.log(x0), np.inf, 0
     for r in range(cfg.rounds):
-        z, fz, k = nelder_mead(f, z, step=0.3 if r == 0 else 0.1, max_evals=cfg.max_evals)
+        z, fz, k = nelder_mead(f, z, step=0.5 if r % 2 == 0 else 0.2, max_evals=cfg.max_evals)
         evals += k
     return np.exp(z), fz, evals
 

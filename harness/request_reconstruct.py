@@ -12,6 +12,7 @@ scored against what was measured. The trace's meta says so
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from estimators.calibrate import load_steps
 from estimators.derived import throughput_params
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.profile import BatchTimeProfile, load_profile
 from harness.request_validate import RequestTrace, replay_requests
 from harness.twin import write_twin_trace
 from traces.store import TraceWriter
@@ -71,3 +72,29 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
     if "queue" in req:
         derived["queue"] = req["queue"]
     return derived
+
+
+@dataclass
+class Reconstruction:
+    trace: object  # traces.store.Trace of the reconstruction
+    note: str
+    tmp: tempfile.TemporaryDirectory  # kept alive as long as the trace is read
+
+
+def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_opts: tuple[str, ...]) -> Reconstruction:
+    """``estimate`` on a request-level trace: the twin's reconstruction (in a
+    temporary directory) with the measured TTFTs, ready for the estimators."""
+    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine
+    from traces.errors import BadOption
+    from traces.store import open_trace
+
+    if profile_ref is None:
+        raise BadOption("--profile", "a request-level trace (no steps) needs a profile from calibrate "
+                                     "--from-requests to reconstruct its engine")
+    profile = load_profile(profile_ref)
+    engine = request_engine(profile, parse_engine_options(engine_opts))
+    rt = RequestTrace.of(trace)
+    tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
+    d = Path(tmp.name) / "recon"
+    write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir))
+    return Reconstruction(open_trace(d), RECONSTRUCTED_NOTE, tmp)
