@@ -97,6 +97,13 @@ def request_engine(profile: BatchTimeProfile | None, options: dict | None = None
         raise BadOption("--engine", str(e)) from None
 
 
+def virtual_engines(profile: BatchTimeProfile | None) -> int:
+    """V0 pipeline-parallel virtual engines the calibration assumed (1 = none)."""
+    if profile is None:
+        return 1
+    return int((profile.fitted_on.get("request_fit") or {}).get("virtual_engines", 1))
+
+
 def frontend_overhead(profile: BatchTimeProfile | None) -> float:
     """Front-end time added to every TTFT (HTTP, tokenisation, detokenisation
     of the first token), fitted by ``calibrate --from-requests``."""

@@ -52,6 +52,7 @@ class RequestFitConfig:
     max_evals: int = 120
     rounds: int = 3  # restarts of the simplex around the best point
     search_engine: bool = False
+    virtual_engines: int = 1  # V0 pipeline parallelism (see request_validate.replay_requests)
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
     weights: dict = field(default_factory=lambda: {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5,
@@ -176,12 +177,13 @@ def _logerr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.abs(np.log(a[ok] / b[ok])))) if ok.any() else 10.0
 
 
-def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], w: dict) -> float:
+def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], w: dict,
+         virtual_engines: int = 1) -> float:
     """Sum over traces of the TTFT-quantile, per-request TTFT/TPOT and mean-TPOT log errors."""
     prof = profile_of(values, "fit")
     total = 0.0
     for tg in targets:
-        res = replay_requests(tg.rt, prof, engine, float(values[4]))
+        res = replay_requests(tg.rt, prof, engine, float(values[4]), virtual_engines=virtual_engines)
         ttft = res.requests["ttft_s"].to_numpy(dtype=np.float64)
         if not np.isfinite(ttft).all():
             return 1e3
@@ -207,7 +209,7 @@ class RequestFit:
 
 
 def _search(engine: InstanceConfig, targets: list[TraceTargets], x0: np.ndarray, cfg: RequestFitConfig):
-    f = lambda z: loss(np.exp(z), engine, targets, cfg.weights)  # noqa: E731
+    f = lambda z: loss(np.exp(z), engine, targets, cfg.weights, cfg.virtual_engines)  # noqa: E731
     z, fz, evals = np.log(x0), np.inf, 0
     for r in range(cfg.rounds):
         z, fz, k = nelder_mead(f, z, step=0.5 if r % 2 == 0 else 0.2, max_evals=cfg.max_evals)
@@ -230,7 +232,7 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
                     continue
                 e = replace(engine, max_num_batched_tokens=b, max_num_seqs=s)
                 grid.append({"max_num_batched_tokens": b, "max_num_seqs": s,
-                             "loss": loss(x, e, targets, cfg.weights)})
+                             "loss": loss(x, e, targets, cfg.weights, cfg.virtual_engines)})
                 evals += 1
         best = min(grid, key=lambda g: g["loss"])
         engine = replace(engine, max_num_batched_tokens=best["max_num_batched_tokens"],
@@ -246,7 +248,7 @@ def initial_values(traces: list[RequestTrace]) -> dict:
 
 
 def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tuple[str, ...], search_engine: bool,
-                            max_evals: int, echo: Callable[[str], None]) -> RequestFit:
+                            max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
@@ -259,8 +261,8 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     engine = request_engine(None, parse_engine_options(engine_opts))
     rts = [RequestTrace.of(open_trace(p)) for p in paths]
     out = Path(out)
-    fit = fit_requests(rts, engine, name or out.stem, RequestFitConfig(max_evals=max_evals,
-                                                                         search_engine=search_engine))
+    fit = fit_requests(rts, engine, name or out.stem, RequestFitConfig(max_evals=max_evals, search_engine=search_engine,
+                                                                         virtual_engines=virtual_engines))
     prof = fit.profile
     overhead = float(fit.values[4])
     prof.fitted_on = {"traces": [str(p) for p in paths], "requests": int(sum(len(r.requests) for r in rts)),
@@ -269,19 +271,20 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                       "engine": engine_settings(fit.engine),
                       "request_fit": {"frontend_overhead_s": overhead, "loss": fit.loss, "evals": fit.evals,
                                       "wall_s": fit.wall_s, "initial": initial_values(rts),
-                                      "engine_searched": search_engine}}
+                                      "engine_searched": search_engine, "virtual_engines": virtual_engines}}
     if fit.engine_search:
         prof.fitted_on["request_fit"]["engine_search"] = fit.engine_search
-    prof.derived = baseline_params(rts, prof, fit.engine, overhead)
+    prof.derived = baseline_params(rts, prof, fit.engine, overhead, virtual_engines)
     echo(f"calibrating from requests: {prof.fitted_on['requests']} requests in {len(rts)} trace(s), "
          f"{fit.evals} twin replays in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
     echo("fitted: " + "  ".join(f"{k}={v:.4g}" for k, v in zip(PARAMS, fit.values)))
     echo(f"engine: policy {fit.engine.policy}, max_num_batched_tokens {fit.engine.max_num_batched_tokens}, "
          f"max_num_seqs {fit.engine.max_num_seqs}, block_size {fit.engine.block_size}, "
-         f"num_kv_blocks {fit.engine.num_kv_blocks}" + ("  (searched)" if search_engine else ""))
+         f"num_kv_blocks {fit.engine.num_kv_blocks}, {virtual_engines} virtual engine(s)"
+         + ("  (searched)" if search_engine else ""))
     per_trace = {}
     for p, rt in zip(paths, rts):
-        v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False)
+        v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False, virtual_engines=virtual_engines)
         per_trace[str(p)] = {k: v.metrics[k] for k in ("ttft", "tpot", "e2e")}
         echo(f"fit on {p}:")
         for line in format_request_metrics(v.metrics):

@@ -31,8 +31,8 @@ RECONSTRUCTED_NOTE = ("snapshots are RECONSTRUCTED: the trace has no engine step
 
 
 def write_reconstruction(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
-                         out: Path, source: str) -> None:
-    res = replay_requests(rt, profile, engine, overhead_s, record_steps=True)
+                         out: Path, source: str, virtual_engines: int = 1) -> None:
+    res = replay_requests(rt, profile, engine, overhead_s, record_steps=True, virtual_engines=virtual_engines)
     reqs = res.requests.copy()
     reqs["ttft_s"] = rt.requests["ttft_s"].to_numpy(dtype=np.float64)
     if "finish_s" in rt.requests:
@@ -46,7 +46,7 @@ def write_reconstruction(rt: RequestTrace, profile: BatchTimeProfile, engine: In
 
 
 def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: InstanceConfig,
-                    overhead_s: float) -> dict:
+                    overhead_s: float, virtual_engines: int = 1) -> dict:
     """The baseline estimators' parameters (``profile.derived``) from the
     twin's reconstructions of the calibration traces: throughput and decode
     step from the reconstructed steps, LPS and the queue fit from those
@@ -58,13 +58,13 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
         dirs = []
         for k, rt in enumerate(rts):
             d = Path(tmp) / f"r{k}"
-            write_reconstruction(rt, profile, engine, overhead_s, d, rt.source)
+            write_reconstruction(rt, profile, engine, overhead_s, d, rt.source, virtual_engines)
             dirs.append(d)
         data = load_steps(dirs)
         derived = throughput_params(data.steps)
         traces = [open_trace(d) for d in dirs]
         lps = pooled_lps([lps_params(t.read("steps"), t.read("step_items"), t.read("requests")) for t in traces])
-        req = request_params(traces, engine.instance_id)
+        req = request_params(traces, engine.instance_id + (".v0" if virtual_engines > 1 else ""))
     if lps:
         derived["lps"] = dict(lps)
         if "arrival_rate" in req:
@@ -84,7 +84,7 @@ class Reconstruction:
 def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_opts: tuple[str, ...]) -> Reconstruction:
     """``estimate`` on a request-level trace: the twin's reconstruction (in a
     temporary directory) with the measured TTFTs, ready for the estimators."""
-    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine
+    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
     from traces.errors import BadOption
     from traces.store import open_trace
 
@@ -96,5 +96,5 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     rt = RequestTrace.of(trace)
     tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
     d = Path(tmp.name) / "recon"
-    write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir))
+    write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile))
     return Reconstruction(open_trace(d), RECONSTRUCTED_NOTE, tmp)

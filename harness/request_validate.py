@@ -18,7 +18,7 @@ import pandas as pd
 from estimators.accuracy import error_summary
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router
+from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 from traces.errors import BadInput
 from traces.store import Trace
 
@@ -67,13 +67,30 @@ def tpot_of(reqs: pd.DataFrame, ttft: np.ndarray, finish: np.ndarray | None) -> 
 
 
 def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
-                    record_steps: bool = False, noise: bool = False, seed: int = 0) -> TwinResult:
-    """Replay the arrivals on one instance (every request to it)."""
-    spec = InstanceSpec(replace_profile_name(engine, profile), profile)
-    twin = Twin([spec], TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
-                                   frontend_overhead_s=overhead_s))
+                    record_steps: bool = False, noise: bool = False, seed: int = 0,
+                    virtual_engines: int = 1) -> TwinResult:
+    """Replay the arrivals on one instance (every request to it).
+
+    ``virtual_engines`` > 1 models vLLM V0's pipeline parallelism: with
+    ``pipeline_parallel_size`` N the engine keeps N schedulers ("virtual
+    engines"), each running its own batch through the pipeline, and gives a
+    new request to the one with the fewest unfinished requests. Each is a
+    twin instance with the full step time; requests go to the one with the
+    fewest residents (ties: lowest index)."""
+    base = replace_profile_name(engine, profile)
+    if virtual_engines == 1:
+        specs = [InstanceSpec(base, profile)]
+        router = fixed_router(np.zeros(len(rt.requests), dtype=np.int64))
+    else:
+        from dataclasses import replace
+
+        specs = [InstanceSpec(replace(base, instance_id=f"{base.instance_id}.v{k}"), profile)
+                 for k in range(virtual_engines)]
+        router = shortest_queue_router
+    twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
+                                  frontend_overhead_s=overhead_s))
     reqs = rt.requests[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]]
-    return twin.run(reqs, fixed_router(np.zeros(len(reqs), dtype=np.int64)))
+    return twin.run(reqs, router)
 
 
 def replace_profile_name(engine: InstanceConfig, profile: BatchTimeProfile) -> InstanceConfig:
@@ -115,8 +132,9 @@ class RequestValidation:
 
 
 def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
-                      record_steps: bool = True, noise: bool = False, seed: int = 0) -> RequestValidation:
-    res = replay_requests(rt, profile, engine, overhead_s, record_steps, noise, seed)
+                      record_steps: bool = True, noise: bool = False, seed: int = 0,
+                      virtual_engines: int = 1) -> RequestValidation:
+    res = replay_requests(rt, profile, engine, overhead_s, record_steps, noise, seed, virtual_engines)
     rec = rt.requests
     arr = rec["arrival_s"].to_numpy(dtype=np.float64)
     ttft_m = rec["ttft_s"].to_numpy(dtype=np.float64)
@@ -137,7 +155,7 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
     metrics = {
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
         "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
-        "frontend_overhead_s": overhead_s, "noise": noise, "seed": seed,
+        "frontend_overhead_s": overhead_s, "virtual_engines": virtual_engines, "noise": noise, "seed": seed,
         "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
         "request_level": True,
         "ttft": compare(ttft_m, ttft_t),
@@ -168,7 +186,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     requests.parquet and the twin's trace (with steps) under twin/."""
     import time
 
-    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine
+    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
     from harness.twin import write_twin_trace
     from reports.results import result_header
     from traces.store import StagedDir, TraceWriter, write_json, write_parquet
@@ -176,7 +194,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     engine = request_engine(profile, parse_engine_options(engine_opts))
     rt = RequestTrace.of(trace)
     t = time.perf_counter()
-    v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed)
+    v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
+                          virtual_engines=virtual_engines(profile))
     m = v.metrics
     m["trace"] = str(trace_dir)
     m["wall_s"] = time.perf_counter() - t
@@ -190,7 +209,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
             write_twin_trace(w, v.twin)
     echo(f"validate {trace_dir} (request-level: no steps) with profile {profile.name}, engine {engine.policy} "
          f"budget {engine.max_num_batched_tokens} max_num_seqs {engine.max_num_seqs}, front end "
-         f"{1e3 * m['frontend_overhead_s']:.1f} ms, noise {'on' if noise else 'off'}")
+         f"{1e3 * m['frontend_overhead_s']:.1f} ms, {m['virtual_engines']} virtual engine(s), noise {'on' if noise else 'off'}")
     for line in format_request_metrics(m):
         echo(line)
     echo(f"wrote {out}")

@@ -125,3 +125,18 @@ def test_ttft_cdf_figure(tmp_path):
         tmp_path / "v" / "requests.parquet")
     out = ttft_cdf_figure({"run": tmp_path / "v"}, tmp_path / "f" / "cdf.png")
     assert out.stat().st_size > 1000
+
+
+def test_virtual_engines_split_requests_and_run_in_parallel(slice_trace):
+    """V0 pipeline parallelism as N schedulers: a burst is shared between
+    them (fewest residents first), so its TTFTs fall."""
+    rt = RequestTrace.of(open_trace(slice_trace))
+    reqs = rt.requests.copy()
+    reqs["arrival_s"] = 0.0
+    burst = RequestTrace.from_frame(reqs, "burst")
+    prof = profile_of(np.array([0.03, 2e-5, 2e-4, 0.0, 0.0]), "p")
+    one = replay_requests(burst, prof, REQUEST_TRACE_DEFAULTS, 0.0)
+    two = replay_requests(burst, prof, REQUEST_TRACE_DEFAULTS, 0.0, virtual_engines=2)
+    counts = two.requests["instance_id"].value_counts()
+    assert set(counts.index) == {"i0.v0", "i0.v1"} and abs(counts.iloc[0] - counts.iloc[1]) <= 1
+    assert two.requests["ttft_s"].mean() < one.requests["ttft_s"].mean()
