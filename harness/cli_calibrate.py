@@ -81,12 +81,15 @@ def format_profile(p: BatchTimeProfile) -> str:
               help="--from-requests: also search max_num_batched_tokens and max_num_seqs.")
 @click.option("--max-evals", type=int, default=120, show_default=True,
               help="--from-requests: twin replays per Nelder-Mead round.")
+@click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...",
+              help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
+                   "product; replaces --search-engine's default budget x max_num_seqs grid).")
 @click.option("--virtual-engines", type=click.IntRange(min=1), default=1, show_default=True,
               help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
 def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
-              virtual_engines: int) -> None:
+              virtual_engines: int, search_opts: tuple[str, ...]) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -106,10 +109,11 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
     if not 50 < stall_pct < 100:
         raise click.BadParameter("must be in (50, 100)", param_hint="--stall-pct")
     if from_requests:
+        from harness.engine_options import parse_search_options
         from harness.request_fit import calibrate_from_requests
 
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
-                                virtual_engines)
+                                virtual_engines, parse_search_options(search_opts))
         return
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)

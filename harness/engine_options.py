@@ -84,6 +84,19 @@ def parse_engine_options(items: tuple[str, ...] | list[str]) -> dict:
     return out
 
 
+def parse_search_options(items: tuple[str, ...] | list[str]) -> dict:
+    """``KEY=v1,v2,...`` strings into an engine-setting grid for calibration."""
+    grid: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        values = [parse_engine_options([f"{key}={v}"]) for v in raw.split(",") if v.strip()]
+        if not sep or not values:
+            raise BadOption("--search", f"{item!r} is not KEY=V1,V2,...")
+        k = next(iter(values[0]))
+        grid[k] = tuple(v[k] for v in values)
+    return grid
+
+
 def request_engine(profile: BatchTimeProfile | None, options: dict | None = None,
                    base: InstanceConfig = REQUEST_TRACE_DEFAULTS) -> InstanceConfig:
     """Defaults, then the profile's fitted engine, then explicit options."""

@@ -20,7 +20,9 @@ How, in three stages:
 3. *The twin in the loop*: Nelder-Mead on the log of the five values,
    each evaluation replaying every trace's arrivals on the twin (noise
    off) and scoring TTFT quantiles (p10..p99), per-request TTFT and TPOT
-   log errors. With ``search_engine`` a grid over (budget, max_num_seqs)
+   log errors. With ``search_engine`` a grid (by default budget x
+   max_num_seqs; ``--search KEY=v1,v2`` for any engine setting, e.g.
+   ``num_kv_blocks``)
    is scored at the fitted values, the best kept, and the search repeated.
 
 The optimiser is our own (numpy): scipy is not a dependency, and a
@@ -28,6 +30,7 @@ five-dimensional smooth-ish problem needs no more.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -51,7 +54,8 @@ MAX_SEQS = (16, 32, 64, 128, 256, 512)
 class RequestFitConfig:
     max_evals: int = 120
     rounds: int = 3  # restarts of the simplex around the best point
-    search_engine: bool = False
+    search_engine: bool = False  # search ``grid`` (default: budget x max_num_seqs)
+    grid: dict = field(default_factory=dict)  # engine field -> candidate values
     virtual_engines: int = 1  # V0 pipeline parallelism (see request_validate.replay_requests)
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
@@ -226,17 +230,18 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     x, fx, evals = _search(engine, targets, x0, cfg)
     grid: list[dict] = []
     if cfg.search_engine:
-        for b in cfg.budgets:
-            for s in cfg.max_seqs:
-                if b < s:
-                    continue
-                e = replace(engine, max_num_batched_tokens=b, max_num_seqs=s)
-                grid.append({"max_num_batched_tokens": b, "max_num_seqs": s,
-                             "loss": loss(x, e, targets, cfg.weights, cfg.virtual_engines)})
-                evals += 1
+        space = cfg.grid or {"max_num_batched_tokens": cfg.budgets, "max_num_seqs": cfg.max_seqs}
+        for combo in itertools.product(*space.values()):
+            point = dict(zip(space, combo))
+            try:
+                e = replace(engine, **point)
+                e.to_array()  # refuses what vLLM refuses (e.g. budget < max_num_seqs)
+            except ValueError:
+                continue
+            grid.append({**point, "loss": loss(x, e, targets, cfg.weights, cfg.virtual_engines)})
+            evals += 1
         best = min(grid, key=lambda g: g["loss"])
-        engine = replace(engine, max_num_batched_tokens=best["max_num_batched_tokens"],
-                         max_num_seqs=best["max_num_seqs"])
+        engine = replace(engine, **{k: best[k] for k in space})
         x, fx, k = _search(engine, targets, x, RequestFitConfig(**{**cfg.__dict__, "rounds": 1}))
         evals += k
     prof = profile_of(x, name)
@@ -248,7 +253,8 @@ def initial_values(traces: list[RequestTrace]) -> dict:
 
 
 def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tuple[str, ...], search_engine: bool,
-                            max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1) -> RequestFit:
+                            max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1,
+                            grid: dict | None = None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
@@ -261,8 +267,9 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     engine = request_engine(None, parse_engine_options(engine_opts))
     rts = [RequestTrace.of(open_trace(p)) for p in paths]
     out = Path(out)
-    fit = fit_requests(rts, engine, name or out.stem, RequestFitConfig(max_evals=max_evals, search_engine=search_engine,
-                                                                         virtual_engines=virtual_engines))
+    fit = fit_requests(rts, engine, name or out.stem,
+                       RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
+                                        virtual_engines=virtual_engines, grid=grid or {}))
     prof = fit.profile
     overhead = float(fit.values[4])
     prof.fitted_on = {"traces": [str(p) for p in paths], "requests": int(sum(len(r.requests) for r in rts)),
@@ -271,7 +278,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                       "engine": engine_settings(fit.engine),
                       "request_fit": {"frontend_overhead_s": overhead, "loss": fit.loss, "evals": fit.evals,
                                       "wall_s": fit.wall_s, "initial": initial_values(rts),
-                                      "engine_searched": search_engine, "virtual_engines": virtual_engines}}
+                                      "engine_searched": search_engine or bool(grid), "virtual_engines": virtual_engines}}
     if fit.engine_search:
         prof.fitted_on["request_fit"]["engine_search"] = fit.engine_search
     prof.derived = baseline_params(rts, prof, fit.engine, overhead, virtual_engines)
@@ -281,7 +288,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     echo(f"engine: policy {fit.engine.policy}, max_num_batched_tokens {fit.engine.max_num_batched_tokens}, "
          f"max_num_seqs {fit.engine.max_num_seqs}, block_size {fit.engine.block_size}, "
          f"num_kv_blocks {fit.engine.num_kv_blocks}, {virtual_engines} virtual engine(s)"
-         + ("  (searched)" if search_engine else ""))
+         + ("  (searched)" if search_engine or grid else ""))
     per_trace = {}
     for p, rt in zip(paths, rts):
         v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False, virtual_engines=virtual_engines)

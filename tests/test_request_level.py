@@ -140,3 +140,12 @@ def test_virtual_engines_split_requests_and_run_in_parallel(slice_trace):
     counts = two.requests["instance_id"].value_counts()
     assert set(counts.index) == {"i0.v0", "i0.v1"} and abs(counts.iloc[0] - counts.iloc[1]) <= 1
     assert two.requests["ttft_s"].mean() < one.requests["ttft_s"].mean()
+
+
+def test_search_options_grid():
+    from harness.engine_options import parse_search_options
+
+    assert parse_search_options(["num_kv_blocks=500,1000", "max_num_seqs=64"]) == {
+        "num_kv_blocks": (500, 1000), "max_num_seqs": (64,)}
+    with pytest.raises(BadOption):
+        parse_search_options(["num_kv_blocks"])
