@@ -183,11 +183,14 @@ def format_request_metrics(m: dict) -> list[str]:
 def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, engine_opts: tuple[str, ...],
                            noise: bool, seed: int, out, force: bool, echo) -> RequestValidation:
     """``validate`` on a request-level trace: checks, replay, metrics.json,
-    requests.parquet and the twin's trace (with steps) under twin/."""
+    requests.parquet, ttft_cdf.png (measured vs twin TTFT CDFs) and the
+    twin's trace (with steps) under twin/."""
     import time
+    from pathlib import Path
 
     from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
     from harness.twin import write_twin_trace
+    from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
     from traces.store import StagedDir, TraceWriter, write_json, write_parquet
 
@@ -202,6 +205,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     with StagedDir(out, force) as tmp:
         write_json(tmp / "metrics.json", {**result_header("validate"), **m})
         write_parquet(tmp / "requests.parquet", v.per_request)
+        ttft_cdf_figure({f"{Path(trace_dir).name}: KS {m['ttft']['ks']:.2f}": tmp}, tmp / "ttft_cdf.png")
         with TraceWriter(tmp / "twin") as w:
             w.meta["source"] = {"kind": "twin", "replay_of": str(trace_dir), "profile": profile.name,
                                 "noise": "on" if noise else "off", "seed": seed}

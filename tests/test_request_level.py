@@ -92,6 +92,7 @@ def test_calibrate_validate_estimate_on_a_request_level_slice(slice_trace, tmp_p
     assert m["ttft"]["n"] == 60 and m["ttft"]["mape"] < 0.6 and m["tpot"]["mape"] < 0.3
     assert set(m["ttft"]["distribution"]) == {"mean", "p50", "p90", "p99"}
     assert open_trace(tmp_path / "v" / "twin").has("steps")
+    assert (tmp_path / "v" / "ttft_cdf.png").stat().st_size > 1000
     res = run_cli("estimate", slice_trace, "--profile", prof, "--estimators", "sfs,throughput",
                   "--out", tmp_path / "e")
     assert res.exit_code == 0, res.output
