@@ -84,12 +84,14 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...",
               help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
                    "product; replaces --search-engine's default budget x max_num_seqs grid).")
+@click.option("--warm", "warm", multiple=True, type=click.Path(path_type=Path), metavar="TRACE",
+              help="--from-requests: this one of TRACES replayed prompts already in the prefix cache (repeatable).")
 @click.option("--virtual-engines", type=click.IntRange(min=1), default=1, show_default=True,
               help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
 def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
-              virtual_engines: int, search_opts: tuple[str, ...]) -> None:
+              virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...]) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -113,7 +115,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
         from harness.request_fit import calibrate_from_requests
 
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
-                                virtual_engines, parse_search_options(search_opts))
+                                virtual_engines, parse_search_options(search_opts), warm)
         return
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)

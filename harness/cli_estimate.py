@@ -88,9 +88,11 @@ def format_metrics(m: dict) -> str:
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
               help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
+@click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="Request-level TRACE: warm = its prompts were already in the prefix cache.")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, out: Path, force: bool,
-             engine_opts: tuple[str, ...]) -> None:
+             engine_opts: tuple[str, ...], prefix_cache: str) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -126,7 +128,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if not trace.has("steps") and not trace.has("instances"):
         from harness.request_reconstruct import reconstruct_for_estimate
 
-        recon = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts)
+        recon = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts, prefix_cache)
         trace = recon.trace
     if lengths == "column" and "predicted_output_tokens" not in trace.columns("requests"):
         raise BadOption("--lengths", f"column needs a predicted_output_tokens column; {trace_dir} has none "

@@ -26,8 +26,11 @@ from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_p
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
               help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
+@click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="Request-level TRACE: warm = its prompts were already in the prefix cache (a benchmark re-run "
+                   "on the same server).")
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int, out: Path,
-             force: bool, engine_opts: tuple[str, ...]) -> None:
+             force: bool, engine_opts: tuple[str, ...], prefix_cache: str) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -57,7 +60,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
         if self_calibrate:
             raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")
         validate_request_trace(trace, trace_dir, load_profile(profile_ref), engine_opts, noise == "on", seed, out,
-                               force, click.echo)
+                               force, click.echo, prefix_cache)
         return
     if self_calibrate:
         data = load_steps([trace_dir])

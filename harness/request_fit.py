@@ -254,7 +254,7 @@ def initial_values(traces: list[RequestTrace]) -> dict:
 
 def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tuple[str, ...], search_engine: bool,
                             max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1,
-                            grid: dict | None = None) -> RequestFit:
+                            grid: dict | None = None, warm: tuple = ()) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
@@ -265,14 +265,20 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     from traces.store import open_trace
 
     engine = request_engine(None, parse_engine_options(engine_opts))
-    rts = [RequestTrace.of(open_trace(p)) for p in paths]
+    from traces.errors import BadOption
+
+    unknown = [w for w in warm if str(w) not in {str(p) for p in paths}]
+    if unknown:
+        raise BadOption("--warm", f"{unknown[0]} is not one of the traces being calibrated on")
+    warm_set = {str(w) for w in warm}
+    rts = [RequestTrace.of(open_trace(p)).warmed("warm" if str(p) in warm_set else "cold") for p in paths]
     out = Path(out)
     fit = fit_requests(rts, engine, name or out.stem,
                        RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
                                         virtual_engines=virtual_engines, grid=grid or {}))
     prof = fit.profile
     overhead = float(fit.values[4])
-    prof.fitted_on = {"traces": [str(p) for p in paths], "requests": int(sum(len(r.requests) for r in rts)),
+    prof.fitted_on = {"traces": [str(p) for p in paths], "warm_prefix": sorted(warm_set), "requests": int(sum(len(r.requests) for r in rts)),
                       "method": "request-level: twin in the loop (Nelder-Mead on TTFT quantiles, per-request "
                                 "TTFT and TPOT log errors)",
                       "engine": engine_settings(fit.engine),

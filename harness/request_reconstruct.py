@@ -81,7 +81,8 @@ class Reconstruction:
     tmp: tempfile.TemporaryDirectory  # kept alive as long as the trace is read
 
 
-def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_opts: tuple[str, ...]) -> Reconstruction:
+def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_opts: tuple[str, ...],
+                             prefix_cache: str = "cold") -> Reconstruction:
     """``estimate`` on a request-level trace: the twin's reconstruction (in a
     temporary directory) with the measured TTFTs, ready for the estimators."""
     from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
@@ -93,7 +94,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
                                      "--from-requests to reconstruct its engine")
     profile = load_profile(profile_ref)
     engine = request_engine(profile, parse_engine_options(engine_opts))
-    rt = RequestTrace.of(trace)
+    rt = RequestTrace.of(trace).warmed(prefix_cache)
     tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
     d = Path(tmp.name) / "recon"
     write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile))

@@ -23,6 +23,12 @@ from traces.errors import BadInput
 from traces.store import Trace
 
 QUANTILES = (50, 90, 99)
+# cold: no prompt is cached. warm: every prompt's full blocks are in vLLM's
+# prefix cache when it arrives -- the case of a benchmark that replays the
+# same prompts on a server that ran them before (V1 caches prefixes by
+# default, and the A100 runs at 4, 16 q/s and all at once followed the 1 q/s
+# run on the same server with the same 200 prompts).
+PREFIX_CACHE = ("cold", "warm")
 
 
 @dataclass
@@ -31,6 +37,20 @@ class RequestTrace:
 
     requests: pd.DataFrame  # request_id, arrival_s, prompt_tokens, output_tokens, ttft_s[, finish_s]
     source: str
+    prefix_cache: str = "cold"  # PREFIX_CACHE
+
+    @property
+    def hits(self) -> np.ndarray | None:
+        """Cached prompt tokens per request: ``warm`` = the whole prompt (the
+        kernel keeps full blocks and recomputes at least the last token)."""
+        if self.prefix_cache == "cold":
+            return None
+        return self.requests["prompt_tokens"].to_numpy(dtype=np.int64)
+
+    def warmed(self, mode: str) -> RequestTrace:
+        if mode not in PREFIX_CACHE:
+            raise ValueError(f"prefix cache must be one of {', '.join(PREFIX_CACHE)}, not {mode!r}")
+        return RequestTrace(self.requests, self.source, mode)
 
     @classmethod
     def of(cls, trace: Trace) -> RequestTrace:
@@ -90,7 +110,7 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
                                   frontend_overhead_s=overhead_s))
     reqs = rt.requests[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]]
-    return twin.run(reqs, router)
+    return twin.run(reqs, router, hits=rt.hits)
 
 
 def replace_profile_name(engine: InstanceConfig, profile: BatchTimeProfile) -> InstanceConfig:
@@ -155,7 +175,8 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
     metrics = {
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
         "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
-        "frontend_overhead_s": overhead_s, "virtual_engines": virtual_engines, "noise": noise, "seed": seed,
+        "frontend_overhead_s": overhead_s, "virtual_engines": virtual_engines, "prefix_cache": rt.prefix_cache,
+        "noise": noise, "seed": seed,
         "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
         "request_level": True,
         "ttft": compare(ttft_m, ttft_t),
@@ -181,7 +202,8 @@ def format_request_metrics(m: dict) -> list[str]:
 
 
 def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, engine_opts: tuple[str, ...],
-                           noise: bool, seed: int, out, force: bool, echo) -> RequestValidation:
+                           noise: bool, seed: int, out, force: bool, echo,
+                           prefix_cache: str = "cold") -> RequestValidation:
     """``validate`` on a request-level trace: checks, replay, metrics.json,
     requests.parquet, ttft_cdf.png (measured vs twin TTFT CDFs) and the
     twin's trace (with steps) under twin/."""
@@ -195,7 +217,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from traces.store import StagedDir, TraceWriter, write_json, write_parquet
 
     engine = request_engine(profile, parse_engine_options(engine_opts))
-    rt = RequestTrace.of(trace)
+    rt = RequestTrace.of(trace).warmed(prefix_cache)
     t = time.perf_counter()
     v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
                           virtual_engines=virtual_engines(profile))
@@ -213,7 +235,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
             write_twin_trace(w, v.twin)
     echo(f"validate {trace_dir} (request-level: no steps) with profile {profile.name}, engine {engine.policy} "
          f"budget {engine.max_num_batched_tokens} max_num_seqs {engine.max_num_seqs}, front end "
-         f"{1e3 * m['frontend_overhead_s']:.1f} ms, {m['virtual_engines']} virtual engine(s), noise {'on' if noise else 'off'}")
+         f"{1e3 * m['frontend_overhead_s']:.1f} ms, {m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
     for line in format_request_metrics(m):
         echo(line)
     echo(f"wrote {out}")

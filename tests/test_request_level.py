@@ -150,3 +150,15 @@ def test_search_options_grid():
         "num_kv_blocks": (500, 1000), "max_num_seqs": (64,)}
     with pytest.raises(BadOption):
         parse_search_options(["num_kv_blocks"])
+
+
+def test_warm_prefix_cache_shortens_long_prompts_ttft(slice_trace, tmp_path):
+    rt = RequestTrace.of(open_trace(slice_trace))
+    prof = profile_of(np.array([0.02, 1e-4, 1e-4, 0.0, 0.0]), "p")
+    cold = \
+        replay_requests(rt, prof, REQUEST_TRACE_DEFAULTS, 0.0).requests["ttft_s"].to_numpy()
+    warm = replay_requests(rt.warmed("warm"), prof, REQUEST_TRACE_DEFAULTS, 0.0).requests["ttft_s"].to_numpy()
+    long_ = rt.requests["prompt_tokens"].to_numpy() > 300
+    assert long_.any() and (warm[long_] < cold[long_] - 0.02).all()  # > 284 cached tokens x 1e-4 s
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--warm", tmp_path / "other", "--out", tmp_path / "p.json")
+    assert_refused(res, tmp_path / "p.json", "--warm")
