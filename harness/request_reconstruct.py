@@ -60,11 +60,12 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
             d = Path(tmp) / f"r{k}"
             write_reconstruction(rt, profile, engine, overhead_s, d, rt.source, virtual_engines)
             dirs.append(d)
-        data = load_steps(dirs)
+        first = engine.instance_id + (".v0" if virtual_engines > 1 else "")
+        data = load_steps(dirs, first if virtual_engines > 1 else None)
         derived = throughput_params(data.steps)
         traces = [open_trace(d) for d in dirs]
         lps = pooled_lps([lps_params(t.read("steps"), t.read("step_items"), t.read("requests")) for t in traces])
-        req = request_params(traces, engine.instance_id + (".v0" if virtual_engines > 1 else ""))
+        req = request_params(traces, first)
     if lps:
         derived["lps"] = dict(lps)
         if "arrival_rate" in req:

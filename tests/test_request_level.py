@@ -162,3 +162,13 @@ def test_warm_prefix_cache_shortens_long_prompts_ttft(slice_trace, tmp_path):
     assert long_.any() and (warm[long_] < cold[long_] - 0.02).all()  # > 284 cached tokens x 1e-4 s
     res = run_cli("calibrate", "--from-requests", slice_trace, "--warm", tmp_path / "other", "--out", tmp_path / "p.json")
     assert_refused(res, tmp_path / "p.json", "--warm")
+
+
+def test_calibrate_with_virtual_engines_carries_them(slice_trace, tmp_path):
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--virtual-engines", "2", "--max-evals", "8",
+                  "--out", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "p.json").read_text())["fitted_on"]["request_fit"]["virtual_engines"] == 2
+    res = run_cli("validate", slice_trace, "--profile", tmp_path / "p.json", "--out", tmp_path / "v")
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "v" / "metrics.json").read_text())["virtual_engines"] == 2
