@@ -153,7 +153,10 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
     A = np.column_stack([np.ones(ok.sum()), p[ok]])
     a, b = np.linalg.lstsq(A / t[ok][:, None], np.ones(ok.sum()), rcond=None)[0]
     pre = b if b > 0 else 1e-4
-    overhead = max(a - const, 1e-3)
+    # a quarter of the median TTFT at least: a start at ~0 leaves the
+    # log-space simplex many steps from a front end of tens of ms (and with
+    # one prompt length, as in long shared inputs, the intercept says nothing)
+    overhead = max(a - const, 0.25 * float(np.median(t[ok])))
     return np.array([const, pre, d, ctx, overhead])
 
 
