@@ -72,8 +72,26 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--update", "update_ref", metavar="PROFILE",
               help="Refit this profile to the host of TRACES from their steps: the scale from few steps, the whole "
                    "model from many; prints how many steps it takes to come within 1 point of a full refit.")
+@click.option("--from-requests", is_flag=True,
+              help="TRACES are request-level (measured TTFT, no steps): fit the profile so the twin replaying their "
+                   "arrivals reproduces the measured TTFTs and TPOTs.")
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+              help="--from-requests: an engine setting the traces do not state (repeatable; see engine_options).")
+@click.option("--search-engine", is_flag=True,
+              help="--from-requests: also search max_num_batched_tokens and max_num_seqs.")
+@click.option("--max-evals", type=int, default=120, show_default=True,
+              help="--from-requests: twin replays per Nelder-Mead round.")
+@click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...",
+              help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
+                   "product; replaces --search-engine's default budget x max_num_seqs grid).")
+@click.option("--warm", "warm", multiple=True, type=click.Path(path_type=Path), metavar="TRACE",
+              help="--from-requests: this one of TRACES replayed prompts already in the prefix cache (repeatable).")
+@click.option("--virtual-engines", type=click.IntRange(min=1), default=1, show_default=True,
+              help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
 def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
-              loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None) -> None:
+              loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
+              from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
+              virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...]) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -86,11 +104,19 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
       latroute calibrate d1 --out d1.json
       latroute calibrate d1 d2 d4 --form eq9 --evaluate-on d6 --out pooled.json
       latroute calibrate --update d1.json d1c --out d1-on-hostb.json
+      latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
     """
     if not 0 < holdout < 1:
         raise click.BadParameter("must be in (0, 1)", param_hint="--holdout")
     if not 50 < stall_pct < 100:
         raise click.BadParameter("must be in (50, 100)", param_hint="--stall-pct")
+    if from_requests:
+        from harness.engine_options import parse_search_options
+        from harness.request_fit import calibrate_from_requests
+
+        calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
+                                virtual_engines, parse_search_options(search_opts), warm)
+        return
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
     data = load_steps(list(traces), instance)

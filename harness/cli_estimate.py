@@ -88,8 +88,13 @@ def format_metrics(m: dict) -> str:
               help="Half-life, in completed steps, of the online speed factor.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+              help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
+@click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="Request-level TRACE: warm = its prompts were already in the prefix cache.")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
-             ewma_tau: float, online_speed: str, speed_half_life: float, out: Path, force: bool) -> None:
+             ewma_tau: float, online_speed: str, speed_half_life: float, out: Path, force: bool,
+             engine_opts: tuple[str, ...], prefix_cache: str) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -103,6 +108,11 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
       latroute estimate d1 --calibrate-on d2 --out est-d1
       latroute estimate d1 --profile d2.json --lengths median --estimators sfs,throughput --out est-d1-median
       latroute estimate served --out est-twin        # twin traces name their instances' profiles
+      latroute estimate l70-q4 --profile l70.json --out est-q4   # request-level: reconstructed snapshots
+
+    A request-level TRACE (no steps) is first replayed on the twin with the
+    --profile (from calibrate --from-requests) and the estimators read the
+    twin's reconstructed states, scored against the measured TTFTs.
     """
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in
@@ -116,6 +126,12 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     except ValueError as e:
         raise BadOption("--lengths", str(e)) from None
     trace = open_trace(trace_dir)
+    recon = None
+    if not trace.has("steps") and not trace.has("instances"):
+        from harness.request_reconstruct import reconstruct_for_estimate
+
+        recon = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts, prefix_cache)
+        trace = recon.trace
     if lengths == "column" and "predicted_output_tokens" not in trace.columns("requests"):
         raise BadOption("--lengths", f"column needs a predicted_output_tokens column; {trace_dir} has none "
                                      "(use median or constant:N)")
@@ -144,6 +160,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
               "drift": {i: d.to_json() for i, d in drift.items()},
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
               "wall_s": time.perf_counter() - t})
+    if recon is not None:
+        m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)
@@ -155,6 +173,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     click.echo(f"estimate {trace_dir}: {m['requests']} requests, profiles "
                + ", ".join(f"{i}={p['name']}" for i, p in m["profiles"].items()))
     click.echo(note)
+    if recon is not None:
+        click.echo(recon.note)
     click.echo(format_metrics(m))
     for d in drift.values():
         click.echo("\n".join(d.lines()))

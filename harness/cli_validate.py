@@ -32,9 +32,15 @@ from traces.vllm_versions import unchecked_version_warning
               help="`latroute trace join` output of this recording: also compare with the client's TTFTs.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for metrics.json etc.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+              help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
+@click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="Request-level TRACE: warm = its prompts were already in the prefix cache (a benchmark re-run "
+                   "on the same server).")
 @serving_options
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int,
-             join_dir: Path | None, out: Path, force: bool, percentiles_text: str, goodput_text: str | None) -> None:
+             join_dir: Path | None, out: Path, force: bool, engine_opts: tuple[str, ...], prefix_cache: str,
+             percentiles_text: str, goodput_text: str | None) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -49,6 +55,11 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
       latroute calibrate d2 --out d2.json
       latroute validate d1 --profile d2.json --out val-d1
       latroute validate d1 --calibrate --noise on --seed 3 --out val-d1-noisy
+      latroute validate l70-q4 --profile l70.json --out val-q4   # request-level: no steps
+
+    A request-level TRACE (measured TTFT, no steps or instances) is replayed
+    on one twin instance with the engine the profile's calibration fitted
+    (``--engine`` overrides); see ``harness.request_validate``.
     """
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
@@ -56,6 +67,14 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     if join_dir is not None and not (join_dir / "join.parquet").is_file():
         raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
     trace = open_trace(trace_dir)
+    if not trace.has("instances") and not trace.has("steps"):
+        from harness.request_validate import validate_request_trace
+
+        if self_calibrate:
+            raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")
+        validate_request_trace(trace, trace_dir, load_profile(profile_ref), engine_opts, noise == "on", seed, out,
+                               force, click.echo, prefix_cache)
+        return
     if (warning := unchecked_version_warning(trace.meta)) is not None:
         click.echo(warning, err=True)
     if self_calibrate:

@@ -1,0 +1,242 @@
+"""Twin fidelity on a request-level trace (no steps, no instances table).
+
+The trace's arrivals are replayed on one twin instance configured by
+``harness.engine_options`` and timed by the profile, with the profile's
+fitted front-end overhead added to every TTFT. The twin's per-request TTFT
+is compared with the measured one (per-request APE) and the two
+distributions are compared (mean, p50, p90, p99 and the two-sample KS
+statistic), and the same for TPOT (mean time per output token after the
+first) and end-to-end latency where the trace has ``finish_s``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from estimators.accuracy import error_summary
+from estimators.engine.config import InstanceConfig
+from estimators.profile import BatchTimeProfile
+from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
+from traces.errors import BadInput
+from traces.store import Trace
+
+QUANTILES = (50, 90, 99)
+# cold: no prompt is cached. warm: every prompt's full blocks are in vLLM's
+# prefix cache when it arrives -- the case of a benchmark that replays the
+# same prompts on a server that ran them before (V1 caches prefixes by
+# default, and the A100 runs at 4, 16 q/s and all at once followed the 1 q/s
+# run on the same server with the same 200 prompts).
+PREFIX_CACHE = ("cold", "warm")
+
+
+@dataclass
+class RequestTrace:
+    """The columns a request-level replay needs, checked."""
+
+    requests: pd.DataFrame  # request_id, arrival_s, prompt_tokens, output_tokens, ttft_s[, finish_s]
+    source: str
+    prefix_cache: str = "cold"  # PREFIX_CACHE
+
+    @property
+    def hits(self) -> np.ndarray | None:
+        """Cached prompt tokens per request: ``warm`` = the whole prompt (the
+        kernel keeps full blocks and recomputes at least the last token)."""
+        if self.prefix_cache == "cold":
+            return None
+        return self.requests["prompt_tokens"].to_numpy(dtype=np.int64)
+
+    def warmed(self, mode: str) -> RequestTrace:
+        if mode not in PREFIX_CACHE:
+            raise ValueError(f"prefix cache must be one of {', '.join(PREFIX_CACHE)}, not {mode!r}")
+        return RequestTrace(self.requests, self.source, mode)
+
+    @classmethod
+    def of(cls, trace: Trace) -> RequestTrace:
+        f = trace.file("requests")
+        if not trace.has("requests"):
+            raise BadInput(f, None, "requests", "a request-level trace needs this table")
+        reqs = trace.read("requests")
+        return cls.from_frame(reqs, str(f))
+
+    @classmethod
+    def from_frame(cls, reqs: pd.DataFrame, source: str) -> RequestTrace:
+        if "ttft_s" not in reqs or not np.isfinite(reqs["ttft_s"].to_numpy(dtype=np.float64)).any():
+            raise BadInput(source, None, "ttft_s", "no measured TTFT: nothing to calibrate or validate against")
+        for col in ("arrival_s", "prompt_tokens", "output_tokens"):
+            if col not in reqs or reqs[col].isna().any():
+                raise BadInput(source, None, col, "every request needs it to be replayed")
+        reqs = reqs.sort_values(["arrival_s", "request_id"], kind="stable").reset_index(drop=True)
+        return cls(reqs, source)
+
+    def tpot(self) -> np.ndarray:
+        """Measured mean time per output token after the first (NaN without finish_s)."""
+        return tpot_of(self.requests, self.requests["ttft_s"].to_numpy(dtype=np.float64),
+                       self.requests["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in self.requests else None)
+
+
+def tpot_of(reqs: pd.DataFrame, ttft: np.ndarray, finish: np.ndarray | None) -> np.ndarray:
+    n = len(reqs)
+    if finish is None:
+        return np.full(n, np.nan)
+    out = reqs["output_tokens"].to_numpy(dtype=np.float64)
+    dec = finish - reqs["arrival_s"].to_numpy(dtype=np.float64) - ttft
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(out > 1, dec / (out - 1), np.nan)
+
+
+def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
+                    record_steps: bool = False, noise: bool = False, seed: int = 0,
+                    virtual_engines: int = 1) -> TwinResult:
+    """Replay the arrivals on one instance (every request to it).
+
+    ``virtual_engines`` > 1 models vLLM V0's pipeline parallelism: with
+    ``pipeline_parallel_size`` N the engine keeps N schedulers ("virtual
+    engines"), each running its own batch through the pipeline, and gives a
+    new request to the one with the fewest unfinished requests. Each is a
+    twin instance with the full step time; requests go to the one with the
+    fewest residents (ties: lowest index)."""
+    base = replace_profile_name(engine, profile)
+    if virtual_engines == 1:
+        specs = [InstanceSpec(base, profile)]
+        router = fixed_router(np.zeros(len(rt.requests), dtype=np.int64))
+    else:
+        from dataclasses import replace
+
+        specs = [InstanceSpec(replace(base, instance_id=f"{base.instance_id}.v{k}"), profile)
+                 for k in range(virtual_engines)]
+        router = shortest_queue_router
+    twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
+                                  frontend_overhead_s=overhead_s))
+    reqs = rt.requests[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]]
+    return twin.run(reqs, router, hits=rt.hits)
+
+
+def replace_profile_name(engine: InstanceConfig, profile: BatchTimeProfile) -> InstanceConfig:
+    from dataclasses import replace
+
+    return replace(engine, profile=engine.profile or profile.name, model=engine.model or profile.name)
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic (sup distance of the ECDFs)."""
+    a, b = np.sort(a[np.isfinite(a)]), np.sort(b[np.isfinite(b)])
+    if not a.size or not b.size:
+        return float("nan")
+    x = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, x, side="right") / a.size
+                               - np.searchsorted(b, x, side="right") / b.size)))
+
+
+def compare(measured: np.ndarray, twin: np.ndarray) -> dict:
+    """Per-request APE and the distributions side by side (NaN pairs dropped)."""
+    ok = np.isfinite(measured) & np.isfinite(twin) & (measured > 0)
+    m, t = measured[ok], twin[ok]
+    if not ok.any():
+        return {"n": 0}
+    e = error_summary(t, m)
+    dist = {}
+    for name, fm, ft in [("mean", m.mean(), t.mean())] + [(f"p{q}", np.percentile(m, q), np.percentile(t, q))
+                                                            for q in QUANTILES]:
+        dist[name] = {"measured": float(fm), "twin": float(ft), "error": float((ft - fm) / fm) if fm else None}
+    return {"n": int(ok.sum()), "mape": e["mape"], "median_ape": e["median_ape"], "p90_ape": e["p90_ape"],
+            "distribution": dist, "ks": ks_statistic(m, t)}
+
+
+@dataclass
+class RequestValidation:
+    metrics: dict
+    per_request: pd.DataFrame
+    twin: TwinResult
+
+
+def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
+                      record_steps: bool = True, noise: bool = False, seed: int = 0,
+                      virtual_engines: int = 1) -> RequestValidation:
+    res = replay_requests(rt, profile, engine, overhead_s, record_steps, noise, seed, virtual_engines)
+    rec = rt.requests
+    arr = rec["arrival_s"].to_numpy(dtype=np.float64)
+    ttft_m = rec["ttft_s"].to_numpy(dtype=np.float64)
+    ttft_t = res.requests["ttft_s"].to_numpy(dtype=np.float64)
+    fin_m = rec["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in rec else None
+    # the twin's finish excludes the front end; the measured one (client side) includes it
+    fin_t = res.requests["finish_s"].to_numpy(dtype=np.float64) + overhead_s
+    per = pd.DataFrame({
+        "request_id": rec["request_id"].to_numpy(), "arrival_s": arr,
+        "prompt_tokens": rec["prompt_tokens"].to_numpy(), "output_tokens": rec["output_tokens"].to_numpy(),
+        "ttft_true_s": ttft_m, "ttft_twin_s": ttft_t,
+        "tpot_true_s": tpot_of(rec, ttft_m, fin_m), "tpot_twin_s": tpot_of(rec, ttft_t, fin_t),
+        "e2e_true_s": (fin_m - arr) if fin_m is not None else np.nan, "e2e_twin_s": fin_t - arr,
+        "preemptions_twin": res.requests["preemptions"].to_numpy(),
+    })
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per["ape"] = np.abs(per["ttft_twin_s"] - per["ttft_true_s"]) / per["ttft_true_s"]
+    metrics = {
+        "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
+        "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
+        "frontend_overhead_s": overhead_s, "virtual_engines": virtual_engines, "prefix_cache": rt.prefix_cache,
+        "noise": noise, "seed": seed,
+        "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
+        "request_level": True,
+        "ttft": compare(ttft_m, ttft_t),
+        "tpot": compare(per["tpot_true_s"].to_numpy(), per["tpot_twin_s"].to_numpy()),
+        "e2e": compare(per["e2e_true_s"].to_numpy(dtype=np.float64), per["e2e_twin_s"].to_numpy()),
+        "rejected_twin": res.extra.get("rejected", 0),
+    }
+    return RequestValidation(metrics, per, res)
+
+
+def format_request_metrics(m: dict) -> list[str]:
+    lines = []
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        c = m.get(key) or {}
+        if not c.get("n"):
+            continue
+        d = c["distribution"]
+        lines.append(f"{label:<5} MAPE {100 * c['mape']:.1f}%  median APE {100 * c['median_ape']:.1f}%  "
+                     f"p90 APE {100 * c['p90_ape']:.1f}%  KS {c['ks']:.3f}  over {c['n']} requests")
+        lines.append("      " + "  ".join(f"{q} {1e3 * d[q]['measured']:.1f}/{1e3 * d[q]['twin']:.1f} ms "
+                                          f"({100 * d[q]['error']:+.1f}%)" for q in d) + "  (measured/twin)")
+    return lines
+
+
+def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, engine_opts: tuple[str, ...],
+                           noise: bool, seed: int, out, force: bool, echo,
+                           prefix_cache: str = "cold") -> RequestValidation:
+    """``validate`` on a request-level trace: checks, replay, metrics.json,
+    requests.parquet, ttft_cdf.png (measured vs twin TTFT CDFs) and the
+    twin's trace (with steps) under twin/."""
+    import time
+    from pathlib import Path
+
+    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
+    from harness.twin import write_twin_trace
+    from reports.request_cdf import ttft_cdf_figure
+    from reports.results import result_header
+    from traces.store import StagedDir, TraceWriter, write_json, write_parquet
+
+    engine = request_engine(profile, parse_engine_options(engine_opts))
+    rt = RequestTrace.of(trace).warmed(prefix_cache)
+    t = time.perf_counter()
+    v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
+                          virtual_engines=virtual_engines(profile))
+    m = v.metrics
+    m["trace"] = str(trace_dir)
+    m["wall_s"] = time.perf_counter() - t
+    with StagedDir(out, force) as tmp:
+        write_json(tmp / "metrics.json", {**result_header("validate"), **m})
+        write_parquet(tmp / "requests.parquet", v.per_request)
+        ttft_cdf_figure({f"{Path(trace_dir).name}: KS {m['ttft']['ks']:.2f}": tmp}, tmp / "ttft_cdf.png")
+        with TraceWriter(tmp / "twin") as w:
+            w.meta["source"] = {"kind": "twin", "replay_of": str(trace_dir), "profile": profile.name,
+                                "noise": "on" if noise else "off", "seed": seed}
+            w.meta["arrivals"] = trace.meta.get("arrivals", "measured")
+            write_twin_trace(w, v.twin)
+    echo(f"validate {trace_dir} (request-level: no steps) with profile {profile.name}, engine {engine.policy} "
+         f"budget {engine.max_num_batched_tokens} max_num_seqs {engine.max_num_seqs}, front end "
+         f"{1e3 * m['frontend_overhead_s']:.1f} ms, {m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+    for line in format_request_metrics(m):
+        echo(line)
+    echo(f"wrote {out}")
+    return v
