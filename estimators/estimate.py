@@ -49,6 +49,8 @@ class BaselineParams:
     lps_arrival_rate: float
     queue_b0: float
     queue_b1: float
+    err_log_mu: float = 0.0  # throughput estimator: log(measured / estimated) on the calibration replay
+    err_log_sigma: float = 0.0
 
     @classmethod
     def from_derived(cls, d: dict) -> BaselineParams:

@@ -23,7 +23,8 @@ from harness.pool_baselines import pool_baselines
 from harness.pools import Pool
 from harness.twin import Twin, TwinConfig, TwinResult
 from routers.base import RouteInputs
-from routers.registry import capabilities, make_router, needs_baselines
+from routers.chance import DEFAULT_EPSILON
+from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
 from traces.lengths import PredictedLengths, predicted_lengths
 from traces.quality import QualityTable, quality_table
@@ -41,6 +42,7 @@ class ReplayConfig:
     lengths: str | None = None  # predicted-length policy (None: column if the trace has it, else median)
     slo: str | None = None  # SLO policy (None: column if the trace has it, else rule)
     quality: str | None = None  # quality policy (None: table if the trace has one, else model)
+    epsilon: float = DEFAULT_EPSILON  # chance-constrained routers' allowed P(late)
 
 
 @dataclass
@@ -109,7 +111,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     workload = workload or workload_inputs(requests, quality, specs, cfg)
     util, inputs = workload.utility, workload.route
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
-    router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines)
+    router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
+                         cfg.epsilon, requests["output_tokens"].to_numpy())
     warm_s = warm_up()
     t0 = time.perf_counter()
     res = twin.run(requests, router)
@@ -128,6 +131,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     m = replay_metrics(out, specs)
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,
+              "epsilon": cfg.epsilon, "oracle": router_entry(cfg.router).oracle,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
               "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),

@@ -212,6 +212,23 @@ class Instance:
         meta[tk.M_INBOX_N] += 1
         self.rate.observe(self._now)
 
+    def fork(self) -> Instance:
+        """A private copy of this instance's future: state, in-flight step
+        (its true end included), inbox and noise stream, no step log. Only
+        the oracle router uses it (it sees what no production router can)."""
+        f = Instance.__new__(Instance)
+        f.__dict__.update(self.__dict__)
+        f.state = self.state.copy()
+        f.plan = StepPlan(*(a.copy() for a in self.plan))
+        tw = self.tw
+        params = tw.params.copy()
+        params[tk.P_LOG_ON] = 0.0
+        f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy())
+        f.meta, f.times = f.tw.meta, f.tw.times
+        f.rate = RateTracker()
+        f.log_parts = []
+        return f
+
     def _grow(self, st: SchedState) -> None:
         cap = st.capacity
         self.state = st
