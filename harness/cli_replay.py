@@ -15,6 +15,7 @@ from harness.sweep_backends import BACKENDS, Progress
 from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
 from reports.results import command_line, result_header
+from routers.chance import DEFAULT_EPSILON
 from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
@@ -58,6 +59,26 @@ def policy_options(f):
                      help="Predicted output lengths routers see. Default: column (predicted_output_tokens) if "
                           "present, else median (of the trace's output lengths). oracle = true lengths.")(f)
     return f
+
+
+def view_options(f):
+    """--epsilon, --view-interval, --ledger (replay and sweep)."""
+    f = click.option("--ledger", type=click.Choice(["on", "off"]), default="on", show_default=True,
+                     help="With --view-interval: requests dispatched since the last refresh join the stale view.")(f)
+    f = click.option("--view-interval", "view_interval_ms", type=float, default=0.0, show_default=True,
+                     help="Routers see engine state refreshed every MS milliseconds (0: every step, live). "
+                          "The oracle always forks the live twin.")(f)
+    return click.option("--epsilon", type=float, default=DEFAULT_EPSILON, show_default=True,
+                        help="Chance-constrained routers (sfs-cc, throughput-cc): allowed P(TTFT > SLO). "
+                             "0.1 was at or near the best sfs-cc AUC at every rate on the qwen3-h100 frontier "
+                             "(one value for all rates).")(f)
+
+
+def _check_view(epsilon: float, view_interval_ms: float) -> None:
+    if not 0.0 <= epsilon < 1.0:
+        raise BadOption("--epsilon", f"must be in [0, 1), got {epsilon:g}")
+    if view_interval_ms < 0.0:
+        raise BadOption("--view-interval", f"must be >= 0 ms, got {view_interval_ms:g}")
 
 
 def arrival_options(f):
@@ -142,10 +163,12 @@ def _print_replay(m: dict) -> None:
 @policy_options
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
 @click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large).")
+@view_options
 @click.option("--out", required=True, type=click.Path(path_type=Path))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
-           lengths_policy, slo_policy, quality_policy, noise, record_steps, out, force) -> None:
+           lengths_policy, slo_policy, quality_policy, noise, record_steps, epsilon, view_interval_ms, ledger, out,
+           force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
     Writes the served trace (requests with instance, TTFT, SLO, realised
@@ -162,8 +185,11 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --rate 8 --router sfs-soft --delta 1e-6 --out r-soft
       latroute replay --rate 8 --burstiness 0.25 --router sfs-hard --out r-bursty   # gamma, CV^2 = 4
       latroute replay --trace azconv --requests 4000 --router sfs-hard --out r-az   # SLO rule, quality model
+      latroute replay --rate 8 --router sfs-cc --epsilon 0.1 --view-interval 100 --ledger on --out r-stale
+      latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
     """
     _routers(router_name)
+    _check_view(epsilon, view_interval_ms)
     if delta != 0.0 and not router_entry(router_name).uses_delta:
         raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "
                                    f"{', '.join(n for n in ROUTERS if router_entry(n).uses_delta)})")
@@ -189,7 +215,8 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     keep = [c for c in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "task", "slo_ttft_s",
                         "predicted_output_tokens") if c in requests]
     cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
-                       record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy)
+                       record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
+                       epsilon=epsilon, view_interval_ms=view_interval_ms, ledger=ledger == "on")
     try:
         inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:
@@ -206,7 +233,8 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
 
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
-                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address")
+                   "lengths", "slo", "quality", "requests", "seeds", "workers", "noise", "backend", "address",
+                   "epsilon", "view_interval", "ledger")
 
 
 def _spec_file(ctx: click.Context, param, path: Path | None):
@@ -231,7 +259,8 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
         if isinstance(value, list):
             value = ",".join(str(v) for v in value)
         name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
-                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy"}.get(key, key)
+                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
+                "view_interval": "view_interval_ms"}.get(key, key)
         defaults[name] = value
     ctx.default_map = defaults
     return path
@@ -262,13 +291,14 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
                                 "started for the run.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True)
+@view_options
 @click.option("--out", required=True, type=click.Path(path_type=Path))
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
                                              "specification must be the same).")
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
-          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, noise, out, resume,
-          force) -> None:
+          lengths_policy, slo_policy, quality_policy, n_requests, seeds, workers, backend, address, noise, epsilon,
+          view_interval_ms, ledger, out, resume, force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
     Every finished cell is written at once under --out (cells/), so Ctrl-C
@@ -294,6 +324,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     """
     rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
     names = _routers(router_names)
+    _check_view(epsilon, view_interval_ms)
     if seeds < 1 or workers < 1 or n_requests < 1:
         raise click.UsageError("--seeds, --workers and --requests must be >= 1")
     _check_lengths(lengths_policy)
@@ -311,7 +342,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival="trace" if trace_dir else kind,
                      burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
-                     quality=quality_policy)
+                     quality=quality_policy, epsilon=epsilon, view_interval_ms=view_interval_ms, ledger=ledger == "on")
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     try:  # and a policy the workload cannot serve
         echo_policies(sweep_inputs(spec, cells[0]))
@@ -343,15 +374,26 @@ def format_sweep(s: dict) -> str:
              f"{s.get('seeds', 1)} seed(s)"]
     if s.get("policies", {}).get("lengths", {}).get("oracle"):
         lines.insert(0, "ORACLE LENGTHS: routers saw true output lengths")
+    if "oracle" in s:
+        lines.append(f"ORACLE: {s['oracle']['router']} is clairvoyant (forks the twin's future: true lengths and "
+                     "noise); 'of oracle' is each AUC as a share of its AUC")
     rates = [f"{r:g}" for r in s["rates"]]
-    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8}  " + " ".join(f"{r:>7}" for r in rates))
+    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8} {'of oracle':>9}  " + " ".join(f"{r:>7}" for r in rates))
     for key, v in s["routers"].items():
         ratio = v.get("auc_ratio_to_best_baseline")
-        lines.append(f"{key:<28} {v['auc_ontime_utility']:8.4f} {ratio if ratio is None else f'{ratio:8.3f}'}  "
+        share = v.get("oracle_share")
+        lines.append(f"{key:<28} {v['auc_ontime_utility']:8.4f} {'-' if ratio is None else f'{ratio:.3f}':>8} "
+                     f"{'-' if share is None else f'{share:.3f}':>9}  "
                      + " ".join(f"{v['by_rate'][r]['ontime_utility']:7.4f}" for r in rates))
     if "best_baseline" in s:
         lines.append(f"best baseline: {s['best_baseline']['router']} (OnTimeUtility AUC "
                      f"{s['best_baseline']['auc_ontime_utility']:.4f})")
+    for key, v in s["routers"].items():
+        bo = v.get("best_other")
+        if bo and bo["ratio"] is not None:
+            r = bo["paired"]["ratio"]
+            lines.append(f"{key}: {bo['ratio']:.3f}x the best other non-oracle router ({bo['router']})"
+                         + (_ci(r["ci95"]) if s.get("seeds", 1) > 1 else ""))
     if s.get("seeds", 1) > 1:
         lines.append("95% intervals over paired seeds: AUC; AUC ratio to the best baseline")
         for key, v in s["routers"].items():

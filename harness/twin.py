@@ -328,7 +328,9 @@ class Twin:
         return cls([InstanceSpec.from_config(c) for c in pool.instances], cfg)
 
     def run(self, requests: pd.DataFrame, router: Router, hits: np.ndarray | None = None,
-            on_arrival: Callable[[int, float, list[Instance]], None] | None = None) -> TwinResult:
+            on_arrival: Callable[[int, float, list[Instance]], None] | None = None, views=None) -> TwinResult:
+        """``views``: a ``harness.stale_view.StaleViews`` (routers then see
+        the state published at an interval, not the live instances)."""
         n = len(requests)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
         if n and (np.isnan(arrival).any() or np.any(np.diff(arrival) < 0)):
@@ -340,11 +342,15 @@ class Twin:
         out = ev.out
         for i in range(n):
             t = arrival[i]
+            if views is not None:
+                views.refresh(t, insts, out)
             for inst in insts:
                 inst.advance(t, out)
             if on_arrival is not None:
                 on_arrival(i, t, insts)
-            j = router(i, t, insts)
+            j = router(i, t, insts if views is None else views.views)
+            if views is not None:
+                views.dispatched(j, i, int(prompt[i]))
             inst = insts[j]
             ev.instance[i] = j
             p = int(prompt[i])
