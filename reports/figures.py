@@ -224,6 +224,37 @@ def ttft_cdf(results: list[Result], path: Path) -> str | None:
     return "TTFT CDF per router: the tail on the right is what misses SLOs."
 
 
+def reliability(results: list[Result], path: Path) -> str | None:
+    """Reliability diagram of TTFT distributions (issue 16): per estimate
+    result and estimator with predicted quantiles, the share of measured
+    TTFTs below each predicted quantile against its nominal level."""
+    levels = (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99))
+    curves = []
+    for label, df in _estimates(results):
+        if "p50_s" not in df:
+            continue
+        for name, g in df.groupby("estimator"):
+            g = g[np.isfinite(g["p50_s"])]
+            if len(g):
+                curves.append((f"{name}" + (f" ({label})" if len(results) > 1 else ""),
+                               [float(np.mean(g["true_s"] <= g[c])) for c, _ in levels]))
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    nominal = [lv for _, lv in levels]
+    ax.plot([0.4, 1.0], [0.4, 1.0], color="black", lw=0.8, label="calibrated")
+    ax.fill_between([0.4, 1.0], [0.35, 0.95], [0.45, 1.05], color="grey", alpha=0.2, label="within 5 points")
+    for label, shares in curves:
+        ax.plot(nominal, shares, marker="o", label=label)
+    ax.set_xlim(0.4, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    _finish(ax, "nominal quantile level", "share of measured TTFTs below it")
+    _save(fig, path)
+    return ("Reliability of the TTFT distribution: share of measured TTFTs below the predicted p50, p90 and p99 "
+            "against the nominal level; on the diagonal the distribution is calibrated, below it TTFTs run longer "
+            "than predicted.")
+
+
 FIGURES = [
     ("estimate_scatter.png", scatter_est_vs_true),
     ("ape_cdf.png", ape_cdf),
@@ -233,4 +264,5 @@ FIGURES = [
     ("utility_ttft_frontier.png", frontier),
     ("routing_composition.png", composition),
     ("ttft_cdf.png", ttft_cdf),
+    ("ttft_reliability.png", reliability),
 ]
