@@ -84,3 +84,21 @@ def test_oracle_and_chance_replays_are_deterministic():
         a, b = (replay(pool, "qwen3-h100", wl, None, ReplayConfig(router=router, seed=2)) for _ in range(2))
         pd.testing.assert_frame_equal(a.requests, b.requests)
         assert a.metrics["oracle"] == (router == "oracle")
+
+
+def test_sweep_reports_oracle_share_and_best_other():
+    from harness.sweep import summarize_sweep
+    rows = []
+    for seed in (0, 1):
+        for router, level in (("oracle", 1.0), ("sfs-cc", 0.9), ("sfs-hard", 0.8), ("latency-agnostic", 0.5)):
+            for rate in (3.0, 9.0):
+                rows.append({"lam": 5e-4, "router": router, "delta_per_us": 0.0, "rate": rate, "seed": seed,
+                             "ontime_utility": level + 0.01 * seed, "slo_attainment": 1.0, "ttft_mean_s": 0.1,
+                             "mean_utility": level})
+    s = summarize_sweep(pd.DataFrame(rows))
+    r = s["routers"]
+    assert s["oracle"]["router"] == "oracle"
+    assert abs(r["sfs-cc"]["oracle_share"] - (0.905 / 1.005)) < 1e-9
+    assert r["sfs-cc"]["best_other"]["router"] == "sfs-hard"  # the oracle is never the "other" router
+    assert r["sfs-hard"]["best_other"]["router"] == "sfs-cc" and "best_other" not in r["oracle"]
+    assert s["best_baseline"]["router"] == "latency-agnostic"
