@@ -61,7 +61,7 @@ def test_full_report_renders_every_figure(results, tmp_path):
 
 
 @pytest.mark.parametrize("which,expect", [
-    (("est",), {"estimate_scatter.png", "ape_cdf.png", "mape_by_load.png"}),
+    (("est",), {"estimate_scatter.png", "ape_cdf.png", "mape_by_load.png", "ttft_reliability.png"}),
     (("sweep",), {"ontime_utility_vs_rate.png", "slo_attainment_vs_rate.png", "utility_ttft_frontier.png",
                   "routing_composition.png"}),
 ])
