@@ -49,6 +49,8 @@ class BaselineParams:
     lps_arrival_rate: float
     queue_b0: float
     queue_b1: float
+    err_log_mu: float = 0.0  # throughput estimator: log(measured / estimated) on the calibration replay
+    err_log_sigma: float = 0.0
 
     @classmethod
     def from_derived(cls, d: dict) -> BaselineParams:
@@ -208,7 +210,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                 t0 = time.perf_counter_ns()
                 value = est.estimate(snap, q)
                 dt = (time.perf_counter_ns() - t0) / 1e3
-                rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt))
+                qs = est.last_dist(np.inf)[1:4] if hasattr(est, "last_dist") else (np.nan, np.nan, np.nan)
+                rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt, *qs))
                 if est.name == "sfs":
                     f = ft[idx]
                     k0 = walk.k
@@ -224,7 +227,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             floors.append(jitter_floor(profile, walk.steps, floor_parts, cfg.frontend_overhead_s))
             floor_parts = []
     est_df = pd.DataFrame(rows, columns=["request_id", "instance_id", "estimator", "true_s", "est_s", "residents",
-                                         "waiting", "est_us"])
+                                         "waiting", "est_us", "p50_s", "p90_s", "p99_s"])
     att_df = pd.DataFrame(attr, columns=["request_id", "instance_id", "true_s", "sfs_s", "reference_s",
                                          "sim_steps", "real_steps"])
     metrics = summarize(est_df, att_df)
@@ -236,6 +239,18 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     for name, us in warmup_us.items():
         metrics["estimators"].setdefault(name, {})["warmup_us"] = us
     return EstimateResult(est_df, att_df, metrics)
+
+
+def coverage(g: pd.DataFrame) -> dict | None:
+    """Share of measured TTFTs at or below the predicted p50, p90, p99
+    (nominal 0.5, 0.9, 0.99), for an estimator that gives a distribution;
+    None for a point estimator."""
+    if "p50_s" not in g or not g["p50_s"].notna().any():
+        return None
+    m = g["p50_s"].notna() & np.isfinite(g["p50_s"])
+    true = g["true_s"][m].to_numpy()
+    return {"n": int(m.sum()), **{lv: float(np.mean(true <= g[f"{lv}_s"][m].to_numpy()))
+                                  for lv in ("p50", "p90", "p99")}}
 
 
 def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
@@ -253,6 +268,9 @@ def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
             e = error_summary(g["est_s"].to_numpy()[m], g["true_s"].to_numpy()[m])
             bins[label] = {k: e.get(k) for k in ("n", "mape", "median_ape", "p90_ape")}
         s["by_load"] = bins
+        cov = coverage(g)
+        if cov is not None:
+            s["coverage"] = cov
         out["estimators"][str(name)] = s
     if len(att):
         ref, sfs, true = att["reference_s"].to_numpy(), att["sfs_s"].to_numpy(), att["true_s"].to_numpy()

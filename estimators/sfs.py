@@ -13,11 +13,21 @@ from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
 from estimators.profile import BatchTimeProfile
+from estimators.sfs_dist import TTFTDist, as_array, noise_moments, ttft_dist
 from estimators.sfs_kernel import sfs_estimate
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
 _ENTRY = None
+_DIST = None
+
+
+def _dist_entry():
+    """``ttft_dist``'s compiled entry point (typed once per process)."""
+    global _DIST
+    if _DIST is None:
+        _DIST = entry_point(ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, np.zeros(6), 0.0, True, np.zeros(5))
+    return _DIST
 
 
 def _entry():
@@ -28,7 +38,7 @@ def _entry():
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
         _ENTRY = entry_point(sfs_estimate, st, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
-                             st, plan, 0)
+                             st, plan, 0, np.zeros(0))
     return _ENTRY
 
 
@@ -48,6 +58,12 @@ class SFS:
         self._run = _entry()
         self._base = self.model
         self._speed = 1.0
+        self.last_s1 = self.last_s2 = 0.0
+        self.last_est = np.inf
+        self._nm = as_array(noise_moments(self.model))
+        self._no_typ = np.zeros(0)
+        self._dist = np.zeros(5)
+        self._ttft_dist = _dist_entry()
 
     @property
     def speed(self) -> float:
@@ -63,6 +79,7 @@ class SFS:
             self._speed = value
             b = self._base
             self.model = TimeModel(b.form, b.coef, b.mult * value, b.gap * value, b.noise, b.stall_q, b.stall_v)
+            # noise moments stay: c = mult / E[r] carries the speed into the spread
 
     def _scratch(self, st: SchedState) -> None:
         if st.capacity + 1 > self.cap:
@@ -72,15 +89,36 @@ class SFS:
             self.plan2 = StepPlan.new(c)
             self.cap = c
 
-    def estimate(self, view: InstanceView, q: Query) -> float:
+    def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None) -> float:
+        """Point estimate (the mean); ``typ_out`` receives the simulated
+        steps' typical durations (for the brute-force check)."""
         st = view.state
         if q.prompt >= st.cfg[C_MAX_LEN]:
             return np.inf  # the engine's front end refuses it (as the twin does)
         self._scratch(st)
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
-        est, steps = self._run(st, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                               first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt,
-                               self.model, self.st2, self.plan2, MAX_SIM_STEPS)
+        est, steps, self.last_s1, self.last_s2 = self._run(
+            st, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+            first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model, self.st2,
+            self.plan2, MAX_SIM_STEPS, self._no_typ if typ_out is None else typ_out)
         self.last_steps = steps
-        return est + self.overhead
+        self.last_est = est + self.overhead
+        return self.last_est
+
+    def last_dist(self, slo: float) -> TTFTDist:
+        """The last estimate as a distribution (``estimators.sfs_dist``)."""
+        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, self.model.mult, self._nm,
+                        float(slo), True, self._dist)
+        d = self._dist
+        return TTFTDist(d[0], d[1], d[2], d[3], d[4])
+
+    def p_on_time(self, slo: float) -> float:
+        """P(TTFT <= slo) of the last estimate."""
+        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, self.model.mult, self._nm,
+                        float(slo), False, self._dist)
+        return float(self._dist[4])
+
+    def estimate_dist(self, view: InstanceView, q: Query, slo: float) -> TTFTDist:
+        self.estimate(view, q)
+        return self.last_dist(slo)

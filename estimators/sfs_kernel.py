@@ -66,9 +66,13 @@ def _copy_state(st, st2):
 
 @njit(cache=True)
 def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
-                 st2, plan, max_steps):
-    """Estimated TTFT (seconds) of a query arriving now, and the number of
-    steps simulated. ``infl_n`` = 0 means the instance is idle (``infl`` is
+                 st2, plan, max_steps, typ_out):
+    """Estimated TTFT (seconds) of a query arriving now, the number of
+    steps simulated, and the sum and sum of squares of the simulated steps'
+    typical durations (``estimators.sfs_dist`` turns them into the TTFT's
+    distribution; the in-flight step's remainder counts as known). The
+    first ``typ_out.size`` typical durations are written to ``typ_out``
+    (size 0 in routing; the brute-force check reads them). ``infl_n`` = 0 means the instance is idle (``infl`` is
     the in-flight step's plan); ``elapsed`` is now minus the in-flight
     step's start; ``first_gap`` is the time until the first simulated
     schedule() after the in-flight step (a whole gap, or what is left of
@@ -105,21 +109,28 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     r2[q, F_STATUS] = ST_WAITING
     wait_push_back(sc2, st2.waiting, q)
     steps = 0
+    s1 = 0.0
+    s2 = 0.0
     step_gap = first_gap
     while steps < max_steps:
         n = schedule_step(st2, plan)
         for r in range(plan.counts[PL_NREJ]):
             if plan.rejected[r] == q:
-                return np.inf, steps  # refused outright (V0: longer than the budget)
+                return np.inf, steps, s1, s2  # refused outright (V0: longer than the budget)
         if n == 0:
             if sc2[S_NR] == 0 and sc2[S_WN] > 0 and wait_head(sc2, st2.waiting) != q:
                 drop_unservable_head(st2)  # as the twin does: it could never run
                 continue
-            return np.inf, steps  # the query can never be admitted here
-        t += step_gap + plan_time(model, r2, plan, n) * model.mult
+            return np.inf, steps, s1, s2  # the query can never be admitted here
+        typ = plan_time(model, r2, plan, n)
+        s1 += typ
+        s2 += typ * typ
+        if steps < typ_out.size:
+            typ_out[steps] = typ
+        t += step_gap + typ * model.mult
         step_gap = model.gap
         complete_step(st2, plan, n)
         steps += 1
         if r2[q, F_EVENT] & EV_FIRST:
-            return t, steps
-    return np.inf, steps
+            return t, steps, s1, s2
+    return np.inf, steps, s1, s2

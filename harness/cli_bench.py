@@ -96,7 +96,9 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 compile (warm-up) time apart, peak memory
       replay    the same replay routed by sfs-hard (target >= 1000x), router decision us
       sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
-                queue (target: median <= 10 us at 64), and cost per simulated step
+                queue (target: median <= 10 us at 64), and cost per simulated step;
+                the probabilistic estimate's cost at 64 (target <= 2x the point
+                estimate) and its accuracy against a brute-force Monte Carlo
 
     \b
     Examples:
@@ -143,5 +145,19 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 click.echo("          64 residents, longer queues: " + ", ".join(
                     f"{p['steps']:.0f} steps {p['median_us']:.0f} us" for p in lin["points"])
                            + f" -> {lin['us_per_step']:.1f} us per simulated step (linear fit R^2 {lin['r2']:.3f})")
+            from harness.bench_sfs_dist import run as run_dist
+
+            results["sfs_dist"] = r = run_dist()
+            if not as_json:
+                c = r["cost_64"]
+                click.echo(f"sfs-dist: 64 residents, same run: point {c['point_median_us']:.1f} us, probabilistic "
+                           f"(mean, p50/p90/p99, P(on time)) {c['dist_median_us']:.1f} us = {c['ratio']:.2f}x "
+                           "(target <= 2x)")
+                for label, a in r["accuracy"].items():
+                    sh = a["mc_share_below"]
+                    click.echo(f"          vs brute-force Monte Carlo ({a['cases']} trajectories x {a['draws']} "
+                               f"twin-noise draws), {label}: share below p50/p90/p99 {sh['p50']:.3f}/"
+                               f"{sh['p90']:.3f}/{sh['p99']:.3f}, max |P(on time) error| "
+                               f"{a['max_abs_p_on_time_error']:.3f}")
     if as_json:
         click.echo(json.dumps(results, indent=2))

@@ -57,6 +57,12 @@ def format_metrics(m: dict) -> str:
         lines.append(f"{name:<11} {s['n']:>6} {100 * s['mape']:7.1f}% {100 * s['median_ape']:10.1f}% "
                      f"{100 * s['p90_ape']:7.1f}% {100 * s['p99_ape']:7.1f}% {s['mean_us']:9.1f} "
                      f"{s['median_us']:10.1f}")
+    for name, s in m["estimators"].items():
+        c = s.get("coverage")
+        if c:
+            lines.append(f"{name} coverage (share of measured TTFTs below the predicted quantile, n {c['n']}): "
+                         f"p50 {100 * c['p50']:.1f}%, p90 {100 * c['p90']:.1f}%, p99 {100 * c['p99']:.1f}% "
+                         "(nominal 50/90/99)")
     a = m.get("sfs_attribution")
     if a:
         lines.append(f"SFS error split: trajectory {100 * a['trajectory_error']:.1f}% (simulation and lengths), "

@@ -16,6 +16,7 @@ from harness.sweep_backends import BACKENDS, Progress
 from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
 from reports.results import command_line, result_header
+from routers.chance import DEFAULT_EPSILON
 from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
@@ -62,6 +63,26 @@ def policy_options(f):
                      help="Predicted output lengths routers see. Default: column (predicted_output_tokens) if "
                           "present, else median (of the trace's output lengths). oracle = true lengths.")(f)
     return f
+
+
+def view_options(f):
+    """--epsilon, --view-interval, --ledger (replay and sweep)."""
+    f = click.option("--ledger", type=click.Choice(["on", "off"]), default="on", show_default=True,
+                     help="With --view-interval: requests dispatched since the last refresh join the stale view.")(f)
+    f = click.option("--view-interval", "view_interval_ms", type=float, default=0.0, show_default=True,
+                     help="Routers see engine state refreshed every MS milliseconds (0: every step, live). "
+                          "The oracle always forks the live twin.")(f)
+    return click.option("--epsilon", type=float, default=DEFAULT_EPSILON, show_default=True,
+                        help="Chance-constrained routers (sfs-cc, throughput-cc): allowed P(TTFT > SLO), one "
+                             "value for every rate. On qwen3-h100 (Poisson 3-9 q/s) sfs-cc's AUC is flat from 0.02 "
+                             "to 0.3, within the seed spread; 0.1 sits in the middle of it.")(f)
+
+
+def _check_view(epsilon: float, view_interval_ms: float) -> None:
+    if not 0.0 <= epsilon < 1.0:
+        raise BadOption("--epsilon", f"must be in [0, 1), got {epsilon:g}")
+    if view_interval_ms < 0.0:
+        raise BadOption("--view-interval", f"must be >= 0 ms, got {view_interval_ms:g}")
 
 
 def arrival_options(f):
@@ -160,11 +181,13 @@ def _print_replay(m: dict) -> None:
               help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
 @click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large; gives ITL).")
 @serving_options
+@view_options
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: metrics.json, metrics.parquet and the served trace.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
-           lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, percentiles_text, goodput_text, out,
+           lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, percentiles_text, goodput_text,
+           epsilon, view_interval_ms, ledger, out,
            force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
@@ -182,9 +205,12 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --rate 8 --router sfs-soft --delta 1e-6 --out r-soft
       latroute replay --rate 8 --burstiness 0.25 --router sfs-hard --out r-bursty   # gamma, CV^2 = 4
       latroute replay --trace azconv --requests 4000 --router sfs-hard --out r-az   # SLO rule, quality model
+      latroute replay --rate 8 --router sfs-cc --epsilon 0.1 --view-interval 100 --ledger on --out r-stale
+      latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
     """
     _routers(router_name)
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
+    _check_view(epsilon, view_interval_ms)
     if delta != 0.0 and not router_entry(router_name).uses_delta:
         raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "
                                    f"{', '.join(n for n in ROUTERS if router_entry(n).uses_delta)})")
@@ -211,7 +237,8 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
                         "predicted_output_tokens") if c in requests]
     cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
                        record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
-                       online_speed=online_speed == "on")
+                       online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
+                       ledger=ledger == "on")
     try:
         inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:
@@ -230,7 +257,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
                    "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "metric_percentiles", "goodput", "noise", "backend", "address",
-                   "online_speed")
+                   "online_speed", "epsilon", "view_interval", "ledger")
 
 
 def _spec_file(ctx: click.Context, param, path: Path | None):
@@ -256,7 +283,8 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
             value = ",".join(str(v) for v in value)
         name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
                 "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
-                "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text"
+                "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text",
+                "view_interval": "view_interval_ms"
                 }.get(key, key)
         defaults[name] = value
     ctx.default_map = defaults
@@ -300,6 +328,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
                    "(half-life 100 steps) and scale their profile by it.")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
+@view_options
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: cells/, results.parquet, metrics.json, metrics.parquet.")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
@@ -307,7 +336,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
           lengths_policy, slo_policy, quality_policy, n_requests, percentiles_text, goodput_text, seeds, first_seed,
-          workers, backend, address, online_speed, noise, out, resume,
+          workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, out, resume,
           force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
@@ -335,6 +364,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
     names = _routers(router_names)
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
+    _check_view(epsilon, view_interval_ms)
     if seeds < 1 or workers < 1 or n_requests < 1:
         raise click.UsageError("--seeds, --workers and --requests must be >= 1")
     _check_lengths(lengths_policy)
@@ -353,7 +383,8 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                      burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
                      quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
-                     online_speed=online_speed == "on")
+                     online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
+                     ledger=ledger == "on")
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     try:  # and a policy the workload cannot serve
         echo_policies(sweep_inputs(spec, cells[0]))
@@ -385,15 +416,26 @@ def format_sweep(s: dict) -> str:
              f"{s.get('seeds', 1)} seed(s)"]
     if s.get("policies", {}).get("lengths", {}).get("oracle"):
         lines.insert(0, "ORACLE LENGTHS: routers saw true output lengths")
+    if "oracle" in s:
+        lines.append(f"ORACLE: {s['oracle']['router']} is clairvoyant (forks the twin's future: true lengths and "
+                     "noise); 'of oracle' is each AUC as a share of its AUC")
     rates = [f"{r:g}" for r in s["rates"]]
-    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8}  " + " ".join(f"{r:>7}" for r in rates))
+    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8} {'of oracle':>9}  " + " ".join(f"{r:>7}" for r in rates))
     for key, v in s["routers"].items():
         ratio = v.get("auc_ratio_to_best_baseline")
-        lines.append(f"{key:<28} {v['auc_ontime_utility']:8.4f} {ratio if ratio is None else f'{ratio:8.3f}'}  "
+        share = v.get("oracle_share")
+        lines.append(f"{key:<28} {v['auc_ontime_utility']:8.4f} {'-' if ratio is None else f'{ratio:.3f}':>8} "
+                     f"{'-' if share is None else f'{share:.3f}':>9}  "
                      + " ".join(f"{v['by_rate'][r]['ontime_utility']:7.4f}" for r in rates))
     if "best_baseline" in s:
         lines.append(f"best baseline: {s['best_baseline']['router']} (OnTimeUtility AUC "
                      f"{s['best_baseline']['auc_ontime_utility']:.4f})")
+    for key, v in s["routers"].items():
+        bo = v.get("best_other")
+        if bo and bo["ratio"] is not None:
+            r = bo["paired"]["ratio"]
+            lines.append(f"{key}: {bo['ratio']:.3f}x the best other non-oracle router ({bo['router']})"
+                         + (_ci(r["ci95"]) if s.get("seeds", 1) > 1 else ""))
     if s.get("seeds", 1) > 1:
         lines.append("95% intervals over paired seeds: AUC; AUC ratio to the best baseline")
         for key, v in s["routers"].items():

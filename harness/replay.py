@@ -21,9 +21,11 @@ import pandas as pd
 
 from harness.pool_baselines import pool_baselines
 from harness.pools import Pool
+from harness.stale_view import StaleViews, ViewConfig
 from harness.twin import Twin, TwinConfig, TwinResult
 from routers.base import RouteInputs
-from routers.registry import capabilities, make_router, needs_baselines
+from routers.chance import DEFAULT_EPSILON
+from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
 from traces.lengths import PredictedLengths, predicted_lengths
 from traces.quality import QualityTable, quality_table
@@ -42,6 +44,9 @@ class ReplayConfig:
     slo: str | None = None  # SLO policy (None: column if the trace has it, else rule)
     quality: str | None = None  # quality policy (None: table if the trace has one, else model)
     online_speed: bool = False  # estimators learn each instance's host speed from its completed steps
+    epsilon: float = DEFAULT_EPSILON  # chance-constrained routers' allowed P(late)
+    view_interval_ms: float = 0.0  # routers see state published every MS (0: live, every step)
+    ledger: bool = True  # with a view interval: requests dispatched since the last publication join the view
 
 
 @dataclass
@@ -111,10 +116,14 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     util, inputs = workload.utility, workload.route
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
-                         cfg.online_speed)
+                         online_speed=cfg.online_speed, epsilon=cfg.epsilon,
+                         true_outputs=requests["output_tokens"].to_numpy())
     warm_s = warm_up()
     t0 = time.perf_counter()
-    res = twin.run(requests, router)
+    oracle = router_entry(cfg.router).oracle
+    views = StaleViews(ViewConfig(cfg.view_interval_ms, cfg.ledger)) if cfg.view_interval_ms > 0 and not oracle \
+        else None  # the oracle forks the live twin: staleness does not apply to it
+    res = twin.run(requests, router, views=views)
     wall = time.perf_counter() - t0
     out = res.requests.copy()
     idx = {s.instance_id: k for k, s in enumerate(specs)}
@@ -130,6 +139,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     m = replay_metrics(out, specs)
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,
+              "epsilon": cfg.epsilon, "oracle": oracle, "view_interval_ms": cfg.view_interval_ms,
+              "ledger": cfg.ledger, "view_refreshes": views.refreshes if views else None,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
               "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),

@@ -32,6 +32,7 @@ from harness.sweep_stats import mean_ci, paired
 from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
 from reports.serving import serving_metrics, tidy
+from routers.chance import DEFAULT_EPSILON
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ArrivalSpec
@@ -65,11 +66,15 @@ class SweepSpec:
     online_speed: bool = False  # estimators learn each instance's host speed from its completed steps
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)  # serving-metric percentiles (reports.serving)
     goodput: tuple[tuple[str, float], ...] = ()  # goodput bounds in ms, e.g. (("ttft", 200.0),)
+    epsilon: float = DEFAULT_EPSILON  # chance-constrained routers
+    view_interval_ms: float = 0.0  # stale views (0: live)
+    ledger: bool = True
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
         return ReplayConfig(router=cell.router, lam=cell.lam, delta_per_us=cell.delta_per_us, seed=cell.seed,
                             noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality,
-                            online_speed=self.online_speed)
+                            online_speed=self.online_speed,
+                            epsilon=self.epsilon, view_interval_ms=self.view_interval_ms, ledger=self.ledger)
 
 
 def workload_seed(seed: int, rate: float) -> int:
@@ -185,6 +190,30 @@ def auc(rates: np.ndarray, values: np.ndarray) -> float:
     return float(np.sum((r[1:] - r[:-1]) * (v[1:] + v[:-1]) / 2.0)) if len(r) > 1 else float("nan")
 
 
+def compare_oracle_and_others(routers: dict, per_seed: dict, caps: dict, out: dict) -> None:
+    """Each router's AUC as a share of the oracle's (when the sweep ran
+    one; paired over seeds), and its ratio to the best *other* non-oracle
+    router (every router, not only the paper's baselines)."""
+    oracles = [k for k, v in routers.items() if caps[v["router"]]["oracle"]]
+    if oracles:
+        ok = oracles[0]
+        ref = routers[ok]["auc_ontime_utility"]
+        out["oracle"] = {"router": ok, "auc_ontime_utility": ref}
+        for key, v in routers.items():
+            v["oracle_share"] = v["auc_ontime_utility"] / ref if ref else None
+            if key != ok:
+                v["vs_oracle"] = paired(per_seed[key], per_seed[ok])
+    honest = [k for k, v in routers.items() if not caps[v["router"]]["oracle"]]
+    for key in honest:
+        others = [k for k in honest if k != key]
+        if not others:
+            continue
+        best = max(others, key=lambda k: routers[k]["auc_ontime_utility"])
+        b = routers[best]["auc_ontime_utility"]
+        routers[key]["best_other"] = {"router": best, "ratio": routers[key]["auc_ontime_utility"] / b if b else None,
+                                      "paired": paired(per_seed[key], per_seed[best])}
+
+
 def summarize_sweep(df: pd.DataFrame) -> dict:
     """Per router (and delta, lambda): OnTimeUtility AUC over the rates,
     averaged over seeds, and its ratio to the best baseline router. What
@@ -219,6 +248,7 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
             v["auc_ratio_to_best_baseline"] = v["auc_ontime_utility"] / base[best_key] if base[best_key] else None
             if key != best_key:
                 v["vs_best_baseline"] = paired(per_seed[key], per_seed[best_key])
+    compare_oracle_and_others(routers, per_seed, caps, out)
     out["routers"] = routers
     soft = mean[mean["router"].map(lambda r: caps[r]["uses_delta"])]
     if len(soft["delta_per_us"].unique()) > 1:

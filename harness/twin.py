@@ -234,6 +234,23 @@ class Instance:
         meta[tk.M_INBOX_N] += 1
         self.rate.observe(self._now)
 
+    def fork(self) -> Instance:
+        """A private copy of this instance's future: state, in-flight step
+        (its true end included), inbox and noise stream, no step log. Only
+        the oracle router uses it (it sees what no production router can)."""
+        f = Instance.__new__(Instance)
+        f.__dict__.update(self.__dict__)
+        f.state = self.state.copy()
+        f.plan = StepPlan(*(a.copy() for a in self.plan))
+        tw = self.tw
+        params = tw.params.copy()
+        params[tk.P_LOG_ON] = 0.0
+        f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy())
+        f.meta, f.times = f.tw.meta, f.tw.times
+        f.rate = RateTracker()
+        f.log_parts = []
+        return f
+
     def _grow(self, st: SchedState) -> None:
         cap = st.capacity
         self.state = st
@@ -333,7 +350,9 @@ class Twin:
         return cls([InstanceSpec.from_config(c) for c in pool.instances], cfg)
 
     def run(self, requests: pd.DataFrame, router: Router, hits: np.ndarray | None = None,
-            on_arrival: Callable[[int, float, list[Instance]], None] | None = None) -> TwinResult:
+            on_arrival: Callable[[int, float, list[Instance]], None] | None = None, views=None) -> TwinResult:
+        """``views``: a ``harness.stale_view.StaleViews`` (routers then see
+        the state published at an interval, not the live instances)."""
         n = len(requests)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
         if n and (np.isnan(arrival).any() or np.any(np.diff(arrival) < 0)):
@@ -345,11 +364,15 @@ class Twin:
         out = ev.out
         for i in range(n):
             t = arrival[i]
+            if views is not None:
+                views.refresh(t, insts, out)
             for inst in insts:
                 inst.advance(t, out)
             if on_arrival is not None:
                 on_arrival(i, t, insts)
-            j = router(i, t, insts)
+            j = router(i, t, insts if views is None else views.views)
+            if views is not None:
+                views.dispatched(j, i, int(prompt[i]))
             inst = insts[j]
             ev.instance[i] = j
             p = int(prompt[i])

@@ -393,8 +393,38 @@ def ttft_cdf(results, pal) -> FigureSpec | None:
     return FigureSpec("ttft_cdf", cap, [Panel("", "TTFT (s)", "share of requests", series, xlog=True, vlines=vlines)])
 
 
+def ttft_reliability(results, pal_est) -> FigureSpec | None:
+    """Reliability diagram of TTFT distributions (issue 16): per estimate
+    result and estimator with predicted quantiles, the share of measured
+    TTFTs below each predicted quantile against its nominal level."""
+    levels = (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99))
+    est = _estimates(results)
+    series, worst = [], None
+    for label, df in est:
+        if "p50_s" not in df:
+            continue
+        for name, g in df.groupby("estimator"):
+            g = g[np.isfinite(g["p50_s"])]
+            if not len(g):
+                continue
+            shares = [float(np.mean(g["true_s"] <= g[c])) for c, _ in levels]
+            series.append(Series(name + (f" ({label})" if len(est) > 1 else ""), [lv for _, lv in levels], shares,
+                                 pal_est(name), group=name))
+            off = max(abs(sh - lv) for sh, (_, lv) in zip(shares, levels))
+            if worst is None or off > worst[1]:
+                worst = (series[-1].label, off)
+    if not series:
+        return None
+    series.insert(0, Series("calibrated", [0.4, 1.0], [0.4, 1.0], "#000000", mode="lines", dash="dot"))
+    cap = (f"Reliability of the TTFT distribution: share of measured TTFTs below the predicted p50, p90 and p99 "
+           f"against the nominal level (on the dotted diagonal the distribution is calibrated; below it TTFTs run "
+           f"longer than predicted). Largest miss: {worst[0]}, {100 * worst[1]:.1f} points.")
+    return FigureSpec("ttft_reliability", cap, [Panel("", "nominal quantile level", "share of measured TTFTs below it",
+                                                      series)])
+
+
 ROUTER_FIGURES = (ontime_vs_rate, attainment_vs_rate, frontier, composition, ttft_cdf)
-ESTIMATOR_FIGURES = (estimate_scatter, ape_cdf, mape_by_load)
+ESTIMATOR_FIGURES = (estimate_scatter, ape_cdf, mape_by_load, ttft_reliability)
 
 
 def figure_specs(results: list[Result]) -> list[FigureSpec]:

@@ -6,7 +6,7 @@ whether the soft rule's delta or the cost weight lambda change its
 decisions, whether its estimator needs request-level baseline parameters
 (measured on a calibration replay of the pool), and whether it is an
 *oracle* (sees something a production router cannot, e.g. true output
-lengths; none of today's routers is). Sweeps and replays copy
+lengths, or the ``oracle`` router's fork of the twin's future). Sweeps and replays copy
 ``capabilities()`` of the routers they ran into metrics.json, so reports
 read them from the result, not from this module.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from estimators.estimate import ESTIMATORS, BaselineParams, build
 from routers.base import RouteInputs, Router
+from routers.chance import DEFAULT_EPSILON, ChanceRouter, LognormalError
 from routers.latency_aware import LatencyAware
 from routers.simple import LatencyAgnostic, LeastTokens, PowerOfTwo, RoundRobin, ShortestQueue
 
@@ -32,6 +33,8 @@ class BuildContext:
     seed: int = 0
     baselines: dict[str, BaselineParams] | None = None
     online_speed: bool = False  # estimators scale their profile by each instance's learned host speed
+    epsilon: float = DEFAULT_EPSILON  # chance-constrained routers: allowed P(late)
+    true_outputs: object = None  # true output lengths: given to oracle routers only
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class RouterEntry:
     uses_lambda: bool = False  # decides on predicted utility, so lambda changes its decisions
     needs_baselines: bool = False  # its estimator needs the pool's baseline parameters
     oracle: bool = False  # sees what a production router cannot
+    uses_epsilon: bool = False  # the chance constraint's epsilon changes its decisions
     seeded: bool = False  # draws random numbers (from the replay's seed)
     baseline: bool = False  # a baseline that latency-aware routers are compared against
     main: bool = False  # in the default sweep
@@ -57,7 +61,7 @@ class RouterEntry:
         """The JSON block results carry per router."""
         return {"estimator": self.estimator, "rule": self.rule, "uses_delta": self.uses_delta,
                 "uses_lambda": self.uses_lambda, "needs_baselines": self.needs_baselines, "oracle": self.oracle,
-                "seeded": self.seeded, "baseline": self.baseline}
+                "uses_epsilon": self.uses_epsilon, "seeded": self.seeded, "baseline": self.baseline}
 
 
 def _latency_aware(estimator: str, rule: str) -> Callable[[BuildContext], Router]:
@@ -67,6 +71,27 @@ def _latency_aware(estimator: str, rule: str) -> Callable[[BuildContext], Router
         return LatencyAware(c.inputs, ests, rule, c.delta_per_us if rule == "soft" else 0.0,
                             name=f"{estimator}-{rule}", online_speed=c.online_speed)
     return make
+
+
+def _chance(estimator: str, rule: str) -> Callable[[BuildContext], Router]:
+    def make(c: BuildContext) -> Router:
+        ests = []
+        for s in c.specs:
+            params = (c.baselines or {}).get(s.instance_id)
+            est = build(estimator, s.profile, params, c.inputs.pred_total, c.frontend_overhead_s, online_lps=True)
+            if estimator != "sfs":
+                est = LognormalError(est, params.err_log_mu, params.err_log_sigma)
+            ests.append(est)
+        return ChanceRouter(c.inputs, ests, rule, c.epsilon, name=f"{estimator}-{rule}")
+    return make
+
+
+def _oracle(c: BuildContext) -> Router:
+    from routers.oracle import Oracle  # the twin's fork: imported only when asked
+
+    if c.true_outputs is None:
+        raise ValueError("the oracle router needs the requests' true output lengths")
+    return Oracle(c.inputs, c.true_outputs, c.frontend_overhead_s)
 
 
 # estimator -> whether it needs the pool's baseline parameters (SFS needs only the batch-time profile)
@@ -89,6 +114,18 @@ _ENTRIES = [
                 _latency_aware(est, rule), estimator=est, rule=rule, uses_delta=rule == "soft", uses_lambda=True,
                 needs_baselines=ESTIMATOR_NEEDS_BASELINES[est], main=est == "sfs")
     for est in ESTIMATORS for rule in ("hard", "soft")
+] + [
+    RouterEntry(f"{est}-{rule}",
+                f"{est} TTFT distribution per instance, " + (
+                    "best utility with P(on time) >= 1 - epsilon, else the likeliest on time" if rule == "cc"
+                    else "max utility x P(on time)"),
+                _chance(est, rule), estimator=est, rule=rule, uses_lambda=True, uses_epsilon=rule == "cc",
+                needs_baselines=ESTIMATOR_NEEDS_BASELINES[est], main=est == "sfs")
+    for est in ("sfs", "throughput") for rule in ("cc", "eu")
+] + [
+    RouterEntry("oracle", "clairvoyant: forks each instance's future (noise and true lengths included, later "
+                "arrivals not routed yet) and picks the best on-time utility", _oracle, uses_lambda=True,
+                oracle=True),
 ]
 
 REGISTRY: dict[str, RouterEntry] = {e.name: e for e in _ENTRIES}
@@ -145,6 +182,9 @@ def capabilities(names) -> dict[str, dict]:
 
 
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,
-                baselines: dict[str, BaselineParams] | None = None, online_speed: bool = False) -> Router:
-    return router_entry(name).make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines,
-                                                online_speed))
+                baselines: dict[str, BaselineParams] | None = None, online_speed: bool = False,
+                epsilon: float = DEFAULT_EPSILON, true_outputs=None) -> Router:
+    """``true_outputs`` reach only a router whose entry says ``oracle``."""
+    e = router_entry(name)
+    return e.make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines, online_speed, epsilon,
+                               true_outputs if e.oracle else None))

@@ -51,7 +51,8 @@ def test_full_report_renders_every_figure(results, tmp_path):
     out = tmp_path / "rep"
     html = (out / "index.html").read_text()
     names = ["estimate_scatter.png", "ape_cdf.png", "mape_by_load.png", "ontime_utility_vs_rate.png",
-             "slo_attainment_vs_rate.png", "utility_ttft_frontier.png", "routing_composition.png", "ttft_cdf.png"]
+             "slo_attainment_vs_rate.png", "utility_ttft_frontier.png", "routing_composition.png", "ttft_cdf.png",
+             "ttft_reliability.png"]
     for n in names:
         assert (out / n).is_file(), n
         assert n in html and f"]({n})" in (out / "report.md").read_text()
@@ -64,7 +65,7 @@ def test_full_report_renders_every_figure(results, tmp_path):
 
 
 @pytest.mark.parametrize("which,expect", [
-    (("est",), {"estimate_scatter.png", "ape_cdf.png", "mape_by_load.png"}),
+    (("est",), {"estimate_scatter.png", "ape_cdf.png", "mape_by_load.png", "ttft_reliability.png"}),
     (("sweep",), {"ontime_utility_vs_rate.png", "slo_attainment_vs_rate.png", "utility_ttft_frontier.png",
                   "routing_composition.png"}),
 ])
@@ -335,7 +336,7 @@ def test_interactive_report_renders_in_headless_chromium(results, tmp_path):
     assert page.is_file() and "<script src=" not in page.read_text()  # self-contained: plotly.js inlined
     errors, rendered, ids = render_in_browser(page, tmp_path, tmp_path / "shot.png")
     assert not errors, errors
-    assert len(ids) == 8 and sorted(rendered) == sorted(ids), (rendered, ids)
+    assert len(ids) == 9 and sorted(rendered) == sorted(ids), (rendered, ids)  # 8 + the reliability diagram
     assert (tmp_path / "shot.png").read_bytes().startswith(b"\x89PNG")
 
 

@@ -146,9 +146,11 @@ def test_registry_declares_what_each_router_needs():
             else:
                 build(est, prof, None, np.ones(1, dtype=np.int64), 0.0)
     simple = [e for e in REGISTRY.values() if e.estimator is None]
-    assert not any(e.uses_delta or e.needs_baselines or e.oracle for e in simple)
-    assert [n for n, e in REGISTRY.items() if e.uses_lambda and e.estimator is None] == ["latency-agnostic"]
-    assert MAIN_ROUTERS == ("shortest-queue", "latency-agnostic", "sfs-hard", "sfs-soft")
+    assert not any(e.uses_delta or e.needs_baselines for e in simple)
+    assert [n for n, e in REGISTRY.items() if e.oracle] == ["oracle"]
+    assert [n for n, e in REGISTRY.items() if e.uses_lambda and e.estimator is None] == ["latency-agnostic", "oracle"]
+    assert [n for n, e in REGISTRY.items() if e.uses_epsilon] == ["sfs-cc", "throughput-cc"]
+    assert MAIN_ROUTERS == ("shortest-queue", "latency-agnostic", "sfs-hard", "sfs-soft", "sfs-cc", "sfs-eu")
     assert {n for n, e in REGISTRY.items() if e.baseline} == {"round-robin", "shortest-queue", "latency-agnostic"}
     # a router built through the registry ignores delta unless it declares it
     specs = [type("Spec", (), {"profile": prof, "instance_id": f"i{k}"})() for k in range(2)]
