@@ -75,6 +75,8 @@ REQUESTS = TableSchema(
         Column("hash_ids", pa.list_(I64), required=False, nullable=True,
                doc="prefix-chained block ids, one per meta.json hash_block_tokens prompt tokens "
                    "(traces.prefix_blocks maps them to engine blocks)"),
+        Column("session", I64, required=False, nullable=True, nonneg=True, doc="multi-turn session (generated)"),
+        Column("turn", I64, required=False, nullable=True, nonneg=True, doc="turn within its session, from 0"),
         Column("cached_tokens", I64, required=False, nullable=True, nonneg=True,
                doc="prefix-cache hit granted at first scheduling (recordings with prefix caching)"),
         Column("utility", F64, required=False, nullable=True, doc="realised utility where served (replays)"),

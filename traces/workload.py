@@ -113,8 +113,7 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
         output = _lognormal_tokens(r_len, om, osg, OUTPUT_CLIP)
 
     slo = slo_ttft(prompt, r_slo)
-    noise = r_pred.laplace(0.0, cfg.predicted_length_scale, n)
-    predicted = np.maximum(np.rint(output + noise), 1).astype(np.int64)
+    predicted = predicted_lengths(output, cfg.predicted_length_scale, r_pred)
 
     request_id = np.arange(n, dtype=np.int64)
     requests = pd.DataFrame(
@@ -129,16 +128,28 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
         }
     )
 
-    k = cfg.accuracy_concentration
+    quality = quality_table(request_id, task_idx, specs, cfg.accuracy_concentration, cfg.acc_hat_sigma, r_acc)
+    return Workload(requests, quality)
+
+
+def predicted_lengths(output: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """True length plus Laplace noise, floored at 1 (what a router knows)."""
+    return np.maximum(np.rint(output + rng.laplace(0.0, scale, output.size)), 1).astype(np.int64)
+
+
+def quality_table(request_id: np.ndarray, task_idx: np.ndarray, specs: list, concentration: float,
+                  acc_hat_sigma: float, rng: np.random.Generator) -> pd.DataFrame:
+    """Realised (Beta around the task's mean) and predicted accuracy per (request, model)."""
+    n = request_id.size
     acc_cols, hat_cols = [], []
     for m in range(len(QWEN3_MODELS)):
         mean = np.array([s.accuracy[m] for s in specs])[task_idx]
-        acc = r_acc.beta(mean * k, (1.0 - mean) * k)
-        hat = np.clip(acc + r_acc.normal(0.0, cfg.acc_hat_sigma, n), 0.0, 1.0)
+        acc = rng.beta(mean * concentration, (1.0 - mean) * concentration)
+        hat = np.clip(acc + rng.normal(0.0, acc_hat_sigma, n), 0.0, 1.0)
         acc_cols.append(acc)
         hat_cols.append(hat)
     nm = len(QWEN3_MODELS)
-    quality = pd.DataFrame(
+    return pd.DataFrame(
         {
             "request_id": np.repeat(request_id, nm),
             "model": np.tile(np.array(QWEN3_MODELS, dtype=object), n),
@@ -146,7 +157,6 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
             "acc_hat": np.column_stack(hat_cols).ravel(),
         }
     )
-    return Workload(requests, quality)
 
 
 def write_workload(cfg: WorkloadConfig, out: str | Path, force: bool = False) -> dict[str, int]:
