@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.sched_state import F_COMPUTED, F_OUTPUTS, F_PROMPT
-from estimators.snapshot import Query, Snapshot
+from estimators.engine.layout import F_COMPUTED, F_OUTPUTS, F_PROMPT
+from estimators.engine.view import InstanceView as Snapshot
+from estimators.engine.view import Query
 
 RHO_MAX = 0.999
 

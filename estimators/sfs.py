@@ -1,16 +1,33 @@
 """SFS as an estimator: Python wrapper around ``sfs_kernel`` holding the
-profile's arrays and a scratch copy of the state, sized to the instance."""
+profile as a ``TimeModel`` and a scratch copy of the state, sized to the
+instance. One entry point, ``estimate(view, query)``, for a rebuilt
+``Snapshot`` and a live twin instance alike (both are ``InstanceView``s)."""
 from __future__ import annotations
 
 import numpy as np
 
-from estimators.batch_time_kernel import profile_arrays
+from estimators.engine.config import InstanceConfig
+from estimators.engine.fastcall import entry_point
+from estimators.engine.state import SchedState, StepPlan
+from estimators.engine.timing import TimeModel
+from estimators.engine.view import InstanceView, Query, first_gap
 from estimators.profile import BatchTimeProfile
-from estimators.sched_state import NF, NS, S_CAP
 from estimators.sfs_kernel import sfs_estimate
-from estimators.snapshot import Query, Snapshot
 
 MAX_SIM_STEPS = 1_000_000
+_ENTRY = None
+
+
+def _entry():
+    """The compiled kernel's entry point (typed once per process)."""
+    global _ENTRY
+    if _ENTRY is None:
+        st = SchedState.new(InstanceConfig(), capacity=2)
+        plan = StepPlan.new(2)
+        model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
+        _ENTRY = entry_point(sfs_estimate, st, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
+                             st, plan, 0)
+    return _ENTRY
 
 
 class SFS:
@@ -20,40 +37,29 @@ class SFS:
 
     def __init__(self, profile: BatchTimeProfile, pred_total: np.ndarray, frontend_overhead_s: float = 0.0):
         self.profile = profile
-        self.form, self.coef, _, _, _ = profile_arrays(profile)
-        self.mult = float(profile.expected_multiplier)
-        self.gap = float(profile.step_gap_s)
+        self.model = TimeModel.of(profile)
+        self.gap = self.model.gap
         self.pred_total = np.ascontiguousarray(pred_total, dtype=np.int64)
         self.overhead = frontend_overhead_s
         self.cap = -1
         self.last_steps = 0
+        self._run = _entry()
 
-    def _scratch(self, cap: int) -> None:
-        if cap + 1 > self.cap:
-            c = cap + 1
-            self.r2 = np.zeros((c, NF), dtype=np.int64)
-            self.sc2 = np.zeros(NS, dtype=np.int64)
-            self.run2, self.wait2, self.free2 = (np.zeros(c, dtype=np.int64) for _ in range(3))
-            self.o_slot, self.o_tok, self.o_cb = (np.zeros(c, dtype=np.int64) for _ in range(3))
-            self.rej = np.zeros(c + 1, dtype=np.int64)
+    def _scratch(self, st: SchedState) -> None:
+        if st.capacity + 1 > self.cap:
+            c = st.capacity + 1
+            self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
+                                  np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)))
+            self.plan2 = StepPlan.new(c)
             self.cap = c
 
-    def _run(self, st, inbox, n_inbox, slots, tok, cb, n, elapsed, first, rid, prompt) -> float:
-        self._scratch(int(st.sc[S_CAP]))
-        est, steps = sfs_estimate(st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, inbox, n_inbox,
-                                  slots, tok, cb, n, elapsed, first, self.pred_total, rid, prompt, self.form,
-                                  self.coef, self.mult, self.gap, self.r2, self.sc2, self.run2, self.wait2,
-                                  self.free2, self.o_slot, self.o_tok, self.o_cb, self.rej, MAX_SIM_STEPS)
+    def estimate(self, view: InstanceView, q: Query) -> float:
+        st = view.state
+        self._scratch(st)
+        start = view.infl_start
+        elapsed = 0.0 if start is None else q.t - start
+        est, steps = self._run(st, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+                               first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt,
+                               self.model, self.st2, self.plan2, MAX_SIM_STEPS)
         self.last_steps = steps
         return est + self.overhead
-
-    def estimate_live(self, inst, t: float, rid: int, prompt: int) -> float:
-        """The same estimate straight from a live twin instance (no Snapshot
-        object: routers call this once per instance per arrival)."""
-        n_inbox, n, elapsed, first = inst.timing(t, self.gap)
-        return self._run(inst.state, inst.inbox, n_inbox, inst.out_slot, inst.out_tok, inst.out_cb, n, elapsed, first,
-                         rid, prompt)
-
-    def estimate(self, snap: Snapshot, q: Query) -> float:
-        return self._run(snap.state, snap.inbox, snap.n_inbox, snap.infl_slot, snap.infl_tok, snap.infl_cb,
-                         snap.infl_n, snap.elapsed, snap.first_gap(self.gap), q.rid, q.prompt)

@@ -19,40 +19,28 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimators.recorded_state import apply_batch
-from estimators.sched_kernel import complete_step, new_batch_buffers, wait_push_back
-from estimators.sched_state import F_STATUS, S_CAP, S_NR, S_WN, ST_PENDING, ST_WAITING, EngineConfig, SchedState
+from estimators.engine.config import InstanceConfig
+from estimators.engine.kernel import complete_step
+from estimators.engine.layout import F_STATUS, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
+from estimators.engine.primitives import wait_push_back
+from estimators.engine.recorded import apply_batch
+from estimators.engine.state import SchedState, StepPlan
+from estimators.engine.steplog import StepLog
+from estimators.engine.view import Query, first_gap  # noqa: F401  (re-exported: estimators import Query here)
 from traces.store import Trace
 
 
 @dataclass
-class Query:
-    rid: int  # index of the request in its trace (the twin's and the estimators' request key)
-    t: float
-    prompt: int
-
-
-def first_gap(t: float, infl_start: float | None, wake_s: float | None, gap: float) -> float:
-    """Time until the next schedule() after the in-flight step (or from now):
-    a full inter-step gap, or what is left of the current one when the
-    engine is between steps (it woke or finished a step at ``wake_s``)."""
-    if infl_start is None and wake_s is not None:
-        return max(0.0, wake_s + gap - t)
-    return gap
-
-
-@dataclass
 class Snapshot:
-    """One instance at time ``t`` (arrays are live: estimators copy them)."""
+    """One instance at time ``t`` (an ``InstanceView``; arrays are live:
+    estimators copy them)."""
 
     t: float
     instance_id: str
     state: SchedState
     inbox: np.ndarray  # slots arrived but not yet joined, in arrival order
     n_inbox: int
-    infl_slot: np.ndarray
-    infl_tok: np.ndarray
-    infl_cb: np.ndarray
+    inflight: StepPlan  # the in-flight step (first infl_n items)
     infl_n: int
     infl_start: float | None  # None when no step is in flight
     arrival_rate: float = 0.0  # EWMA of arrivals to this instance, per second
@@ -98,21 +86,6 @@ class RateTracker:
         self.last = t
 
 
-def engine_config_of(instances: pd.DataFrame, instance_id: str) -> EngineConfig:
-    row = instances.set_index("instance_id").loc[instance_id]
-    get = lambda k, d: (row[k] if k in row and not pd.isna(row[k]) else d)  # noqa: E731
-    return EngineConfig(
-        policy=str(row["policy"]),
-        max_num_batched_tokens=int(row["max_num_batched_tokens"]),
-        max_num_seqs=int(row["max_num_seqs"]),
-        block_size=int(row["block_size"]),
-        num_kv_blocks=int(row["num_kv_blocks"]),
-        long_prefill_token_threshold=int(get("long_prefill_token_threshold", 0)),
-        chunked_prefill=bool(get("chunked_prefill", True)),
-        max_model_len=int(get("max_model_len", 0)) or (1 << 40),
-    )
-
-
 class RecordedWalk:
     """Replays one instance's recorded steps, yielding pre-step states and
     honest snapshots. Request keys (``F_RID``) are row positions in the
@@ -121,7 +94,7 @@ class RecordedWalk:
     def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None):
         reqs = trace.read("requests") if requests is None else requests
         self.instance_id = instance_id
-        self.engine = engine_config_of(trace.read("instances"), instance_id)
+        self.engine = InstanceConfig.from_table(trace.read("instances"), instance_id)
         mine = np.flatnonzero((reqs["instance_id"] == instance_id).to_numpy()) if "instance_id" in reqs \
             else np.arange(len(reqs))
         arrival = reqs["arrival_s"].to_numpy(dtype=np.float64)
@@ -133,14 +106,13 @@ class RecordedWalk:
         self.output = np.maximum(reqs["output_tokens"].to_numpy(dtype=np.int64), 1)
         pos = pd.Series(np.arange(len(reqs)), index=reqs["request_id"].to_numpy())
 
-        steps = trace.read("steps")
-        steps = steps[steps["instance_id"] == instance_id].sort_values("step")
-        self.steps = steps.reset_index(drop=True)
+        log = StepLog.read(trace, instance_id)
+        steps = log.steps
+        self.steps = steps
         self.step_ids = steps["step"].to_numpy()
         self.start = steps["start_s"].to_numpy(dtype=np.float64)
         self.end = steps["end_s"].to_numpy(dtype=np.float64)
-        items = trace.read("step_items")
-        items = items[items["instance_id"] == instance_id]
+        items = log.step_items
         kpos = pd.Series(np.arange(len(steps)), index=self.step_ids)
         ik = kpos.loc[items["step"].to_numpy()].to_numpy()
         srt = np.argsort(ik, kind="stable")
@@ -148,10 +120,8 @@ class RecordedWalk:
         self.item_tok = items["tokens"].to_numpy(dtype=np.int64)[srt]
         self.item_cb = items["computed_before"].to_numpy(dtype=np.int64)[srt]
         self.item_off = np.searchsorted(ik[srt], np.arange(len(steps) + 1))
-        pre = trace.read("preemptions") if trace.has("preemptions") else None
-        if pre is not None:
-            pre = pre[pre["instance_id"] == instance_id]
-        if pre is not None and len(pre):
+        pre = log.preemptions
+        if len(pre):
             pk = kpos.loc[pre["step"].to_numpy()].to_numpy()
             ps = np.argsort(pk, kind="stable")
             self.pre_req = pos.loc[pre["request_id"].to_numpy()].to_numpy()[ps]
@@ -161,9 +131,8 @@ class RecordedWalk:
             self.pre_off = np.zeros(len(steps) + 1, dtype=np.int64)
 
         self.state = SchedState.new(self.engine, capacity=len(order) + 2)
-        cap = int(self.state.sc[S_CAP])
-        self.out_slot, self.out_tok, self.out_cb, _ = new_batch_buffers(cap)
-        self.pre_slot = np.zeros(cap, dtype=np.int64)
+        cap = self.state.capacity
+        self.plan = StepPlan.new(cap)  # the recorded batch being applied (or in flight)
         self.slot_of = np.full(len(reqs), -1, dtype=np.int64)
         self.inbox = np.zeros(cap, dtype=np.int64)
         self.inbox_req: list[int] = []
@@ -199,24 +168,28 @@ class RecordedWalk:
         self.arrive_until(self.start[k])
         self.join_until(self.start[k])
 
-    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def batch(self, k: int) -> int:
+        """Load step k's recorded batch and preemptions into ``self.plan``;
+        returns the batch size."""
         a, b = self.item_off[k], self.item_off[k + 1]
-        return self.slot_of[self.item_req[a:b]], self.item_tok[a:b], self.item_cb[a:b]
+        n = b - a
+        self.plan.slot[:n] = self.slot_of[self.item_req[a:b]]
+        self.plan.tokens[:n] = self.item_tok[a:b]
+        self.plan.computed[:n] = self.item_cb[a:b]
+        self.plan.counts[PL_N] = n
+        return n
+
+    def preempted(self, k: int) -> int:
+        a, b = self.pre_off[k], self.pre_off[k + 1]
+        self.plan.preempted[: b - a] = self.slot_of[self.pre_req[a:b]]
+        return b - a
 
     def apply(self, k: int) -> None:
-        slots, tok, cb = self.batch(k)
-        a, b = self.pre_off[k], self.pre_off[k + 1]
-        npre = b - a
-        self.pre_slot[:npre] = self.slot_of[self.pre_req[a:b]]
-        st = self.state
-        apply_batch(st.cfg, st.req, st.sc, st.running, st.waiting, slots, tok, cb, len(slots), self.pre_slot, npre)
+        n = self.batch(k)
+        apply_batch(self.state, self.plan, n, self.preempted(k))
 
     def complete(self, k: int) -> None:
-        slots, _, _ = self.batch(k)
-        n = len(slots)
-        self.out_slot[:n] = slots
-        st = self.state
-        complete_step(st.req, st.sc, st.running, st.free_slots, self.out_slot, n)
+        complete_step(self.state, self.plan, self.batch(k))
 
     def step_through(self, k: int) -> None:
         if not self.applied:
@@ -236,13 +209,13 @@ class RecordedWalk:
             self.k += 1
         infl_start = None
         wake = None
-        slots = tok = cb = np.zeros(0, dtype=np.int64)
+        n = 0
         if self.k < len(self.start) and self.start[self.k] <= t:
             if not self.applied:
                 self.prepare(self.k)
                 self.apply(self.k)
                 self.applied = True
-            slots, tok, cb = self.batch(self.k)
+            n = self.batch(self.k)
             infl_start = float(self.start[self.k])
         self.arrive_until(t, before_pos=pos)
         n_in = len(self.inbox_req)
@@ -256,8 +229,7 @@ class RecordedWalk:
                 wake = float(last_end)
             elif self.inbox_req:
                 wake = float(self.arrival[self.inbox_req[0]])
-        return Snapshot(t, self.instance_id, self.state, self.inbox, n_in, slots, tok, cb, len(slots), infl_start,
-                        0.0, wake)
+        return Snapshot(t, self.instance_id, self.state, self.inbox, n_in, self.plan, n, infl_start, 0.0, wake)
 
     def queries(self) -> Iterator[tuple[int, Snapshot]]:
         """(request index, snapshot) for every request, in arrival order."""

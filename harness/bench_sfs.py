@@ -13,15 +13,17 @@ import time
 
 import numpy as np
 
+from estimators.engine.config import InstanceConfig
+from estimators.engine.layout import F_BLOCKS, S_FREE_BLOCKS, S_NR, ST_RUNNING
+from estimators.engine.primitives import cdiv
+from estimators.engine.state import SchedState, StepPlan
 from estimators.profile import load_profile
-from estimators.sched_kernel import cdiv
-from estimators.sched_state import F_BLOCKS, S_FREE_BLOCKS, S_NR, ST_RUNNING, EngineConfig, SchedState
 from estimators.sfs import SFS
 from estimators.snapshot import Query, Snapshot
 from traces.workload import WorkloadConfig, generate_workload
 
-ENGINE = EngineConfig(max_num_batched_tokens=32768, max_num_seqs=2048, block_size=16, num_kv_blocks=400_000,
-                      max_model_len=40960)
+ENGINE = InstanceConfig(instance_id="bench", max_num_batched_tokens=32768, max_num_seqs=2048, block_size=16,
+                        num_kv_blocks=400_000, max_model_len=40960)
 
 
 def busy_state(n_residents: int, n_waiting: int, rng: np.random.Generator, lengths) -> tuple[Snapshot, np.ndarray]:
@@ -47,8 +49,11 @@ def busy_state(n_residents: int, n_waiting: int, rng: np.random.Generator, lengt
     infl = np.array(slots, dtype=np.int64)
     # the in-flight decode step: every running request gets one token
     st.req[infl, 2] += 1
-    snap = Snapshot(0.0, "bench", st, np.zeros(1, dtype=np.int64), 0, infl, np.ones(len(infl), dtype=np.int64),
-                    st.req[infl, 2] - 1, len(infl), -0.004)
+    plan = StepPlan.new(st.capacity)
+    plan.slot[: len(infl)] = infl
+    plan.tokens[: len(infl)] = 1
+    plan.computed[: len(infl)] = st.req[infl, 2] - 1
+    snap = Snapshot(0.0, "bench", st, np.zeros(1, dtype=np.int64), 0, plan, len(infl), -0.004)
     return snap, pred
 
 

@@ -25,7 +25,7 @@ from harness.cli_replay import format_sweep, write_replay_result
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, replay
 from harness.sweep import Cell, SweepSpec, default_workers, sweep_result, write_sweep_result
-from harness.twin import Twin, TwinConfig, shortest_queue_router
+from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from reports.render import build_report
 from reports.results import load_result
 from routers.registry import MAIN_ROUTERS
@@ -73,9 +73,7 @@ def demo(out: Path, seed: int) -> None:
                             "workload": str(workload)}
         w.meta["arrivals"] = "measured"
         w.meta["frontend_overhead_s"] = pool.frontend_overhead_s
-        for name, df in (("requests", res.requests), ("steps", res.steps), ("step_items", res.step_items),
-                         ("instances", res.instances)):
-            w.write_table(name, df)
+        write_twin_trace(w, res)
     click.echo(f"{res.steps_run:,} steps over {res.sim_end_s:,.0f} simulated s in {wall:.1f} s "
                f"({res.sim_end_s / wall:,.0f}x real time with step logging)")
     by = res.requests.groupby("instance_id")["ttft_s"]

@@ -40,19 +40,17 @@ def _routers(text: str) -> list[str]:
 def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: int, record_steps: bool = False,
                         force: bool = False) -> None:
     """A replay result directory: metrics.json and the served trace."""
+    from harness.twin import write_twin_trace
+
     with StagedDir(out, force) as tmp:
         write_json(tmp / "metrics.json", res.metrics)
         with TraceWriter(tmp / "served") as w:
             w.meta["source"] = {"kind": "replay", "pool": pool.name, "router": router_name, "seed": seed}
             w.meta["arrivals"] = "measured"
             w.meta["frontend_overhead_s"] = pool.frontend_overhead_s
-            w.write_table("requests", res.requests)
-            w.write_table("instances", res.twin.instances)
+            write_twin_trace(w, res.twin, requests=res.requests, steps=record_steps)
             if quality is not None:
                 w.write_table("quality", quality)
-            if record_steps and res.twin.steps is not None:
-                w.write_table("steps", res.twin.steps)
-                w.write_table("step_items", res.twin.step_items)
 
 
 def _print_replay(m: dict) -> None:

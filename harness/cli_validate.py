@@ -8,6 +8,7 @@ import click
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
+from harness.twin import write_twin_trace
 from harness.validate import validate as run_validation
 from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
 
@@ -60,11 +61,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
             w.meta["source"] = {"kind": "twin", "replay_of": str(trace_dir), "profile": profile.name,
                                 "noise": noise, "seed": seed}
             w.meta["arrivals"] = "measured"
-            w.write_table("requests", v.twin.requests)
-            w.write_table("instances", v.twin.instances)
-            if v.twin.steps is not None:
-                w.write_table("steps", v.twin.steps)
-                w.write_table("step_items", v.twin.step_items)
+            write_twin_trace(w, v.twin)
     tt, st, da = m["ttft"], m["steps"], m["decision_agreement"]
     click.echo(f"validate {trace_dir} with profile {profile.name} ({profile.form}), noise {noise}")
     click.echo(f"TTFT        MAPE {100 * tt['mape']:.1f}%  median APE {100 * tt['median_ape']:.1f}%  "

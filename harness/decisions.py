@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from estimators.sched_kernel import new_batch_buffers, schedule_step
-from estimators.sched_state import F_RID, S_CAP, S_NPREEMPT
+from estimators.engine.kernel import schedule_step
+from estimators.engine.layout import F_RID, S_NPREEMPT
+from estimators.engine.state import StepPlan
 from estimators.snapshot import RecordedWalk
 from traces.store import Trace
 
@@ -50,19 +51,16 @@ def decision_agreement(trace: Trace, instance_id: str | None = None) -> Agreemen
     reqs = trace.read("requests")
     walk = RecordedWalk(trace, instance_id, reqs)
     rids = reqs["request_id"].to_numpy()
-    cap = int(walk.state.sc[S_CAP])
-    out_slot, out_tok, out_cb, rejected = new_batch_buffers(cap)
+    plan = StepPlan.new(walk.state.capacity)
     result = AgreementResult()
     for k in range(len(walk.start)):
         walk.prepare(k)
         trial = walk.state.copy()
-        rejected[0] = 0
-        n = schedule_step(trial.cfg, trial.req, trial.sc, trial.running, trial.waiting, out_slot, out_tok, out_cb,
-                          rejected)
-        kernel = [(int(rids[trial.req[out_slot[j], F_RID]]), int(out_tok[j])) for j in range(n)]
+        n = schedule_step(trial, plan)
+        kernel = [(int(rids[trial.req[plan.slot[j], F_RID]]), int(plan.tokens[j])) for j in range(n)]
         a, b = walk.item_off[k], walk.item_off[k + 1]
         recorded = [(int(rids[i]), int(t)) for i, t in zip(walk.item_req[a:b], walk.item_tok[a:b])]
-        kernel_pre = [int(rids[trial.req[s, F_RID]]) for s in trial.waiting_slots()[: int(trial.sc[S_NPREEMPT])]][::-1]
+        kernel_pre = [int(rids[trial.req[s, F_RID]]) for s in plan.preempted[: int(trial.sc[S_NPREEMPT])]]
         rec_pre = [int(rids[i]) for i in walk.pre_req[walk.pre_off[k]: walk.pre_off[k + 1]]]
         result.steps += 1
         same_pre = sorted(kernel_pre) == sorted(rec_pre)

@@ -14,7 +14,7 @@ from estimators.calibrate import load_steps
 from estimators.derived import throughput_params
 from estimators.estimate import BaselineParams
 from harness.pools import load_pool
-from harness.twin import Twin, TwinConfig, shortest_queue_router
+from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from traces.arrivals import ArrivalSpec
 from traces.store import TraceWriter
 from traces.workload import WorkloadConfig, generate_workload
@@ -33,9 +33,7 @@ def pool_baselines(pool_ref: str, seed: int = 0) -> dict[str, BaselineParams]:
     with tempfile.TemporaryDirectory(prefix="latroute-baselines-") as tmp:
         path = f"{tmp}/calib"
         with TraceWriter(path) as w:
-            for name, df in (("requests", res.requests), ("steps", res.steps), ("step_items", res.step_items),
-                             ("instances", res.instances)):
-                w.write_table(name, df)
+            write_twin_trace(w, res)
         for inst in res.instances["instance_id"]:
             data = load_steps([path], inst)
             derived = throughput_params(data.steps)

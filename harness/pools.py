@@ -3,10 +3,12 @@ batch-time profile of each instance. ``qwen3-h100`` reproduces the paper's
 setup (DESIGN section 5); other pools are JSON files of the same shape::
 
     {"name": "...", "frontend_overhead_s": 0.005,
-     "instances": [{"instance_id", "model", "gpus", "policy", "max_num_batched_tokens",
-                    "max_num_seqs", "block_size", "num_kv_blocks", "price_in", "price_out",
-                    "profile", "long_prefill_token_threshold", "max_model_len",
-                    "chunked_prefill"}, ...]}
+     "instances": [{"instance_id", "model", "profile", ...}, ...]}
+
+where an instance takes any field of ``estimators.engine.config.InstanceConfig``
+(``policy``, ``max_num_batched_tokens``, ``max_num_seqs``, ``block_size``,
+``num_kv_blocks``, ``watermark``, ``max_model_len``, prices, ...); absent
+fields take its defaults.
 """
 from __future__ import annotations
 
@@ -14,25 +16,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from estimators.engine.config import InstanceConfig
 from traces.errors import BadInput
-
-
-@dataclass(frozen=True)
-class InstanceConfig:
-    instance_id: str
-    model: str
-    profile: str  # built-in profile name or path to a profile JSON
-    gpus: int = 1
-    policy: str = "vllm-v1"
-    max_num_batched_tokens: int = 32768
-    max_num_seqs: int = 512
-    block_size: int = 16
-    num_kv_blocks: int = 20000
-    price_in: float = 0.0  # USD per million prompt tokens
-    price_out: float = 0.0  # USD per million output tokens
-    long_prefill_token_threshold: int = 0
-    max_model_len: int = 40960
-    chunked_prefill: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,7 +41,9 @@ def _qwen3_h100() -> Pool:
         name="qwen3-h100",
         frontend_overhead_s=0.005,
         instances=tuple(InstanceConfig(instance_id=m, model=m, profile=f"{m}-h100", gpus=g, price_in=pi,
-                                       price_out=po, num_kv_blocks=H100_KV_TOKENS[m] // 16)
+                                       price_out=po, num_kv_blocks=H100_KV_TOKENS[m] // 16,
+                                       max_num_batched_tokens=32768, max_num_seqs=512, max_model_len=40960,
+                                       prefix_caching=False)  # the paper's setting, said explicitly
                         for m, g, pi, po in rows),
         notes={"source": "DESIGN section 5", "kv": "bf16, 90% of memory after weights, block size 16",
                "prefix_caching": False},
@@ -92,7 +79,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
         try:
             instances.append(InstanceConfig(**inst))
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise BadInput(path, i, "instances", str(e)) from None
     return Pool(name=str(doc.get("name", path.stem)), instances=tuple(instances),
                 frontend_overhead_s=float(doc.get("frontend_overhead_s", 0.0)), notes=doc.get("notes") or {})

@@ -52,13 +52,13 @@ def warm_up() -> float:
     replay, so replay timings and router decision times exclude it."""
     t0 = time.perf_counter()
     from estimators.batch_fit import NoiseModel
+    from estimators.engine.config import InstanceConfig
     from estimators.profile import BatchTimeProfile
-    from estimators.sched_state import EngineConfig
     from harness.twin import InstanceSpec
 
     prof = BatchTimeProfile("warm", "eq9", np.array([1e-3, 1e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.01))
-    specs = [InstanceSpec("w", EngineConfig(max_num_batched_tokens=256, max_num_seqs=8, num_kv_blocks=100,
-                                            max_model_len=1024), prof)]
+    specs = [InstanceSpec(InstanceConfig(instance_id="w", max_num_batched_tokens=256, max_num_seqs=8,
+                                         num_kv_blocks=100, max_model_len=1024), prof)]
     reqs = pd.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 0.001], "prompt_tokens": [100, 100],
                          "output_tokens": [3, 3]})
     inputs = RouteInputs(np.array([100, 100]), np.array([1.0, 1.0]), np.zeros((2, 1)), np.array([3, 3]))

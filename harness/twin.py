@@ -12,7 +12,8 @@ in-flight step's start and composition, never its end, and never the true
 output lengths of residents.
 
 The twin writes the same tables as a recorded trace (requests with
-instance_id, ttft_s, finish_s, preemptions; steps; step_items; instances).
+instance_id, ttft_s, finish_s, preemptions, finish_reason; the step log:
+steps, step_items, preemptions; instances), through ``write_twin_trace``.
 """
 from __future__ import annotations
 
@@ -23,37 +24,54 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from estimators.batch_time_kernel import profile_arrays, rng_state
+from estimators.engine.config import InstanceConfig, instances_table
+from estimators.engine.fastcall import entry_point
+from estimators.engine.layout import FINISH_REASONS, S_NR, S_WN, ST_PENDING
+from estimators.engine.state import SchedState, StepPlan
+from estimators.engine.steplog import StepLog
+from estimators.engine.timing import TimeModel, rng_state
 from estimators.profile import BatchTimeProfile, load_profile
-from estimators.sched_kernel import new_batch_buffers
-from estimators.sched_state import S_CAP, S_NR, S_WN, ST_PENDING, EngineConfig, SchedState
-from estimators.snapshot import RateTracker, Snapshot, first_gap
+from estimators.snapshot import RateTracker, Snapshot
 from harness import twin_kernel as tk
-from harness.pools import InstanceConfig, Pool
-from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
+from harness.pools import Pool
+from traces.store import TraceWriter
 
 LOG_STEPS = 1 << 15
 LOG_ITEMS = 1 << 20
+LOG_PRE = 1 << 14
 
 
 @dataclass(frozen=True)
 class InstanceSpec:
-    instance_id: str
-    engine: EngineConfig
+    """An instance's configuration with its batch-time profile loaded."""
+
+    config: InstanceConfig
     profile: BatchTimeProfile
-    model: str = ""
-    gpus: int = 0
-    price_in: float = float("nan")
-    price_out: float = float("nan")
-    profile_ref: str = ""
 
     @classmethod
     def from_config(cls, c: InstanceConfig) -> InstanceSpec:
-        engine = EngineConfig(policy=c.policy, max_num_batched_tokens=c.max_num_batched_tokens,
-                              max_num_seqs=c.max_num_seqs, block_size=c.block_size, num_kv_blocks=c.num_kv_blocks,
-                              long_prefill_token_threshold=c.long_prefill_token_threshold,
-                              chunked_prefill=c.chunked_prefill, max_model_len=c.max_model_len)
-        return cls(c.instance_id, engine, load_profile(c.profile), c.model, c.gpus, c.price_in, c.price_out, c.profile)
+        return cls(c, load_profile(c.profile))
+
+    @property
+    def instance_id(self) -> str:
+        return self.config.instance_id
+
+    @property
+    def model(self) -> str:
+        return self.config.model or self.config.instance_id
+
+    @property
+    def price_in(self) -> float:
+        return self.config.price_in
+
+    @property
+    def price_out(self) -> float:
+        return self.config.price_out
+
+    def row_config(self) -> InstanceConfig:
+        """The configuration as the ``instances`` row records it (the
+        profile named even when it was given as an object)."""
+        return replace(self.config, model=self.model, profile=self.config.profile or self.profile.name)
 
 
 @dataclass(frozen=True)
@@ -64,125 +82,164 @@ class TwinConfig:
     frontend_overhead_s: float | None = None  # added to every TTFT; None = the pool's (0 without a pool)
 
 
+_ADVANCE = None
+
+
+def _advance_entry(inst: Instance, out: tk.Outcomes):
+    """The compiled ``twin_kernel.advance`` (typed once per process)."""
+    global _ADVANCE
+    if _ADVANCE is None:
+        _ADVANCE = entry_point(tk.advance, 0.0, inst.state, inst.plan, inst.tw, inst.model, out, inst.log)
+    return _ADVANCE
+
+
 class Instance:
     """One simulated instance: scheduler state, in-flight step, inbox, noise
-    stream and step log. Routers read it through the honest accessors."""
+    stream and step log. It is an ``InstanceView``: routers and estimators
+    read it through the honest accessors."""
 
     def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig):
         self.index = index
         self.spec = spec
-        self.state = SchedState.new(spec.engine, capacity=256)
-        cap = int(self.state.sc[S_CAP])
-        self.out_slot, self.out_tok, self.out_cb, self.rejected = new_batch_buffers(cap)
-        self.inbox = np.zeros(cap, dtype=np.int64)
-        self.meta = np.zeros(tk.NM, dtype=np.int64)
-        form, coef, noise, qs, vs = profile_arrays(spec.profile)
-        self.meta[tk.M_FORM] = form
-        self.coef, self.noise, self.stall_q, self.stall_v = coef, noise, qs, vs
-        self.params = np.zeros(tk.NP_, dtype=np.float64)
-        self.params[tk.P_GAP] = spec.profile.step_gap_s
-        self.params[tk.P_MULT] = spec.profile.expected_multiplier
-        self.params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
-        self.params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
-        self.times = np.zeros(2, dtype=np.float64)
-        self.rng = rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0]))
-        self.log_t = np.zeros((LOG_STEPS if cfg.record_steps else 1, 2), dtype=np.float64)
-        self.log_n = np.zeros(LOG_STEPS if cfg.record_steps else 1, dtype=np.int64)
-        self.log_items = np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64)
-        self.log_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.instance_id = spec.instance_id
+        self.state = SchedState.new(spec.config, capacity=256)
+        cap = self.state.capacity
+        self.plan = StepPlan.new(cap)
+        self.model = TimeModel.of(spec.profile)
+        params = np.zeros(tk.NP_, dtype=np.float64)
+        params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
+        params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
+        self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), np.zeros(tk.NM, dtype=np.int64),
+                                np.zeros(2, dtype=np.float64), params,
+                                rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])))
+        k = LOG_STEPS if cfg.record_steps else 1
+        self.log = tk.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
+                                 np.zeros(k, dtype=np.int64),
+                                 np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64),
+                                 np.zeros(LOG_PRE if cfg.record_steps else 1, dtype=np.int64))
+        self.log_parts: list[tuple[np.ndarray, ...]] = []
         self.rate = RateTracker()
         self._now = 0.0
 
-    # --- honest view for routers and estimators
+    # --- honest view for routers and estimators (InstanceView)
+    @property
+    def meta(self) -> np.ndarray:
+        return self.tw.meta
+
+    @property
+    def inbox(self) -> np.ndarray:
+        return self.tw.inbox
+
+    @property
+    def n_inbox(self) -> int:
+        return int(self.tw.meta[tk.M_INBOX_N])
+
     @property
     def busy(self) -> bool:
         """A step is in flight."""
-        return self.meta[tk.M_BUSY] == tk.RUNNING
+        return self.tw.meta[tk.M_BUSY] == tk.RUNNING
 
     @property
     def idle(self) -> bool:
-        return self.meta[tk.M_BUSY] == tk.IDLE
+        return self.tw.meta[tk.M_BUSY] == tk.IDLE
 
     @property
-    def inflight_start(self) -> float:
-        return float(self.times[tk.T_START])
+    def inflight(self) -> StepPlan:
+        return self.plan
 
-    def inflight_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n = int(self.meta[tk.M_N]) if self.busy else 0
-        return self.out_slot[:n], self.out_tok[:n], self.out_cb[:n]
+    @property
+    def infl_n(self) -> int:
+        return int(self.tw.meta[tk.M_N]) if self.busy else 0
+
+    @property
+    def infl_start(self) -> float | None:
+        return float(self.tw.times[tk.T_START]) if self.busy else None
 
     @property
     def wake_s(self) -> float | None:
         """Between steps: when the engine finished its last step or woke up."""
-        return float(self.times[tk.T_START] - self.params[tk.P_GAP]) if self.meta[tk.M_BUSY] == tk.GAP else None
+        if self.tw.meta[tk.M_BUSY] == tk.GAP:
+            return float(self.tw.times[tk.T_START] - self.model.gap)
+        return None
+
+    @property
+    def arrival_rate(self) -> float:
+        return self.rate.rate(self._now)
 
     def snapshot(self, t: float) -> Snapshot:
-        """The honest view at time ``t`` (live arrays; estimators copy them)."""
-        slots, tok, cb = self.inflight_batch()
-        return Snapshot(t, self.spec.instance_id, self.state, self.inbox, int(self.meta[tk.M_INBOX_N]), slots, tok,
-                        cb, len(slots), self.inflight_start if self.busy else None, self.rate.rate(t), self.wake_s)
-
-    def timing(self, t: float, gap: float) -> tuple[int, int, float, float]:
-        """What SFS needs of the live instance without building a Snapshot:
-        (requests not yet taken in, in-flight batch size, time since the
-        in-flight step started, time to the next schedule() after it)."""
-        busy = self.busy
-        start = self.inflight_start if busy else None
-        return (int(self.meta[tk.M_INBOX_N]), int(self.meta[tk.M_N]) if busy else 0,
-                t - start if busy else 0.0, first_gap(t, start, self.wake_s, gap))
+        """The honest view at time ``t`` as a Snapshot (live arrays)."""
+        return Snapshot(t, self.instance_id, self.state, self.inbox, self.n_inbox, self.plan, self.infl_n,
+                        self.infl_start, self.rate.rate(t), self.wake_s)
 
     def inbox_slots(self) -> np.ndarray:
-        return self.inbox[: self.meta[tk.M_INBOX_N]]
+        return self.inbox[: self.n_inbox]
+
+    def resident_slots(self) -> np.ndarray:
+        st = self.state
+        return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox_slots()])
 
     @property
     def residents(self) -> int:
         """Requests on the instance: running, waiting and not yet taken in."""
-        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
+        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.tw.meta[tk.M_INBOX_N])
+
+    @property
+    def queued(self) -> int:
+        return int(self.state.sc[S_WN] + self.tw.meta[tk.M_INBOX_N])
 
     # --- driving
-    def _args(self):
-        st = self.state
-        return (st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, self.inbox, self.meta, self.out_slot,
-                self.out_tok, self.out_cb, self.rejected, self.times, self.coef, self.noise, self.stall_q,
-                self.stall_v, self.params, self.rng)
-
-    def advance(self, t: float, ev) -> None:
+    def advance(self, t: float, out: tk.Outcomes) -> None:
         self._now = t
-        state = self.meta[tk.M_BUSY]
-        if state == tk.IDLE or (state == tk.RUNNING and self.times[tk.T_END] > t) or \
-                (state == tk.GAP and self.times[tk.T_START] > t):
+        busy, times = self.tw.meta[tk.M_BUSY], self.tw.times
+        if busy == tk.IDLE or (busy == tk.RUNNING and times[tk.T_END] > t) or \
+                (busy == tk.GAP and times[tk.T_START] > t):
             return  # nothing happens on this instance before t
-        while tk.advance(t, *self._args(), ev.first_t, ev.finish_t, ev.reject_t, ev.preempt_n,
-                         self.log_t, self.log_n, self.log_items):
+        run = _advance_entry(self, out)
+        while run(t, self.state, self.plan, self.tw, self.model, out, self.log):
             self.flush_log()
 
     def kick(self, t: float) -> None:
-        tk.kick(t, self.meta, self.times, self.params)
+        tk.kick(t, self.tw, self.model)
 
     def add(self, rid: int, prompt: int, output: int, hit: int = 0) -> None:
-        cap_before = int(self.state.sc[S_CAP])
+        st = self.state.with_room()
+        if st is not self.state:
+            self._grow(st)
         slot = self.state.add(rid, prompt, output, hit=hit, status=ST_PENDING)
-        cap = int(self.state.sc[S_CAP])
-        if cap != cap_before:
-            self._grow_buffers(cap)
-        self.inbox[self.meta[tk.M_INBOX_N]] = slot
-        self.meta[tk.M_INBOX_N] += 1
+        meta = self.tw.meta
+        self.tw.inbox[meta[tk.M_INBOX_N]] = slot
+        meta[tk.M_INBOX_N] += 1
         self.rate.observe(self._now)
 
-    def _grow_buffers(self, cap: int) -> None:
-        out_slot, out_tok, out_cb, rejected = new_batch_buffers(cap)
-        n = int(self.meta[tk.M_N])
-        out_slot[:n], out_tok[:n], out_cb[:n] = self.out_slot[:n], self.out_tok[:n], self.out_cb[:n]
+    def _grow(self, st: SchedState) -> None:
+        cap = st.capacity
+        self.state = st
+        self.plan = self.plan.grown(cap, int(self.tw.meta[tk.M_N]))
         inbox = np.zeros(cap, dtype=np.int64)
-        inbox[: self.inbox.size] = self.inbox
-        self.out_slot, self.out_tok, self.out_cb, self.rejected, self.inbox = out_slot, out_tok, out_cb, rejected, inbox
+        inbox[: self.tw.inbox.size] = self.tw.inbox
+        self.tw = self.tw._replace(inbox=inbox)
 
     def flush_log(self) -> None:
-        k, m = int(self.meta[tk.M_LOG_STEPS]), int(self.meta[tk.M_LOG_ITEMS])
+        meta = self.tw.meta
+        k, m, p = int(meta[tk.M_LOG_STEPS]), int(meta[tk.M_LOG_ITEMS]), int(meta[tk.M_LOG_PRE])
         if k:
-            self.log_parts.append((self.log_t[:k].copy(), self.log_n[:k].copy(), self.log_items[:m].copy()))
-        self.meta[tk.M_LOG_STEPS] = 0
-        self.meta[tk.M_LOG_ITEMS] = 0
+            lg = self.log
+            self.log_parts.append((lg.t[:k].copy(), lg.n[:k].copy(), lg.items[:m].copy(), lg.npre[:k].copy(),
+                                   lg.pre[:p].copy()))
+        meta[tk.M_LOG_STEPS] = 0
+        meta[tk.M_LOG_ITEMS] = 0
+        meta[tk.M_LOG_PRE] = 0
+
+    def step_log(self, rid_map: np.ndarray) -> StepLog | None:
+        """This instance's flushed log as a ``StepLog`` (request ids from
+        ``rid_map``, indexed by trace position)."""
+        if not self.log_parts:
+            return None
+        t, cnt, items, npre, pre = (np.concatenate([part[i] for part in self.log_parts]) for i in range(5))
+        step = np.arange(len(cnt), dtype=np.int64)
+        return StepLog.from_items(self.instance_id, step, t[:, 0], t[:, 1], np.repeat(step, cnt),
+                                  rid_map[items[:, 0]], items[:, 1], items[:, 2], items[:, 3],
+                                  np.repeat(step, npre), rid_map[pre])
 
 
 class Router(Protocol):
@@ -193,38 +250,47 @@ class Router(Protocol):
 class Events:
     """Per-request outcomes, indexed by position in the trace."""
 
-    first_t: np.ndarray
-    finish_t: np.ndarray
-    reject_t: np.ndarray
-    preempt_n: np.ndarray
+    out: tk.Outcomes
     instance: np.ndarray
 
     @classmethod
     def new(cls, n: int) -> Events:
         nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64))
+        return cls(tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)),
+                   np.full(n, -1, dtype=np.int64))
 
 
 @dataclass
 class TwinResult:
     requests: pd.DataFrame
-    steps: pd.DataFrame | None
-    step_items: pd.DataFrame | None
+    log: StepLog | None  # steps, step_items, preemptions (None without step recording)
     instances: pd.DataFrame
     sim_end_s: float
     steps_run: int
     extra: dict = field(default_factory=dict)
 
+    @property
+    def steps(self) -> pd.DataFrame | None:
+        return None if self.log is None else self.log.steps
 
-def instances_table(specs: list[InstanceSpec]) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "instance_id": s.instance_id, "model": s.model or s.instance_id, "gpus": s.gpus, "policy": s.engine.policy,
-        "max_num_batched_tokens": s.engine.max_num_batched_tokens, "max_num_seqs": s.engine.max_num_seqs,
-        "block_size": s.engine.block_size, "num_kv_blocks": s.engine.num_kv_blocks, "price_in": s.price_in,
-        "price_out": s.price_out, "profile": s.profile_ref or s.profile.name,
-        "long_prefill_token_threshold": s.engine.long_prefill_token_threshold,
-        "max_model_len": s.engine.max_model_len, "chunked_prefill": s.engine.chunked_prefill,
-    } for s in specs])
+    @property
+    def step_items(self) -> pd.DataFrame | None:
+        return None if self.log is None else self.log.step_items
+
+    @property
+    def preemptions(self) -> pd.DataFrame | None:
+        return None if self.log is None else self.log.preemptions
+
+
+def write_twin_trace(w: TraceWriter, res: TwinResult, requests: pd.DataFrame | None = None,
+                     steps: bool = True) -> None:
+    """Write a twin result as a trace: requests (``requests`` if given, e.g.
+    a served trace with more columns), instances and, when recorded and
+    ``steps``, its step log."""
+    w.write_table("requests", res.requests if requests is None else requests)
+    w.write_table("instances", res.instances)
+    if steps and res.log is not None:
+        res.log.write(w)
 
 
 class Twin:
@@ -256,7 +322,7 @@ class Twin:
         for i in range(n):
             t = arrival[i]
             for inst in insts:
-                inst.advance(t, ev)
+                inst.advance(t, ev.out)
             if on_arrival is not None:
                 on_arrival(i, t, insts)
             j = router(i, t, insts)
@@ -266,49 +332,31 @@ class Twin:
             if inst.idle:
                 inst.kick(t)
         for inst in insts:
-            inst.advance(np.inf, ev)
+            inst.advance(np.inf, ev.out)
             inst.flush_log()
         return self._result(requests, ev, insts)
 
     def _result(self, requests: pd.DataFrame, ev: Events, insts: list[Instance]) -> TwinResult:
         ids = np.array([s.instance_id for s in self.specs], dtype=object)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
+        o = ev.out
         out = requests.copy()
         out["instance_id"] = np.where(ev.instance >= 0, ids[np.maximum(ev.instance, 0)], None)
-        out["ttft_s"] = ev.first_t - arrival + (self.cfg.frontend_overhead_s or 0.0)
-        out["finish_s"] = ev.finish_t
-        out["preemptions"] = ev.preempt_n
-        steps_frames, item_frames = [], []
-        steps_run = 0
-        sim_end = float(np.nanmax(ev.finish_t)) if np.isfinite(ev.finish_t).any() else 0.0
+        out["ttft_s"] = o.first_t - arrival + (self.cfg.frontend_overhead_s or 0.0)
+        out["finish_s"] = o.finish_t
+        out["preemptions"] = o.preempt_n
+        out["finish_reason"] = np.where(np.isfinite(o.finish_t),
+                                        np.array(FINISH_REASONS, dtype=object)[o.length_capped], None)
+        sim_end = float(np.nanmax(o.finish_t)) if np.isfinite(o.finish_t).any() else 0.0
         rid_map = requests["request_id"].to_numpy()
-        for inst in insts:
-            steps_run += int(inst.meta[tk.M_STEPS])
-            if not self.cfg.record_steps or not inst.log_parts:
-                continue
-            t = np.concatenate([p[0] for p in inst.log_parts])
-            cnt = np.concatenate([p[1] for p in inst.log_parts])
-            items = np.concatenate([p[2] for p in inst.log_parts])
-            step_idx = np.repeat(np.arange(len(cnt), dtype=np.int64), cnt)
-            item_df = pd.DataFrame({"instance_id": inst.spec.instance_id, "step": step_idx,
-                                    "request_id": rid_map[items[:, 0]], "tokens": items[:, 1],
-                                    "computed_before": items[:, 2], "prompt_tokens": items[:, 3]})
-            agg = step_aggregates(item_df)
-            steps_df = pd.DataFrame({"instance_id": inst.spec.instance_id, "step": np.arange(len(cnt), dtype=np.int64),
-                                     "start_s": t[:, 0], "end_s": t[:, 1]})
-            steps_df = steps_df.merge(agg, on=["instance_id", "step"], how="left")
-            steps_df[list(AGGREGATE_COLUMNS)] = steps_df[list(AGGREGATE_COLUMNS)].fillna(0).astype(np.int64)
-            steps_df["num_preempted"] = 0
-            steps_frames.append(steps_df)
-            item_frames.append(item_df)
+        logs = [inst.step_log(rid_map) for inst in insts] if self.cfg.record_steps else []
         return TwinResult(
             requests=out,
-            steps=pd.concat(steps_frames, ignore_index=True) if steps_frames else None,
-            step_items=pd.concat(item_frames, ignore_index=True) if item_frames else None,
-            instances=instances_table(self.specs),
+            log=StepLog.concat([g for g in logs if g is not None]),
+            instances=instances_table([s.row_config() for s in self.specs]),
             sim_end_s=sim_end,
-            steps_run=steps_run,
-            extra={"rejected": int(np.isfinite(ev.reject_t).sum())},
+            steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
+            extra={"rejected": int(np.isfinite(o.reject_t).sum())},
         )
 
 

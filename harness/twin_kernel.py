@@ -12,133 +12,182 @@ that schedule(), as in vLLM's engine loop.
 Python calls ``advance`` for every instance before each arrival (so the
 router sees every instance as it is at that moment) and ``kick`` when an
 arrival finds an instance idle; everything between arrivals stays in Numba.
+
+Bundles: the instance's ``SchedState`` and ``StepPlan`` (the in-flight
+step), ``TwinArrays`` (inbox, meta, times, params, noise stream), the
+``TimeModel``, ``Outcomes`` (per-request times, indexed by trace position)
+and ``LogBuffers`` (the step log, flushed by Python when full).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 from numba import njit
 
-from estimators.batch_time_kernel import batch_typical_time, noisy_ratio
-from estimators.sched_kernel import complete_step, drop_unservable_head, schedule_step, wait_push_back
-from estimators.sched_state import (
+from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
+from estimators.engine.layout import (
     EV_FINISH,
     EV_FIRST,
+    EV_LENGTH,
     F_EVENT,
     F_PREEMPTIONS,
     F_PROMPT,
     F_RID,
     F_STATUS,
-    S_NFREE_SLOTS,
+    PL_NREJ,
+    S_NPREEMPT,
     S_NR,
     S_WN,
     ST_WAITING,
 )
+from estimators.engine.primitives import release_slot, wait_push_back
+from estimators.engine.timing import noisy_ratio, plan_time
 
 # meta (int64) fields
-M_BUSY, M_N, M_INBOX_N, M_FORM, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS = 0, 1, 2, 3, 4, 5, 6
+M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE = 0, 1, 2, 3, 4, 5, 6
 IDLE, RUNNING, GAP = 0, 1, 2
 NM = 8
 # params (float64) fields
-P_GAP, P_MULT, P_NOISE_ON, P_LOG_ON = 0, 1, 2, 3
-NP_ = 4
+P_NOISE_ON, P_LOG_ON = 0, 1
+NP_ = 2
 # times (float64): in-flight step start (or, between steps, the next schedule) and end (hidden from routers)
 T_START, T_END = 0, 1
 
 
-@njit(cache=True)
-def _release(req, sc, free_slots, s):
-    free_slots[sc[S_NFREE_SLOTS]] = s
-    sc[S_NFREE_SLOTS] += 1
+class TwinArrays(NamedTuple):
+    inbox: np.ndarray  # slots arrived, not yet handed to the scheduler (first meta[M_INBOX_N])
+    meta: np.ndarray  # M_*
+    times: np.ndarray  # T_*
+    params: np.ndarray  # P_*
+    rng: np.ndarray  # xoshiro256** state
+
+
+class Outcomes(NamedTuple):
+    """Per-request outcomes, indexed by the request's position in the trace."""
+
+    first_t: np.ndarray
+    finish_t: np.ndarray
+    reject_t: np.ndarray
+    preempt_n: np.ndarray
+    length_capped: np.ndarray  # 1: finished at max_model_len (vLLM's "length")
+
+
+class LogBuffers(NamedTuple):
+    """The step log: per step [start, end], batch size and preemption
+    count; per item [rid, tokens, computed_before, prompt]; per preemption
+    the rid (in order)."""
+
+    t: np.ndarray
+    n: np.ndarray
+    npre: np.ndarray
+    items: np.ndarray
+    pre: np.ndarray
 
 
 @njit(cache=True)
-def _start_step(t, cfg, req, sc, running, waiting, free_slots, inbox, meta, out_slot, out_tok, out_cb, rejected,
-                times, coef, noise, stall_q, stall_v, params, rng, reject_t):
+def _start_step(t, st, plan, tw, model, out):
     """schedule() at time ``t``: take in the inbox, schedule, draw the duration."""
+    meta = tw.meta
     for i in range(meta[M_INBOX_N]):
-        s = inbox[i]
-        req[s, F_STATUS] = ST_WAITING
-        wait_push_back(sc, waiting, s)
+        s = tw.inbox[i]
+        st.req[s, F_STATUS] = ST_WAITING
+        wait_push_back(st.sc, st.waiting, s)
     meta[M_INBOX_N] = 0
     while True:
-        rejected[0] = 0
-        n = schedule_step(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb, rejected)
-        for r in range(rejected[0]):
-            s = rejected[1 + r]
-            reject_t[req[s, F_RID]] = t
-            _release(req, sc, free_slots, s)
+        n = schedule_step(st, plan)
+        for r in range(plan.counts[PL_NREJ]):
+            s = plan.rejected[r]
+            out.reject_t[st.req[s, F_RID]] = t
+            release_slot(st, s)
         if n > 0:
             break
-        if sc[S_NR] == 0 and sc[S_WN] > 0:
-            s = drop_unservable_head(req, sc, waiting)
-            reject_t[req[s, F_RID]] = t
-            _release(req, sc, free_slots, s)
+        if st.sc[S_NR] == 0 and st.sc[S_WN] > 0:
+            s = drop_unservable_head(st)
+            out.reject_t[st.req[s, F_RID]] = t
+            release_slot(st, s)
             continue
         meta[M_BUSY] = IDLE
         meta[M_N] = 0
         return
-    typical = batch_typical_time(meta[M_FORM], coef, req, out_slot, out_tok, out_cb, n)
-    if params[P_NOISE_ON] > 0.0:
-        dur = typical * noisy_ratio(noise, stall_q, stall_v, rng)
+    typical = plan_time(model, st.req, plan, n)
+    if tw.params[P_NOISE_ON] > 0.0:
+        dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
     else:
-        dur = typical * params[P_MULT]
-    times[T_START] = t
-    times[T_END] = t + dur
+        dur = typical * model.mult
+    tw.times[T_START] = t
+    tw.times[T_END] = t + dur
     meta[M_BUSY] = RUNNING
     meta[M_N] = n
     meta[M_STEPS] += 1
 
 
 @njit(cache=True)
-def kick(t, meta, times, params):
+def kick(t, tw, model):
     """An arrival woke an idle instance: it will schedule after the gap."""
-    if meta[M_BUSY] == IDLE:
-        meta[M_BUSY] = GAP
-        times[T_START] = t + params[P_GAP]
+    if tw.meta[M_BUSY] == IDLE:
+        tw.meta[M_BUSY] = GAP
+        tw.times[T_START] = t + model.gap
 
 
 @njit(cache=True)
-def advance(t_until, cfg, req, sc, running, waiting, free_slots, inbox, meta, out_slot, out_tok, out_cb, rejected,
-            times, coef, noise, stall_q, stall_v, params, rng, first_t, finish_t, reject_t, preempt_n,
-            log_t, log_n, log_items):
+def _log_step(st, plan, tw, log, n, t_end):
+    """Append the finished step to the log; False if the log is full."""
+    meta = tw.meta
+    npre = st.sc[S_NPREEMPT]
+    if (meta[M_LOG_STEPS] >= log.n.size or meta[M_LOG_ITEMS] + n > log.items.shape[0]
+            or meta[M_LOG_PRE] + npre > log.pre.size):
+        return False
+    k = meta[M_LOG_STEPS]
+    log.t[k, 0] = tw.times[T_START]
+    log.t[k, 1] = t_end
+    log.n[k] = n
+    log.npre[k] = npre
+    base = meta[M_LOG_ITEMS]
+    for j in range(n):
+        s = plan.slot[j]
+        log.items[base + j, 0] = st.req[s, F_RID]
+        log.items[base + j, 1] = plan.tokens[j]
+        log.items[base + j, 2] = plan.computed[j]
+        log.items[base + j, 3] = st.req[s, F_PROMPT]
+    for j in range(npre):
+        log.pre[meta[M_LOG_PRE] + j] = st.req[plan.preempted[j], F_RID]
+    meta[M_LOG_STEPS] = k + 1
+    meta[M_LOG_ITEMS] = base + n
+    meta[M_LOG_PRE] += npre
+    return True
+
+
+@njit(cache=True)
+def advance(t_until, st, plan, tw, model, out, log):
     """Run every step that ends at or before ``t_until``. Returns 1 when the
     step log is full (the caller flushes it and calls again), else 0."""
+    meta, times = tw.meta, tw.times
     while True:
         if meta[M_BUSY] == RUNNING and times[T_END] <= t_until:
             n = meta[M_N]
             t_end = times[T_END]
-            if params[P_LOG_ON] > 0.0:
-                if meta[M_LOG_STEPS] >= log_n.size or meta[M_LOG_ITEMS] + n > log_items.shape[0]:
-                    return 1
-                k = meta[M_LOG_STEPS]
-                log_t[k, 0] = times[T_START]
-                log_t[k, 1] = t_end
-                log_n[k] = n
-                base = meta[M_LOG_ITEMS]
-                for j in range(n):
-                    s = out_slot[j]
-                    log_items[base + j, 0] = req[s, F_RID]
-                    log_items[base + j, 1] = out_tok[j]
-                    log_items[base + j, 2] = out_cb[j]
-                    log_items[base + j, 3] = req[s, F_PROMPT]
-                meta[M_LOG_STEPS] = k + 1
-                meta[M_LOG_ITEMS] = base + n
-            complete_step(req, sc, running, free_slots, out_slot, n)
+            if tw.params[P_LOG_ON] > 0.0 and not _log_step(st, plan, tw, log, n, t_end):
+                return 1
+            complete_step(st, plan, n)
             for j in range(n):
-                s = out_slot[j]
-                ev = req[s, F_EVENT]
+                s = plan.slot[j]
+                ev = st.req[s, F_EVENT]
+                rid = st.req[s, F_RID]
                 if ev & EV_FIRST:
-                    first_t[req[s, F_RID]] = t_end
+                    out.first_t[rid] = t_end
                 if ev & EV_FINISH:
-                    finish_t[req[s, F_RID]] = t_end
-                    preempt_n[req[s, F_RID]] = req[s, F_PREEMPTIONS]
+                    out.finish_t[rid] = t_end
+                    out.preempt_n[rid] = st.req[s, F_PREEMPTIONS]
+                    if ev & EV_LENGTH:
+                        out.length_capped[rid] = 1
             meta[M_N] = 0
-            if sc[S_NR] + sc[S_WN] + meta[M_INBOX_N] > 0:
+            if st.sc[S_NR] + st.sc[S_WN] + meta[M_INBOX_N] > 0:
                 meta[M_BUSY] = GAP
-                times[T_START] = t_end + params[P_GAP]
+                times[T_START] = t_end + model.gap
             else:
                 meta[M_BUSY] = IDLE
         elif meta[M_BUSY] == GAP and times[T_START] <= t_until:
-            _start_step(times[T_START], cfg, req, sc, running, waiting, free_slots, inbox, meta, out_slot, out_tok,
-                        out_cb, rejected, times, coef, noise, stall_q, stall_v, params, rng, reject_t)
+            _start_step(times[T_START], st, plan, tw, model, out)
         else:
             return 0

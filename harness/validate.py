@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from estimators.accuracy import error_summary
+from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from estimators.snapshot import engine_config_of
 from harness.decisions import decision_agreement
 from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router
 from traces.errors import BadInput
@@ -42,7 +42,7 @@ def replay_recording(trace: Trace, profile: BatchTimeProfile, noise: bool, seed:
     unknown = set(reqs["instance_id"]) - set(ids)
     if unknown:
         raise BadInput(trace.file("requests"), None, "instance_id", f"not in the instances table: {sorted(unknown)[0]}")
-    specs = [InstanceSpec(i, engine_config_of(instances, i), profile, model=str(i)) for i in ids]
+    specs = [InstanceSpec(InstanceConfig.from_table(instances, i), profile) for i in ids]
     assignment = reqs["instance_id"].map({i: k for k, i in enumerate(ids)}).to_numpy()
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps, frontend_overhead_s=0.0))
     return twin.run(reqs[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]], fixed_router(assignment))

@@ -23,11 +23,7 @@ class LatencyAware(Router):
         self.latency = np.zeros(len(estimators))
 
     def estimate_one(self, j: int, i: int, t: float, insts) -> float:
-        est, inst = self.estimators[j], insts[j]
-        live = getattr(est, "estimate_live", None)
-        if live is not None:
-            return live(inst, t, i, int(self.inputs.prompt[i]))
-        return est.estimate(inst.snapshot(t), Query(i, t, int(self.inputs.prompt[i])))
+        return self.estimators[j].estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))
 
     def estimate_all(self, i: int, t: float, insts) -> np.ndarray:
         for j in range(len(insts)):

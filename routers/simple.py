@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.sched_state import F_COMPUTED, F_OUTPUTS, F_PROMPT, F_RID
+from estimators.engine.layout import F_COMPUTED, F_OUTPUTS, F_PROMPT, F_RID
 from routers.base import RouteInputs, Router
 
 

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, fit_queue, outstanding_prefill_tokens
+from estimators.engine.config import InstanceConfig
+from estimators.engine.state import SchedState, StepPlan
 from estimators.estimate import load_bin, predicted_totals
-from estimators.sched_state import EngineConfig, SchedState
 from estimators.snapshot import Query, RateTracker, RecordedWalk, Snapshot
 from tests.conftest import run_cli
 from tests.test_twin import reqs as make_reqs
@@ -19,13 +20,15 @@ from traces.store import TraceWriter, open_trace
 
 
 def hand_snapshot() -> Snapshot:
-    st = SchedState.new(EngineConfig(max_num_batched_tokens=512, max_num_seqs=8, num_kv_blocks=1000), capacity=8)
+    st = SchedState.new(InstanceConfig(max_num_batched_tokens=512, max_num_seqs=8, num_kv_blocks=1000), capacity=8)
     a = st.add(0, 100, 10, computed=102, outputs=3, status=2)  # decoding its 4th token
     st.running[0] = a
     st.sc[0] = 1
     st.add(1, 300, 10)  # waiting, nothing computed
     inbox = np.array([st.add(2, 50, 5, status=4)] + [0] * 7)
-    return Snapshot(10.0, "i", st, inbox, 1, np.array([a]), np.array([1]), np.array([102]), 1, 9.99, 2.0)
+    plan = StepPlan.new(8)
+    plan.slot[0], plan.tokens[0], plan.computed[0] = a, 1, 102
+    return Snapshot(10.0, "i", st, inbox, 1, plan, 1, 9.99, 2.0)
 
 
 def test_snapshot_counts_and_baselines():

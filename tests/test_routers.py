@@ -36,10 +36,6 @@ class FixedEstimator:
         self.calls += 1
         return self.lat
 
-    def estimate_live(self, inst, t, rid, prompt):
-        self.calls += 1
-        return self.lat
-
 
 def inputs(utility, slo=0.5):
     u = np.atleast_2d(np.asarray(utility, dtype=float))

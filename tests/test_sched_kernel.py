@@ -1,37 +1,32 @@
 """Hand-worked checks of every scheduling rule, one policy at a time."""
 from __future__ import annotations
 
-from estimators.sched_kernel import complete_step, new_batch_buffers, schedule_step
-from estimators.sched_state import (
-    F_BLOCKS,
-    F_COMPUTED,
-    F_OUTPUTS,
-    F_PREEMPTIONS,
-    F_RID,
-    S_CAP,
-    S_FREE_BLOCKS,
-    EngineConfig,
-    SchedState,
-)
+from estimators.engine.config import InstanceConfig
+from estimators.engine.kernel import complete_step, schedule_step
+from estimators.engine.layout import F_BLOCKS, F_COMPUTED, F_OUTPUTS, F_PREEMPTIONS, F_RID, S_FREE_BLOCKS
+from estimators.engine.state import SchedState, StepPlan
 
 
 class Engine:
     """A tiny driver: add requests, run schedule+complete, read batches."""
 
     def __init__(self, **kw):
-        self.state = SchedState.new(EngineConfig(**kw), capacity=8)
+        # the defaults these hand-worked cases were written against
+        kw = {"max_num_seqs": 128, "num_kv_blocks": 10_000, "max_model_len": 32768, **kw}
+        self.state = SchedState.new(InstanceConfig(**kw), capacity=8)
         self.slot = {}
 
     def add(self, rid, prompt, outputs=10):
+        self.state = self.state.with_room()
         self.slot[rid] = self.state.add(rid, prompt, outputs)
 
     def step(self, complete=True):
         st = self.state
-        out_slot, out_tok, out_cb, rej = new_batch_buffers(int(st.sc[S_CAP]))
-        n = schedule_step(st.cfg, st.req, st.sc, st.running, st.waiting, out_slot, out_tok, out_cb, rej)
-        batch = [(int(st.req[out_slot[j], F_RID]), int(out_tok[j])) for j in range(n)]
+        plan = StepPlan.new(st.capacity)
+        n = schedule_step(st, plan)
+        batch = [(int(st.req[plan.slot[j], F_RID]), int(plan.tokens[j])) for j in range(n)]
         if complete:
-            complete_step(st.req, st.sc, st.running, st.free_slots, out_slot, n)
+            complete_step(st, plan, n)
         return batch
 
     def running(self):
@@ -164,11 +159,11 @@ def test_v0_rejects_prompt_longer_than_budget():
 def test_engine_config_refuses_what_vllm_refuses():
     import pytest
     with pytest.raises(ValueError, match="max_model_len"):
-        EngineConfig(policy="vllm-v0", max_num_batched_tokens=2048, max_model_len=4096).to_array()
+        InstanceConfig(policy="vllm-v0", max_num_batched_tokens=2048, max_model_len=4096).to_array()
     with pytest.raises(ValueError, match="max_num_seqs"):
-        EngineConfig(max_num_batched_tokens=64, max_num_seqs=128).to_array()
+        InstanceConfig(max_num_batched_tokens=64, max_num_seqs=128).to_array()
     with pytest.raises(ValueError, match="policy"):
-        EngineConfig(policy="fifo").to_array()
+        InstanceConfig(policy="fifo").to_array()
 
 
 def test_sarathi_decodes_first():

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from estimators.batch_fit import NoiseModel, StallAllowance
+from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from estimators.sched_state import EngineConfig
 from estimators.sfs import SFS
 from estimators.snapshot import Query
 from harness.twin import InstanceSpec, Twin, TwinConfig
@@ -25,7 +25,7 @@ def scenarios(draw):
     outputs = draw(st.lists(st.integers(1, 80), min_size=n, max_size=n))
     budget = draw(st.sampled_from([64, 256, 1024]))
     max_len = 1024 if policy == "vllm-v0" else 4096
-    engine = EngineConfig(policy=policy, max_num_batched_tokens=max(budget, max_len) if policy == "vllm-v0" else budget,
+    engine = InstanceConfig(policy=policy, max_num_batched_tokens=max(budget, max_len) if policy == "vllm-v0" else budget,
                           max_num_seqs=draw(st.integers(1, 16)), block_size=16,
                           num_kv_blocks=draw(st.integers(30, 400)),
                           long_prefill_token_threshold=draw(st.sampled_from([0, 0, 32])) if policy == "vllm-v1" else 0,
@@ -52,9 +52,9 @@ def test_sfs_equals_twin_without_noise(scenario):
     def on_arrival(i, t, insts):
         if i == probe:
             got["est"] = sfs.estimate(insts[0].snapshot(t), Query(i, t, prompts[i]))
-            got["live"] = sfs.estimate_live(insts[0], t, i, prompts[i])
+            got["live"] = sfs.estimate(insts[0], Query(i, t, prompts[i]))  # the live instance is a view too
 
-    twin = Twin([InstanceSpec("i0", engine, prof)], TwinConfig(noise=False, record_steps=False))
+    twin = Twin([InstanceSpec(engine, prof)], TwinConfig(noise=False, record_steps=False))
     res = twin.run(reqs, lambda i, t, insts: 0, on_arrival=on_arrival)
     true = res.requests["ttft_s"].iloc[probe]
     assert got["live"] == got["est"] or not (np.isfinite(got["live"]) or np.isfinite(got["est"]))

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from estimators.batch_fit import NoiseModel
+from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile, load_profile
-from estimators.sched_state import EngineConfig
 from harness.pools import load_pool
 from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, round_robin_router, shortest_queue_router
 from tests.conftest import run_cli, shared
@@ -24,10 +24,10 @@ def toy_profile(gap=0.0, noise=None) -> BatchTimeProfile:
 
 
 def toy_twin(policy="vllm-v1", gap=0.0, noise=None, noise_on=False, seed=0, n=1, **engine):
-    eng = EngineConfig(policy=policy, **{"max_num_batched_tokens": 2048, "max_num_seqs": 64, "block_size": 16,
+    eng = dict(policy=policy, **{"max_num_batched_tokens": 2048, "max_num_seqs": 64, "block_size": 16,
                                          "num_kv_blocks": 10_000, "chunked_prefill": policy != "vllm-v0",
                                          "max_model_len": 32768, **engine})
-    specs = [InstanceSpec(f"i{k}", eng, toy_profile(gap, noise)) for k in range(n)]
+    specs = [InstanceSpec(InstanceConfig(instance_id=f"i{k}", **eng), toy_profile(gap, noise)) for k in range(n)]
     return Twin(specs, TwinConfig(seed=seed, noise=noise_on))
 
 

@@ -72,6 +72,8 @@ REQUESTS = TableSchema(
         Column("predicted_output_tokens", I64, required=False, nullable=True, nonneg=True),
         Column("added_s", F64, required=False, nullable=True, nonneg=True, doc="handed to the engine (recordings)"),
         Column("preemptions", I64, required=False, nullable=True, nonneg=True),
+        Column("finish_reason", STR, required=False, nullable=True,
+               doc="as vLLM names it: stop (its own end) or length (reached max_model_len); twin traces"),
         Column("hash_ids", pa.list_(I64), required=False, nullable=True,
                doc="prefix-chained block ids, one per meta.json hash_block_tokens prompt tokens "
                    "(traces.prefix_blocks maps them to engine blocks)"),
@@ -131,29 +133,18 @@ PREEMPTIONS = TableSchema(
     doc="requests preempted (recompute) while a step was scheduled",
 )
 
-INSTANCES = TableSchema(
-    "instances",
-    (
-        Column("instance_id", STR),
-        Column("model", STR),
-        Column("gpus", I64, nonneg=True, doc="accelerators used (0 = CPU)"),
-        Column("policy", STR, doc="vllm-v1 | sarathi | vllm-v0"),
-        Column("max_num_batched_tokens", I64, nonneg=True),
-        Column("max_num_seqs", I64, nonneg=True),
-        Column("block_size", I64, nonneg=True),
-        Column("num_kv_blocks", I64, nonneg=True),
-        Column("price_in", F64, nullable=True, nonneg=True, doc="USD per million prompt tokens"),
-        Column("price_out", F64, nullable=True, nonneg=True, doc="USD per million output tokens"),
-        Column("profile", STR, nullable=True, doc="batch-time profile name or path"),
-        Column("long_prefill_token_threshold", I64, required=False, nullable=True, nonneg=True),
-        Column("max_model_len", I64, required=False, nullable=True, nonneg=True),
-        Column("chunked_prefill", BOOL, required=False, nullable=True),
-        Column("prefix_caching", BOOL, required=False, nullable=True,
-               doc="vLLM's enable_prefix_caching; absent = the policy's default"),
-        Column("device", STR, required=False, nullable=True),
-    ),
-    doc="one row per serving instance",
-)
+def _instance_columns() -> tuple[Column, ...]:
+    """One column per field of the engine's ``InstanceConfig`` (its one
+    definition of an instance), so a new engine setting is a new column."""
+    from estimators.engine.config import instance_fields
+
+    kinds = {"int": I64, "float": F64, "str": STR, "bool": BOOL}
+    return tuple(Column(name, kinds[kind], required=m["required"], nullable=m["nullable"],
+                        nonneg=m["nonneg"] and kind in ("int", "float"), doc=m["doc"])
+                 for name, kind, m in instance_fields())
+
+
+INSTANCES = TableSchema("instances", _instance_columns(), doc="one row per serving instance")
 
 QUALITY = TableSchema(
     "quality",

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from estimators.engine.config import InstanceConfig, instances_table
+from estimators.engine.steplog import StepLog
 from traces.errors import BadInput
 from traces.importers.common import (
     ImportOptions,
@@ -37,8 +39,7 @@ from traces.importers.common import (
     require_file,
 )
 from traces.prefix_blocks import parse_id_list
-from traces.schema import REQUESTS, STEPS, validate_frame
-from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
+from traces.schema import REQUESTS, validate_frame
 from traces.store import TraceWriter
 
 CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
@@ -79,7 +80,7 @@ def _time(rec: dict, key: str, path: Path, line: int) -> float:
     return float(json_number(rec.get(key), key, path, line))
 
 
-def _read_steps(path: Path, ids: dict[str, int], instance: str):
+def _read_steps(path: Path, ids: dict[str, int], instance: str) -> StepLog:
     steps: list[tuple] = []
     items: list[tuple] = []
     preempted: list[tuple] = []
@@ -111,20 +112,14 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str):
             if r not in ids:
                 raise BadInput(path, line, "preempted", f"unknown request id {r!r}")
             preempted.append((step, ids[r]))
-        steps.append((step, start, end, len(pre)))
+        steps.append((step, start, end))
     if not steps:
         raise BadInput(path, 1, "file", "no steps")
-    step_df = pd.DataFrame(steps, columns=["step", "start_s", "end_s", "num_preempted"])
-    step_df.insert(0, "instance_id", instance)
-    item_df = pd.DataFrame(items, columns=["step", "request_id", "tokens", "computed_before", "prompt_tokens"])
-    item_df.insert(0, "instance_id", instance)
-    pre_df = pd.DataFrame(preempted, columns=["step", "request_id"], dtype=np.int64)
-    pre_df.insert(0, "instance_id", instance)
-    agg = step_aggregates(item_df)
-    step_df = step_df.merge(agg, on=["instance_id", "step"], how="left")
-    step_df[list(AGGREGATE_COLUMNS)] = step_df[list(AGGREGATE_COLUMNS)].fillna(0).astype(np.int64)
-    step_df = step_df[[c.name for c in STEPS.columns]]
-    return step_df, item_df, pre_df
+    st = np.array(steps, dtype=np.float64).reshape(-1, 3)
+    it = np.array(items, dtype=np.int64).reshape(-1, 5)
+    pr = np.array(preempted, dtype=np.int64).reshape(-1, 2)
+    return StepLog.from_items(instance, st[:, 0].astype(np.int64), st[:, 1], st[:, 2], it[:, 0], it[:, 1], it[:, 2],
+                              it[:, 3], it[:, 4], pr[:, 0], pr[:, 1])
 
 
 def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
@@ -158,32 +153,21 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         requests["hash_ids"] = _hash_ids(rows["hash_ids"], req_path, lines)
     if "cached_tokens" in cache_cols:
         requests["cached_tokens"] = numeric(rows, "cached_tokens", req_path, lines)
-    steps, items, pre = _read_steps(src / "steps.jsonl", ids, instance)
+    log = _read_steps(src / "steps.jsonl", ids, instance)
     # recorded ids are kept (not renumbered as RequestSink would)
     validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
     with writer.table("requests") as tw:
         tw.write(requests)
-    writer.write_table("steps", steps, source=str(src / "steps.jsonl"))
-    writer.write_table("step_items", items, source=str(src / "steps.jsonl"))
-    writer.write_table("preemptions", pre, source=str(src / "steps.jsonl"))
-    writer.write_table("instances", pd.DataFrame([{
-        "instance_id": instance,
-        "model": instance,
-        "gpus": 0,
-        "policy": "vllm-v1",
-        "max_num_batched_tokens": eng["budget"],
-        "max_num_seqs": eng["max_seqs"],
-        "block_size": eng["block_size"],
-        "num_kv_blocks": eng["num_kv_blocks"],
-        "price_in": np.nan,
-        "price_out": np.nan,
-        "profile": None,
-        "long_prefill_token_threshold": int(eng.get("long_prefill", 0) or 0),
-        "max_model_len": int(eng.get("max_model_len", 0) or 0),
-        "chunked_prefill": True,
-        "prefix_caching": bool(eng.get("prefix_caching", False)),
-        "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
-    }]), source=str(src / "engine.json"))
+    log.write(writer, source=str(src / "steps.jsonl"))
+    config = InstanceConfig(
+        instance_id=instance, model=instance, gpus=0, policy="vllm-v1", max_num_batched_tokens=eng["budget"],
+        max_num_seqs=eng["max_seqs"], block_size=eng["block_size"], num_kv_blocks=eng["num_kv_blocks"],
+        price_in=np.nan, price_out=np.nan, long_prefill_token_threshold=int(eng.get("long_prefill", 0) or 0),
+        chunked_prefill=True, prefix_caching=bool(eng.get("prefix_caching", False)), device="cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
+        **({"max_model_len": int(eng["max_model_len"])} if eng.get("max_model_len") else {}))
+    table = instances_table([config])
+    table["profile"] = None  # a recording names no profile
+    writer.write_table("instances", table, source=str(src / "engine.json"))
     writer.meta["source"] = {"kind": "vllm-record", "dir": str(src), "vllm_version": eng.get("vllm_version"),
                              "platform": eng.get("platform"), "async_scheduling": eng.get("async_scheduling"),
                              "engine": {k: v for k, v in eng.items() if k != "model_config"}}

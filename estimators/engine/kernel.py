@@ -1,5 +1,5 @@
-"""The scheduler kernel: one step of an instance's scheduler, over the plain
-arrays of ``sched_state``. It is the only implementation of the scheduling
+"""The scheduler kernel: one step of an instance's scheduler, over a
+``SchedState`` bundle. It is the only implementation of the scheduling
 rules; the engine twin and SFS both call it.
 
 Policies (``../shared/reference/vllm_v1_scheduler.md``):
@@ -24,17 +24,19 @@ Policies (``../shared/reference/vllm_v1_scheduler.md``):
 
 ``schedule_step`` mutates the state as vLLM does at schedule time
 (computed tokens advance, blocks are allocated, queues move) and writes the
-batch to ``out_slot/out_tok/out_cb`` (slot, tokens, computed before);
+batch, its preemptions and its refusals to a ``StepPlan``;
 ``complete_step`` applies the step's outputs: a request whose computed
-tokens reach its token count samples a token; at its target length it
-finishes, frees its blocks and its slot.
+tokens reach its token count samples a token; it finishes (blocks and slot
+freed) at its target length (vLLM's "stop", or max_tokens) or once
+prompt + outputs reach ``max_model_len`` (vLLM's "length": ``check_stop``
+in ``vllm/v1/core/sched/utils.py``, which the scheduler applies in
+``update_from_output`` right after appending the token).
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
-from estimators.sched_state import (
+from estimators.engine.layout import (
     C_BLOCK,
     C_BUDGET,
     C_CHUNKED,
@@ -45,85 +47,53 @@ from estimators.sched_state import (
     C_WATERMARK,
     EV_FINISH,
     EV_FIRST,
+    EV_LENGTH,
+    EV_REJECT,
     F_BLOCKS,
     F_COMPUTED,
     F_EVENT,
     F_HIT,
     F_OUTPUTS,
-    F_PREEMPTIONS,
     F_PROMPT,
     F_STATUS,
     F_TARGET,
-    S_CAP,
+    PL_N,
+    PL_NREJ,
     S_FREE_BLOCKS,
-    S_NFREE_SLOTS,
     S_NPREEMPT,
     S_NR,
     S_STEP,
-    S_WHEAD,
     S_WN,
-    ST_FINISHED,
     ST_REJECTED,
-    ST_RUNNING,
-    ST_WAITING,
 )
-
-EV_REJECT = 4
-
-
-@njit(cache=True, inline="always")
-def cdiv(a, b):
-    return -(-a // b)
-
-
-@njit(cache=True, inline="always")
-def _wait_head(sc, waiting):
-    return waiting[sc[S_WHEAD]]
-
-
-@njit(cache=True, inline="always")
-def _wait_pop_front(sc, waiting):
-    s = waiting[sc[S_WHEAD]]
-    sc[S_WHEAD] = (sc[S_WHEAD] + 1) % sc[S_CAP]
-    sc[S_WN] -= 1
-    return s
-
-
-@njit(cache=True, inline="always")
-def _wait_push_front(sc, waiting, s):
-    sc[S_WHEAD] = (sc[S_WHEAD] - 1 + sc[S_CAP]) % sc[S_CAP]
-    waiting[sc[S_WHEAD]] = s
-    sc[S_WN] += 1
-
-
-@njit(cache=True, inline="always")
-def wait_push_back(sc, waiting, s):
-    waiting[(sc[S_WHEAD] + sc[S_WN]) % sc[S_CAP]] = s
-    sc[S_WN] += 1
+from estimators.engine.primitives import (
+    admit,
+    cdiv,
+    compact_running,
+    finish,
+    preempt,
+    wait_head,
+    wait_pop_front,
+)
 
 
 @njit(cache=True)
-def _preempt_tail(req, sc, running, waiting):
+def _preempt_tail(st, plan):
     """Recompute preemption of the last running request; returns its slot."""
-    sc[S_NR] -= 1
-    v = running[sc[S_NR]]
-    sc[S_FREE_BLOCKS] += req[v, F_BLOCKS]
-    req[v, F_BLOCKS] = 0
-    req[v, F_COMPUTED] = 0
-    req[v, F_STATUS] = ST_WAITING
-    req[v, F_PREEMPTIONS] += 1
-    _wait_push_front(sc, waiting, v)
-    sc[S_NPREEMPT] += 1
+    v = st.running[st.sc[S_NR] - 1]
+    preempt(st, v)
+    plan.preempted[st.sc[S_NPREEMPT] - 1] = v
     return v
 
 
 @njit(cache=True)
-def _grow_blocks(cfg, req, sc, running, waiting, s, n):
+def _grow_blocks(st, plan, s, n):
     """Give running request ``s`` blocks for ``n`` more tokens, preempting
     the tail of ``running`` as needed. False if ``s`` preempted itself."""
-    need = cdiv(req[s, F_COMPUTED] + n, cfg[C_BLOCK]) - req[s, F_BLOCKS]
+    req, sc = st.req, st.sc
+    need = cdiv(req[s, F_COMPUTED] + n, st.cfg[C_BLOCK]) - req[s, F_BLOCKS]
     while need > sc[S_FREE_BLOCKS]:
-        v = _preempt_tail(req, sc, running, waiting)
+        v = _preempt_tail(st, plan)
         if v == s:
             return False
     if need > 0:
@@ -133,25 +103,12 @@ def _grow_blocks(cfg, req, sc, running, waiting, s, n):
 
 
 @njit(cache=True, inline="always")
-def _emit(req, out_slot, out_tok, out_cb, k, s, n):
-    out_slot[k] = s
-    out_tok[k] = n
-    out_cb[k] = req[s, F_COMPUTED]
+def _emit(req, plan, k, s, n):
+    plan.slot[k] = s
+    plan.tokens[k] = n
+    plan.computed[k] = req[s, F_COMPUTED]
     req[s, F_COMPUTED] += n
     return k + 1
-
-
-@njit(cache=True)
-def _admit(req, sc, running, waiting, blocks, computed):
-    """Pop the head of ``waiting`` into the tail of ``running``."""
-    s = _wait_pop_front(sc, waiting)
-    running[sc[S_NR]] = s
-    sc[S_NR] += 1
-    req[s, F_STATUS] = ST_RUNNING
-    req[s, F_COMPUTED] = computed
-    req[s, F_BLOCKS] = blocks
-    sc[S_FREE_BLOCKS] -= blocks
-    return s
 
 
 @njit(cache=True, inline="always")
@@ -166,7 +123,8 @@ def _hit_tokens(cfg, req, s, num_tokens):
 
 
 @njit(cache=True)
-def _schedule_v1(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb):
+def _schedule_v1(st, plan):
+    cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     max_len = cfg[C_MAX_LEN]
@@ -186,9 +144,9 @@ def _schedule_v1(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb):
         if n <= 0:
             i += 1
             continue
-        if not _grow_blocks(cfg, req, sc, running, waiting, s, n):
+        if not _grow_blocks(st, plan, s, n):
             break
-        k = _emit(req, out_slot, out_tok, out_cb, k, s, n)
+        k = _emit(req, plan, k, s, n)
         budget -= n
         i += 1
     if sc[S_NPREEMPT] > 0:
@@ -196,7 +154,7 @@ def _schedule_v1(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb):
     while budget > 0 and sc[S_WN] > 0:
         if sc[S_NR] >= cfg[C_MAX_SEQS]:
             break
-        s = _wait_head(sc, waiting)
+        s = wait_head(sc, waiting)
         num_tokens = req[s, F_PROMPT] + req[s, F_OUTPUTS]
         hit = _hit_tokens(cfg, req, s, num_tokens)
         n = num_tokens - hit
@@ -210,14 +168,15 @@ def _schedule_v1(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb):
         watermark = cfg[C_WATERMARK] if sc[S_NR] > 0 else 0
         if cdiv(full, b) + watermark > sc[S_FREE_BLOCKS]:
             break  # the whole current sequence must fit; no one behind the head is tried
-        s = _admit(req, sc, running, waiting, cdiv(hit + n, b), hit)
-        k = _emit(req, out_slot, out_tok, out_cb, k, s, n)
+        s = admit(st, cdiv(hit + n, b), hit)
+        k = _emit(req, plan, k, s, n)
         budget -= n
     return k
 
 
 @njit(cache=True)
-def _schedule_sarathi(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb):
+def _schedule_sarathi(st, plan):
+    cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     k = 0
@@ -229,9 +188,9 @@ def _schedule_sarathi(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb)
         if remaining != 1 or req[s, F_COMPUTED] < req[s, F_PROMPT]:
             i += 1
             continue
-        if not _grow_blocks(cfg, req, sc, running, waiting, s, 1):
+        if not _grow_blocks(st, plan, s, 1):
             continue  # preempted itself; running shrank, i now points past the end
-        k = _emit(req, out_slot, out_tok, out_cb, k, s, 1)
+        k = _emit(req, plan, k, s, 1)
         budget -= 1
         i += 1
     # 2. ongoing prefills, in running order
@@ -241,8 +200,8 @@ def _schedule_sarathi(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb)
         remaining = req[s, F_PROMPT] + req[s, F_OUTPUTS] - req[s, F_COMPUTED]
         if remaining > 0 and not (remaining == 1 and req[s, F_COMPUTED] >= req[s, F_PROMPT]):
             n = remaining if remaining < budget else budget
-            if _grow_blocks(cfg, req, sc, running, waiting, s, n):
-                k = _emit(req, out_slot, out_tok, out_cb, k, s, n)
+            if _grow_blocks(st, plan, s, n):
+                k = _emit(req, plan, k, s, n)
                 budget -= n
             else:
                 continue
@@ -251,7 +210,7 @@ def _schedule_sarathi(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb)
     while budget > 0 and sc[S_WN] > 0:
         if sc[S_NR] >= cfg[C_MAX_SEQS]:
             break
-        s = _wait_head(sc, waiting)
+        s = wait_head(sc, waiting)
         num_tokens = req[s, F_PROMPT] + req[s, F_OUTPUTS]
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
@@ -260,28 +219,36 @@ def _schedule_sarathi(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb)
         n = num_tokens - hit
         if n > budget:
             n = budget
-        s = _admit(req, sc, running, waiting, full, hit)
-        k = _emit(req, out_slot, out_tok, out_cb, k, s, n)
+        s = admit(st, full, hit)
+        k = _emit(req, plan, k, s, n)
         budget -= n
     return k
 
 
 @njit(cache=True)
-def _schedule_v0(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb, rejected):
+def _reject_head(st):
+    """Refuse the head of ``waiting`` outright (status REJECTED); returns its slot."""
+    s = wait_pop_front(st.sc, st.waiting)
+    st.req[s, F_STATUS] = ST_REJECTED
+    st.req[s, F_EVENT] = EV_REJECT
+    return s
+
+
+@njit(cache=True)
+def _schedule_v0(st, plan):
+    cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     limit = cfg[C_MAX_LEN] if cfg[C_MAX_LEN] < budget else budget
     k = 0
     used = 0
     while sc[S_WN] > 0:
-        s = _wait_head(sc, waiting)
+        s = wait_head(sc, waiting)
         num_tokens = req[s, F_PROMPT] + req[s, F_OUTPUTS]
         if num_tokens > limit:  # V0 ignores such prompts with an error
-            _wait_pop_front(sc, waiting)
-            req[s, F_STATUS] = ST_REJECTED
-            req[s, F_EVENT] = EV_REJECT
-            rejected[0] += 1
-            rejected[rejected[0]] = s
+            _reject_head(st)
+            plan.rejected[plan.counts[PL_NREJ]] = s
+            plan.counts[PL_NREJ] += 1
             continue
         if used + num_tokens > budget or sc[S_NR] + 1 > cfg[C_MAX_SEQS]:
             break
@@ -289,48 +256,55 @@ def _schedule_v0(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb, reje
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
             break
         hit = _hit_tokens(cfg, req, s, num_tokens)
-        s = _admit(req, sc, running, waiting, full, hit)
-        k = _emit(req, out_slot, out_tok, out_cb, k, s, num_tokens - hit)
+        s = admit(st, full, hit)
+        k = _emit(req, plan, k, s, num_tokens - hit)
         used += num_tokens - hit
     if k > 0:
         return k  # prefill-only step
     i = 0
     while i < sc[S_NR]:
         s = running[i]
-        if not _grow_blocks(cfg, req, sc, running, waiting, s, 1):
+        if not _grow_blocks(st, plan, s, 1):
             continue
-        k = _emit(req, out_slot, out_tok, out_cb, k, s, 1)
+        k = _emit(req, plan, k, s, 1)
         i += 1
     return k
 
 
 @njit(cache=True)
-def schedule_step(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb, rejected):
-    """Schedule one step; returns the number of requests in the batch.
-
-    ``rejected[0]`` counts and ``rejected[1:]`` lists slots refused outright
-    (V0: prompts longer than the budget); the caller resets ``rejected[0]``.
-    """
-    sc[S_NPREEMPT] = 0
-    sc[S_STEP] += 1
-    policy = cfg[C_POLICY]
+def schedule_step(st, plan):
+    """Schedule one step into ``plan``; returns the number of requests in
+    the batch (also ``plan.counts[PL_N]``). Preempted slots are
+    ``plan.preempted[:st.sc[S_NPREEMPT]]``, refused ones (V0: prompts longer
+    than the budget) ``plan.rejected[:plan.counts[PL_NREJ]]``."""
+    st.sc[S_NPREEMPT] = 0
+    st.sc[S_STEP] += 1
+    plan.counts[PL_NREJ] = 0
+    policy = st.cfg[C_POLICY]
     if policy == 0:
-        return _schedule_v1(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb)
-    if policy == 1:
-        return _schedule_sarathi(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb)
-    return _schedule_v0(cfg, req, sc, running, waiting, out_slot, out_tok, out_cb, rejected)
+        n = _schedule_v1(st, plan)
+    elif policy == 1:
+        n = _schedule_sarathi(st, plan)
+    else:
+        n = _schedule_v0(st, plan)
+    plan.counts[PL_N] = n
+    return n
 
 
 @njit(cache=True)
-def complete_step(req, sc, running, free_slots, out_slot, n):
-    """Apply the outputs of a step that scheduled ``out_slot[:n]``.
+def complete_step(st, plan, n):
+    """Apply the outputs of a step that scheduled ``plan.slot[:n]``.
 
-    Sets ``req[s, F_EVENT]`` (EV_FIRST, EV_FINISH) for every scheduled slot;
-    finished requests leave ``running`` and their slots are recycled (their
-    rows stay readable until the slot is reused)."""
+    Sets ``req[s, F_EVENT]`` (EV_FIRST, EV_FINISH, EV_LENGTH) for every
+    scheduled slot; finished requests leave ``running`` and their slots are
+    recycled (their rows stay readable until the slot is reused). A request
+    finishes at its target output length, or (EV_LENGTH) as soon as its
+    prompt + outputs reach max_model_len, as vLLM's ``check_stop`` does."""
+    req = st.req
+    max_len = st.cfg[C_MAX_LEN]
     finished = 0
     for j in range(n):
-        s = out_slot[j]
+        s = plan.slot[j]
         req[s, F_EVENT] = 0
         if req[s, F_COMPUTED] >= req[s, F_PROMPT] + req[s, F_OUTPUTS]:
             req[s, F_OUTPUTS] += 1
@@ -338,37 +312,19 @@ def complete_step(req, sc, running, free_slots, out_slot, n):
                 req[s, F_EVENT] |= EV_FIRST
             if req[s, F_OUTPUTS] >= req[s, F_TARGET]:
                 req[s, F_EVENT] |= EV_FINISH
-                req[s, F_STATUS] = ST_FINISHED
-                sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
-                req[s, F_BLOCKS] = 0
-                free_slots[sc[S_NFREE_SLOTS]] = s
-                sc[S_NFREE_SLOTS] += 1
+            elif req[s, F_PROMPT] + req[s, F_OUTPUTS] >= max_len:
+                req[s, F_EVENT] |= EV_FINISH | EV_LENGTH
+            if req[s, F_EVENT] & EV_FINISH:
+                finish(st, s)
                 finished += 1
     if finished > 0:
-        w = 0
-        for r in range(sc[S_NR]):
-            s = running[r]
-            if req[s, F_STATUS] == ST_RUNNING:
-                running[w] = s
-                w += 1
-        sc[S_NR] = w
+        compact_running(st)
     return finished
 
 
 @njit(cache=True)
-def drop_unservable_head(req, sc, waiting):
+def drop_unservable_head(st):
     """Nothing runs and the head of ``waiting`` still cannot be admitted: it
     needs more KV than the instance has and would block the queue forever.
     Refuse it (status REJECTED) and return its slot; the caller frees it."""
-    s = waiting[sc[S_WHEAD]]
-    sc[S_WHEAD] = (sc[S_WHEAD] + 1) % sc[S_CAP]
-    sc[S_WN] -= 1
-    req[s, F_STATUS] = ST_REJECTED
-    req[s, F_EVENT] = EV_REJECT
-    return s
-
-
-def new_batch_buffers(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """out_slot, out_tok, out_cb and rejected arrays for ``capacity`` slots."""
-    return (np.zeros(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int64),
-            np.zeros(capacity, dtype=np.int64), np.zeros(capacity + 1, dtype=np.int64))
+    return _reject_head(st)

@@ -2,18 +2,44 @@
 time from the batch's items, and its noise (for the twin's ground truth).
 
 Shared by the engine twin (true durations) and SFS (expected durations), so
-both charge a batch exactly the same way.
+both charge a batch exactly the same way. ``TimeModel`` is a profile as the
+kernels take it.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 from estimators.batch_features import FORMS
+from estimators.engine.layout import F_PROMPT
 from estimators.profile import BatchTimeProfile
-from estimators.sched_state import F_PROMPT
 
 FORM_IDS = {name: i for i, name in enumerate(FORMS)}  # eq9 = 0, six = 1
+
+
+class TimeModel(NamedTuple):
+    """A batch-time profile as the kernels take it."""
+
+    form: int  # FORM_IDS
+    coef: np.ndarray
+    mult: float  # expected / typical
+    gap: float  # inter-step gap (s)
+    noise: np.ndarray  # [log_mu, log_sigma, p_stall, excess_mean]
+    stall_q: np.ndarray
+    stall_v: np.ndarray
+
+    @classmethod
+    def of(cls, p: BatchTimeProfile) -> TimeModel:
+        form, coef, noise, qs, vs = profile_arrays(p)
+        return cls(form, coef, float(p.expected_multiplier), float(p.step_gap_s), noise, qs, vs)
+
+
+@njit(cache=True)
+def plan_time(model, req, plan, n):
+    """Typical duration (seconds) of the batch ``plan.*[:n]``."""
+    return batch_typical_time(model.form, model.coef, req, plan.slot, plan.tokens, plan.computed, n)
 
 
 @njit(cache=True)

@@ -1,0 +1,173 @@
+"""``InstanceConfig``: the one configuration of a serving instance.
+
+Everything that describes an instance lives here once: the engine settings
+the scheduler kernel reads (``to_array``), the identity and prices a pool
+gives it, its defaults, its ``instances`` row (``to_row`` / ``from_row``,
+and the row's columns, which ``traces.schema`` builds its ``instances``
+table from) and its pool-file entry (``load_pool`` accepts exactly these
+fields). Adding an engine setting is one field here (with its ``meta``)
+plus its use in the kernel.
+
+Defaults are vLLM 0.32's for ``vllm serve`` on a GPU without a special
+case in ``EngineArgs`` (``_set_default_max_num_seqs_and_batched_tokens``:
+``max_num_batched_tokens`` 2048, ``max_num_seqs`` 256; block size 16;
+chunked prefill on; no long-prefill cap; V1 keeps no watermark), because
+the twin's job is to behave as an engine started with the same flags.
+``max_model_len`` has no engine-wide default in vLLM (it is the model's
+context length): 40960 is Qwen3's, the family of the built-in pool, and a
+row that does not say (0 or absent) gets it too. ``num_kv_blocks`` is
+derived from memory by vLLM; 20000 blocks of 16 tokens is a mid-size GPU.
+Pools and recordings state their own values.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from estimators.engine.layout import (
+    C_BLOCK,
+    C_BUDGET,
+    C_CHUNKED,
+    C_LONG_PREFILL,
+    C_MAX_LEN,
+    C_MAX_SEQS,
+    C_NUM_BLOCKS,
+    C_POLICY,
+    C_PREFIX,
+    C_WATERMARK,
+    NC,
+)
+
+POLICIES = {"vllm-v1": 0, "sarathi": 1, "vllm-v0": 2}
+DEFAULT_WATERMARK = {"vllm-v1": 0.0, "sarathi": 0.01, "vllm-v0": 0.01}
+
+
+def meta(doc: str = "", required: bool = False, nullable: bool = True, nonneg: bool = True) -> dict:
+    """Column metadata of a field in the ``instances`` table."""
+    return {"doc": doc, "required": required, "nullable": nullable, "nonneg": nonneg}
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """One serving instance: identity, prices, profile and engine settings."""
+
+    instance_id: str = field(default="i0", metadata=meta(required=True, nullable=False))
+    model: str = field(default="", metadata=meta(required=True, nullable=False))
+    gpus: int = field(default=1, metadata=meta("accelerators used (0 = CPU)", required=True, nullable=False))
+    policy: str = field(default="vllm-v1", metadata=meta("vllm-v1 | sarathi | vllm-v0", required=True,
+                                                         nullable=False))
+    max_num_batched_tokens: int = field(default=2048, metadata=meta(required=True, nullable=False))
+    max_num_seqs: int = field(default=256, metadata=meta(required=True, nullable=False))
+    block_size: int = field(default=16, metadata=meta(required=True, nullable=False))
+    num_kv_blocks: int = field(default=20_000, metadata=meta(required=True, nullable=False))
+    price_in: float = field(default=0.0, metadata=meta("USD per million prompt tokens", required=True))
+    price_out: float = field(default=0.0, metadata=meta("USD per million output tokens", required=True))
+    profile: str = field(default="", metadata=meta("batch-time profile name or path", required=True))
+    long_prefill_token_threshold: int = field(default=0, metadata=meta("0 = off"))
+    max_model_len: int = field(default=40960, metadata=meta("requests finish when prompt + output reach it"))
+    chunked_prefill: bool = field(default=True, metadata=meta())
+    watermark: float | None = field(default=None, metadata=meta(
+        "fraction of KV blocks kept free at admission; empty = the policy's (V1 0, Sarathi and V0 1%)"))
+    prefix_caching: bool | None = field(default=None, metadata=meta(
+        "vLLM's enable_prefix_caching; empty = the policy's (V1 on, as vLLM; Sarathi and V0 off)"))
+    device: str | None = field(default=None, metadata=meta())
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_model_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.watermark is not None and not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunked_prefill and self.policy != "vllm-v0"
+
+    @property
+    def caching(self) -> bool:
+        """Prefix caching on: vLLM V1 turns it on by default."""
+        return self.policy == "vllm-v1" if self.prefix_caching is None else bool(self.prefix_caching)
+
+    @property
+    def watermark_fraction(self) -> float:
+        return DEFAULT_WATERMARK[self.policy] if self.watermark is None else float(self.watermark)
+
+    def to_array(self) -> np.ndarray:
+        """The kernel's ``cfg`` array; refuses what vLLM refuses."""
+        if not self.chunked and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(f"without chunked prefill max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+                             f">= max_model_len ({self.max_model_len}), as vLLM requires")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs, as vLLM requires")
+        cfg = np.zeros(NC, dtype=np.int64)
+        cfg[C_POLICY] = POLICIES[self.policy]
+        cfg[C_BUDGET] = self.max_num_batched_tokens
+        cfg[C_MAX_SEQS] = self.max_num_seqs
+        cfg[C_BLOCK] = self.block_size
+        cfg[C_NUM_BLOCKS] = self.num_kv_blocks
+        cfg[C_LONG_PREFILL] = self.long_prefill_token_threshold
+        cfg[C_CHUNKED] = 1 if self.chunked else 0
+        cfg[C_MAX_LEN] = self.max_model_len
+        cfg[C_WATERMARK] = int(self.watermark_fraction * self.num_kv_blocks)
+        cfg[C_PREFIX] = 1 if self.caching else 0
+        return cfg
+
+    # --- the instances table and pool files
+    def to_row(self) -> dict:
+        row = asdict(self)
+        row["model"] = self.model or self.instance_id
+        row["watermark"] = np.nan if self.watermark is None else float(self.watermark)
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping) -> InstanceConfig:
+        """From an ``instances`` row (a dict or pandas Series); absent or
+        empty cells take the defaults."""
+        kw = {}
+        for f in fields(cls):
+            if f.name not in row:
+                continue
+            v = row[f.name]
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            missing = v is None or (isinstance(v, float) and math.isnan(v))
+            if (missing and kind != "float") or (missing and f.name == "watermark") or \
+                    (f.name == "max_model_len" and v == 0):
+                continue
+            if kind.startswith("int"):
+                v = int(v)
+            elif kind.startswith("float"):
+                v = float(v)
+            elif kind.startswith("bool"):
+                v = bool(v)
+            else:
+                v = str(v)
+            kw[f.name] = v
+        return cls(**kw)
+
+    @classmethod
+    def from_table(cls, instances, instance_id: str) -> InstanceConfig:
+        """The row of ``instance_id`` in an ``instances`` DataFrame."""
+        return cls.from_row(instances.set_index("instance_id", drop=False).loc[instance_id])
+
+
+def instance_fields() -> list[tuple[str, str, dict]]:
+    """(name, kind, column metadata) of every field: ``traces.schema`` builds
+    the ``instances`` table from this, so a new field is a new column. Kind
+    is int, float, str or bool."""
+    out = []
+    for f in fields(InstanceConfig):
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        out.append((f.name, kind.split(" ")[0].split("|")[0].strip(), dict(f.metadata)))
+    return out
+
+
+def instances_table(configs) -> pd.DataFrame:  # noqa: F821
+    import pandas as pd
+
+    return pd.DataFrame([c.to_row() for c in configs])

@@ -1,0 +1,157 @@
+"""The moves every kernel makes on a ``SchedState``, in Numba, written once:
+the waiting queue (a circular buffer: head ``sc[S_WHEAD]``, length
+``sc[S_WN]``, capacity ``sc[S_CAP]``), admission, preemption (recompute),
+finishing and slot recycling. The scheduling *rules* live in ``kernel``;
+these are the mechanics both it and the recorded-state walker use.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from estimators.engine.layout import (
+    F_BLOCKS,
+    F_COMPUTED,
+    F_PREEMPTIONS,
+    F_STATUS,
+    S_CAP,
+    S_FREE_BLOCKS,
+    S_NFREE_SLOTS,
+    S_NPREEMPT,
+    S_NR,
+    S_WHEAD,
+    S_WN,
+    ST_FINISHED,
+    ST_RUNNING,
+    ST_WAITING,
+)
+
+
+@njit(cache=True, inline="always")
+def cdiv(a, b):
+    return -(-a // b)
+
+
+# --- the waiting queue
+
+@njit(cache=True, inline="always")
+def wait_head(sc, waiting):
+    return waiting[sc[S_WHEAD]]
+
+
+@njit(cache=True, inline="always")
+def wait_pop_front(sc, waiting):
+    s = waiting[sc[S_WHEAD]]
+    sc[S_WHEAD] = (sc[S_WHEAD] + 1) % sc[S_CAP]
+    sc[S_WN] -= 1
+    return s
+
+
+@njit(cache=True, inline="always")
+def wait_push_front(sc, waiting, s):
+    sc[S_WHEAD] = (sc[S_WHEAD] - 1 + sc[S_CAP]) % sc[S_CAP]
+    waiting[sc[S_WHEAD]] = s
+    sc[S_WN] += 1
+
+
+@njit(cache=True, inline="always")
+def wait_push_back(sc, waiting, s):
+    waiting[(sc[S_WHEAD] + sc[S_WN]) % sc[S_CAP]] = s
+    sc[S_WN] += 1
+
+
+@njit(cache=True)
+def wait_remove(sc, waiting, s):
+    """Take ``s`` out of the queue wherever it is (order of the rest kept)."""
+    cap = sc[S_CAP]
+    head = sc[S_WHEAD]
+    if waiting[head] == s:  # the usual case: admission from the head
+        wait_pop_front(sc, waiting)
+        return
+    w = 0
+    for r in range(sc[S_WN]):
+        x = waiting[(head + r) % cap]
+        if x != s:
+            waiting[(head + w) % cap] = x
+            w += 1
+    sc[S_WN] = w
+
+
+@njit(cache=True)
+def wait_linear(sc, waiting, dst):
+    """Copy the queue, head first, into ``dst[:sc[S_WN]]``."""
+    cap = sc[S_CAP]
+    for i in range(sc[S_WN]):
+        dst[i] = waiting[(sc[S_WHEAD] + i) % cap]
+
+
+# --- running, admission, preemption, finishing
+
+@njit(cache=True)
+def running_remove(sc, running, s):
+    w = 0
+    for r in range(sc[S_NR]):
+        if running[r] != s:
+            running[w] = running[r]
+            w += 1
+    sc[S_NR] = w
+
+
+@njit(cache=True)
+def admit(st, blocks, computed):
+    """Pop the head of ``waiting`` into the tail of ``running`` with
+    ``blocks`` KV blocks and ``computed`` tokens already computed."""
+    req, sc = st.req, st.sc
+    s = wait_pop_front(sc, st.waiting)
+    st.running[sc[S_NR]] = s
+    sc[S_NR] += 1
+    req[s, F_STATUS] = ST_RUNNING
+    req[s, F_COMPUTED] = computed
+    req[s, F_BLOCKS] = blocks
+    sc[S_FREE_BLOCKS] -= blocks
+    return s
+
+
+@njit(cache=True)
+def preempt(st, s):
+    """Recompute preemption of running request ``s``: its blocks are freed,
+    its computed tokens reset and it goes to the front of ``waiting``."""
+    req, sc = st.req, st.sc
+    if sc[S_NR] > 0 and st.running[sc[S_NR] - 1] == s:
+        sc[S_NR] -= 1  # the usual case: the tail of running
+    else:
+        running_remove(sc, st.running, s)
+    sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
+    req[s, F_BLOCKS] = 0
+    req[s, F_COMPUTED] = 0
+    req[s, F_STATUS] = ST_WAITING
+    req[s, F_PREEMPTIONS] += 1
+    wait_push_front(sc, st.waiting, s)
+    sc[S_NPREEMPT] += 1
+
+
+@njit(cache=True, inline="always")
+def release_slot(st, s):
+    st.free_slots[st.sc[S_NFREE_SLOTS]] = s
+    st.sc[S_NFREE_SLOTS] += 1
+
+
+@njit(cache=True)
+def finish(st, s):
+    """``s`` is done: its blocks and slot are freed (its row stays readable
+    until the slot is reused); the caller compacts ``running``."""
+    st.req[s, F_STATUS] = ST_FINISHED
+    st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS]
+    st.req[s, F_BLOCKS] = 0
+    release_slot(st, s)
+
+
+@njit(cache=True)
+def compact_running(st):
+    """Drop requests that are no longer RUNNING from ``running`` (order kept)."""
+    w = 0
+    for r in range(st.sc[S_NR]):
+        s = st.running[r]
+        if st.req[s, F_STATUS] == ST_RUNNING:
+            st.running[w] = s
+            w += 1
+    st.sc[S_NR] = w

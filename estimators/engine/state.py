@@ -1,0 +1,169 @@
+"""One instance's scheduler state, as named bundles of plain arrays.
+
+Numba needs plain arrays; a ``NamedTuple`` of them is one argument that
+Numba types as a whole, so kernels take a handful of bundles instead of
+long positional lists where a swap would be a silent wrong answer.
+Copying a state is one memcpy per array, which is what makes an SFS
+estimate cheap.
+
+``SchedState`` (what the scheduler works on):
+
+- ``req[slot, F_*]`` (int64): one row per resident request (slots are
+  recycled through ``free_slots`` when a request finishes);
+- ``running[:sc[S_NR]]``: slots in admission order;
+- ``waiting``: a circular buffer of slots, head ``sc[S_WHEAD]``, length
+  ``sc[S_WN]``; preempted requests are pushed at the front (the moves are
+  in ``primitives``, written once);
+- ``sc[S_*]``: scalars (queue lengths, free KV blocks, ...);
+- ``cfg[C_*]``: the engine configuration (``InstanceConfig.to_array``).
+
+Per-instance arrays of new engine features (e.g. a prefix cache's block
+table) are further fields of ``SchedState``: ``new``, ``copy`` and
+``grown`` are the only places that build one.
+
+``StepPlan`` (what one schedule() chose): the batch (``slot``, ``tokens``,
+``computed`` before the step, in scheduler order), the slots preempted
+while scheduling it (``preempted``, in preemption order, count in
+``sc[S_NPREEMPT]``) and the slots refused outright (``rejected``), with
+the counts in ``counts[PL_*]``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from estimators.engine.config import InstanceConfig
+from estimators.engine.layout import (
+    C_NUM_BLOCKS,
+    F_COMPUTED,
+    F_HIT,
+    F_OUTPUTS,
+    F_PROMPT,
+    F_RID,
+    F_STATUS,
+    F_TARGET,
+    NF,
+    NPL,
+    NS,
+    S_CAP,
+    S_FREE_BLOCKS,
+    S_NFREE_SLOTS,
+    S_NR,
+    S_WHEAD,
+    S_WN,
+    ST_WAITING,
+)
+from estimators.engine.primitives import wait_linear, wait_push_back
+
+
+class StepPlan(NamedTuple):
+    """One schedule()'s decisions (see module doc)."""
+
+    slot: np.ndarray
+    tokens: np.ndarray
+    computed: np.ndarray  # num_computed_tokens before the step
+    preempted: np.ndarray
+    rejected: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def new(cls, capacity: int) -> StepPlan:
+        z = lambda: np.zeros(capacity, dtype=np.int64)  # noqa: E731
+        return cls(z(), z(), z(), z(), z(), np.zeros(NPL, dtype=np.int64))
+
+    def grown(self, capacity: int, n: int) -> StepPlan:
+        """A larger plan keeping the first ``n`` batch items."""
+        new = StepPlan.new(capacity)
+        for a, b in zip(new[:3], self[:3]):
+            a[:n] = b[:n]
+        new.counts[:] = self.counts
+        return new
+
+
+class SchedState(NamedTuple):
+    """One instance's scheduler state (see module doc)."""
+
+    cfg: np.ndarray
+    req: np.ndarray
+    sc: np.ndarray
+    running: np.ndarray
+    waiting: np.ndarray
+    free_slots: np.ndarray
+
+    @classmethod
+    def new(cls, engine: InstanceConfig, capacity: int = 64) -> SchedState:
+        cfg = engine.to_array()
+        sc = np.zeros(NS, dtype=np.int64)
+        sc[S_FREE_BLOCKS] = cfg[C_NUM_BLOCKS] - 1  # vLLM's block pool keeps one null block
+        sc[S_CAP] = capacity
+        sc[S_NFREE_SLOTS] = capacity
+        return cls(cfg, np.zeros((capacity, NF), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
+                   np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64))
+
+    def copy(self) -> SchedState:
+        return SchedState(self.cfg, self.req.copy(), self.sc.copy(), self.running.copy(), self.waiting.copy(),
+                          self.free_slots.copy())
+
+    @property
+    def capacity(self) -> int:
+        return int(self.sc[S_CAP])
+
+    def grown(self, capacity: int) -> SchedState:
+        """The same state with every per-slot array enlarged to ``capacity``
+        rows (order kept; the waiting queue is linearised)."""
+        old = self.capacity
+        if capacity <= old:
+            return self
+        req = np.zeros((capacity, NF), dtype=np.int64)
+        req[:old] = self.req
+        running = np.zeros(capacity, dtype=np.int64)
+        running[:old] = self.running
+        waiting = np.zeros(capacity, dtype=np.int64)
+        wait_linear(self.sc, self.waiting, waiting)
+        nfree = int(self.sc[S_NFREE_SLOTS])
+        free = np.zeros(capacity, dtype=np.int64)
+        new_slots = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
+        free[: new_slots.size] = new_slots
+        free[new_slots.size: new_slots.size + nfree] = self.free_slots[:nfree]
+        sc = self.sc.copy()
+        sc[S_WHEAD] = 0
+        sc[S_NFREE_SLOTS] = nfree + new_slots.size
+        sc[S_CAP] = capacity
+        return SchedState(self.cfg, req, sc, running, waiting, free)
+
+    def with_room(self) -> SchedState:
+        """This state if it has a free slot, else one twice as large."""
+        return self if self.sc[S_NFREE_SLOTS] > 0 else self.grown(2 * self.capacity)
+
+    def add(self, rid: int, prompt: int, target: int, hit: int = 0, computed: int = 0, outputs: int = 0,
+            status: int = ST_WAITING) -> int:
+        """Put a request in a free slot and, if WAITING, at the back of the
+        waiting queue. Returns its slot (``with_room`` first if it may be full)."""
+        if self.sc[S_NFREE_SLOTS] == 0:
+            raise ValueError("no free slot: call with_room() first")
+        self.sc[S_NFREE_SLOTS] -= 1
+        slot = int(self.free_slots[self.sc[S_NFREE_SLOTS]])
+        row = self.req[slot]
+        row[:] = 0
+        row[F_PROMPT], row[F_TARGET], row[F_RID], row[F_HIT] = prompt, max(1, target), rid, hit
+        row[F_COMPUTED], row[F_OUTPUTS], row[F_STATUS] = computed, outputs, status
+        if status == ST_WAITING:
+            wait_push_back(self.sc, self.waiting, slot)
+        return slot
+
+    # --- read-only views (tests, validation, routers)
+    def running_slots(self) -> np.ndarray:
+        return self.running[: self.sc[S_NR]].copy()
+
+    def waiting_slots(self) -> np.ndarray:
+        out = np.zeros(int(self.sc[S_WN]), dtype=np.int64)
+        wait_linear(self.sc, self.waiting, out)
+        return out
+
+    def rids(self, slots: np.ndarray) -> list[int]:
+        return [int(self.req[s, F_RID]) for s in slots]
+
+    @property
+    def free_blocks(self) -> int:
+        return int(self.sc[S_FREE_BLOCKS])
