@@ -354,3 +354,117 @@ def cached_map(bc: BlockCache) -> dict[int, list[int]]:
             c = int(bc.dup_next[c])
         out[int(bc.keys[i])] = chain
     return out
+
+
+# ----------------------------------------------------------------- per-trace block ids
+class RequestHashes(NamedTuple):
+    """Every request's full-block ids for one engine block size: request
+    ``rid`` (its row in the trace) has ``flat[off[rid]:off[rid] + cnt[rid]]``;
+    rows beyond ``cnt``'s length (or without ids) have none, so all their
+    blocks are their own."""
+
+    flat: np.ndarray
+    off: np.ndarray
+    cnt: np.ndarray
+
+
+def no_request_hashes() -> RequestHashes:
+    z = np.zeros(0, dtype=np.int64)
+    return RequestHashes(z, z.copy(), z.copy())
+
+
+def request_hashes(hash_ids_col, prompt_tokens, hash_block_tokens: int | None, block_size: int) -> RequestHashes:
+    """``RequestHashes`` of a trace's ``requests.hash_ids`` (see ``traces.prefix_blocks``)."""
+    from traces.prefix_blocks import flat_block_ids
+
+    if hash_ids_col is None or not hash_block_tokens:
+        return no_request_hashes()
+    return RequestHashes(*flat_block_ids(hash_ids_col, prompt_tokens, hash_block_tokens, block_size))
+
+
+@njit(cache=True, inline="always")
+def ids_of(hashes, rid):
+    """(offset, count) of request ``rid``'s trace ids."""
+    if rid < hashes.cnt.size:
+        return hashes.off[rid], hashes.cnt[rid]
+    return 0, 0
+
+
+# ----------------------------------------------------------------- overlay (SFS)
+class Overlay(NamedTuple):
+    """Hash ids registered during one SFS simulation, on top of the live cache
+    it reads without copying: an open-addressing set whose used cells are
+    listed so that clearing costs what the last estimate used."""
+
+    keys: np.ndarray  # int64[M], EMPTY = free
+    used: np.ndarray  # int64[M // 2]: cells filled, in order
+    sc: np.ndarray  # [0] cells used, [1] insertions refused (set full)
+
+
+def new_overlay(size: int = 1 << 15) -> Overlay:
+    return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size // 2, dtype=np.int64),
+                   np.zeros(2, dtype=np.int64))
+
+
+@njit(cache=True)
+def ov_clear(ov):
+    for i in range(ov.sc[0]):
+        ov.keys[ov.used[i]] = EMPTY
+    ov.sc[0] = 0
+    ov.sc[1] = 0
+
+
+@njit(cache=True)
+def ov_has(ov, key):
+    mask = ov.keys.size - 1
+    i = _home(key, mask)
+    while True:
+        k = ov.keys[i]
+        if k == key:
+            return True
+        if k == EMPTY:
+            return False
+        i = (i + 1) & mask
+
+
+@njit(cache=True)
+def ov_add(ov, key):
+    if ov.sc[0] >= ov.used.size:
+        ov.sc[1] += 1  # full: later lookups of this key miss (the estimate is then conservative)
+        return
+    mask = ov.keys.size - 1
+    i = _home(key, mask)
+    while True:
+        k = ov.keys[i]
+        if k == key:
+            return
+        if k == EMPTY:
+            ov.keys[i] = key
+            ov.used[ov.sc[0]] = i
+            ov.sc[0] += 1
+            return
+        i = (i + 1) & mask
+
+
+@njit(cache=True)
+def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
+    """``find_hit`` against the live cache (read only) plus the overlay."""
+    cap = (num_tokens - 1) // block_size
+    k = 0
+    while k < cap:
+        h = block_hash_at(hflat, hoff, hn, rid, k)
+        if _find(bc, h) < 0 and not ov_has(ov, h):
+            break
+        k += 1
+    return k
+
+
+@njit(cache=True)
+def evictable_overlay(bc, hflat, hoff, hn, rid, k):
+    """Hit blocks that are free in the live cache (overlay hits count as held)."""
+    e = 0
+    for i in range(k):
+        b = lookup(bc, block_hash_at(hflat, hoff, hn, rid, i))
+        if b >= 0 and bc.ref[b] == 0:
+            e += 1
+    return e

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimators.block_cache_kernel import new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.state import SchedState, StepPlan
@@ -22,7 +23,7 @@ def _entry():
     """The compiled kernel's entry point (typed once per process)."""
     global _ENTRY
     if _ENTRY is None:
-        st = SchedState.new(InstanceConfig(), capacity=2)
+        st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
         _ENTRY = entry_point(sfs_estimate, st, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
@@ -46,12 +47,18 @@ class SFS:
         self._run = _entry()
 
     def _scratch(self, st: SchedState) -> None:
+        """The scratch state: one row more than ``st``; with prefix caching it
+        reads ``st``'s live cache without copying it (overlay mode, see
+        ``sfs_kernel``), so it is re-pointed when the instance changes."""
         if st.capacity + 1 > self.cap:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
-                                  np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)))
+                                  np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
+                                  np.zeros((c, 0), dtype=np.int64), st.bc, st.hashes, new_overlay())
             self.plan2 = StepPlan.new(c)
             self.cap = c
+        elif self.st2.bc is not st.bc or self.st2.hashes is not st.hashes:
+            self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes)
 
     def estimate(self, view: InstanceView, q: Query) -> float:
         st = view.state

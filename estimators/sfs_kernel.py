@@ -8,14 +8,25 @@ requests that arrived meanwhile and then the new query at the tail of
 ``waiting`` at that boundary, and steps the shared scheduler kernel, each
 step charged the inter-step gap plus its expected duration, until the step
 that computes the query's last prompt token. No future arrivals.
+
+With prefix caching the copy does not include the instance's cache (20,000
+blocks on a GPU): the kernel runs in overlay mode, looking hits up in the
+live cache read-only plus an overlay of the ids the simulated steps
+register (so a queued request hits the prefix an earlier one computes),
+and counting blocks without naming them. What it does not follow: blocks
+the simulated steps would evict (their later hits still count), and shared
+blocks held by residents before the estimate are returned in full when
+those finish.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
+from estimators.block_cache_kernel import ov_clear
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import (
+    C_PREFIX,
     EV_FIRST,
     F_EVENT,
     F_OUTPUTS,
@@ -25,6 +36,8 @@ from estimators.engine.layout import (
     F_TARGET,
     NF,
     PL_NREJ,
+    PREFIX_ON,
+    PREFIX_OVERLAY,
     S_CAP,
     S_NFREE_SLOTS,
     S_NR,
@@ -49,6 +62,9 @@ def _copy_state(st, st2):
     the extra row is the last free slot)."""
     cap = st.sc[S_CAP]
     st2.cfg[:] = st.cfg
+    if st.cfg[C_PREFIX] == PREFIX_ON:
+        st2.cfg[C_PREFIX] = PREFIX_OVERLAY  # the live cache is read, never written
+        ov_clear(st2.ov)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]

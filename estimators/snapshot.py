@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from estimators.block_cache_kernel import request_hashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step
 from estimators.engine.layout import F_STATUS, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
@@ -130,7 +131,10 @@ class RecordedWalk:
             self.pre_req = np.zeros(0, dtype=np.int64)
             self.pre_off = np.zeros(len(steps) + 1, dtype=np.int64)
 
-        self.state = SchedState.new(self.engine, capacity=len(order) + 2)
+        # prefix caching: the cache's contents are rebuilt by applying its rules along the recorded batches
+        hashes = request_hashes(reqs["hash_ids"].tolist() if "hash_ids" in reqs else None, self.prompt,
+                                trace.meta.get("hash_block_tokens"), self.engine.block_size)
+        self.state = SchedState.new(self.engine, capacity=len(order) + 2, hashes=hashes)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)  # the recorded batch being applied (or in flight)
         self.slot_of = np.full(len(reqs), -1, dtype=np.int64)

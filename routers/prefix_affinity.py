@@ -18,7 +18,7 @@
   The prefix weight above the others makes a full hit win against a moderate
   load gap, while a saturated instance still loses against an idle one.
 
-Both read an instance through ``cached_prefix_tokens(i)`` (a read-only
+Both read an instance through ``cached_prefix_tokens(i, prompt)`` (a read-only
 lookup against the live cache: no copy), ``residents`` and ``kv_usage()``.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ class PrefixAffinity(Router):
     name = "prefix-affinity"
 
     def choose(self, i, t, insts) -> int:
-        return max(range(len(insts)), key=lambda j: (insts[j].cached_prefix_tokens(i), -insts[j].residents, -j))
+        p = int(self.inputs.prompt[i])
+        return max(range(len(insts)), key=lambda j: (insts[j].cached_prefix_tokens(i, p), -insts[j].residents, -j))
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class PrefixLoad(Router):
         best, best_score = 0, -1.0
         for j, inst in enumerate(insts):
             queue = (hi - res[j]) / (hi - lo) if hi > lo else 1.0
-            score = (self.w.prefix * inst.cached_prefix_tokens(i) / prompt + self.w.queue * queue
+            score = (self.w.prefix * inst.cached_prefix_tokens(i, prompt) / prompt + self.w.queue * queue
                      + self.w.kv * (1.0 - inst.kv_usage()))
             if score > best_score:
                 best, best_score = j, score

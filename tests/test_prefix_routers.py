@@ -16,7 +16,7 @@ class FakeInst:
     residents: int
     usage: float = 0.0
 
-    def cached_prefix_tokens(self, i):
+    def cached_prefix_tokens(self, i, prompt):
         return self.hit
 
     def kv_usage(self):

@@ -44,6 +44,7 @@ from estimators.engine.layout import (
     C_MAX_LEN,
     C_MAX_SEQS,
     C_POLICY,
+    C_PREFIX,
     C_WATERMARK,
     EV_FINISH,
     EV_FIRST,
@@ -68,10 +69,13 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import (
     admit,
+    cached_hit_blocks,
     cdiv,
     compact_running,
     finish,
+    more_blocks,
     preempt,
+    register_blocks,
     wait_head,
     wait_pop_front,
 )
@@ -97,29 +101,36 @@ def _grow_blocks(st, plan, s, n):
         if v == s:
             return False
     if need > 0:
-        sc[S_FREE_BLOCKS] -= need
-        req[s, F_BLOCKS] += need
+        more_blocks(st, s, need)
     return True
 
 
 @njit(cache=True, inline="always")
-def _emit(req, plan, k, s, n):
+def _emit(st, plan, k, s, n):
+    req = st.req
     plan.slot[k] = s
     plan.tokens[k] = n
     plan.computed[k] = req[s, F_COMPUTED]
     req[s, F_COMPUTED] += n
+    register_blocks(st, s)
     return k + 1
 
 
 @njit(cache=True, inline="always")
-def _hit_tokens(cfg, req, s, num_tokens):
-    """Prefix-cache hit on admission: block aligned, at most num_tokens - 1."""
+def _hit(st, s, num_tokens):
+    """Prefix-cache hit on admission, block aligned and at most num_tokens -
+    1: (hit blocks, of which evictable). With caching, vLLM's lookup in the
+    instance's cache; without, a hit given with the request (``F_HIT``,
+    e.g. from a trace), whose blocks are counted as new."""
+    if st.cfg[C_PREFIX] != 0:
+        return cached_hit_blocks(st, s, num_tokens)
+    req = st.req
     if req[s, F_COMPUTED] != 0 or req[s, F_HIT] <= 0:
-        return 0
-    b = cfg[C_BLOCK]
-    cap = ((num_tokens - 1) // b) * b
-    hit = (req[s, F_HIT] // b) * b
-    return hit if hit < cap else cap
+        return 0, 0
+    b = st.cfg[C_BLOCK]
+    cap = (num_tokens - 1) // b
+    hit = req[s, F_HIT] // b
+    return (hit if hit < cap else cap), -1  # -1: not cached blocks, all allocated
 
 
 @njit(cache=True)
@@ -146,7 +157,7 @@ def _schedule_v1(st, plan):
             continue
         if not _grow_blocks(st, plan, s, n):
             break
-        k = _emit(req, plan, k, s, n)
+        k = _emit(st, plan, k, s, n)
         budget -= n
         i += 1
     if sc[S_NPREEMPT] > 0:
@@ -156,7 +167,8 @@ def _schedule_v1(st, plan):
             break
         s = wait_head(sc, waiting)
         num_tokens = req[s, F_PROMPT] + req[s, F_OUTPUTS]
-        hit = _hit_tokens(cfg, req, s, num_tokens)
+        hb, ev = _hit(st, s, num_tokens)
+        hit = hb * b
         n = num_tokens - hit
         if 0 < cap < n:
             n = cap
@@ -166,10 +178,14 @@ def _schedule_v1(st, plan):
             n = budget
         full = num_tokens if num_tokens < max_len else max_len
         watermark = cfg[C_WATERMARK] if sc[S_NR] > 0 else 0
-        if cdiv(full, b) + watermark > sc[S_FREE_BLOCKS]:
-            break  # the whole current sequence must fit; no one behind the head is tried
-        s = admit(st, cdiv(hit + n, b), hit)
-        k = _emit(req, plan, k, s, n)
+        # the whole current sequence must fit (cached hit blocks need no new
+        # block, but the evictable ones leave the free queue); no one behind
+        # the head is tried
+        need = cdiv(full, b) if ev < 0 else cdiv(full, b) - hb + ev
+        if need + watermark > sc[S_FREE_BLOCKS]:
+            break
+        s = admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
+        k = _emit(st, plan, k, s, n)
         budget -= n
     return k
 
@@ -190,7 +206,7 @@ def _schedule_sarathi(st, plan):
             continue
         if not _grow_blocks(st, plan, s, 1):
             continue  # preempted itself; running shrank, i now points past the end
-        k = _emit(req, plan, k, s, 1)
+        k = _emit(st, plan, k, s, 1)
         budget -= 1
         i += 1
     # 2. ongoing prefills, in running order
@@ -201,7 +217,7 @@ def _schedule_sarathi(st, plan):
         if remaining > 0 and not (remaining == 1 and req[s, F_COMPUTED] >= req[s, F_PROMPT]):
             n = remaining if remaining < budget else budget
             if _grow_blocks(st, plan, s, n):
-                k = _emit(req, plan, k, s, n)
+                k = _emit(st, plan, k, s, n)
                 budget -= n
             else:
                 continue
@@ -215,12 +231,13 @@ def _schedule_sarathi(st, plan):
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
             break
-        hit = _hit_tokens(cfg, req, s, num_tokens)
+        hb, ev = _hit(st, s, num_tokens)
+        hit = hb * b
         n = num_tokens - hit
         if n > budget:
             n = budget
-        s = admit(st, full, hit)
-        k = _emit(req, plan, k, s, n)
+        s = admit(st, hb if ev >= 0 else 0, full, hit)
+        k = _emit(st, plan, k, s, n)
         budget -= n
     return k
 
@@ -255,9 +272,10 @@ def _schedule_v0(st, plan):
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
             break
-        hit = _hit_tokens(cfg, req, s, num_tokens)
-        s = admit(st, full, hit)
-        k = _emit(req, plan, k, s, num_tokens - hit)
+        hb, ev = _hit(st, s, num_tokens)
+        hit = hb * b
+        s = admit(st, hb if ev >= 0 else 0, full, hit)
+        k = _emit(st, plan, k, s, num_tokens - hit)
         used += num_tokens - hit
     if k > 0:
         return k  # prefill-only step
@@ -266,7 +284,7 @@ def _schedule_v0(st, plan):
         s = running[i]
         if not _grow_blocks(st, plan, s, 1):
             continue
-        k = _emit(req, plan, k, s, 1)
+        k = _emit(st, plan, k, s, 1)
         i += 1
     return k
 

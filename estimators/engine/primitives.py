@@ -1,18 +1,42 @@
 """The moves every kernel makes on a ``SchedState``, in Numba, written once:
 the waiting queue (a circular buffer: head ``sc[S_WHEAD]``, length
-``sc[S_WN]``, capacity ``sc[S_CAP]``), admission, preemption (recompute),
-finishing and slot recycling. The scheduling *rules* live in ``kernel``;
+``sc[S_WN]``, capacity ``sc[S_CAP]``), KV blocks (a free count, or with
+prefix caching vLLM's block pool: hits, allocation, registration, release),
+admission, preemption (recompute), finishing and slot recycling. The scheduling *rules* live in ``kernel``;
 these are the mechanics both it and the recorded-state walker use.
 """
 from __future__ import annotations
 
 from numba import njit
 
+from estimators.block_cache_kernel import (
+    allocate,
+    block_hash_at,
+    cache_full,
+    evictable_in_hit,
+    evictable_overlay,
+    find_hit,
+    find_hit_overlay,
+    free_request,
+    ids_of,
+    num_free,
+    ov_add,
+    touch_hit,
+)
 from estimators.engine.layout import (
+    C_BLOCK,
+    C_PREFIX,
     F_BLOCKS,
     F_COMPUTED,
+    F_NCACHED,
+    F_OUTPUTS,
     F_PREEMPTIONS,
+    F_PROMPT,
+    F_RID,
+    F_SHARED,
     F_STATUS,
+    PREFIX_ON,
+    PREFIX_OVERLAY,
     S_CAP,
     S_FREE_BLOCKS,
     S_NFREE_SLOTS,
@@ -96,18 +120,115 @@ def running_remove(sc, running, s):
     sc[S_NR] = w
 
 
+# --- KV blocks: a free count, or vLLM's block pool with its prefix cache (``block_cache_kernel``)
+
 @njit(cache=True)
-def admit(st, blocks, computed):
+def take_blocks(st, s, hit_blocks, total):
+    """Give request ``s`` (holding none) its ``hit_blocks`` cached prefix
+    blocks and fresh blocks up to ``total``; the caller has checked that
+    they fit. With caching the hit blocks are touched (vLLM:
+    ``allocate_new_computed_blocks``), then new ones taken from the head of
+    the free queue; in overlay mode (SFS) only the free count moves: hits
+    that are free in the live cache leave it, the rest of the hit is held."""
+    req, sc, mode = st.req, st.sc, st.cfg[C_PREFIX]
+    if mode == PREFIX_ON:
+        rid = req[s, F_RID]
+        off, n = ids_of(st.hashes, rid)
+        touch_hit(st.bc, st.table[s], st.hashes.flat, off, n, rid, hit_blocks)
+        allocate(st.bc, st.table[s], hit_blocks, total)
+        req[s, F_NCACHED] = hit_blocks
+        sc[S_FREE_BLOCKS] = num_free(st.bc)
+    elif mode == PREFIX_OVERLAY:
+        rid = req[s, F_RID]
+        off, n = ids_of(st.hashes, rid)
+        ev = evictable_overlay(st.bc, st.hashes.flat, off, n, rid, hit_blocks)
+        sc[S_FREE_BLOCKS] -= total - hit_blocks + ev
+        req[s, F_NCACHED] = hit_blocks
+        req[s, F_SHARED] = hit_blocks - ev
+    else:
+        sc[S_FREE_BLOCKS] -= total
+    req[s, F_BLOCKS] = total
+
+
+@njit(cache=True)
+def more_blocks(st, s, need):
+    """``need`` more blocks for running request ``s`` (the caller checked the free count)."""
+    if st.cfg[C_PREFIX] == PREFIX_ON:
+        allocate(st.bc, st.table[s], st.req[s, F_BLOCKS], st.req[s, F_BLOCKS] + need)
+        st.sc[S_FREE_BLOCKS] = num_free(st.bc)
+    else:
+        st.sc[S_FREE_BLOCKS] -= need
+    st.req[s, F_BLOCKS] += need
+
+
+@njit(cache=True)
+def register_blocks(st, s):
+    """Register ``s``'s blocks filled by the tokens scheduled so far in the
+    prefix cache (vLLM's ``cache_blocks`` at schedule time: a later request
+    in the same step can hit them); in overlay mode, in the overlay."""
+    mode = st.cfg[C_PREFIX]
+    if mode == 0:
+        return
+    req = st.req
+    nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
+    done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
+    full = done // st.cfg[C_BLOCK]
+    rid = req[s, F_RID]
+    off, n = ids_of(st.hashes, rid)
+    if mode == PREFIX_ON:
+        req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
+    else:
+        for i in range(req[s, F_NCACHED], full):
+            ov_add(st.ov, block_hash_at(st.hashes.flat, off, n, rid, i))
+        if full > req[s, F_NCACHED]:
+            req[s, F_NCACHED] = full
+
+
+@njit(cache=True)
+def release_blocks(st, s):
+    """Free ``s``'s blocks (finish or preemption): with caching, tail first
+    into vLLM's free queue, where cached ones stay hittable until evicted."""
+    if st.cfg[C_PREFIX] == PREFIX_ON:
+        free_request(st.bc, st.table[s], st.req[s, F_BLOCKS])
+        st.sc[S_FREE_BLOCKS] = num_free(st.bc)
+    else:  # off, or overlay: blocks that other requests still hold stay held
+        st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS] - st.req[s, F_SHARED]
+    st.req[s, F_BLOCKS] = 0
+    st.req[s, F_NCACHED] = 0
+    st.req[s, F_SHARED] = 0
+
+
+@njit(cache=True)
+def cached_hit_blocks(st, s, num_tokens):
+    """Blocks of ``s``'s longest cached prefix (``get_computed_blocks``: only
+    for a request with nothing computed, at most num_tokens - 1 tokens), and
+    how many of them sit in the free queue (they count against the free
+    blocks in the admission gate). (0, 0) with caching off."""
+    mode = st.cfg[C_PREFIX]
+    if mode == 0 or st.req[s, F_COMPUTED] != 0:
+        return 0, 0
+    rid = st.req[s, F_RID]
+    off, n = ids_of(st.hashes, rid)
+    b = st.cfg[C_BLOCK]
+    if mode == PREFIX_ON:
+        k = find_hit(st.bc, st.hashes.flat, off, n, rid, num_tokens, b)
+        return k, evictable_in_hit(st.bc, st.hashes.flat, off, n, rid, k)
+    k = find_hit_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, num_tokens, b)
+    return k, evictable_overlay(st.bc, st.hashes.flat, off, n, rid, k)
+
+
+@njit(cache=True)
+def admit(st, hit_blocks, blocks, computed):
     """Pop the head of ``waiting`` into the tail of ``running`` with
-    ``blocks`` KV blocks and ``computed`` tokens already computed."""
+    ``blocks`` KV blocks (the first ``hit_blocks`` from the prefix cache)
+    and ``computed`` tokens already computed."""
     req, sc = st.req, st.sc
     s = wait_pop_front(sc, st.waiting)
     st.running[sc[S_NR]] = s
     sc[S_NR] += 1
     req[s, F_STATUS] = ST_RUNNING
     req[s, F_COMPUTED] = computed
-    req[s, F_BLOCKS] = blocks
-    sc[S_FREE_BLOCKS] -= blocks
+    take_blocks(st, s, hit_blocks, blocks)
     return s
 
 
@@ -120,8 +241,7 @@ def preempt(st, s):
         sc[S_NR] -= 1  # the usual case: the tail of running
     else:
         running_remove(sc, st.running, s)
-    sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
-    req[s, F_BLOCKS] = 0
+    release_blocks(st, s)
     req[s, F_COMPUTED] = 0
     req[s, F_STATUS] = ST_WAITING
     req[s, F_PREEMPTIONS] += 1
@@ -140,8 +260,7 @@ def finish(st, s):
     """``s`` is done: its blocks and slot are freed (its row stays readable
     until the slot is reused); the caller compacts ``running``."""
     st.req[s, F_STATUS] = ST_FINISHED
-    st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS]
-    st.req[s, F_BLOCKS] = 0
+    release_blocks(st, s)
     release_slot(st, s)
 
 
