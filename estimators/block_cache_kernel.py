@@ -63,7 +63,8 @@ B_MASK = 2  # hash table size - 1
 B_HEAD = 3  # sentinel index of the free queue's head (= num_blocks)
 B_TAIL = 4  # sentinel index of the free queue's tail (= num_blocks + 1)
 B_EVICTIONS = 5  # hashes evicted so far
-NB = 6
+B_NFREE_CACHED = 6  # free blocks holding a hash (they sit behind every free block without one)
+NB = 7
 
 
 class BlockCache(NamedTuple):
@@ -284,6 +285,7 @@ def touch_hit(bc, table_row, hflat, hoff, hn, rid, k):
         b = lookup(bc, block_hash_at(hflat, hoff, hn, rid, i))
         if bc.ref[b] == 0:
             _fq_unlink(bc, b)
+            bc.sc[B_NFREE_CACHED] -= 1
         bc.ref[b] += 1
         table_row[i] = b
 
@@ -297,6 +299,8 @@ def allocate(bc, table_row, held, total):
     for i in range(held, total):
         b = bc.fnext[head]
         _fq_unlink(bc, b)
+        if bc.bhash[b] != NO_HASH:
+            bc.sc[B_NFREE_CACHED] -= 1
         _evict_hash(bc, b)
         bc.ref[b] = 1
         table_row[i] = b
@@ -325,6 +329,7 @@ def free_request(bc, table_row, held):
         bc.ref[b] -= 1
         if bc.ref[b] == 0 and bc.bhash[b] != NO_HASH:
             _fq_insert_after(bc, bc.fprev[tail], b)
+            bc.sc[B_NFREE_CACHED] += 1
     # blocks without a hash go to the front, keeping the tail-first order
     # (prepend_n of the walk's list = push each to the front, walking head first)
     for i in range(held):
@@ -392,58 +397,119 @@ def ids_of(hashes, rid):
 
 # ----------------------------------------------------------------- overlay (SFS)
 class Overlay(NamedTuple):
-    """Hash ids registered during one SFS simulation, on top of the live cache
-    it reads without copying: an open-addressing set whose used cells are
-    listed so that clearing costs what the last estimate used."""
+    """What one SFS simulation changed on top of the live cache it reads
+    without copying: an open-addressing map whose used cells are listed, so
+    clearing costs what the last estimate used. Keys: hash ids (>= 0)
+    registered by the simulated steps (value 1); ``-(b + 2)`` for a live
+    block b whose reference count the simulation changed (value: the
+    change); ``-(b + 2) - REGISTERED`` for a live block the simulation
+    filled and registered (it is cached once freed).
+
+    Evictions follow vLLM's order: blocks without a hash first (counted),
+    then the live cached free blocks from the least recently used
+    (``OV_CURSOR`` walks the live free queue, skipping blocks the simulation
+    touched), marked ``-(b + 2) - EVICTED`` so their hashes stop hitting.
+    Counting is exact until the simulation hits a block only it computed or
+    evicts past the live free queue's end (into blocks it freed itself);
+    then it raises ``sc[OV_FALLBACK]`` and SFS reruns on a full copy
+    (``sfs_kernel``)."""
 
     keys: np.ndarray  # int64[M], EMPTY = free
+    vals: np.ndarray  # int64[M]
     used: np.ndarray  # int64[M // 2]: cells filled, in order
-    sc: np.ndarray  # [0] cells used, [1] insertions refused (set full)
+    sc: np.ndarray  # OV_* scalars
+
+
+OV_USED = 0  # cells used
+OV_FALLBACK = 1  # the overlay cannot follow: rerun on a copy
+OV_CACHED_FREE = 2  # free blocks holding a hash, as the simulation goes
+OV_EXACT = 3  # set by the caller: this run is the rerun on a copy
+OV_CURSOR = 4  # next live free block to evict (-1: not found yet)
+NOV = 5
+REGISTERED = 1 << 40  # key -(b + 2) - REGISTERED: live block b filled and registered by the simulation
+EVICTED = 2 << 40  # key -(b + 2) - EVICTED: live free block b evicted by the simulation
 
 
 def new_overlay(size: int = 1 << 15) -> Overlay:
-    return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size // 2, dtype=np.int64),
-                   np.zeros(2, dtype=np.int64))
+    return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size, dtype=np.int64),
+                   np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64))
 
 
 @njit(cache=True)
-def ov_clear(ov):
-    for i in range(ov.sc[0]):
+def ov_clear(ov, bc):
+    for i in range(ov.sc[OV_USED]):
         ov.keys[ov.used[i]] = EMPTY
-    ov.sc[0] = 0
-    ov.sc[1] = 0
+    ov.sc[OV_USED] = 0
+    ov.sc[OV_FALLBACK] = 0
+    ov.sc[OV_CACHED_FREE] = bc.sc[B_NFREE_CACHED]
+    ov.sc[OV_CURSOR] = -1
 
 
 @njit(cache=True)
-def ov_has(ov, key):
-    mask = ov.keys.size - 1
-    i = _home(key, mask)
-    while True:
-        k = ov.keys[i]
-        if k == key:
-            return True
-        if k == EMPTY:
-            return False
-        i = (i + 1) & mask
-
-
-@njit(cache=True)
-def ov_add(ov, key):
-    if ov.sc[0] >= ov.used.size:
-        ov.sc[1] += 1  # full: later lookups of this key miss (the estimate is then conservative)
-        return
-    mask = ov.keys.size - 1
-    i = _home(key, mask)
-    while True:
-        k = ov.keys[i]
-        if k == key:
+def ov_evict(bc, ov, m):
+    """Evict ``m`` cached free blocks, least recently used first."""
+    tail = bc.sc[B_TAIL]
+    c = ov.sc[OV_CURSOR]
+    if c < 0:  # the first cached block: every free block without a hash comes before it
+        c = bc.fnext[bc.sc[B_HEAD]]
+        while c != tail and bc.bhash[c] == NO_HASH:
+            c = bc.fnext[c]
+    for _ in range(m):
+        while c != tail and _ov_cell(ov, -(c + 2), False) >= 0:
+            c = bc.fnext[c]  # touched (or released) by the simulation: not where the live queue has it
+        if c == tail:
+            ov.sc[OV_FALLBACK] = 1  # next come blocks the simulation freed itself
             return
+        ov_add(ov, -(c + 2) - EVICTED)
+        c = bc.fnext[c]
+    ov.sc[OV_CURSOR] = c
+    ov.sc[OV_CACHED_FREE] -= m
+
+
+@njit(cache=True)
+def _live_block(bc, ov, h):
+    """The block a hit on ``h`` gets in the simulation: the oldest live block
+    holding it that the simulation has not evicted, or -1."""
+    b = lookup(bc, h)
+    while b >= 0 and _ov_cell(ov, -(b + 2) - EVICTED, False) >= 0:
+        b = bc.dup_next[b]
+    return b
+
+
+@njit(cache=True)
+def _ov_cell(ov, key, insert):
+    """Index of ``key``'s cell (inserted with value 0 if asked), or -1."""
+    mask = ov.keys.size - 1
+    i = _home(key, mask)
+    while True:
+        k = ov.keys[i]
+        if k == key:
+            return i
         if k == EMPTY:
+            if not insert:
+                return -1
+            if ov.sc[OV_USED] >= ov.used.size:
+                ov.sc[OV_FALLBACK] = 1  # full: the overlay can no longer answer
+                return -1
             ov.keys[i] = key
-            ov.used[ov.sc[0]] = i
-            ov.sc[0] += 1
-            return
+            ov.vals[i] = 0
+            ov.used[ov.sc[OV_USED]] = i
+            ov.sc[OV_USED] += 1
+            return i
         i = (i + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def ov_add(ov, key):
+    i = _ov_cell(ov, key, True)
+    if i >= 0:
+        ov.vals[i] = 1
+
+
+@njit(cache=True, inline="always")
+def _ref_delta(ov, b):
+    i = _ov_cell(ov, -(b + 2), False)
+    return ov.vals[i] if i >= 0 else 0
 
 
 @njit(cache=True)
@@ -453,18 +519,73 @@ def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
     k = 0
     while k < cap:
         h = block_hash_at(hflat, hoff, hn, rid, k)
-        if _find(bc, h) < 0 and not ov_has(ov, h):
+        if _live_block(bc, ov, h) < 0 and _ov_cell(ov, h, False) < 0:
             break
         k += 1
     return k
 
 
 @njit(cache=True)
-def evictable_overlay(bc, hflat, hoff, hn, rid, k):
-    """Hit blocks that are free in the live cache (overlay hits count as held)."""
+def evictable_overlay(bc, ov, hflat, hoff, hn, rid, k):
+    """Hit blocks that are free as the simulation stands (live count plus its changes)."""
     e = 0
     for i in range(k):
-        b = lookup(bc, block_hash_at(hflat, hoff, hn, rid, i))
-        if b >= 0 and bc.ref[b] == 0:
+        b = _live_block(bc, ov, block_hash_at(hflat, hoff, hn, rid, i))
+        if b >= 0 and bc.ref[b] + _ref_delta(ov, b) == 0:
             e += 1
     return e
+
+
+@njit(cache=True)
+def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
+    """A simulated admission takes its ``k`` hit blocks; returns how many
+    left the free queue. A hit on blocks only the simulation computed falls
+    back (whose blocks they are is not followed)."""
+    e = 0
+    for i in range(k):
+        b = _live_block(bc, ov, block_hash_at(hflat, hoff, hn, rid, i))
+        if b < 0:
+            ov.sc[OV_FALLBACK] = 1
+            return e
+        c = _ov_cell(ov, -(b + 2), True)
+        if c < 0:
+            return e
+        if bc.ref[b] + ov.vals[c] == 0:
+            e += 1
+        ov.vals[c] += 1
+    ov.sc[OV_CACHED_FREE] -= e
+    return e
+
+
+@njit(cache=True)
+def _ov_unref(bc, ov, b):
+    """One holder of live block ``b`` lets go; 1 if it becomes free."""
+    c = _ov_cell(ov, -(b + 2), True)
+    if c < 0:
+        return 0
+    ov.vals[c] -= 1
+    if bc.ref[b] + ov.vals[c] == 0:
+        if bc.bhash[b] != NO_HASH or _ov_cell(ov, -(b + 2) - REGISTERED, False) >= 0:
+            ov.sc[OV_CACHED_FREE] += 1
+        return 1
+    return 0
+
+
+@njit(cache=True)
+def ov_release_live(bc, ov, table_row, held):
+    """The simulation releases a request holding live blocks (its table);
+    returns how many become free."""
+    freed = 0
+    for i in range(held):
+        freed += _ov_unref(bc, ov, table_row[i])
+    return freed
+
+
+@njit(cache=True)
+def ov_release_hits(bc, ov, hflat, hoff, hn, rid, k):
+    """A request admitted in the simulation lets go of its ``k`` live hit
+    blocks; returns how many become free."""
+    freed = 0
+    for i in range(k):
+        freed += _ov_unref(bc, ov, _live_block(bc, ov, block_hash_at(hflat, hoff, hn, rid, i)))
+    return freed

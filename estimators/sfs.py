@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.block_cache_kernel import new_overlay
+from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.state import SchedState, StepPlan
@@ -44,29 +44,42 @@ class SFS:
         self.overhead = frontend_overhead_s
         self.cap = -1
         self.last_steps = 0
+        self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
         self._run = _entry()
 
     def _scratch(self, st: SchedState) -> None:
         """The scratch state: one row more than ``st``; with prefix caching it
-        reads ``st``'s live cache without copying it (overlay mode, see
-        ``sfs_kernel``), so it is re-pointed when the instance changes."""
+        reads ``st``'s live cache and block table without copying them
+        (overlay mode, see ``sfs_kernel``), so it is re-pointed when the
+        instance (or its table, when it grows) changes."""
         if st.capacity + 1 > self.cap:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
                                   np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
-                                  np.zeros((c, 0), dtype=np.int64), st.bc, st.hashes, new_overlay())
+                                  st.table, st.bc, st.hashes, new_overlay())
             self.plan2 = StepPlan.new(c)
             self.cap = c
-        elif self.st2.bc is not st.bc or self.st2.hashes is not st.hashes:
-            self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes)
+        if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
+            self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table)
 
-    def estimate(self, view: InstanceView, q: Query) -> float:
+    def estimate(self, view: InstanceView, q: Query, copy_cache: bool = False) -> float:
+        """``copy_cache``: simulate on a copy of the prefix cache even when
+        the overlay could follow (the reference the overlay is tested against)."""
         st = view.state
         self._scratch(st)
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
-        est, steps = self._run(st, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                               first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt,
-                               self.model, self.st2, self.plan2, MAX_SIM_STEPS)
+        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+                first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt, self.model)
+        est, steps = (-1.0, -1) if copy_cache else self._run(st, *args, self.st2, self.plan2, MAX_SIM_STEPS)
+        if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
+            self.fallbacks += not copy_cache
+            exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
+                                      bc=copy_block_cache(st.bc))
+            exact.ov.sc[OV_EXACT] = 1
+            try:
+                est, steps = self._run(st, *args, exact, self.plan2, MAX_SIM_STEPS)
+            finally:
+                exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
         return est + self.overhead

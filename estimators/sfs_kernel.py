@@ -10,25 +10,28 @@ step charged the inter-step gap plus its expected duration, until the step
 that computes the query's last prompt token. No future arrivals.
 
 With prefix caching the copy does not include the instance's cache (20,000
-blocks on a GPU): the kernel runs in overlay mode, looking hits up in the
-live cache read-only plus an overlay of the ids the simulated steps
-register (so a queued request hits the prefix an earlier one computes),
-and counting blocks without naming them. What it does not follow: blocks
-the simulated steps would evict (their later hits still count), and shared
-blocks held by residents before the estimate are returned in full when
-those finish.
+blocks on a GPU): the kernel runs in overlay mode (``block_cache_kernel.
+Overlay``): hits are looked up in the live cache read-only, blocks are
+counted rather than named, and the few live blocks the simulated steps
+touch or release carry their reference-count change in the overlay, so
+the free count and the admission gate come out as on a copy. Two things a
+count cannot follow make it fall back to a real copy of the cache (exact,
+slower): an allocation that reaches cached blocks (vLLM would evict the
+least recently used), and a hit on blocks only the simulation computed.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from estimators.block_cache_kernel import ov_clear
+from estimators.block_cache_kernel import OV_EXACT, OV_FALLBACK, ov_clear
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import (
     C_PREFIX,
     EV_FIRST,
+    F_BLOCKS,
     F_EVENT,
+    F_HITB,
     F_OUTPUTS,
     F_PROMPT,
     F_RID,
@@ -62,9 +65,10 @@ def _copy_state(st, st2):
     the extra row is the last free slot)."""
     cap = st.sc[S_CAP]
     st2.cfg[:] = st.cfg
-    if st.cfg[C_PREFIX] == PREFIX_ON:
+    overlay = st.cfg[C_PREFIX] == PREFIX_ON and st2.ov.sc[OV_EXACT] == 0
+    if overlay:
         st2.cfg[C_PREFIX] = PREFIX_OVERLAY  # the live cache is read, never written
-        ov_clear(st2.ov)
+        ov_clear(st2.ov, st.bc)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]
@@ -78,6 +82,15 @@ def _copy_state(st, st2):
         st2.free_slots[i] = st.free_slots[i]
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
+    if overlay:  # requests holding live blocks release them through the live table
+        for s in range(cap):
+            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1) if st2.req[s, F_BLOCKS] > 0 else 0
+
+
+@njit(cache=True, inline="always")
+def _lost(st2):
+    """The overlay could not follow the simulation: rerun on a copy."""
+    return st2.cfg[C_PREFIX] == PREFIX_OVERLAY and st2.ov.sc[OV_FALLBACK] != 0
 
 
 @njit(cache=True)
@@ -85,7 +98,9 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
                  st2, plan, max_steps):
     """Estimated TTFT (seconds) of a query arriving now, and the number of
     steps simulated. ``infl_n`` = 0 means the instance is idle (``infl`` is
-    the in-flight step's plan); ``elapsed`` is now minus the in-flight
+    the in-flight step's plan; steps = -1: the prefix-cache overlay could
+    not follow, rerun with ``st2`` holding a copy of the cache and table and
+    ``st2.ov.sc[OV_EXACT]`` set); ``elapsed`` is now minus the in-flight
     step's start; ``first_gap`` is the time until the first simulated
     schedule() after the in-flight step (a whole gap, or what is left of
     the current one when the engine is between steps). The scratch state
@@ -106,6 +121,8 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         if rem > 0.0:
             t = rem
         complete_step(st2, infl, infl_n)
+        if _lost(st2):
+            return -1.0, -1
     # --- arrivals so far, then the query, join waiting at the boundary
     for i in range(n_inbox):
         s = inbox[i]
@@ -124,6 +141,8 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     step_gap = first_gap
     while steps < max_steps:
         n = schedule_step(st2, plan)
+        if _lost(st2):
+            return -1.0, -1
         for r in range(plan.counts[PL_NREJ]):
             if plan.rejected[r] == q:
                 return np.inf, steps  # refused outright (V0: longer than the budget)
@@ -135,6 +154,8 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         t += step_gap + plan_time(model, r2, plan, n) * model.mult
         step_gap = model.gap
         complete_step(st2, plan, n)
+        if _lost(st2):
+            return -1.0, -1
         steps += 1
         if r2[q, F_EVENT] & EV_FIRST:
             return t, steps

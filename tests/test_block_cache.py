@@ -38,6 +38,10 @@ def check_same(bc, ref):
     assert bk.cached_map(bc) == {h: list(bs) for h, bs in ref.map.items()}
     assert list(bc.ref) == ref.ref
     assert int(bc.sc[bk.B_EVICTIONS]) == ref.evictions
+    queue = ref.free_queue
+    cached = [b for b in queue if ref.hash[b] is not None]
+    assert int(bc.sc[bk.B_NFREE_CACHED]) == len(cached)
+    assert queue[len(queue) - len(cached):] == cached  # blocks without a hash always come first
 
 
 def admit(bc, ref, r, chunk):

@@ -15,7 +15,7 @@ F_HIT = 7  # prefix-cache hit tokens available at admission (block aligned)
 F_PREEMPTIONS = 8
 F_EVENT = 9  # set by complete_step: EV_* bits
 F_NCACHED = 10  # prefix caching: leading blocks registered in the cache (vLLM's num_cached_block)
-F_SHARED = 11  # SFS overlay: hit blocks other requests held at admission (not freed on release)
+F_HITB = 11  # SFS overlay: live hit blocks taken at admission, or -(live blocks + 1) for a live holder
 NF = 12
 
 # statuses

@@ -10,6 +10,8 @@ from __future__ import annotations
 from numba import njit
 
 from estimators.block_cache_kernel import (
+    OV_CACHED_FREE,
+    REGISTERED,
     allocate,
     block_hash_at,
     cache_full,
@@ -21,6 +23,10 @@ from estimators.block_cache_kernel import (
     ids_of,
     num_free,
     ov_add,
+    ov_evict,
+    ov_release_hits,
+    ov_release_live,
+    ov_touch,
     touch_hit,
 )
 from estimators.engine.layout import (
@@ -28,12 +34,12 @@ from estimators.engine.layout import (
     C_PREFIX,
     F_BLOCKS,
     F_COMPUTED,
+    F_HITB,
     F_NCACHED,
     F_OUTPUTS,
     F_PREEMPTIONS,
     F_PROMPT,
     F_RID,
-    F_SHARED,
     F_STATUS,
     PREFIX_ON,
     PREFIX_OVERLAY,
@@ -128,8 +134,8 @@ def take_blocks(st, s, hit_blocks, total):
     blocks and fresh blocks up to ``total``; the caller has checked that
     they fit. With caching the hit blocks are touched (vLLM:
     ``allocate_new_computed_blocks``), then new ones taken from the head of
-    the free queue; in overlay mode (SFS) only the free count moves: hits
-    that are free in the live cache leave it, the rest of the hit is held."""
+    the free queue. In overlay mode (SFS) only counts move, over the live
+    cache (``block_cache_kernel.Overlay``)."""
     req, sc, mode = st.req, st.sc, st.cfg[C_PREFIX]
     if mode == PREFIX_ON:
         rid = req[s, F_RID]
@@ -141,13 +147,23 @@ def take_blocks(st, s, hit_blocks, total):
     elif mode == PREFIX_OVERLAY:
         rid = req[s, F_RID]
         off, n = ids_of(st.hashes, rid)
-        ev = evictable_overlay(st.bc, st.hashes.flat, off, n, rid, hit_blocks)
+        ev = ov_touch(st.bc, st.ov, st.hashes.flat, off, n, rid, hit_blocks)
         sc[S_FREE_BLOCKS] -= total - hit_blocks + ev
         req[s, F_NCACHED] = hit_blocks
-        req[s, F_SHARED] = hit_blocks - ev
+        req[s, F_HITB] = hit_blocks
+        _check_eviction(st)
     else:
         sc[S_FREE_BLOCKS] -= total
     req[s, F_BLOCKS] = total
+
+
+@njit(cache=True, inline="always")
+def _check_eviction(st):
+    """Overlay: free blocks without a hash come first in vLLM's free queue;
+    an allocation that reaches the cached ones evicts them, oldest first."""
+    m = st.ov.sc[OV_CACHED_FREE] - st.sc[S_FREE_BLOCKS]
+    if m > 0:
+        ov_evict(st.bc, st.ov, m)
 
 
 @njit(cache=True)
@@ -158,6 +174,8 @@ def more_blocks(st, s, need):
         st.sc[S_FREE_BLOCKS] = num_free(st.bc)
     else:
         st.sc[S_FREE_BLOCKS] -= need
+        if st.cfg[C_PREFIX] == PREFIX_OVERLAY:
+            _check_eviction(st)
     st.req[s, F_BLOCKS] += need
 
 
@@ -177,25 +195,44 @@ def register_blocks(st, s):
     off, n = ids_of(st.hashes, rid)
     if mode == PREFIX_ON:
         req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
-    else:
-        for i in range(req[s, F_NCACHED], full):
-            ov_add(st.ov, block_hash_at(st.hashes.flat, off, n, rid, i))
-        if full > req[s, F_NCACHED]:
-            req[s, F_NCACHED] = full
+        return
+    live = -req[s, F_HITB] - 1  # a live holder's blocks from before the estimate
+    for i in range(req[s, F_NCACHED], full):
+        ov_add(st.ov, block_hash_at(st.hashes.flat, off, n, rid, i))
+        if i < live:
+            ov_add(st.ov, -(st.table[s, i] + 2) - REGISTERED)
+    if full > req[s, F_NCACHED]:
+        req[s, F_NCACHED] = full
 
 
 @njit(cache=True)
 def release_blocks(st, s):
     """Free ``s``'s blocks (finish or preemption): with caching, tail first
-    into vLLM's free queue, where cached ones stay hittable until evicted."""
-    if st.cfg[C_PREFIX] == PREFIX_ON:
-        free_request(st.bc, st.table[s], st.req[s, F_BLOCKS])
+    into vLLM's free queue, where cached ones stay hittable until evicted;
+    in overlay mode, as counts (blocks someone else holds stay held)."""
+    req, mode = st.req, st.cfg[C_PREFIX]
+    if mode == PREFIX_ON:
+        free_request(st.bc, st.table[s], req[s, F_BLOCKS])
         st.sc[S_FREE_BLOCKS] = num_free(st.bc)
-    else:  # off, or overlay: blocks that other requests still hold stay held
-        st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS] - st.req[s, F_SHARED]
-    st.req[s, F_BLOCKS] = 0
-    st.req[s, F_NCACHED] = 0
-    st.req[s, F_SHARED] = 0
+    elif mode == PREFIX_OVERLAY:
+        if req[s, F_HITB] < 0:  # held live blocks (its table), and perhaps more since
+            live = -req[s, F_HITB] - 1
+            freed = ov_release_live(st.bc, st.ov, st.table[s], live) + req[s, F_BLOCKS] - live
+            own = req[s, F_NCACHED] - live
+        else:
+            rid = req[s, F_RID]
+            off, n = ids_of(st.hashes, rid)
+            k = req[s, F_HITB]
+            freed = ov_release_hits(st.bc, st.ov, st.hashes.flat, off, n, rid, k) + req[s, F_BLOCKS] - k
+            own = req[s, F_NCACHED] - k
+        if own > 0:
+            st.ov.sc[OV_CACHED_FREE] += own  # registered by the simulation: cached once free
+        st.sc[S_FREE_BLOCKS] += freed
+        req[s, F_HITB] = 0
+    else:
+        st.sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
+    req[s, F_BLOCKS] = 0
+    req[s, F_NCACHED] = 0
 
 
 @njit(cache=True)
@@ -214,7 +251,7 @@ def cached_hit_blocks(st, s, num_tokens):
         k = find_hit(st.bc, st.hashes.flat, off, n, rid, num_tokens, b)
         return k, evictable_in_hit(st.bc, st.hashes.flat, off, n, rid, k)
     k = find_hit_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, num_tokens, b)
-    return k, evictable_overlay(st.bc, st.hashes.flat, off, n, rid, k)
+    return k, evictable_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, k)
 
 
 @njit(cache=True)
