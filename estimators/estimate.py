@@ -92,6 +92,7 @@ class EstimateConfig:
     lengths: str = "oracle"
     ewma_tau_s: float = 10.0
     frontend_overhead_s: float = 0.0
+    cache_blind: bool = False  # estimate as if the instances had no prefix cache (what ignoring it costs)
 
 
 @dataclass
@@ -176,7 +177,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         if inst not in models:
             raise ValueError(f"no profile for instance {inst!r}")
         profile, params = models[inst]
-        walk = RecordedWalk(trace, inst, reqs)
+        walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None)
         ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s) for n in cfg.estimators]
         rate = RateTracker(cfg.ewma_tau_s)
         exp_step = profile.expected(walk.steps) if len(walk.steps) else np.zeros(0)

@@ -14,7 +14,7 @@ order; the twin hands over its live state the same way.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -92,10 +92,16 @@ class RecordedWalk:
     honest snapshots. Request keys (``F_RID``) are row positions in the
     trace's ``requests`` table."""
 
-    def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None):
+    def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None,
+                 caching: bool | None = None):
+        """``caching``: override the instance's prefix caching (False: a
+        cache-blind observer, whose state follows the recorded batches but
+        who knows no cache contents)."""
         reqs = trace.read("requests") if requests is None else requests
         self.instance_id = instance_id
         self.engine = InstanceConfig.from_table(trace.read("instances"), instance_id)
+        if caching is not None:
+            self.engine = replace(self.engine, prefix_caching=caching)
         mine = np.flatnonzero((reqs["instance_id"] == instance_id).to_numpy()) if "instance_id" in reqs \
             else np.arange(len(reqs))
         arrival = reqs["arrival_s"].to_numpy(dtype=np.float64)
