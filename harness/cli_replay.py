@@ -99,19 +99,21 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, seed, ro
     if (trace_dir is None) == (rate is None):
         raise click.UsageError("give --trace DIR or --rate R (exactly one)")
     pool = load_pool(pool_ref)
+    hash_block = None
     if trace_dir is not None:
         t = open_trace(trace_dir)
         requests = t.read("requests")
         quality = t.read("quality") if t.has("quality") else None
+        hash_block = t.meta.get("hash_block_tokens")
     else:
         wl = generate_workload(WorkloadConfig(requests=n_requests, arrivals=ArrivalSpec(arrival, rate, burst_ratio),
                                               seed=seed))
         requests, quality = wl.requests, wl.quality
     keep = [c for c in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "task", "slo_ttft_s",
-                        "predicted_output_tokens") if c in requests]
+                        "predicted_output_tokens", "hash_ids") if c in requests]
     res = run_replay(pool, pool_ref, requests[keep], quality,
                      ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
-                                  record_steps=record_steps))
+                                  record_steps=record_steps, hash_block_tokens=hash_block))
     m = res.metrics
     m.update({"pool": pool.name, "workload": str(trace_dir) if trace_dir else
               {"rate": rate, "requests": n_requests, "arrival": arrival, "burst_ratio": burst_ratio}})

@@ -29,6 +29,7 @@ class ReplayConfig:
     seed: int = 0
     noise: bool = True
     record_steps: bool = False
+    hash_block_tokens: int | None = None  # the trace's (meta.json), for instances with prefix caching
 
 
 @dataclass
@@ -78,7 +79,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines)
     warm_s = warm_up()
     t0 = time.perf_counter()
-    res = twin.run(requests, router)
+    res = twin.run(requests, router, hash_block_tokens=cfg.hash_block_tokens)
     wall = time.perf_counter() - t0
     out = res.requests.copy()
     idx = {s.instance_id: k for k, s in enumerate(specs)}
@@ -91,6 +92,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     slo = inputs.slo
     out["on_time"] = np.isfinite(ttft) & (ttft <= slo)
     m = replay_metrics(out, specs)
+    if "cached_tokens" in out:  # prefix caching: share of prompt tokens served from the cache
+        m["prefix_hit_rate"] = float(out["cached_tokens"].sum()) / max(1.0, float(out["prompt_tokens"].sum()))
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,

@@ -4,10 +4,11 @@ from __future__ import annotations
 from estimators.estimate import ESTIMATORS, BaselineParams, build
 from routers.base import RouteInputs, Router
 from routers.latency_aware import LatencyAware
+from routers.prefix_affinity import ROUTERS as PREFIX_ROUTERS
 from routers.simple import LatencyAgnostic, LeastTokens, PowerOfTwo, RoundRobin, ShortestQueue
 
 SIMPLE = {"round-robin": RoundRobin, "shortest-queue": ShortestQueue, "least-tokens": LeastTokens,
-          "power-of-two": PowerOfTwo, "latency-agnostic": LatencyAgnostic}
+          "power-of-two": PowerOfTwo, "latency-agnostic": LatencyAgnostic, **PREFIX_ROUTERS}
 LATENCY_AWARE = [f"{e}-{rule}" for e in ESTIMATORS for rule in ("hard", "soft")]
 ROUTERS = list(SIMPLE) + LATENCY_AWARE
 BASELINE_ROUTERS = ("round-robin", "shortest-queue", "latency-agnostic")

@@ -39,3 +39,26 @@ def test_weighted_score_trades_prefix_against_load():
     assert r(0, 0.0, [FakeInst(1000, 6), FakeInst(0, 4), FakeInst(0, 5)]) == 0
     # ... but a small hit on the busiest, fullest instance loses to an idle one
     assert r(0, 0.0, [FakeInst(200, 20, 0.9), FakeInst(0, 0, 0.0)]) == 1
+
+
+def test_prefix_affinity_keeps_sessions_on_the_instance_that_holds_them():
+    """On a live twin, prefix-affinity sends a session's later turns where its
+    earlier turns left their blocks, so it hits more than shortest-queue."""
+    from dataclasses import replace
+
+    from harness.pools import load_pool
+    from harness.twin import Twin, TwinConfig
+    from routers.registry import make_router
+    from traces.sessions import SessionConfig, generate_sessions
+
+    pool = load_pool("qwen3-h100")
+    pool = replace(pool, instances=tuple(replace(c, prefix_caching=True) for c in pool.instances))
+    wl = generate_sessions(SessionConfig(requests=400, rate=4.0, seed=2)).requests
+    inputs = RouteInputs(wl["prompt_tokens"].to_numpy(), wl["slo_ttft_s"].to_numpy(), np.zeros((len(wl), 3)),
+                         wl["predicted_output_tokens"].to_numpy())
+    hit = {}
+    for name in ("prefix-affinity", "shortest-queue"):
+        res = Twin.from_pool(pool, TwinConfig(noise=False, record_steps=False)).run(
+            wl, make_router(name, inputs, [], 0.0), hash_block_tokens=16)
+        hit[name] = res.requests["cached_tokens"].sum() / res.requests["prompt_tokens"].sum()
+    assert hit["prefix-affinity"] > hit["shortest-queue"] + 0.1, hit
