@@ -471,6 +471,8 @@ def _live_block(bc, ov, h):
     """The block a hit on ``h`` gets in the simulation: the oldest live block
     holding it that the simulation has not evicted, or -1."""
     b = lookup(bc, h)
+    if ov.sc[OV_CURSOR] < 0:
+        return b  # nothing evicted yet
     while b >= 0 and _ov_cell(ov, -(b + 2) - EVICTED, False) >= 0:
         b = bc.dup_next[b]
     return b
