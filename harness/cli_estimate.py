@@ -76,10 +76,12 @@ def format_metrics(m: dict) -> str:
               help="Time constant (s) of the online arrival-rate estimate used by lps-mg.")
 @click.option("--cache-blind", is_flag=True,
               help="Ignore the instances' prefix cache (SFS computes every prompt token): what ignoring it costs.")
+@click.option("--cache-aware", is_flag=True,
+              help="Baselines (throughput, lps, lps-mg) count only prompt tokens the prefix cache does not hold.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
-             ewma_tau: float, cache_blind: bool, out: Path, force: bool) -> None:
+             ewma_tau: float, cache_blind: bool, cache_aware: bool, out: Path, force: bool) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -108,7 +110,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     models = _models(trace, profile_ref, calibrate_on, needs_baselines=any(n != "sfs" for n in chosen))
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
     cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead,
-                         cache_blind=cache_blind)
+                         cache_blind=cache_blind, cache_aware=cache_aware)
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
     try:
@@ -120,7 +122,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     m = res.metrics
-    m.update({"trace": str(trace_dir), "lengths": lengths, "ewma_tau_s": ewma_tau, "cache_blind": cache_blind,
+    m.update({"trace": str(trace_dir), "lengths": lengths, "ewma_tau_s": ewma_tau, "cache_blind": cache_blind, "cache_aware": cache_aware,
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
               "wall_s": time.perf_counter() - t})
     with StagedDir(out, force) as tmp:

@@ -22,3 +22,14 @@ def test_validate_hit_rate_and_cache_blind_estimate(recordings, tmp_path):
         m = json.loads((tmp_path / f"e{flag}" / "metrics.json").read_text())
         mape[flag] = m["estimators"]["sfs"]["mape"]
     assert mape[""] < 0.2 and mape["--cache-blind"] > 3 * mape[""]
+
+
+def test_cache_aware_baselines_count_only_uncached_prompt_tokens(recordings, tmp_path):
+    d8, d9 = recordings / "d8_tinya_sessions_r0.3_pc", recordings / "d9_tinya_sessions_kv64_pc"
+    mape = {}
+    for flag in ("", "--cache-aware"):
+        args = ["estimate", d8, "--calibrate-on", d9, "--estimators", "throughput", "--out", tmp_path / f"e{flag}"]
+        res = run_cli(*(args + ([flag] if flag else [])))
+        assert res.exit_code == 0, res.output
+        mape[flag] = json.loads((tmp_path / f"e{flag}" / "metrics.json").read_text())["estimators"]["throughput"]["mape"]
+    assert mape["--cache-aware"] < 0.5 * mape[""], mape
