@@ -17,9 +17,12 @@ estimate cheap.
 - ``sc[S_*]``: scalars (queue lengths, free KV blocks, ...);
 - ``cfg[C_*]``: the engine configuration (``InstanceConfig.to_array``).
 
-Per-instance arrays of new engine features (e.g. a prefix cache's block
-table) are further fields of ``SchedState``: ``new``, ``copy`` and
-``grown`` are the only places that build one.
+Per-instance arrays of new engine features are further fields of
+``SchedState``: ``new``, ``copy`` and ``grown`` are the only places that
+build one. Prefix caching (``block_cache_kernel``) adds ``table`` (each
+slot's KV block ids, no columns when caching is off), ``bc`` (vLLM's block
+pool: ref counts, hash map, free queue), ``hashes`` (every request's block
+ids, shared) and ``ov`` (SFS's overlay over a live cache it does not copy).
 
 ``StepPlan`` (what one schedule() chose): the batch (``slot``, ``tokens``,
 ``computed`` before the step, in scheduler order), the slots preempted
