@@ -9,6 +9,7 @@ import numpy as np
 from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
+from estimators.engine.layout import C_MAX_LEN
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
@@ -66,6 +67,8 @@ class SFS:
         """``copy_cache``: simulate on a copy of the prefix cache even when
         the overlay could follow (the reference the overlay is tested against)."""
         st = view.state
+        if q.prompt >= st.cfg[C_MAX_LEN]:
+            return np.inf  # the engine's front end refuses it (as the twin does)
         self._scratch(st)
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start

@@ -21,9 +21,9 @@ import pandas as pd
 
 from estimators.block_cache_kernel import request_hashes
 from estimators.engine.config import InstanceConfig
-from estimators.engine.kernel import complete_step
+from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import F_STATUS, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
-from estimators.engine.primitives import wait_push_back
+from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.recorded import apply_batch
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.steplog import StepLog
@@ -143,6 +143,7 @@ class RecordedWalk:
         self.state = SchedState.new(self.engine, capacity=len(order) + 2, hashes=hashes)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)  # the recorded batch being applied (or in flight)
+        self.trial_plan = StepPlan.new(cap)
         self.slot_of = np.full(len(reqs), -1, dtype=np.int64)
         self.inbox = np.zeros(cap, dtype=np.int64)
         self.inbox_req: list[int] = []
@@ -157,9 +158,11 @@ class RecordedWalk:
         limit = len(self.order) if before_pos is None else before_pos
         while self.next_arrival < limit and self.arrival[self.order[self.next_arrival]] <= t:
             idx = int(self.order[self.next_arrival])
+            self.next_arrival += 1
+            if self.prompt[idx] >= self.engine.max_model_len:
+                continue  # refused by the engine's front end: it never reaches the scheduler
             self.slot_of[idx] = self.state.add(idx, int(self.prompt[idx]), int(self.output[idx]), status=ST_PENDING)
             self.inbox_req.append(idx)
-            self.next_arrival += 1
 
     def join_until(self, t: float) -> None:
         """Arrived requests handed to the scheduler by the boundary at ``t``."""
@@ -177,6 +180,17 @@ class RecordedWalk:
         """Bring the state to just before step k's schedule()."""
         self.arrive_until(self.start[k])
         self.join_until(self.start[k])
+        self.drop_unservable()
+
+    def drop_unservable(self) -> None:
+        """With nothing running, a head of ``waiting`` that the kernel still
+        cannot schedule could never run: the engine (the twin, as SFS does)
+        refused it, so it leaves the state here too."""
+        st = self.state
+        while st.sc[S_NR] == 0 and st.sc[S_WN] > 0:
+            if schedule_step(st.copy(), self.trial_plan) > 0:
+                return
+            release_slot(st, drop_unservable_head(st))
 
     def batch(self, k: int) -> int:
         """Load step k's recorded batch and preemptions into ``self.plan``;

@@ -118,31 +118,29 @@ class Instance:
                                  np.zeros(k, dtype=np.int64),
                                  np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64),
                                  np.zeros(LOG_PRE if cfg.record_steps else 1, dtype=np.int64))
+        self.meta, self.times = self.tw.meta, self.tw.times  # never replaced (plain attributes: routers read them)
+        self.max_model_len = spec.config.max_model_len
         self.log_parts: list[tuple[np.ndarray, ...]] = []
         self.rate = RateTracker()
         self._now = 0.0
 
     # --- honest view for routers and estimators (InstanceView)
     @property
-    def meta(self) -> np.ndarray:
-        return self.tw.meta
-
-    @property
     def inbox(self) -> np.ndarray:
         return self.tw.inbox
 
     @property
     def n_inbox(self) -> int:
-        return int(self.tw.meta[tk.M_INBOX_N])
+        return int(self.meta[tk.M_INBOX_N])
 
     @property
     def busy(self) -> bool:
         """A step is in flight."""
-        return self.tw.meta[tk.M_BUSY] == tk.RUNNING
+        return self.meta[tk.M_BUSY] == tk.RUNNING
 
     @property
     def idle(self) -> bool:
-        return self.tw.meta[tk.M_BUSY] == tk.IDLE
+        return self.meta[tk.M_BUSY] == tk.IDLE
 
     @property
     def inflight(self) -> StepPlan:
@@ -150,17 +148,17 @@ class Instance:
 
     @property
     def infl_n(self) -> int:
-        return int(self.tw.meta[tk.M_N]) if self.busy else 0
+        return int(self.meta[tk.M_N]) if self.busy else 0
 
     @property
     def infl_start(self) -> float | None:
-        return float(self.tw.times[tk.T_START]) if self.busy else None
+        return float(self.times[tk.T_START]) if self.busy else None
 
     @property
     def wake_s(self) -> float | None:
         """Between steps: when the engine finished its last step or woke up."""
-        if self.tw.meta[tk.M_BUSY] == tk.GAP:
-            return float(self.tw.times[tk.T_START] - self.model.gap)
+        if self.meta[tk.M_BUSY] == tk.GAP:
+            return float(self.times[tk.T_START] - self.model.gap)
         return None
 
     @property
@@ -182,7 +180,7 @@ class Instance:
     @property
     def residents(self) -> int:
         """Requests on the instance: running, waiting and not yet taken in."""
-        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.tw.meta[tk.M_INBOX_N])
+        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
 
     def cached_prefix_tokens(self, rid: int, prompt: int) -> int:
         """The query's longest cached prefix here, in tokens (read only; an
@@ -194,12 +192,12 @@ class Instance:
 
     @property
     def queued(self) -> int:
-        return int(self.state.sc[S_WN] + self.tw.meta[tk.M_INBOX_N])
+        return int(self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
 
     # --- driving
     def advance(self, t: float, out: tk.Outcomes) -> None:
         self._now = t
-        busy, times = self.tw.meta[tk.M_BUSY], self.tw.times
+        busy, times = self.meta[tk.M_BUSY], self.times
         if busy == tk.IDLE or (busy == tk.RUNNING and times[tk.T_END] > t) or \
                 (busy == tk.GAP and times[tk.T_START] > t):
             return  # nothing happens on this instance before t
@@ -208,14 +206,17 @@ class Instance:
             self.flush_log()
 
     def kick(self, t: float) -> None:
-        tk.kick(t, self.tw, self.model)
+        """An arrival woke an idle instance: it will schedule after the gap."""
+        if self.meta[tk.M_BUSY] == tk.IDLE:
+            self.meta[tk.M_BUSY] = tk.GAP
+            self.times[tk.T_START] = t + self.model.gap
 
     def add(self, rid: int, prompt: int, output: int, hit: int = 0) -> None:
         st = self.state.with_room()
         if st is not self.state:
             self._grow(st)
         slot = self.state.add(rid, prompt, output, hit=hit, status=ST_PENDING)
-        meta = self.tw.meta
+        meta = self.meta
         self.tw.inbox[meta[tk.M_INBOX_N]] = slot
         meta[tk.M_INBOX_N] += 1
         self.rate.observe(self._now)
@@ -223,13 +224,13 @@ class Instance:
     def _grow(self, st: SchedState) -> None:
         cap = st.capacity
         self.state = st
-        self.plan = self.plan.grown(cap, int(self.tw.meta[tk.M_N]))
+        self.plan = self.plan.grown(cap)
         inbox = np.zeros(cap, dtype=np.int64)
         inbox[: self.tw.inbox.size] = self.tw.inbox
         self.tw = self.tw._replace(inbox=inbox)
 
     def flush_log(self) -> None:
-        meta = self.tw.meta
+        meta = self.meta
         k, m, p = int(meta[tk.M_LOG_STEPS]), int(meta[tk.M_LOG_ITEMS]), int(meta[tk.M_LOG_PRE])
         if k:
             lg = self.log
@@ -342,20 +343,25 @@ class Twin:
                     by_block[b] = request_hashes(requests["hash_ids"].tolist() if "hash_ids" in requests else None,
                                                  prompt, hash_block_tokens, b)
                 inst.state = inst.state.with_hashes(by_block[b])
+        out = ev.out
         for i in range(n):
             t = arrival[i]
             for inst in insts:
-                inst.advance(t, ev.out)
+                inst.advance(t, out)
             if on_arrival is not None:
                 on_arrival(i, t, insts)
             j = router(i, t, insts)
             inst = insts[j]
             ev.instance[i] = j
-            inst.add(i, int(prompt[i]), int(output[i]), 0 if hits is None else int(hits[i]))
+            p = int(prompt[i])
+            if p >= inst.max_model_len:
+                out.reject_t[i] = t  # vLLM's front end refuses it: no room for one output token
+                continue
+            inst.add(i, p, int(output[i]), 0 if hits is None else int(hits[i]))
             if inst.idle:
                 inst.kick(t)
         for inst in insts:
-            inst.advance(np.inf, ev.out)
+            inst.advance(np.inf, out)
             inst.flush_log()
         return self._result(requests, ev, insts)
 

@@ -10,8 +10,9 @@ and then runs schedule(); requests that arrive during the gap are part of
 that schedule(), as in vLLM's engine loop.
 
 Python calls ``advance`` for every instance before each arrival (so the
-router sees every instance as it is at that moment) and ``kick`` when an
-arrival finds an instance idle; everything between arrivals stays in Numba.
+router sees every instance as it is at that moment) and wakes an idle
+instance an arrival finds (``Instance.kick``: the gap starts); everything
+between arrivals stays in Numba.
 
 Bundles: the instance's ``SchedState`` and ``StepPlan`` (the in-flight
 step), ``TwinArrays`` (inbox, meta, times, params, noise stream), the
@@ -125,14 +126,6 @@ def _start_step(t, st, plan, tw, model, out):
     meta[M_BUSY] = RUNNING
     meta[M_N] = n
     meta[M_STEPS] += 1
-
-
-@njit(cache=True)
-def kick(t, tw, model):
-    """An arrival woke an idle instance: it will schedule after the gap."""
-    if tw.meta[M_BUSY] == IDLE:
-        tw.meta[M_BUSY] = GAP
-        tw.times[T_START] = t + model.gap
 
 
 @njit(cache=True)

@@ -122,7 +122,9 @@ class InstanceConfig:
     def to_row(self) -> dict:
         row = asdict(self)
         row["model"] = self.model or self.instance_id
-        row["watermark"] = np.nan if self.watermark is None else float(self.watermark)
+        for name, kind, _ in instance_fields():
+            if kind == "float" and row[name] is None:
+                row[name] = np.nan  # an empty cell: the default applies when read back
         return row
 
     @classmethod
@@ -136,8 +138,8 @@ class InstanceConfig:
             v = row[f.name]
             kind = f.type if isinstance(f.type, str) else f.type.__name__
             missing = v is None or (isinstance(v, float) and math.isnan(v))
-            if (missing and kind != "float") or (missing and f.name == "watermark") or \
-                    (f.name == "max_model_len" and v == 0):
+            # empty cells take the default; a float without a None default keeps its NaN (unknown prices)
+            if (missing and (kind != "float" or f.default is None)) or (f.name == "max_model_len" and v == 0):
                 continue
             if kind.startswith("int"):
                 v = int(v)

@@ -81,7 +81,7 @@ from estimators.engine.primitives import (
 )
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _preempt_tail(st, plan):
     """Recompute preemption of the last running request; returns its slot."""
     v = st.running[st.sc[S_NR] - 1]
@@ -90,7 +90,7 @@ def _preempt_tail(st, plan):
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _grow_blocks(st, plan, s, n):
     """Give running request ``s`` blocks for ``n`` more tokens, preempting
     the tail of ``running`` as needed. False if ``s`` preempted itself."""

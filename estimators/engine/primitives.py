@@ -89,7 +89,7 @@ def wait_push_back(sc, waiting, s):
     sc[S_WN] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def wait_remove(sc, waiting, s):
     """Take ``s`` out of the queue wherever it is (order of the rest kept)."""
     cap = sc[S_CAP]
@@ -116,7 +116,7 @@ def wait_linear(sc, waiting, dst):
 
 # --- running, admission, preemption, finishing
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def running_remove(sc, running, s):
     w = 0
     for r in range(sc[S_NR]):
@@ -254,7 +254,7 @@ def cached_hit_blocks(st, s, num_tokens):
     return k, evictable_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, k)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def admit(st, hit_blocks, blocks, computed):
     """Pop the head of ``waiting`` into the tail of ``running`` with
     ``blocks`` KV blocks (the first ``hit_blocks`` from the prefix cache)
@@ -269,7 +269,7 @@ def admit(st, hit_blocks, blocks, computed):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def preempt(st, s):
     """Recompute preemption of running request ``s``: its blocks are freed,
     its computed tokens reset and it goes to the front of ``waiting``."""
@@ -292,7 +292,7 @@ def release_slot(st, s):
     st.sc[S_NFREE_SLOTS] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def finish(st, s):
     """``s`` is done: its blocks and slot are freed (its row stays readable
     until the slot is reused); the caller compacts ``running``."""
@@ -301,7 +301,7 @@ def finish(st, s):
     release_slot(st, s)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def compact_running(st):
     """Drop requests that are no longer RUNNING from ``running`` (order kept)."""
     w = 0

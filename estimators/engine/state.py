@@ -89,12 +89,12 @@ class StepPlan(NamedTuple):
         z = lambda: np.zeros(capacity, dtype=np.int64)  # noqa: E731
         return cls(z(), z(), z(), z(), z(), np.zeros(NPL, dtype=np.int64))
 
-    def grown(self, capacity: int, n: int) -> StepPlan:
-        """A larger plan keeping the first ``n`` batch items."""
+    def grown(self, capacity: int) -> StepPlan:
+        """A larger plan with the same contents (a step in flight keeps its
+        batch, preemptions and refusals)."""
         new = StepPlan.new(capacity)
-        for a, b in zip(new[:3], self[:3]):
-            a[:n] = b[:n]
-        new.counts[:] = self.counts
+        for a, b in zip(new, self):
+            a[: b.size] = b
         return new
 
 
