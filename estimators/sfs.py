@@ -27,8 +27,8 @@ def _entry():
         st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
-        _ENTRY = entry_point(sfs_estimate, st, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
-                             st, plan, 0)
+        _ENTRY = entry_point(sfs_estimate, st.core(), st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                             model, st, plan, 0)
     return _ENTRY
 
 
@@ -46,6 +46,7 @@ class SFS:
         self.cap = -1
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
+        self._core, self._core_of = None, None  # the scheduler arrays of the last state estimated
         self._run = _entry()
 
     def _scratch(self, st: SchedState) -> None:
@@ -74,14 +75,17 @@ class SFS:
         elapsed = 0.0 if start is None else q.t - start
         args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt, self.model)
-        est, steps = (-1.0, -1) if copy_cache else self._run(st, *args, self.st2, self.plan2, MAX_SIM_STEPS)
+        if self._core_of is not st:
+            self._core, self._core_of = st.core(), st
+        core = self._core
+        est, steps = (-1.0, -1) if copy_cache else self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache
             exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
                                       bc=copy_block_cache(st.bc))
             exact.ov.sc[OV_EXACT] = 1
             try:
-                est, steps = self._run(st, *args, exact, self.plan2, MAX_SIM_STEPS)
+                est, steps = self._run(core, *args, exact, self.plan2, MAX_SIM_STEPS)
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps

@@ -61,14 +61,15 @@ def _predict_target(r2, s, pred_total):
 
 @njit(cache=True)
 def _copy_state(st, st2):
-    """``st`` into the scratch ``st2`` (one more row; waiting linearised;
-    the extra row is the last free slot)."""
+    """``st`` (a ``SchedCore``) into the scratch ``st2`` (one more row;
+    waiting linearised; the extra row is the last free slot; ``st2`` already
+    points at the instance's cache)."""
     cap = st.sc[S_CAP]
     st2.cfg[:] = st.cfg
     overlay = st.cfg[C_PREFIX] == PREFIX_ON and st2.ov.sc[OV_EXACT] == 0
     if overlay:
         st2.cfg[C_PREFIX] = PREFIX_OVERLAY  # the live cache is read, never written
-        ov_clear(st2.ov, st.bc)
+        ov_clear(st2.ov, st2.bc)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]

@@ -128,7 +128,7 @@ def running_remove(sc, running, s):
 
 # --- KV blocks: a free count, or vLLM's block pool with its prefix cache (``block_cache_kernel``)
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def take_blocks(st, s, hit_blocks, total):
     """Give request ``s`` (holding none) its ``hit_blocks`` cached prefix
     blocks and fresh blocks up to ``total``; the caller has checked that
@@ -166,7 +166,7 @@ def _check_eviction(st):
         ov_evict(st.bc, st.ov, m)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def more_blocks(st, s, need):
     """``need`` more blocks for running request ``s`` (the caller checked the free count)."""
     if st.cfg[C_PREFIX] == PREFIX_ON:
@@ -179,7 +179,7 @@ def more_blocks(st, s, need):
     st.req[s, F_BLOCKS] += need
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def register_blocks(st, s):
     """Register ``s``'s blocks filled by the tokens scheduled so far in the
     prefix cache (vLLM's ``cache_blocks`` at schedule time: a later request
@@ -205,7 +205,7 @@ def register_blocks(st, s):
         req[s, F_NCACHED] = full
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release_blocks(st, s):
     """Free ``s``'s blocks (finish or preemption): with caching, tail first
     into vLLM's free queue, where cached ones stay hittable until evicted;
@@ -235,7 +235,7 @@ def release_blocks(st, s):
     req[s, F_NCACHED] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def cached_hit_blocks(st, s, num_tokens):
     """Blocks of ``s``'s longest cached prefix (``get_computed_blocks``: only
     for a request with nothing computed, at most num_tokens - 1 tokens), and

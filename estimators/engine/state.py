@@ -98,6 +98,19 @@ class StepPlan(NamedTuple):
         return new
 
 
+class SchedCore(NamedTuple):
+    """The scheduler arrays of a ``SchedState`` without its prefix-cache
+    fields: what SFS copies from (a compiled call unboxes every array it is
+    handed, so SFS is not handed the cache it does not copy)."""
+
+    cfg: np.ndarray
+    req: np.ndarray
+    sc: np.ndarray
+    running: np.ndarray
+    waiting: np.ndarray
+    free_slots: np.ndarray
+
+
 class SchedState(NamedTuple):
     """One instance's scheduler state (see module doc)."""
 
@@ -132,6 +145,9 @@ class SchedState(NamedTuple):
         return SchedState(self.cfg, self.req.copy(), self.sc.copy(), self.running.copy(), self.waiting.copy(),
                           self.free_slots.copy(), self.table.copy(), copy_block_cache(self.bc), self.hashes,
                           self.ov)
+
+    def core(self) -> SchedCore:
+        return SchedCore(self.cfg, self.req, self.sc, self.running, self.waiting, self.free_slots)
 
     def with_hashes(self, hashes: RequestHashes) -> SchedState:
         return self._replace(hashes=hashes)
