@@ -89,9 +89,11 @@ def _copy_state(st, st2):
 
 
 @njit(cache=True, inline="always")
-def _lost(st2):
-    """The overlay could not follow the simulation: rerun on a copy."""
-    return st2.cfg[C_PREFIX] == PREFIX_OVERLAY and st2.ov.sc[OV_FALLBACK] != 0
+def _lost(cfg2, ov_sc):
+    """The overlay could not follow the simulation: rerun on a copy (takes
+    arrays, not ``st2``: an inlined call copies its tuple arguments, a
+    reference-count increment and decrement per array)."""
+    return cfg2[C_PREFIX] == PREFIX_OVERLAY and ov_sc[OV_FALLBACK] != 0
 
 
 @njit(cache=True)
@@ -107,7 +109,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``."""
     _copy_state(st, st2)
-    r2, sc2 = st2.req, st2.sc
+    r2, sc2, cfg2, ov_sc = st2.req, st2.sc, st2.cfg, st2.ov.sc
     # --- residents get predicted output lengths
     for i in range(sc2[S_NR]):
         _predict_target(r2, st2.running[i], pred_total)
@@ -122,7 +124,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         if rem > 0.0:
             t = rem
         complete_step(st2, infl, infl_n)
-        if _lost(st2):
+        if _lost(cfg2, ov_sc):
             return -1.0, -1
     # --- arrivals so far, then the query, join waiting at the boundary
     for i in range(n_inbox):
@@ -142,7 +144,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     step_gap = first_gap
     while steps < max_steps:
         n = schedule_step(st2, plan)
-        if _lost(st2):
+        if _lost(cfg2, ov_sc):
             return -1.0, -1
         for r in range(plan.counts[PL_NREJ]):
             if plan.rejected[r] == q:
@@ -155,7 +157,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         t += step_gap + plan_time(model, r2, plan, n) * model.mult
         step_gap = model.gap
         complete_step(st2, plan, n)
-        if _lost(st2):
+        if _lost(cfg2, ov_sc):
             return -1.0, -1
         steps += 1
         if r2[q, F_EVENT] & EV_FIRST:

@@ -255,6 +255,21 @@ def cached_hit_blocks(st, s, num_tokens):
 
 
 @njit(cache=True, inline="always")
+def admit_uncached(req, sc, running, waiting, blocks, computed):
+    """``admit`` with prefix caching off, on the arrays (hot paths: an
+    inlined helper taking ``st`` copies the whole tuple, a reference-count
+    increment and decrement per array)."""
+    s = wait_pop_front(sc, waiting)
+    running[sc[S_NR]] = s
+    sc[S_NR] += 1
+    req[s, F_STATUS] = ST_RUNNING
+    req[s, F_COMPUTED] = computed
+    sc[S_FREE_BLOCKS] -= blocks
+    req[s, F_BLOCKS] = blocks
+    return s
+
+
+@njit(cache=True, inline="always")
 def admit(st, hit_blocks, blocks, computed):
     """Pop the head of ``waiting`` into the tail of ``running`` with
     ``blocks`` KV blocks (the first ``hit_blocks`` from the prefix cache)
@@ -302,12 +317,25 @@ def finish(st, s):
 
 
 @njit(cache=True, inline="always")
-def compact_running(st):
+def finish_uncached(req, sc, free_slots, s):
+    """``finish`` with prefix caching off, on the arrays (hot loops: an
+    inlined helper taking ``st`` copies the whole tuple, a reference-count
+    increment and decrement per array)."""
+    req[s, F_STATUS] = ST_FINISHED
+    sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
+    req[s, F_BLOCKS] = 0
+    req[s, F_NCACHED] = 0
+    free_slots[sc[S_NFREE_SLOTS]] = s
+    sc[S_NFREE_SLOTS] += 1
+
+
+@njit(cache=True, inline="always")
+def compact_running(req, sc, running):
     """Drop requests that are no longer RUNNING from ``running`` (order kept)."""
     w = 0
-    for r in range(st.sc[S_NR]):
-        s = st.running[r]
-        if st.req[s, F_STATUS] == ST_RUNNING:
-            st.running[w] = s
+    for r in range(sc[S_NR]):
+        s = running[r]
+        if req[s, F_STATUS] == ST_RUNNING:
+            running[w] = s
             w += 1
-    st.sc[S_NR] = w
+    sc[S_NR] = w
