@@ -9,7 +9,7 @@ import numpy as np
 from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import C_MAX_LEN
+from estimators.engine.layout import C_MAX_LEN, C_PREFIX, PREFIX_OFF
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
@@ -27,8 +27,11 @@ def _entry():
         st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
-        _ENTRY = entry_point(sfs_estimate, st.core(), st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
-                             model, st, plan, 0)
+        core = st.core()
+        _ENTRY = (entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                              model, st, plan, 0),
+                  entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                              model, core, plan, 0))
     return _ENTRY
 
 
@@ -47,7 +50,7 @@ class SFS:
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
         self._core, self._core_of = None, None  # the scheduler arrays of the last state estimated
-        self._run = _entry()
+        self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
 
     def _scratch(self, st: SchedState) -> None:
         """The scratch state: one row more than ``st``; with prefix caching it
@@ -61,6 +64,7 @@ class SFS:
                                   st.table, st.bc, st.hashes, new_overlay())
             self.plan2 = StepPlan.new(c)
             self.cap = c
+            self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table)
 
@@ -78,6 +82,12 @@ class SFS:
         if self._core_of is not st:
             self._core, self._core_of = st.core(), st
         core = self._core
+        if st.cfg[C_PREFIX] == PREFIX_OFF and not copy_cache:
+            # no cache to read: the scratch state without the prefix-cache bundles (each array of a
+            # state is unboxed per call and reference-counted per compiled call that takes it)
+            est, steps = self._run_core(core, *args, self.st2c, self.plan2, MAX_SIM_STEPS)
+            self.last_steps = steps
+            return est + self.overhead
         est, steps = (-1.0, -1) if copy_cache else self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import overload
 
 from estimators.block_cache_kernel import OV_EXACT, OV_FALLBACK, ov_clear
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
@@ -48,7 +49,7 @@ from estimators.engine.layout import (
     S_WN,
     ST_WAITING,
 )
-from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
+from estimators.engine.primitives import _core, wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
 
 
@@ -66,10 +67,7 @@ def _copy_state(st, st2):
     points at the instance's cache)."""
     cap = st.sc[S_CAP]
     st2.cfg[:] = st.cfg
-    overlay = st.cfg[C_PREFIX] == PREFIX_ON and st2.ov.sc[OV_EXACT] == 0
-    if overlay:
-        st2.cfg[C_PREFIX] = PREFIX_OVERLAY  # the live cache is read, never written
-        ov_clear(st2.ov, st2.bc)
+    overlay = _overlay_begin(st, st2)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]
@@ -86,6 +84,41 @@ def _copy_state(st, st2):
     if overlay:  # requests holding live blocks release them through the live table
         for s in range(cap):
             st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1) if st2.req[s, F_BLOCKS] > 0 else 0
+
+
+def _overlay_begin(st, st2):
+    """With prefix caching and no copy of the cache, switch ``st2`` to
+    overlay mode over the live cache; True if so. Always False for a
+    ``SchedCore`` scratch state (caching off: no cache fields)."""
+    raise NotImplementedError  # compiled only
+
+
+def _ov_scalars(st2):
+    """The overlay's scalars (``st2.sc`` for a ``SchedCore``, never read: its mode is never overlay)."""
+    raise NotImplementedError
+
+
+@njit(cache=True, inline="always")
+def _overlay_begin_cached(st, st2):
+    overlay = st.cfg[C_PREFIX] == PREFIX_ON and st2.ov.sc[OV_EXACT] == 0
+    if overlay:
+        st2.cfg[C_PREFIX] = PREFIX_OVERLAY  # the live cache is read, never written
+        ov_clear(st2.ov, st2.bc)
+    return overlay
+
+
+@overload(_overlay_begin, inline="always")
+def _ov_overlay_begin(st, st2):
+    if _core(st2):
+        return lambda st, st2: False
+    return lambda st, st2: _overlay_begin_cached(st, st2)
+
+
+@overload(_ov_scalars, inline="always")
+def _ov_ov_scalars(st2):
+    if _core(st2):
+        return lambda st2: st2.sc
+    return lambda st2: st2.ov.sc
 
 
 @njit(cache=True, inline="always")
@@ -109,7 +142,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``."""
     _copy_state(st, st2)
-    r2, sc2, cfg2, ov_sc = st2.req, st2.sc, st2.cfg, st2.ov.sc
+    r2, sc2, cfg2, ov_sc = st2.req, st2.sc, st2.cfg, _ov_scalars(st2)
     # --- residents get predicted output lengths
     for i in range(sc2[S_NR]):
         _predict_target(r2, st2.running[i], pred_total)

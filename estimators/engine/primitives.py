@@ -8,6 +8,8 @@ these are the mechanics both it and the recorded-state walker use.
 from __future__ import annotations
 
 from numba import njit
+from numba.core import types
+from numba.extending import overload
 
 from estimators.block_cache_kernel import (
     OV_CACHED_FREE,
@@ -129,7 +131,7 @@ def running_remove(sc, running, s):
 # --- KV blocks: a free count, or vLLM's block pool with its prefix cache (``block_cache_kernel``)
 
 @njit(cache=True, inline="always")
-def take_blocks(st, s, hit_blocks, total):
+def _take_blocks_cached(st, s, hit_blocks, total):
     """Give request ``s`` (holding none) its ``hit_blocks`` cached prefix
     blocks and fresh blocks up to ``total``; the caller has checked that
     they fit. With caching the hit blocks are touched (vLLM:
@@ -167,7 +169,7 @@ def _check_eviction(st):
 
 
 @njit(cache=True, inline="always")
-def more_blocks(st, s, need):
+def _more_blocks_cached(st, s, need):
     """``need`` more blocks for running request ``s`` (the caller checked the free count)."""
     if st.cfg[C_PREFIX] == PREFIX_ON:
         allocate(st.bc, st.table[s], st.req[s, F_BLOCKS], st.req[s, F_BLOCKS] + need)
@@ -180,7 +182,7 @@ def more_blocks(st, s, need):
 
 
 @njit(cache=True, inline="always")
-def register_blocks(st, s):
+def _register_blocks_cached(st, s):
     """Register ``s``'s blocks filled by the tokens scheduled so far in the
     prefix cache (vLLM's ``cache_blocks`` at schedule time: a later request
     in the same step can hit them); in overlay mode, in the overlay."""
@@ -206,7 +208,7 @@ def register_blocks(st, s):
 
 
 @njit(cache=True, inline="always")
-def release_blocks(st, s):
+def _release_blocks_cached(st, s):
     """Free ``s``'s blocks (finish or preemption): with caching, tail first
     into vLLM's free queue, where cached ones stay hittable until evicted;
     in overlay mode, as counts (blocks someone else holds stay held)."""
@@ -236,7 +238,7 @@ def release_blocks(st, s):
 
 
 @njit(cache=True, inline="always")
-def cached_hit_blocks(st, s, num_tokens):
+def _cached_hit_blocks_cached(st, s, num_tokens):
     """Blocks of ``s``'s longest cached prefix (``get_computed_blocks``: only
     for a request with nothing computed, at most num_tokens - 1 tokens), and
     how many of them sit in the free queue (they count against the free
@@ -339,3 +341,89 @@ def compact_running(req, sc, running):
             running[w] = s
             w += 1
     sc[S_NR] = w
+
+
+# --- the KV-block moves on a state without prefix-cache fields
+#
+# A state tuple is copied (an incref and decref of every array in it) at
+# every non-inlined call and every inlined helper that takes it, and every
+# array of it is unboxed on entry from Python. SFS with caching off runs the
+# kernel on a ``SchedCore`` scratch state (the six scheduler arrays), as
+# before prefix caching existed; these moves dispatch at compile time on
+# the state's type: a ``SchedCore`` gets the count-only forms.
+
+
+def _core(st) -> bool:
+    return isinstance(st, types.BaseNamedTuple) and "bc" not in st.fields
+
+
+def take_blocks(st, s, hit_blocks, total):
+    """Give request ``s`` (holding none) its ``hit_blocks`` cached prefix blocks
+    and fresh blocks up to ``total`` (``_take_blocks_cached``)."""
+    raise NotImplementedError  # compiled only
+
+
+def more_blocks(st, s, need):
+    """``need`` more blocks for running request ``s`` (``_more_blocks_cached``)."""
+    raise NotImplementedError
+
+
+def register_blocks(st, s):
+    """Register ``s``'s filled blocks in the prefix cache (``_register_blocks_cached``)."""
+    raise NotImplementedError
+
+
+def release_blocks(st, s):
+    """Free ``s``'s blocks (``_release_blocks_cached``)."""
+    raise NotImplementedError
+
+
+def cached_hit_blocks(st, s, num_tokens):
+    """Blocks of ``s``'s longest cached prefix and how many are evictable
+    (``_cached_hit_blocks_cached``)."""
+    raise NotImplementedError
+
+
+@overload(take_blocks, inline="always")
+def _ov_take_blocks(st, s, hit_blocks, total):
+    if _core(st):
+        def impl(st, s, hit_blocks, total):
+            st.sc[S_FREE_BLOCKS] -= total
+            st.req[s, F_BLOCKS] = total
+        return impl
+    return lambda st, s, hit_blocks, total: _take_blocks_cached(st, s, hit_blocks, total)
+
+
+@overload(more_blocks, inline="always")
+def _ov_more_blocks(st, s, need):
+    if _core(st):
+        def impl(st, s, need):
+            st.sc[S_FREE_BLOCKS] -= need
+            st.req[s, F_BLOCKS] += need
+        return impl
+    return lambda st, s, need: _more_blocks_cached(st, s, need)
+
+
+@overload(register_blocks, inline="always")
+def _ov_register_blocks(st, s):
+    if _core(st):
+        return lambda st, s: None
+    return lambda st, s: _register_blocks_cached(st, s)
+
+
+@overload(release_blocks, inline="always")
+def _ov_release_blocks(st, s):
+    if _core(st):
+        def impl(st, s):
+            st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS]
+            st.req[s, F_BLOCKS] = 0
+            st.req[s, F_NCACHED] = 0
+        return impl
+    return lambda st, s: _release_blocks_cached(st, s)
+
+
+@overload(cached_hit_blocks, inline="always")
+def _ov_cached_hit_blocks(st, s, num_tokens):
+    if _core(st):
+        return lambda st, s, num_tokens: (0, 0)
+    return lambda st, s, num_tokens: _cached_hit_blocks_cached(st, s, num_tokens)
