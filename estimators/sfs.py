@@ -49,7 +49,7 @@ class SFS:
         self.cap = -1
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
-        self._core, self._core_of = None, None  # the scheduler arrays of the last state estimated
+        self._core, self._core_of, self._off = None, None, False  # the last state estimated: its scheduler arrays, caching off
         self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
 
     def _scratch(self, st: SchedState) -> None:
@@ -74,20 +74,24 @@ class SFS:
         st = view.state
         if q.prompt >= st.cfg[C_MAX_LEN]:
             return np.inf  # the engine's front end refuses it (as the twin does)
-        self._scratch(st)
+        if self._core_of is not st:
+            self._core, self._core_of, self._off = st.core(), st, bool(st.cfg[C_PREFIX] == PREFIX_OFF)
+        core = self._core
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
-        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt, self.model)
-        if self._core_of is not st:
-            self._core, self._core_of = st.core(), st
-        core = self._core
-        if st.cfg[C_PREFIX] == PREFIX_OFF and not copy_cache:
+        if self._off and not copy_cache:
             # no cache to read: the scratch state without the prefix-cache bundles (each array of a
             # state is unboxed per call and reference-counted per compiled call that takes it)
-            est, steps = self._run_core(core, *args, self.st2c, self.plan2, MAX_SIM_STEPS)
+            if st.capacity + 1 > self.cap:
+                self._scratch(st)
+            est, steps = self._run_core(core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+                                        first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid,
+                                        q.prompt, self.model, self.st2c, self.plan2, MAX_SIM_STEPS)
             self.last_steps = steps
             return est + self.overhead
+        self._scratch(st)
+        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+                first_gap(q.t, start, view.wake_s, self.gap), self.pred_total, q.rid, q.prompt, self.model)
         est, steps = (-1.0, -1) if copy_cache else self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache
