@@ -176,7 +176,7 @@ def _admit(st, hit_blocks, blocks, computed):
     return admit(st, hit_blocks, blocks, computed)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _schedule_v1(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
     budget = cfg[C_BUDGET]
@@ -243,7 +243,7 @@ def _schedule_v1(st, plan):
     return k
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _schedule_sarathi(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
     budget = cfg[C_BUDGET]
@@ -316,7 +316,7 @@ def _reject_head(st):
     return s
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _schedule_v0(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
     budget = cfg[C_BUDGET]
