@@ -411,7 +411,7 @@ def _ov_register_blocks(st, s):
     return lambda st, s: _register_blocks_cached(st, s)
 
 
-@overload(release_blocks, inline="always")
+@overload(release_blocks)  # not inlined: inlining it twice trips Numba's SSA check (NumbaIRAssumptionWarning)
 def _ov_release_blocks(st, s):
     if _core(st):
         def impl(st, s):
