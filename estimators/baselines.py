@@ -26,12 +26,18 @@ Each has a ``speed`` (host speed factor, ``estimators.online_speed``): every
 time the profile gave it (prefill rate, decode step, service time, the queue
 fit) is scaled by it, as SFS scales its step times, so that online correction
 is compared on equal terms.
+
+``cache_aware`` (throughput, lps, lps-mg): prompt tokens a request will take
+from the instance's prefix cache are not counted as work (the query's own
+hit and, for throughput, the hits of residents that have not started),
+looked up read-only in the live cache as SFS does, so the comparison with
+SFS on prefix-caching instances is fair.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from estimators.engine.layout import F_COMPUTED, F_OUTPUTS, F_PROMPT
+from estimators.engine.layout import F_COMPUTED, F_OUTPUTS, F_PROMPT, F_RID
 from estimators.engine.view import InstanceView as Snapshot
 from estimators.engine.view import Query
 
@@ -39,26 +45,40 @@ RHO_MAX = 0.999
 RHO_MAX_MG = 0.95  # lps-mg: beyond it an EWMA rho cannot tell overload from noise (module docstring)
 
 
-def outstanding_prefill_tokens(snap: Snapshot) -> int:
-    """Prompt (and recompute) tokens of residents not yet computed or in flight."""
+def outstanding_prefill_tokens(snap: Snapshot, cache_aware: bool = False) -> int:
+    """Prompt (and recompute) tokens of residents not yet computed or in
+    flight; ``cache_aware``: minus the cached prefix of those not started."""
     slots = snap.resident_slots()
     if slots.size == 0:
         return 0
-    r = snap.state.req[slots]
+    st = snap.state
+    r = st.req[slots]
     remaining = r[:, F_PROMPT] + r[:, F_OUTPUTS] - r[:, F_COMPUTED]
     prefill = (remaining > 1) | (r[:, F_COMPUTED] < r[:, F_PROMPT])
-    return int(remaining[prefill].sum())
+    total = int(remaining[prefill].sum())
+    if cache_aware:
+        for row in r[prefill & (r[:, F_COMPUTED] == 0)]:
+            total -= st.cached_prefix_tokens(int(row[F_RID]), int(row[F_PROMPT] + row[F_OUTPUTS]))
+    return total
+
+
+def query_prompt(snap: Snapshot, q: Query, cache_aware: bool) -> int:
+    """The query's prompt tokens to compute (minus its cached prefix when ``cache_aware``)."""
+    return q.prompt - (snap.state.cached_prefix_tokens(q.rid, q.prompt) if cache_aware else 0)
 
 
 class Throughput:
     name = "throughput"
     speed = 1.0
 
-    def __init__(self, theta_pre: float, mean_decode_step_s: float, frontend_overhead_s: float = 0.0):
+    def __init__(self, theta_pre: float, mean_decode_step_s: float, frontend_overhead_s: float = 0.0,
+                 cache_aware: bool = False):
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
+        self.cache_aware = cache_aware
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        return ((outstanding_prefill_tokens(snap) + q.prompt) / self.theta + self.decode) * self.speed + self.overhead
+        work = outstanding_prefill_tokens(snap, self.cache_aware) + query_prompt(snap, q, self.cache_aware)
+        return (work / self.theta + self.decode) * self.speed + self.overhead
 
 
 class LPS:
@@ -70,8 +90,9 @@ class LPS:
     speed = 1.0
 
     def __init__(self, k: int, mean_service_s: float, arrival_rate: float, theta_pre: float,
-                 mean_decode_step_s: float, frontend_overhead_s: float = 0.0, online: bool = False):
-        self.k, self.mu, self.online = k, k / mean_service_s, online
+                 mean_decode_step_s: float, frontend_overhead_s: float = 0.0, online: bool = False,
+                 cache_aware: bool = False):
+        self.k, self.mu, self.online, self.cache_aware = k, k / mean_service_s, online, cache_aware
         self.arrival_rate = arrival_rate
         self.wait = self._wait(arrival_rate)
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
@@ -86,7 +107,7 @@ class LPS:
             wait = self._wait(snap.arrival_rate if self.online else self.arrival_rate, self.speed)
         else:
             wait = self.wait
-        return wait + (q.prompt / self.theta + self.decode) * self.speed + self.overhead
+        return wait + (query_prompt(snap, q, self.cache_aware) / self.theta + self.decode) * self.speed + self.overhead
 
 
 class LPSMG:
@@ -94,15 +115,15 @@ class LPSMG:
     speed = 1.0
 
     def __init__(self, k: int, mean_service_s: float, scv: float, theta_pre: float, mean_decode_step_s: float,
-                 frontend_overhead_s: float = 0.0):
-        self.k, self.m, self.c2 = k, mean_service_s, scv
+                 frontend_overhead_s: float = 0.0, cache_aware: bool = False):
+        self.k, self.m, self.c2, self.cache_aware = k, mean_service_s, scv, cache_aware
         self.theta, self.decode, self.overhead = theta_pre, mean_decode_step_s, frontend_overhead_s
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
         m = self.m * self.speed
         rho = min(snap.arrival_rate * m / self.k, RHO_MAX_MG)
         wq = rho**self.k * (m / self.k) * (1.0 + self.c2) / (2.0 * (1.0 - rho))
-        return wq + (q.prompt / self.theta + self.decode) * self.speed + self.overhead
+        return wq + (query_prompt(snap, q, self.cache_aware) / self.theta + self.decode) * self.speed + self.overhead
 
 
 class QueueLength:

@@ -73,6 +73,8 @@ class EstimateConfig:
     ewma_tau_s: float = 10.0
     frontend_overhead_s: float = 0.0
     online_speed: OnlineSpeedConfig | None = None  # None: the profile as fitted
+    cache_blind: bool = False  # estimate as if the instances had no prefix cache (what ignoring it costs)
+    cache_aware: bool = False  # baselines count only prompt tokens the prefix cache does not hold
 
 
 @dataclass
@@ -83,7 +85,7 @@ class EstimateResult:
 
 
 def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
-          overhead: float, online_lps: bool = False):
+          overhead: float, online_lps: bool = False, cache_aware: bool = False):
     if name == "sfs":
         return SFS(profile, pred_total, overhead)
     if ":" in name:
@@ -91,13 +93,13 @@ def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, p
     if params is None:
         raise ValueError(f"estimator {name} needs baseline parameters")
     if name == "throughput":
-        return Throughput(params.theta_pre, params.mean_decode_step_s, overhead)
+        return Throughput(params.theta_pre, params.mean_decode_step_s, overhead, cache_aware)
     if name == "lps":
         return LPS(params.lps_k, params.lps_mean_service_s, params.lps_arrival_rate, params.theta_pre,
-                   params.mean_decode_step_s, overhead, online=online_lps)
+                   params.mean_decode_step_s, overhead, online=online_lps, cache_aware=cache_aware)
     if name == "lps-mg":
         return LPSMG(params.lps_k, params.lps_mean_service_s, params.lps_scv, params.theta_pre,
-                     params.mean_decode_step_s, overhead)
+                     params.mean_decode_step_s, overhead, cache_aware)
     if name == "queue":
         return QueueLength(params.queue_b0, params.queue_b1, overhead)
     raise ValueError(f"unknown estimator {name!r} (choose from {', '.join(ESTIMATORS)})")
@@ -181,8 +183,9 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         if inst not in models:
             raise ValueError(f"no profile for instance {inst!r}")
         profile, params = models[inst]
-        walk = RecordedWalk(trace, inst, reqs)
-        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s) for n in cfg.estimators]
+        walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None)
+        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, cache_aware=cfg.cache_aware)
+                for n in cfg.estimators]
         rate = RateTracker(cfg.ewma_tau_s)
         exp_step = profile.expected(walk.steps) if len(walk.steps) else np.zeros(0)
         cum = np.cumsum(profile.step_gap_s + exp_step)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import C_MAX_LEN
+from estimators.engine.layout import C_MAX_LEN, C_PREFIX, PREFIX_OFF
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
@@ -18,7 +19,6 @@ from estimators.sfs_kernel import sfs_estimate
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
-_ENTRY = None
 _DIST = None
 
 
@@ -30,15 +30,21 @@ def _dist_entry():
     return _DIST
 
 
+_ENTRY = None
+
+
 def _entry():
     """The compiled kernel's entry point (typed once per process)."""
     global _ENTRY
     if _ENTRY is None:
-        st = SchedState.new(InstanceConfig(), capacity=2)
+        st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
-        _ENTRY = entry_point(sfs_estimate, st, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
-                             st, plan, 0, np.zeros(0))
+        core = st.core()
+        _ENTRY = (entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                              model, st, plan, 0, np.zeros(0)),
+                  entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                              model, core, plan, 0, np.zeros(0)))
     return _ENTRY
 
 
@@ -55,7 +61,9 @@ class SFS:
         self.overhead = frontend_overhead_s
         self.cap = -1
         self.last_steps = 0
-        self._run = _entry()
+        self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
+        self._core, self._core_of, self._off = None, None, False  # the last state estimated: its scheduler arrays, caching off
+        self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
         self._base = self.model
         self._speed = 1.0
         self.last_s1 = self.last_s2 = 0.0
@@ -82,26 +90,62 @@ class SFS:
             # noise moments stay: c = mult / E[r] carries the speed into the spread
 
     def _scratch(self, st: SchedState) -> None:
+        """The scratch state: one row more than ``st``; with prefix caching it
+        reads ``st``'s live cache and block table without copying them
+        (overlay mode, see ``sfs_kernel``), so it is re-pointed when the
+        instance (or its table, when it grows) changes."""
         if st.capacity + 1 > self.cap:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
-                                  np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)))
+                                  np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
+                                  st.table, st.bc, st.hashes, new_overlay())
             self.plan2 = StepPlan.new(c)
             self.cap = c
+            self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
+        if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
+            self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table)
 
-    def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None) -> float:
-        """Point estimate (the mean); ``typ_out`` receives the simulated
+    def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
+                 copy_cache: bool = False) -> float:
+        """Point estimate (the mean). ``copy_cache``: simulate on a copy of
+        the prefix cache even when the overlay could follow (the reference
+        the overlay is tested against); ``typ_out`` receives the simulated
         steps' typical durations (for the brute-force check)."""
+        typ = self._no_typ if typ_out is None else typ_out
         st = view.state
         if q.prompt >= st.cfg[C_MAX_LEN]:
             return np.inf  # the engine's front end refuses it (as the twin does)
-        self._scratch(st)
+        if self._core_of is not st:
+            self._core, self._core_of, self._off = st.core(), st, bool(st.cfg[C_PREFIX] == PREFIX_OFF)
+        core = self._core
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
-        est, steps, self.last_s1, self.last_s2 = self._run(
-            st, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-            first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model, self.st2,
-            self.plan2, MAX_SIM_STEPS, self._no_typ if typ_out is None else typ_out)
+        if self._off and not copy_cache:
+            # no cache to read: the scratch state without the prefix-cache bundles (each array of a
+            # state is unboxed per call and reference-counted per compiled call that takes it)
+            if st.capacity + 1 > self.cap:
+                self._scratch(st)
+            est, steps, self.last_s1, self.last_s2 = self._run_core(
+                core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+                first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
+                self.st2c, self.plan2, MAX_SIM_STEPS, typ)
+            self.last_steps = steps
+            self.last_est = est + self.overhead
+            return self.last_est
+        self._scratch(st)
+        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
+                first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model)
+        est, steps, self.last_s1, self.last_s2 = ((-1.0, -1, 0.0, 0.0) if copy_cache else
+                                                  self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS, typ))
+        if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
+            self.fallbacks += not copy_cache
+            exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
+                                      bc=copy_block_cache(st.bc))
+            exact.ov.sc[OV_EXACT] = 1
+            try:
+                est, steps, self.last_s1, self.last_s2 = self._run(core, *args, exact, self.plan2, MAX_SIM_STEPS, typ)
+            finally:
+                exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
         self.last_est = est + self.overhead
         return self.last_est

@@ -8,16 +8,31 @@ requests that arrived meanwhile and then the new query at the tail of
 ``waiting`` at that boundary, and steps the shared scheduler kernel, each
 step charged the inter-step gap plus its expected duration, until the step
 that computes the query's last prompt token. No future arrivals.
+
+With prefix caching the copy does not include the instance's cache (20,000
+blocks on a GPU): the kernel runs in overlay mode (``block_cache_kernel.
+Overlay``): hits are looked up in the live cache read-only, blocks are
+counted rather than named, and the few live blocks the simulated steps
+touch or release carry their reference-count change in the overlay, so
+the free count and the admission gate come out as on a copy. Two things a
+count cannot follow make it fall back to a real copy of the cache (exact,
+slower): an allocation that reaches cached blocks (vLLM would evict the
+least recently used), and a hit on blocks only the simulation computed.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import overload
 
+from estimators.block_cache_kernel import OV_EXACT, OV_FALLBACK, ov_clear
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import (
+    C_PREFIX,
     EV_FIRST,
+    F_BLOCKS,
     F_EVENT,
+    F_HITB,
     F_OUTPUTS,
     F_PROMPT,
     F_RID,
@@ -25,6 +40,8 @@ from estimators.engine.layout import (
     F_TARGET,
     NF,
     PL_NREJ,
+    PREFIX_ON,
+    PREFIX_OVERLAY,
     S_CAP,
     S_NFREE_SLOTS,
     S_NR,
@@ -32,7 +49,7 @@ from estimators.engine.layout import (
     S_WN,
     ST_WAITING,
 )
-from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
+from estimators.engine.primitives import _core, wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
 
 
@@ -45,10 +62,12 @@ def _predict_target(r2, s, pred_total):
 
 @njit(cache=True)
 def _copy_state(st, st2):
-    """``st`` into the scratch ``st2`` (one more row; waiting linearised;
-    the extra row is the last free slot)."""
+    """``st`` (a ``SchedCore``) into the scratch ``st2`` (one more row;
+    waiting linearised; the extra row is the last free slot; ``st2`` already
+    points at the instance's cache)."""
     cap = st.sc[S_CAP]
     st2.cfg[:] = st.cfg
+    overlay = _overlay_begin(st, st2)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]
@@ -62,6 +81,52 @@ def _copy_state(st, st2):
         st2.free_slots[i] = st.free_slots[i]
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
+    if overlay:  # requests holding live blocks release them through the live table
+        for s in range(cap):
+            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1) if st2.req[s, F_BLOCKS] > 0 else 0
+
+
+def _overlay_begin(st, st2):
+    """With prefix caching and no copy of the cache, switch ``st2`` to
+    overlay mode over the live cache; True if so. Always False for a
+    ``SchedCore`` scratch state (caching off: no cache fields)."""
+    raise NotImplementedError  # compiled only
+
+
+def _ov_scalars(st2):
+    """The overlay's scalars (``st2.sc`` for a ``SchedCore``, never read: its mode is never overlay)."""
+    raise NotImplementedError
+
+
+@njit(cache=True, inline="always")
+def _overlay_begin_cached(st, st2):
+    overlay = st.cfg[C_PREFIX] == PREFIX_ON and st2.ov.sc[OV_EXACT] == 0
+    if overlay:
+        st2.cfg[C_PREFIX] = PREFIX_OVERLAY  # the live cache is read, never written
+        ov_clear(st2.ov, st2.bc)
+    return overlay
+
+
+@overload(_overlay_begin, inline="always")
+def _ov_overlay_begin(st, st2):
+    if _core(st2):
+        return lambda st, st2: False
+    return lambda st, st2: _overlay_begin_cached(st, st2)
+
+
+@overload(_ov_scalars, inline="always")
+def _ov_ov_scalars(st2):
+    if _core(st2):
+        return lambda st2: st2.sc
+    return lambda st2: st2.ov.sc
+
+
+@njit(cache=True, inline="always")
+def _lost(cfg2, ov_sc):
+    """The overlay could not follow the simulation: rerun on a copy (takes
+    arrays, not ``st2``: an inlined call copies its tuple arguments, a
+    reference-count increment and decrement per array)."""
+    return cfg2[C_PREFIX] == PREFIX_OVERLAY and ov_sc[OV_FALLBACK] != 0
 
 
 @njit(cache=True)
@@ -73,13 +138,15 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     distribution; the in-flight step's remainder counts as known). The
     first ``typ_out.size`` typical durations are written to ``typ_out``
     (size 0 in routing; the brute-force check reads them). ``infl_n`` = 0 means the instance is idle (``infl`` is
-    the in-flight step's plan); ``elapsed`` is now minus the in-flight
+    the in-flight step's plan; steps = -1: the prefix-cache overlay could
+    not follow, rerun with ``st2`` holding a copy of the cache and table and
+    ``st2.ov.sc[OV_EXACT]`` set); ``elapsed`` is now minus the in-flight
     step's start; ``first_gap`` is the time until the first simulated
     schedule() after the in-flight step (a whole gap, or what is left of
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``."""
     _copy_state(st, st2)
-    r2, sc2 = st2.req, st2.sc
+    r2, sc2, cfg2, ov_sc = st2.req, st2.sc, st2.cfg, _ov_scalars(st2)
     # --- residents get predicted output lengths
     for i in range(sc2[S_NR]):
         _predict_target(r2, st2.running[i], pred_total)
@@ -89,11 +156,15 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         _predict_target(r2, inbox[i], pred_total)
     # --- the in-flight step: expected duration minus elapsed, then its outputs
     t = 0.0
+    s1 = 0.0
+    s2 = 0.0
     if infl_n > 0:
         rem = plan_time(model, r2, infl, infl_n) * model.mult - elapsed
         if rem > 0.0:
             t = rem
         complete_step(st2, infl, infl_n)
+        if _lost(cfg2, ov_sc):
+            return -1.0, -1, s1, s2
     # --- arrivals so far, then the query, join waiting at the boundary
     for i in range(n_inbox):
         s = inbox[i]
@@ -109,11 +180,11 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     r2[q, F_STATUS] = ST_WAITING
     wait_push_back(sc2, st2.waiting, q)
     steps = 0
-    s1 = 0.0
-    s2 = 0.0
     step_gap = first_gap
     while steps < max_steps:
         n = schedule_step(st2, plan)
+        if _lost(cfg2, ov_sc):
+            return -1.0, -1, s1, s2
         for r in range(plan.counts[PL_NREJ]):
             if plan.rejected[r] == q:
                 return np.inf, steps, s1, s2  # refused outright (V0: longer than the budget)
@@ -130,6 +201,8 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         t += step_gap + typ * model.mult
         step_gap = model.gap
         complete_step(st2, plan, n)
+        if _lost(cfg2, ov_sc):
+            return -1.0, -1, s1, s2
         steps += 1
         if r2[q, F_EVENT] & EV_FIRST:
             return t, steps, s1, s2

@@ -14,11 +14,12 @@ order; the twin hands over its live state the same way.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
+from estimators.block_cache_kernel import request_hashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import F_STATUS, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
@@ -91,10 +92,16 @@ class RecordedWalk:
     honest snapshots. Request keys (``F_RID``) are row positions in the
     trace's ``requests`` table."""
 
-    def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None):
+    def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None,
+                 caching: bool | None = None):
+        """``caching``: override the instance's prefix caching (False: a
+        cache-blind observer, whose state follows the recorded batches but
+        who knows no cache contents)."""
         reqs = trace.read("requests") if requests is None else requests
         self.instance_id = instance_id
         self.engine = InstanceConfig.from_table(trace.read("instances"), instance_id)
+        if caching is not None:
+            self.engine = replace(self.engine, prefix_caching=caching)
         mine = np.flatnonzero((reqs["instance_id"] == instance_id).to_numpy()) if "instance_id" in reqs \
             else np.arange(len(reqs))
         arrival = reqs["arrival_s"].to_numpy(dtype=np.float64)
@@ -130,7 +137,10 @@ class RecordedWalk:
             self.pre_req = np.zeros(0, dtype=np.int64)
             self.pre_off = np.zeros(len(steps) + 1, dtype=np.int64)
 
-        self.state = SchedState.new(self.engine, capacity=len(order) + 2)
+        # prefix caching: the cache's contents are rebuilt by applying its rules along the recorded batches
+        hashes = request_hashes(reqs["hash_ids"].tolist() if "hash_ids" in reqs else None, self.prompt,
+                                trace.meta.get("hash_block_tokens"), self.engine.block_size)
+        self.state = SchedState.new(self.engine, capacity=len(order) + 2, hashes=hashes)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)  # the recorded batch being applied (or in flight)
         self.trial_plan = StepPlan.new(cap)

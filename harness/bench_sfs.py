@@ -22,8 +22,10 @@ from estimators.sfs import SFS
 from estimators.snapshot import Query, Snapshot
 from traces.workload import WorkloadConfig, generate_workload
 
+# prefix caching off, as in pool qwen3-h100: the states below hold blocks as counts
+# (the warm-cache case is ``bench_sfs_cache``)
 ENGINE = InstanceConfig(instance_id="bench", max_num_batched_tokens=32768, max_num_seqs=2048, block_size=16,
-                        num_kv_blocks=400_000, max_model_len=40960)
+                        num_kv_blocks=400_000, max_model_len=40960, prefix_caching=False)
 
 
 def busy_state(n_residents: int, n_waiting: int, rng: np.random.Generator, lengths) -> tuple[Snapshot, np.ndarray]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-SECTIONS = ("generate", "import", "twin", "replay", "sfs")
+SECTIONS = ("generate", "import", "twin", "replay", "sfs", "sfs-cache")
 
 
 def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -99,6 +99,9 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 queue (target: median <= 10 us at 64), and cost per simulated step;
                 the probabilistic estimate's cost at 64 (target <= 2x the point
                 estimate) and its accuracy against a brute-force Monte Carlo
+      sfs-cache SFS with prefix caching on a warm qwen3-h100 instance (sessions at 8 q/s
+                for 10 simulated minutes) against the same state with caching off
+                (target: within 1.5x), and the twin's speed on that workload
 
     \b
     Examples:
@@ -159,5 +162,18 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                                f"twin-noise draws), {label}: share below p50/p90/p99 {sh['p50']:.3f}/"
                                f"{sh['p90']:.3f}/{sh['p99']:.3f}, max |P(on time) error| "
                                f"{a['max_abs_p_on_time_error']:.3f}")
+        if "sfs-cache" in sections:
+            from harness.bench_sfs_cache import run as run_sfs_cache
+
+            results["sfs-cache"] = r = run_sfs_cache()
+            if not as_json:
+                if "median_us_on" in r:
+                    click.echo(f"sfs-cache: {r['instance']} at {r['t_s']:.0f} s, {r['residents']} residents, "
+                               f"{r['cached_free_blocks']:,} cached free blocks: median {r['median_us_on']:.1f} us "
+                               f"with the cache vs {r['median_us_off']:.1f} us without = {r['ratio']:.2f}x "
+                               f"(p99 {r['p99_us_on']:.0f} vs {r['p99_us_off']:.0f} us; {r['fallbacks']} fallbacks "
+                               f"to a copy in {r['queries']} estimates)")
+                click.echo(f"           twin on the session workload: {r['twin_speedup']:,.0f}x real time, "
+                           f"prefix hit rate {100 * r['hit_rate']:.1f}%")
     if as_json:
         click.echo(json.dumps(results, indent=2))

@@ -92,6 +92,10 @@ def format_metrics(m: dict) -> str:
                    "(every estimator alike).")
 @click.option("--speed-half-life", type=click.FloatRange(min=1.0), default=HALF_LIFE_STEPS, show_default=True,
               help="Half-life, in completed steps, of the online speed factor.")
+@click.option("--cache-blind", is_flag=True,
+              help="Ignore the instances' prefix cache (SFS computes every prompt token): what ignoring it costs.")
+@click.option("--cache-aware", is_flag=True,
+              help="Baselines (throughput, lps, lps-mg) count only prompt tokens the prefix cache does not hold.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
@@ -99,7 +103,8 @@ def format_metrics(m: dict) -> str:
 @click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="Request-level TRACE: warm = its prompts were already in the prefix cache.")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
-             ewma_tau: float, online_speed: str, speed_half_life: float, out: Path, force: bool,
+             ewma_tau: float, online_speed: str, speed_half_life: float, cache_blind: bool, cache_aware: bool,
+             out: Path, force: bool,
              engine_opts: tuple[str, ...], prefix_cache: str) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
@@ -148,7 +153,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
     speed_cfg = OnlineSpeedConfig(half_life_steps=speed_half_life) if online_speed == "on" else None
     cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead,
-                         online_speed=speed_cfg)
+                         online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware)
     drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
@@ -161,7 +166,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     m = res.metrics
-    m.update({"trace": str(trace_dir), "ewma_tau_s": ewma_tau,
+    m.update({"trace": str(trace_dir), "ewma_tau_s": ewma_tau, "cache_blind": cache_blind,
+              "cache_aware": cache_aware,
               "online_speed": None if speed_cfg is None else {"half_life_steps": speed_half_life},
               "drift": {i: d.to_json() for i, d in drift.items()},
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},

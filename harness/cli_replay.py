@@ -222,23 +222,25 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
                         "applies to generated workloads (--rate), not to --trace")
     kind = _arrival(arrival, burstiness)
     pool = load_pool(pool_ref)
+    hash_block = None
     if trace_dir is not None:
         t = open_trace(trace_dir)
         requests = t.read("requests")
         if n_requests is not None:
             requests = requests.iloc[:n_requests].reset_index(drop=True)
         quality = t.read("quality") if t.has("quality") else None
+        hash_block = t.meta.get("hash_block_tokens")
     else:
         n_requests = 16000 if n_requests is None else n_requests
         wl = generate_workload(WorkloadConfig(requests=n_requests, arrivals=ArrivalSpec(
             kind, rate, burst_ratio, burstiness=burstiness), seed=seed))
         requests, quality = wl.requests, wl.quality
     keep = [c for c in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "task", "slo_ttft_s",
-                        "predicted_output_tokens") if c in requests]
+                        "predicted_output_tokens", "hash_ids") if c in requests]
     cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
                        record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
                        online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
-                       ledger=ledger == "on")
+                       ledger=ledger == "on", hash_block_tokens=hash_block)
     try:
         inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:

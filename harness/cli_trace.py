@@ -116,11 +116,18 @@ def _positive(ctx, param, value):
               help="Task weights.")
 @click.option("--lengths-from", type=click.Path(path_type=Path), help="Resample (prompt, output) pairs from a trace.")
 @click.option("--arrivals-from", type=click.Path(path_type=Path), help="Reuse another trace's arrival times.")
+@click.option("--sessions", is_flag=True,
+              help="Multi-turn chat sessions with shared system prompts and growing history (hash_ids filled); "
+                   "--rate stays the request rate.")
+@click.option("--turns", type=float, default=4.0, show_default=True, help="sessions: mean turns per session.")
+@click.option("--think-time", type=float, default=10.0, show_default=True, help="sessions: mean think time (s).")
+@click.option("--system-prompts", type=int, default=4, show_default=True, help="sessions: shared system prompts.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals, lengths and SLO/accuracy draws.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str | None,
              burst_ratio: float, high_fraction: float, correlation_s: float, burstiness: float, mix: str,
-             lengths_from: Path | None, arrivals_from: Path | None, seed: int, force: bool) -> None:
+             lengths_from: Path | None, arrivals_from: Path | None, sessions: bool, turns: float, think_time: float,
+             system_prompts: int, seed: int, force: bool) -> None:
     """Generate a synthetic workload (requests + quality tables).
 
     Four tasks (alpaca, govreport, hotpotqa, writingprompts) with lognormal
@@ -133,6 +140,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
       latroute trace generate --out burst --duration 600 --rate 7 --arrival mmpp --burst-ratio 6
       latroute trace generate --out gamma --requests 16000 --rate 8 --burstiness 0.25   # gamma, CV^2 = 4
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
+      latroute trace generate --out chat --sessions --duration 600 --rate 8 --turns 4
     """
     from traces.workload import WorkloadConfig, write_workload
 
@@ -147,6 +155,10 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
         weights = parse_mix(mix)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--mix") from None
+    if sessions:
+        _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, arrivals_from, weights, turns,
+                           think_time, system_prompts, seed, force)
+        return
     try:
         arrival = resolve_arrival(arrival, burstiness)
     except ValueError as e:
@@ -163,13 +175,29 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
                          mix=weights, seed=seed,
                          lengths_from=str(lengths_from) if lengths_from else None,
                          arrivals_from=str(arrivals_from) if arrivals_from else None)
+    _write_generated(write_workload, cfg, out, force, "requests")
+
+
+def _write_generated(write, cfg, out: Path, force: bool, what: str) -> None:
     t = time.perf_counter()
     try:
-        rows = write_workload(cfg, out, force=force)
+        rows = write(cfg, out, force=force)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    click.echo(f"wrote {out}: {rows['requests']:,} requests, {rows['quality']:,} quality rows "
+    click.echo(f"wrote {out}: {rows['requests']:,} {what}, {rows['quality']:,} quality rows "
                f"in {time.perf_counter() - t:.2f} s")
+
+
+def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, arrivals_from, weights, turns,
+                       think_time, system_prompts, seed, force) -> None:
+    from traces.sessions import SessionConfig, write_sessions
+
+    if arrival not in (None, "poisson") or lengths_from or arrivals_from:
+        raise click.UsageError("--sessions draws Poisson session arrivals and task lengths: "
+                               "no --arrival, --lengths-from or --arrivals-from")
+    cfg = SessionConfig(rate=rate, requests=n_requests, duration_s=duration, turns_mean=turns,
+                        think_time_s=think_time, system_prompts=system_prompts, mix=weights, seed=seed)
+    _write_generated(write_sessions, cfg, out, force, "requests in sessions")
 
 
 @trace.command("import")

@@ -45,7 +45,8 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
 
     Same engine configuration, arrival times and instance assignment as the
     recording. Reports per-request TTFT MAPE, median and p90 APE, the step
-    count ratio, and decision agreement: for every recorded step, does the
+    count ratio, the prefix-cache hit rate (twin and recorded, with prefix
+    caching on), and decision agreement: for every recorded step, does the
     scheduler kernel given the recorded pre-step state choose exactly the
     recorded batch? Writes metrics.json, requests.parquet (per request:
     measured and twin TTFT) and the twin's own trace under twin/.
@@ -125,4 +126,8 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
         click.echo(f"client      TTFT - engine TTFT median {c['overhead']['median_ms']:.2f} ms, p90 "
                    f"{c['overhead']['p90_ms']:.2f} ms; twin vs client TTFT MAPE {100 * c['twin_vs_client_mape']:.1f}% "
                    f"(+ median overhead: {100 * c['twin_plus_median_overhead_vs_client_mape']:.1f}%)")
+    if "hit_rate" in m:
+        hr = m["hit_rate"]
+        click.echo(f"prefix hits {100 * hr['twin']:.1f}% of prompt tokens twin"
+                   + (f" / {100 * hr['recorded']:.1f}% recorded" if hr["recorded"] is not None else ""))
     click.echo(f"wrote {out}")

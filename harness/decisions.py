@@ -5,7 +5,9 @@ For every recorded step the pre-step state is rebuilt from the recording
 (requests join ``waiting`` at their ``added_s`` step boundary; running order
 is admission order; the recorded batches and preemptions so far are
 applied), the kernel schedules a copy of it, and its batch is compared with
-the recorded one: same requests, same token counts, same order. The real
+the recorded one: same requests, same token counts, same computed tokens before each
+chunk (with prefix caching: the same hits, the cache's contents being
+rebuilt along the recorded batches), same order. The real
 state then advances by the *recorded* batch, so one disagreement cannot
 cascade into the next steps.
 """
@@ -23,8 +25,8 @@ from traces.store import Trace
 @dataclass
 class StepMismatch:
     step: int
-    recorded: list[tuple[int, int]]
-    kernel: list[tuple[int, int]]
+    recorded: list[tuple[int, int, int]]  # (request, tokens, computed before)
+    kernel: list[tuple[int, int, int]]
     recorded_preempted: list[int]
     kernel_preempted: list[int]
 
@@ -35,6 +37,7 @@ class AgreementResult:
     agree: int = 0  # same requests, tokens and order, same preemptions
     agree_as_set: int = 0  # same (request, tokens) pairs in any order
     mismatches: list[StepMismatch] = field(default_factory=list)
+    first_computed: dict[int, int] = field(default_factory=dict)  # request id -> computed before its first chunk
 
     @property
     def rate(self) -> float:
@@ -57,9 +60,13 @@ def decision_agreement(trace: Trace, instance_id: str | None = None) -> Agreemen
         walk.prepare(k)
         trial = walk.state.copy()
         n = schedule_step(trial, plan)
-        kernel = [(int(rids[trial.req[plan.slot[j], F_RID]]), int(plan.tokens[j])) for j in range(n)]
+        kernel = [(int(rids[trial.req[plan.slot[j], F_RID]]), int(plan.tokens[j]), int(plan.computed[j]))
+                  for j in range(n)]
+        for rid, _, cb in kernel:
+            result.first_computed.setdefault(rid, cb)  # with prefix caching: the hit granted at admission
         a, b = walk.item_off[k], walk.item_off[k + 1]
-        recorded = [(int(rids[i]), int(t)) for i, t in zip(walk.item_req[a:b], walk.item_tok[a:b])]
+        recorded = [(int(rids[i]), int(t), int(c))
+                    for i, t, c in zip(walk.item_req[a:b], walk.item_tok[a:b], walk.item_cb[a:b])]
         kernel_pre = [int(rids[trial.req[s, F_RID]]) for s in plan.preempted[: int(trial.sc[S_NPREEMPT])]]
         rec_pre = [int(rids[i]) for i in walk.pre_req[walk.pre_off[k]: walk.pre_off[k + 1]]]
         result.steps += 1

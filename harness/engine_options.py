@@ -50,9 +50,11 @@ from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
 from traces.errors import BadOption
 
+# prefix_caching off in the twin: a request-level trace names no prompt blocks, so the cache vLLM had is
+# modelled by hits given outright (``--prefix-cache warm``), not by the block cache
 REQUEST_TRACE_DEFAULTS = InstanceConfig(
     instance_id="i0", model="", gpus=8, policy="vllm-v1", max_num_batched_tokens=2048, max_num_seqs=256,
-    block_size=16, num_kv_blocks=26_000, max_model_len=131_072)
+    block_size=16, num_kv_blocks=26_000, max_model_len=131_072, prefix_caching=False)
 
 _FIELDS = {f.name: f for f in fields(InstanceConfig)}
 _SKIP = {"instance_id", "model", "profile", "price_in", "price_out", "device"}

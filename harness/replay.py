@@ -47,6 +47,7 @@ class ReplayConfig:
     epsilon: float = DEFAULT_EPSILON  # chance-constrained routers' allowed P(late)
     view_interval_ms: float = 0.0  # routers see state published every MS (0: live, every step)
     ledger: bool = True  # with a view interval: requests dispatched since the last publication join the view
+    hash_block_tokens: int | None = None  # the trace's (meta.json), for instances with prefix caching
 
 
 @dataclass
@@ -123,7 +124,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     oracle = router_entry(cfg.router).oracle
     views = StaleViews(ViewConfig(cfg.view_interval_ms, cfg.ledger)) if cfg.view_interval_ms > 0 and not oracle \
         else None  # the oracle forks the live twin: staleness does not apply to it
-    res = twin.run(requests, router, views=views)
+    res = twin.run(requests, router, views=views, hash_block_tokens=cfg.hash_block_tokens)
     wall = time.perf_counter() - t0
     out = res.requests.copy()
     idx = {s.instance_id: k for k, s in enumerate(specs)}
@@ -137,6 +138,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     out["on_time"] = np.isfinite(ttft) & (ttft <= slo)
     out["slo_ttft_s"] = np.where(np.isfinite(slo), slo, np.nan)  # the SLOs used; none (inf) is stored as null
     m = replay_metrics(out, specs)
+    if "cached_tokens" in out:  # prefix caching: share of prompt tokens served from the cache
+        m["prefix_hit_rate"] = float(out["cached_tokens"].sum()) / max(1.0, float(out["prompt_tokens"].sum()))
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,
               "epsilon": cfg.epsilon, "oracle": oracle, "view_interval_ms": cfg.view_interval_ms,

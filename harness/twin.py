@@ -24,6 +24,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from estimators.block_cache_kernel import RequestHashes, request_hashes
 from estimators.engine.config import InstanceConfig, instances_table
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import FINISH_REASONS, S_NR, S_WN, ST_PENDING
@@ -203,6 +204,14 @@ class Instance:
         """Requests on the instance: running, waiting and not yet taken in."""
         return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
 
+    def cached_prefix_tokens(self, rid: int, prompt: int) -> int:
+        """The query's longest cached prefix here, in tokens (read only; an
+        engine-side router knows it, llm-d's tracks it through KV events)."""
+        return self.state.cached_prefix_tokens(rid, prompt)
+
+    def kv_usage(self) -> float:
+        return self.state.kv_usage()
+
     @property
     def queued(self) -> int:
         return int(self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
@@ -296,7 +305,8 @@ class Events:
     @classmethod
     def new(cls, n: int) -> Events:
         nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)),
+        return cls(tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                               np.full(n, -1, dtype=np.int64)),
                    np.full(n, -1, dtype=np.int64))
 
 
@@ -350,9 +360,14 @@ class Twin:
         return cls([InstanceSpec.from_config(c) for c in pool.instances], cfg)
 
     def run(self, requests: pd.DataFrame, router: Router, hits: np.ndarray | None = None,
-            on_arrival: Callable[[int, float, list[Instance]], None] | None = None, views=None) -> TwinResult:
-        """``views``: a ``harness.stale_view.StaleViews`` (routers then see
-        the state published at an interval, not the live instances)."""
+            on_arrival: Callable[[int, float, list[Instance]], None] | None = None, views=None,
+            hash_block_tokens: int | None = None) -> TwinResult:
+        """Replay ``requests``. With prefix caching, requests name their prompt
+        blocks by ``hash_ids`` (one per ``hash_block_tokens`` tokens, the
+        trace's meta.json); without ids every block is the request's own.
+        ``hits`` gives hits outright to instances without caching. ``views``:
+        a ``harness.stale_view.StaleViews`` (routers then see the state
+        published at an interval, not the live instances)."""
         n = len(requests)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
         if n and (np.isnan(arrival).any() or np.any(np.diff(arrival) < 0)):
@@ -361,6 +376,14 @@ class Twin:
         output = np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1)
         ev = Events.new(n)
         insts = [Instance(i, s, self.cfg) for i, s in enumerate(self.specs)]
+        by_block: dict[int, RequestHashes] = {}
+        for inst in insts:
+            if inst.spec.config.caching:
+                b = inst.spec.config.block_size
+                if b not in by_block:
+                    by_block[b] = request_hashes(requests["hash_ids"].tolist() if "hash_ids" in requests else None,
+                                                 prompt, hash_block_tokens, b)
+                inst.state = inst.state.with_hashes(by_block[b])
         out = ev.out
         for i in range(n):
             t = arrival[i]
@@ -396,6 +419,8 @@ class Twin:
         out["ttft_s"] = o.first_t - arrival + (self.cfg.frontend_overhead_s or 0.0)
         out["finish_s"] = o.finish_t
         out["preemptions"] = o.preempt_n
+        if any(s.config.caching for s in self.specs):
+            out["cached_tokens"] = np.where(o.cached >= 0, o.cached, np.nan)
         out["finish_reason"] = np.where(np.isfinite(o.finish_t),
                                         np.array(FINISH_REASONS, dtype=object)[o.length_capped], None)
         sim_end = float(np.nanmax(o.finish_t)) if np.isfinite(o.finish_t).any() else 0.0

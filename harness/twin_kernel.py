@@ -79,6 +79,7 @@ class Outcomes(NamedTuple):
     reject_t: np.ndarray
     preempt_n: np.ndarray
     length_capped: np.ndarray  # 1: finished at max_model_len (vLLM's "length")
+    cached: np.ndarray  # computed tokens before the first chunk: the prefix-cache hit granted (-1: never run)
 
 
 class LogBuffers(NamedTuple):
@@ -118,6 +119,10 @@ def _start_step(t, st, plan, tw, model, out):
         meta[M_BUSY] = IDLE
         meta[M_N] = 0
         return
+    for j in range(n):
+        rid = st.req[plan.slot[j], F_RID]
+        if out.cached[rid] < 0:
+            out.cached[rid] = plan.computed[j]
     typical = plan_time(model, st.req, plan, n)
     tw.speed[SP_TYP] = typical / tw.speed[SP_HOST]  # what the profile (the estimators' view) says
     if tw.params[P_NOISE_ON] > 0.0:

@@ -46,7 +46,8 @@ def replay_recording(trace: Trace, profile: BatchTimeProfile, noise: bool, seed:
     specs = [InstanceSpec(InstanceConfig.from_table(instances, i), profile) for i in ids]
     assignment = reqs["instance_id"].map({i: k for k, i in enumerate(ids)}).to_numpy()
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps, frontend_overhead_s=0.0))
-    return twin.run(reqs[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]], fixed_router(assignment))
+    cols = ["request_id", "arrival_s", "prompt_tokens", "output_tokens"] + (["hash_ids"] if "hash_ids" in reqs else [])
+    return twin.run(reqs[cols], fixed_router(assignment), hash_block_tokens=trace.meta.get("hash_block_tokens"))
 
 
 def validate(trace: Trace, profile: BatchTimeProfile, noise: bool, seed: int = 0) -> Validation:
@@ -64,6 +65,10 @@ def validate(trace: Trace, profile: BatchTimeProfile, noise: bool, seed: int = 0
         "finish_twin_s": res.requests["finish_s"].to_numpy(dtype=np.float64),
         "preemptions_twin": res.requests["preemptions"].to_numpy(),
     })
+    if "cached_tokens" in res.requests:  # prefix caching: the hit granted at first scheduling
+        per["cached_twin"] = res.requests["cached_tokens"].to_numpy(dtype=np.float64)
+        if "cached_tokens" in rec:
+            per["cached_true"] = rec["cached_tokens"].to_numpy(dtype=np.float64)
     ok = np.isfinite(per["ttft_true_s"]) & np.isfinite(per["ttft_twin_s"]) & (per["ttft_true_s"] > 0)
     per["ape"] = np.where(ok, np.abs(per["ttft_twin_s"] - per["ttft_true_s"]) / per["ttft_true_s"], np.nan)
     ttft = error_summary(per.loc[ok, "ttft_twin_s"].to_numpy(), per.loc[ok, "ttft_true_s"].to_numpy())
@@ -90,4 +95,8 @@ def validate(trace: Trace, profile: BatchTimeProfile, noise: bool, seed: int = 0
                                "per_instance": agreement},
         "drift": {i: d.to_json() for i, d in drift.items()},
     }
+    if "cached_twin" in per:
+        prompt = float(per["prompt_tokens"].sum())
+        metrics["hit_rate"] = {"twin": float(per["cached_twin"].sum()) / prompt,
+                               "recorded": float(per["cached_true"].sum()) / prompt if "cached_true" in per else None}
     return Validation(metrics, per, res)

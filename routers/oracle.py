@@ -32,7 +32,8 @@ class Oracle(Router):
         self.overhead = frontend_overhead_s
         n = len(self.outputs)
         nan = lambda: np.full(n, np.nan)  # noqa: E731
-        self.scratch = tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        self.scratch = tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                                   np.full(n, -1, dtype=np.int64))
         self.ttft = np.zeros(0)
 
     def true_ttft(self, inst, i: int, t: float, horizon: float) -> float:

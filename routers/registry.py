@@ -19,6 +19,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, build
 from routers.base import RouteInputs, Router
 from routers.chance import DEFAULT_EPSILON, ChanceRouter, LognormalError
 from routers.latency_aware import LatencyAware
+from routers.prefix_affinity import PrefixAffinity, PrefixLoad
 from routers.simple import LatencyAgnostic, LeastTokens, PowerOfTwo, RoundRobin, ShortestQueue
 
 
@@ -105,6 +106,10 @@ _ENTRIES = [
                 lambda c: LeastTokens(c.inputs)),
     RouterEntry("power-of-two", "the shorter queue of two random instances",
                 lambda c: PowerOfTwo(c.inputs, c.seed), seeded=True),
+    RouterEntry("prefix-affinity", "longest cached prefix, ties by fewest residents (llm-d's prefix scorer)",
+                lambda c: PrefixAffinity(c.inputs)),
+    RouterEntry("prefix-load", "weighted prefix + queue + KV score (llm-d's scorers, weights 3/2/2)",
+                lambda c: PrefixLoad(c.inputs)),
     RouterEntry("latency-agnostic", "highest predicted utility, latency ignored",
                 lambda c: LatencyAgnostic(c.inputs), uses_lambda=True, baseline=True, main=True),
 ] + [

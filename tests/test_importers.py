@@ -133,6 +133,10 @@ def test_mooncake_fixture(tmp_path):
     assert np.allclose(r["arrival_s"], [0, 0, 1.5])
     assert r["prompt_tokens"].tolist() == [6758, 7322, 200]
     assert list(r["hash_ids"].iloc[0]) == [0, 1, 2] and len(r["hash_ids"].iloc[2]) == 0
+    assert open_trace(tmp_path / "m").meta["hash_block_tokens"] == 512
+    bad = write(tmp_path, "bad.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [-3]}\n')
+    assert_refused(run_cli("trace", "import", "mooncake", bad, "--out", tmp_path / "b"), tmp_path / "b",
+                   "bad.jsonl:1", "hash_ids", "[0, 2**62)")
 
 
 def test_vllm_bench_fixture_schedule_start_times_and_unknown(tmp_path):
@@ -398,6 +402,16 @@ def test_real_vllm_recordings(tmp_path):
         assert np.allclose(r["ttft_s"], src_req["ttft_s"])
         engine = json.loads((rec / "engine.json").read_text())
         assert t.read("instances")["num_kv_blocks"].item() == engine["num_kv_blocks"]
+        assert t.read("instances")["prefix_caching"].item() == engine.get("prefix_caching", False)
+        if engine.get("prefix_caching", False):  # d8-d10: the prompt's full blocks and the recorded hit
+            assert t.meta["hash_block_tokens"] == engine["block_size"]
+            ids = [[int(x) for x in str(c).split()] if isinstance(c, str) else [] for c in src_req["hash_ids"]]
+            assert [list(h) for h in r["hash_ids"]] == ids
+            assert all(len(h) == p // engine["block_size"] for h, p in zip(ids, src_req["prompt_tokens"]))
+            assert r["cached_tokens"].tolist() == src_req["cached_tokens"].tolist()
+            assert 0.5 < r["cached_tokens"].sum() / r["prompt_tokens"].sum() < 0.8
+        else:
+            assert "hash_ids" not in r and "hash_block_tokens" not in t.meta
     assert open_trace(tmp_path / "d7_tinya_kv36_r4").meta["tables"]["preemptions"] == 10
 
 

@@ -62,3 +62,114 @@ def test_sfs_equals_twin_without_noise(scenario):
         assert abs(got["est"] - true) <= 1e-9, (got["est"], true)
     else:
         assert not np.isfinite(got["est"])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 20), seed=st.integers(0, 2**16), budget=st.sampled_from([64, 256, 1024]),
+       lp=st.sampled_from([0, 32]), kv=st.sampled_from([60, 150, 5000]))
+def test_sfs_with_prefix_caching_equals_twin(n, seed, budget, lp, kv):
+    """Requests sharing prefixes (a few system prompts) on an instance with
+    prefix caching, with room to spare or short of KV (evictions,
+    preemptions, resumed requests hitting their own blocks): SFS, reading
+    the live cache through its overlay (or a copy when the overlay cannot
+    follow), predicts the twin's TTFT exactly."""
+    rng = np.random.default_rng(seed)
+    B = 16
+    chains = [list(range(1000 * c, 1000 * c + 40)) for c in range(3)]
+    arrivals = np.cumsum(rng.uniform(0.0, 0.05, n))
+    prompts, ids = [], []
+    for _ in range(n):
+        c = int(rng.integers(0, 3))
+        p = int(rng.integers(1, 40 * B))
+        shared = int(rng.integers(0, p // B + 1))
+        prompts.append(p)
+        ids.append(chains[c][:shared])
+    outputs = rng.integers(1, 40, n)
+    reqs = pd.DataFrame({"request_id": np.arange(n), "arrival_s": arrivals, "prompt_tokens": prompts,
+                         "output_tokens": outputs, "hash_ids": ids})
+    engine = InstanceConfig(max_num_batched_tokens=budget, max_num_seqs=8, block_size=B, num_kv_blocks=kv,
+                            long_prefill_token_threshold=lp, max_model_len=4096, prefix_caching=True)
+    prof = BatchTimeProfile("p", "eq9", np.array([5e-3, 2e-5, 1e-7, 3e-9]),
+                            NoiseModel(log_sigma=0.1, p_stall=0.01, stall_excess_mean=2.0), step_gap_s=0.0004,
+                            allowance=StallAllowance(0.002, 5.0))
+    sfs = SFS(prof, np.asarray(outputs, dtype=np.int64))
+    got = {}
+
+    def on_arrival(i, t, insts):
+        if i == n - 1:
+            got["est"] = sfs.estimate(insts[0], Query(i, t, prompts[i]))
+
+    res = Twin([InstanceSpec(engine, prof)], TwinConfig(noise=False, record_steps=False)).run(
+        reqs, lambda i, t, insts: 0, on_arrival=on_arrival, hash_block_tokens=B)
+    true = res.requests["ttft_s"].iloc[n - 1]
+    assert abs(got["est"] - true) <= 1e-9 if np.isfinite(true) else not np.isfinite(got["est"])
+    cached = res.requests["cached_tokens"].dropna()
+    assert (cached % B == 0).all()
+
+
+def test_overlay_equals_a_copy_of_the_cache_at_every_arrival():
+    """Multi-turn sessions on one instance short of KV (hits, evictions,
+    shared system prompts): at every arrival SFS through the overlay gives
+    exactly what SFS on a copy of the cache gives; the overlay answers some
+    estimates itself and falls back to the copy where it must (here mostly:
+    a session's next turn hits blocks its previous turn computes only in the
+    simulation)."""
+    from traces.sessions import SessionConfig, generate_sessions
+
+    wl = generate_sessions(SessionConfig(requests=300, rate=6.0, think_time_s=2.0, system_blocks=(4, 12),
+                                         mix={"alpaca": 0.5, "hotpotqa": 0.5}, seed=4)).requests
+    wl["prompt_tokens"] = np.minimum(wl["prompt_tokens"], 3000)
+    wl["hash_ids"] = [list(h[: p // 16]) for h, p in zip(wl["hash_ids"], wl["prompt_tokens"])]
+    engine = InstanceConfig(max_num_batched_tokens=512, max_num_seqs=32, block_size=16, num_kv_blocks=1200,
+                            max_model_len=4096, prefix_caching=True)
+    prof = BatchTimeProfile("p", "eq9", np.array([5e-3, 2e-5, 1e-7, 3e-9]),
+                            NoiseModel(log_sigma=0.1, p_stall=0.01, stall_excess_mean=2.0), step_gap_s=0.0004,
+                            allowance=StallAllowance(0.002, 5.0))
+    out = np.asarray(wl["output_tokens"], dtype=np.int64)
+    sfs = SFS(prof, out)
+    pairs = []
+
+    def on_arrival(i, t, insts):
+        q = Query(i, t, int(wl["prompt_tokens"].iloc[i]))
+        pairs.append((sfs.estimate(insts[0], q), sfs.estimate(insts[0], q, copy_cache=True)))
+
+    res = Twin([InstanceSpec(engine, prof)], TwinConfig(noise=False, record_steps=False)).run(
+        wl, lambda i, t, insts: 0, on_arrival=on_arrival, hash_block_tokens=16)
+    assert all(a == b or not (np.isfinite(a) or np.isfinite(b)) for a, b in pairs)
+    assert res.requests["cached_tokens"].sum() > 0.3 * res.requests["prompt_tokens"].sum()
+    assert 0 < sfs.fallbacks < len(pairs), sfs.fallbacks
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), kv=st.sampled_from([400, 1000, 2000]))
+def test_overlay_follows_evictions_and_shared_prefixes(seed, kv):
+    """Requests on a few shared system prompts, KV tight enough that the
+    simulated steps evict cached blocks and release shared ones: at every
+    arrival the overlay equals the copy, and it answers most of them."""
+    rng = np.random.default_rng(seed)
+    n, B = 60, 16
+    systems = [list(range(100 * c, 100 * c + int(rng.integers(2, 8)))) for c in range(3)]
+    ids, prompts = [], []
+    for _ in range(n):
+        sp = systems[int(rng.integers(0, 3))]
+        tail = int(rng.integers(1, 200))
+        prompts.append(len(sp) * B + tail)
+        ids.append(sp)
+    reqs = pd.DataFrame({"request_id": np.arange(n), "arrival_s": np.cumsum(rng.uniform(0, 0.02, n)),
+                         "prompt_tokens": prompts, "output_tokens": rng.integers(1, 60, n), "hash_ids": ids})
+    engine = InstanceConfig(max_num_batched_tokens=256, max_num_seqs=16, block_size=B, num_kv_blocks=kv,
+                            max_model_len=4096, prefix_caching=True)
+    prof = BatchTimeProfile("p", "eq9", np.array([5e-3, 2e-5, 1e-7, 3e-9]),
+                            NoiseModel(log_sigma=0.1, p_stall=0.01, stall_excess_mean=2.0), step_gap_s=0.0004,
+                            allowance=StallAllowance(0.002, 5.0))
+    sfs = SFS(prof, np.asarray(reqs["output_tokens"], dtype=np.int64))
+    pairs = []
+
+    def on_arrival(i, t, insts):
+        q = Query(i, t, prompts[i])
+        pairs.append((sfs.estimate(insts[0], q), sfs.estimate(insts[0], q, copy_cache=True)))
+
+    Twin([InstanceSpec(engine, prof)], TwinConfig(noise=False, record_steps=False)).run(
+        reqs, lambda i, t, insts: 0, on_arrival=on_arrival, hash_block_tokens=B)
+    assert all(a == b or not (np.isfinite(a) or np.isfinite(b)) for a, b in pairs)
+    assert sfs.fallbacks < 0.5 * n

@@ -42,6 +42,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
             if row[0]:
                 info["ttft_s"] = {"count": row[0], "mean": row[1],
                                   **{f"p{int(p * 100)}": v for p, v in zip(PCTS, row[2:])}}
+        if "hash_ids" in cols["requests"] and trace.meta.get("hash_block_tokens"):
+            info["prefix"] = _prefix_summary(trace, "cached_tokens" in cols["requests"])
         if "task" in cols["requests"]:
             info["tasks"] = dict(con.execute(
                 "select coalesce(task, '(none)'), count(*) from requests group by 1 order by 2 desc, 1").fetchall())
@@ -57,6 +59,23 @@ def summarize(trace: Trace) -> dict[str, Any]:
         info["steps"] = {"count": row[0], "first_start_s": row[1], "last_end_s": row[2], "mean_duration_s": row[3]}
     con.close()
     return info
+
+
+def _prefix_summary(trace: Trace, recorded: bool) -> dict[str, Any]:
+    """The trace's ideal prefix-cache hit rate: the share of prompt tokens in
+    hash blocks an earlier request already had (infinite cache, arrival
+    order, whole hash blocks); recordings add the hit rate they measured."""
+    from traces.prefix_blocks import ideal_hit_tokens
+
+    cols = ["prompt_tokens", "hash_ids"] + (["cached_tokens"] if recorded else [])
+    r = trace.read("requests", cols)
+    hit, total = ideal_hit_tokens(r["hash_ids"].tolist(), r["prompt_tokens"].tolist(),
+                                  int(trace.meta["hash_block_tokens"]))
+    out: dict[str, Any] = {"hash_block_tokens": int(trace.meta["hash_block_tokens"]),
+                           "ideal_hit_rate": hit / total if total else None}
+    if recorded and total:
+        out["recorded_hit_rate"] = float(r["cached_tokens"].fillna(0).sum()) / total
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -80,6 +99,11 @@ def format_summary(info: dict[str, Any]) -> str:
             if key in info:
                 d = info[key]
                 lines.append(f"{key:<14} " + "  ".join(f"{k} {_fmt(v)}" for k, v in d.items() if k != "count"))
+        if "prefix" in info:
+            p = info["prefix"]
+            lines.append(f"prefix cache   ideal hit rate {_fmt(p['ideal_hit_rate'])} (infinite cache, "
+                         f"{p['hash_block_tokens']}-token blocks)"
+                         + (f", recorded {_fmt(p['recorded_hit_rate'])}" if "recorded_hit_rate" in p else ""))
         if info.get("tasks"):
             lines.append("tasks          " + ", ".join(f"{k} {v:,}" for k, v in info["tasks"].items()))
     if info.get("instances"):

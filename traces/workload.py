@@ -126,6 +126,19 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
     return Workload(requests, quality)
 
 
+def predicted_lengths(output: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """True length plus Laplace noise, floored at 1 (what a router knows)."""
+    return np.maximum(np.rint(output + rng.laplace(0.0, scale, output.size)), 1).astype(np.int64)
+
+
+def quality_table(request_id: np.ndarray, task_idx: np.ndarray, specs: list, concentration: float,
+                  acc_hat_sigma: float, rng: np.random.Generator) -> pd.DataFrame:
+    """Realised and predicted accuracy per (request, model), by the generator's per-task model."""
+    means = [np.array([s.accuracy[m] for s in specs])[task_idx] for m in range(len(QWEN3_MODELS))]
+    acc_cols, hat_cols = draw_accuracy(means, rng, concentration, acc_hat_sigma)
+    return quality_frame(request_id, list(QWEN3_MODELS), acc_cols, hat_cols)
+
+
 def write_workload(cfg: WorkloadConfig, out: str | Path, force: bool = False) -> dict[str, int]:
     from traces.store import TraceWriter
 

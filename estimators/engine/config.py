@@ -36,6 +36,7 @@ from estimators.engine.layout import (
     C_MAX_SEQS,
     C_NUM_BLOCKS,
     C_POLICY,
+    C_PREFIX,
     C_WATERMARK,
     NC,
 )
@@ -70,6 +71,8 @@ class InstanceConfig:
     chunked_prefill: bool = field(default=True, metadata=meta())
     watermark: float | None = field(default=None, metadata=meta(
         "fraction of KV blocks kept free at admission; empty = the policy's (V1 0, Sarathi and V0 1%)"))
+    prefix_caching: bool | None = field(default=None, metadata=meta(
+        "vLLM's enable_prefix_caching; empty = the policy's (V1 on, as vLLM; Sarathi and V0 off)"))
     device: str | None = field(default=None, metadata=meta())
     host_speed: float | None = field(default=None, metadata=meta(
         "the twin's true step time / the profile's (1.45 = a host 45% slower than the profile says; estimators "
@@ -97,6 +100,11 @@ class InstanceConfig:
         return 1.0 if self.host_speed is None else float(self.host_speed)
 
     @property
+    def caching(self) -> bool:
+        """Prefix caching on: vLLM V1 turns it on by default."""
+        return self.policy == "vllm-v1" if self.prefix_caching is None else bool(self.prefix_caching)
+
+    @property
     def watermark_fraction(self) -> float:
         return DEFAULT_WATERMARK[self.policy] if self.watermark is None else float(self.watermark)
 
@@ -117,6 +125,7 @@ class InstanceConfig:
         cfg[C_CHUNKED] = 1 if self.chunked else 0
         cfg[C_MAX_LEN] = self.max_model_len
         cfg[C_WATERMARK] = int(self.watermark_fraction * self.num_kv_blocks)
+        cfg[C_PREFIX] = 1 if self.caching else 0
         return cfg
 
     # --- the instances table and pool files

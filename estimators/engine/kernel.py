@@ -44,6 +44,7 @@ from estimators.engine.layout import (
     C_MAX_LEN,
     C_MAX_SEQS,
     C_POLICY,
+    C_PREFIX,
     C_WATERMARK,
     EV_FINISH,
     EV_FIRST,
@@ -68,10 +69,15 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import (
     admit,
+    admit_uncached,
+    cached_hit_blocks,
     cdiv,
     compact_running,
     finish,
+    finish_uncached,
+    more_blocks,
     preempt,
+    register_blocks,
     wait_head,
     wait_pop_front,
 )
@@ -97,13 +103,46 @@ def _grow_blocks(st, plan, s, n):
         if v == s:
             return False
     if need > 0:
-        sc[S_FREE_BLOCKS] -= need
-        req[s, F_BLOCKS] += need
+        more_blocks(st, s, need)
     return True
 
 
 @njit(cache=True, inline="always")
-def _emit(req, plan, k, s, n):
+def _grow_fast(cfg, req, sc, s, n):
+    """``_grow_blocks`` without ``st`` in the usual cases: no block needed,
+    or caching off and the blocks fit. False: the caller runs
+    ``_grow_slow``.
+
+    The hot paths call only array-taking helpers with caching off: an
+    inlined helper taking ``st`` copies the tuple, an incref and decref of
+    every array in it (21 with the prefix-cache bundles) that LLVM does not
+    prune, per resident per step."""
+    need = cdiv(req[s, F_COMPUTED] + n, cfg[C_BLOCK]) - req[s, F_BLOCKS]
+    if need <= 0:
+        return True
+    if cfg[C_PREFIX] == 0 and need <= sc[S_FREE_BLOCKS]:
+        sc[S_FREE_BLOCKS] -= need
+        req[s, F_BLOCKS] += need
+        return True
+    return False
+
+
+@njit(cache=True)
+def _grow_slow(st, plan, s, n):
+    """``_grow_blocks`` out of line: the hot loops stay small."""
+    return _grow_blocks(st, plan, s, n)
+
+
+@njit(cache=True)
+def _register(st, s):
+    """``register_blocks`` out of line (caching on only)."""
+    register_blocks(st, s)
+
+
+@njit(cache=True, inline="always")
+def _put(req, plan, k, s, n):
+    """Item ``k`` of the batch: ``n`` tokens of ``s`` (with caching on the
+    caller then registers its filled blocks, ``_register``)."""
     plan.slot[k] = s
     plan.tokens[k] = n
     plan.computed[k] = req[s, F_COMPUTED]
@@ -112,14 +151,29 @@ def _emit(req, plan, k, s, n):
 
 
 @njit(cache=True, inline="always")
-def _hit_tokens(cfg, req, s, num_tokens):
-    """Prefix-cache hit on admission: block aligned, at most num_tokens - 1."""
+def _given_hit(cfg, req, s, num_tokens):
+    """Prefix-cache hit on admission with caching off: a hit given with the
+    request (``F_HIT``, e.g. from a trace), block aligned and at most
+    num_tokens - 1, whose blocks are counted as new: (hit blocks, -1)."""
     if req[s, F_COMPUTED] != 0 or req[s, F_HIT] <= 0:
-        return 0
+        return 0, 0
     b = cfg[C_BLOCK]
-    cap = ((num_tokens - 1) // b) * b
-    hit = (req[s, F_HIT] // b) * b
-    return hit if hit < cap else cap
+    cap = (num_tokens - 1) // b
+    hit = req[s, F_HIT] // b
+    return (hit if hit < cap else cap), -1  # -1: not cached blocks, all allocated
+
+
+@njit(cache=True)
+def _hit(st, s, num_tokens):
+    """Prefix-cache hit on admission with caching on (vLLM's lookup in the
+    instance's cache), out of line: (hit blocks, of which evictable)."""
+    return cached_hit_blocks(st, s, num_tokens)
+
+
+@njit(cache=True)
+def _admit(st, hit_blocks, blocks, computed):
+    """``admit`` with caching on, out of line."""
+    return admit(st, hit_blocks, blocks, computed)
 
 
 @njit(cache=True)
@@ -144,9 +198,11 @@ def _schedule_v1(st, plan):
         if n <= 0:
             i += 1
             continue
-        if not _grow_blocks(st, plan, s, n):
+        if not (_grow_fast(cfg, req, sc, s, n) or _grow_slow(st, plan, s, n)):
             break
-        k = _emit(req, plan, k, s, n)
+        k = _put(req, plan, k, s, n)
+        if cfg[C_PREFIX] != 0:
+            _register(st, s)
         budget -= n
         i += 1
     if sc[S_NPREEMPT] > 0:
@@ -156,7 +212,11 @@ def _schedule_v1(st, plan):
             break
         s = wait_head(sc, waiting)
         num_tokens = req[s, F_PROMPT] + req[s, F_OUTPUTS]
-        hit = _hit_tokens(cfg, req, s, num_tokens)
+        if cfg[C_PREFIX] == 0:
+            hb, ev = _given_hit(cfg, req, s, num_tokens)
+        else:
+            hb, ev = _hit(st, s, num_tokens)
+        hit = hb * b
         n = num_tokens - hit
         if 0 < cap < n:
             n = cap
@@ -166,10 +226,19 @@ def _schedule_v1(st, plan):
             n = budget
         full = num_tokens if num_tokens < max_len else max_len
         watermark = cfg[C_WATERMARK] if sc[S_NR] > 0 else 0
-        if cdiv(full, b) + watermark > sc[S_FREE_BLOCKS]:
-            break  # the whole current sequence must fit; no one behind the head is tried
-        s = admit(st, cdiv(hit + n, b), hit)
-        k = _emit(req, plan, k, s, n)
+        # the whole current sequence must fit (cached hit blocks need no new
+        # block, but the evictable ones leave the free queue); no one behind
+        # the head is tried
+        need = cdiv(full, b) if ev < 0 else cdiv(full, b) - hb + ev
+        if need + watermark > sc[S_FREE_BLOCKS]:
+            break
+        if cfg[C_PREFIX] == 0:
+            s = admit_uncached(req, sc, running, waiting, cdiv(hit + n, b), hit)
+        else:
+            s = _admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
+        k = _put(req, plan, k, s, n)
+        if cfg[C_PREFIX] != 0:
+            _register(st, s)
         budget -= n
     return k
 
@@ -188,9 +257,11 @@ def _schedule_sarathi(st, plan):
         if remaining != 1 or req[s, F_COMPUTED] < req[s, F_PROMPT]:
             i += 1
             continue
-        if not _grow_blocks(st, plan, s, 1):
+        if not (_grow_fast(cfg, req, sc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue  # preempted itself; running shrank, i now points past the end
-        k = _emit(req, plan, k, s, 1)
+        k = _put(req, plan, k, s, 1)
+        if cfg[C_PREFIX] != 0:
+            _register(st, s)
         budget -= 1
         i += 1
     # 2. ongoing prefills, in running order
@@ -200,8 +271,10 @@ def _schedule_sarathi(st, plan):
         remaining = req[s, F_PROMPT] + req[s, F_OUTPUTS] - req[s, F_COMPUTED]
         if remaining > 0 and not (remaining == 1 and req[s, F_COMPUTED] >= req[s, F_PROMPT]):
             n = remaining if remaining < budget else budget
-            if _grow_blocks(st, plan, s, n):
-                k = _emit(req, plan, k, s, n)
+            if _grow_fast(cfg, req, sc, s, n) or _grow_slow(st, plan, s, n):
+                k = _put(req, plan, k, s, n)
+                if cfg[C_PREFIX] != 0:
+                    _register(st, s)
                 budget -= n
             else:
                 continue
@@ -215,12 +288,21 @@ def _schedule_sarathi(st, plan):
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
             break
-        hit = _hit_tokens(cfg, req, s, num_tokens)
+        if cfg[C_PREFIX] == 0:
+            hb, ev = _given_hit(cfg, req, s, num_tokens)
+        else:
+            hb, ev = _hit(st, s, num_tokens)
+        hit = hb * b
         n = num_tokens - hit
         if n > budget:
             n = budget
-        s = admit(st, full, hit)
-        k = _emit(req, plan, k, s, n)
+        if cfg[C_PREFIX] == 0:
+            s = admit_uncached(req, sc, running, waiting, full, hit)
+        else:
+            s = _admit(st, hb if ev >= 0 else 0, full, hit)
+        k = _put(req, plan, k, s, n)
+        if cfg[C_PREFIX] != 0:
+            _register(st, s)
         budget -= n
     return k
 
@@ -255,18 +337,29 @@ def _schedule_v0(st, plan):
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
             break
-        hit = _hit_tokens(cfg, req, s, num_tokens)
-        s = admit(st, full, hit)
-        k = _emit(req, plan, k, s, num_tokens - hit)
+        if cfg[C_PREFIX] == 0:
+            hb, ev = _given_hit(cfg, req, s, num_tokens)
+        else:
+            hb, ev = _hit(st, s, num_tokens)
+        hit = hb * b
+        if cfg[C_PREFIX] == 0:
+            s = admit_uncached(req, sc, running, waiting, full, hit)
+        else:
+            s = _admit(st, hb if ev >= 0 else 0, full, hit)
+        k = _put(req, plan, k, s, num_tokens - hit)
+        if cfg[C_PREFIX] != 0:
+            _register(st, s)
         used += num_tokens - hit
     if k > 0:
         return k  # prefill-only step
     i = 0
     while i < sc[S_NR]:
         s = running[i]
-        if not _grow_blocks(st, plan, s, 1):
+        if not (_grow_fast(cfg, req, sc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue
-        k = _emit(req, plan, k, s, 1)
+        k = _put(req, plan, k, s, 1)
+        if cfg[C_PREFIX] != 0:
+            _register(st, s)
         i += 1
     return k
 
@@ -315,10 +408,13 @@ def complete_step(st, plan, n):
             elif req[s, F_PROMPT] + req[s, F_OUTPUTS] >= max_len:
                 req[s, F_EVENT] |= EV_FINISH | EV_LENGTH
             if req[s, F_EVENT] & EV_FINISH:
-                finish(st, s)
+                if st.cfg[C_PREFIX] == 0:
+                    finish_uncached(req, st.sc, st.free_slots, s)
+                else:
+                    finish(st, s)
                 finished += 1
     if finished > 0:
-        compact_running(st)
+        compact_running(req, st.sc, st.running)
     return finished
 
 

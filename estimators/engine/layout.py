@@ -14,7 +14,9 @@ F_RID = 6  # request id
 F_HIT = 7  # prefix-cache hit tokens available at admission (block aligned)
 F_PREEMPTIONS = 8
 F_EVENT = 9  # set by complete_step: EV_* bits
-NF = 10
+F_NCACHED = 10  # prefix caching: leading blocks registered in the cache (vLLM's num_cached_block)
+F_HITB = 11  # SFS overlay: live hit blocks taken at admission, or -(live blocks + 1) for a live holder
+NF = 12
 
 # statuses
 ST_FREE, ST_WAITING, ST_RUNNING, ST_FINISHED, ST_PENDING, ST_REJECTED = 0, 1, 2, 3, 4, 5
@@ -44,7 +46,9 @@ C_LONG_PREFILL = 5  # long_prefill_token_threshold, 0 = off
 C_CHUNKED = 6
 C_MAX_LEN = 7  # max_model_len
 C_WATERMARK = 8  # blocks kept free at admission
-NC = 9
+C_PREFIX = 9  # prefix caching: 0 off, 1 on (``SchedState.bc`` holds the KV blocks), 2 SFS overlay
+PREFIX_OFF, PREFIX_ON, PREFIX_OVERLAY = 0, 1, 2
+NC = 10
 
 # --- plan counts
 PL_N = 0  # requests in the batch

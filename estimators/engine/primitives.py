@@ -1,18 +1,50 @@
 """The moves every kernel makes on a ``SchedState``, in Numba, written once:
 the waiting queue (a circular buffer: head ``sc[S_WHEAD]``, length
-``sc[S_WN]``, capacity ``sc[S_CAP]``), admission, preemption (recompute),
-finishing and slot recycling. The scheduling *rules* live in ``kernel``;
+``sc[S_WN]``, capacity ``sc[S_CAP]``), KV blocks (a free count, or with
+prefix caching vLLM's block pool: hits, allocation, registration, release),
+admission, preemption (recompute), finishing and slot recycling. The scheduling *rules* live in ``kernel``;
 these are the mechanics both it and the recorded-state walker use.
 """
 from __future__ import annotations
 
 from numba import njit
+from numba.core import types
+from numba.extending import overload
 
+from estimators.block_cache_kernel import (
+    OV_CACHED_FREE,
+    REGISTERED,
+    allocate,
+    block_hash_at,
+    cache_full,
+    evictable_in_hit,
+    evictable_overlay,
+    find_hit,
+    find_hit_overlay,
+    free_request,
+    ids_of,
+    num_free,
+    ov_add,
+    ov_evict,
+    ov_release_hits,
+    ov_release_live,
+    ov_touch,
+    touch_hit,
+)
 from estimators.engine.layout import (
+    C_BLOCK,
+    C_PREFIX,
     F_BLOCKS,
     F_COMPUTED,
+    F_HITB,
+    F_NCACHED,
+    F_OUTPUTS,
     F_PREEMPTIONS,
+    F_PROMPT,
+    F_RID,
     F_STATUS,
+    PREFIX_ON,
+    PREFIX_OVERLAY,
     S_CAP,
     S_FREE_BLOCKS,
     S_NFREE_SLOTS,
@@ -96,18 +128,161 @@ def running_remove(sc, running, s):
     sc[S_NR] = w
 
 
+# --- KV blocks: a free count, or vLLM's block pool with its prefix cache (``block_cache_kernel``)
+
 @njit(cache=True, inline="always")
-def admit(st, blocks, computed):
+def _take_blocks_cached(st, s, hit_blocks, total):
+    """Give request ``s`` (holding none) its ``hit_blocks`` cached prefix
+    blocks and fresh blocks up to ``total``; the caller has checked that
+    they fit. With caching the hit blocks are touched (vLLM:
+    ``allocate_new_computed_blocks``), then new ones taken from the head of
+    the free queue. In overlay mode (SFS) only counts move, over the live
+    cache (``block_cache_kernel.Overlay``)."""
+    req, sc, mode = st.req, st.sc, st.cfg[C_PREFIX]
+    if mode == PREFIX_ON:
+        rid = req[s, F_RID]
+        off, n = ids_of(st.hashes, rid)
+        touch_hit(st.bc, st.table[s], st.hashes.flat, off, n, rid, hit_blocks)
+        allocate(st.bc, st.table[s], hit_blocks, total)
+        req[s, F_NCACHED] = hit_blocks
+        sc[S_FREE_BLOCKS] = num_free(st.bc)
+    elif mode == PREFIX_OVERLAY:
+        rid = req[s, F_RID]
+        off, n = ids_of(st.hashes, rid)
+        ev = ov_touch(st.bc, st.ov, st.hashes.flat, off, n, rid, hit_blocks)
+        sc[S_FREE_BLOCKS] -= total - hit_blocks + ev
+        req[s, F_NCACHED] = hit_blocks
+        req[s, F_HITB] = hit_blocks
+        _check_eviction(st)
+    else:
+        sc[S_FREE_BLOCKS] -= total
+    req[s, F_BLOCKS] = total
+
+
+@njit(cache=True, inline="always")
+def _check_eviction(st):
+    """Overlay: free blocks without a hash come first in vLLM's free queue;
+    an allocation that reaches the cached ones evicts them, oldest first."""
+    m = st.ov.sc[OV_CACHED_FREE] - st.sc[S_FREE_BLOCKS]
+    if m > 0:
+        ov_evict(st.bc, st.ov, m)
+
+
+@njit(cache=True, inline="always")
+def _more_blocks_cached(st, s, need):
+    """``need`` more blocks for running request ``s`` (the caller checked the free count)."""
+    if st.cfg[C_PREFIX] == PREFIX_ON:
+        allocate(st.bc, st.table[s], st.req[s, F_BLOCKS], st.req[s, F_BLOCKS] + need)
+        st.sc[S_FREE_BLOCKS] = num_free(st.bc)
+    else:
+        st.sc[S_FREE_BLOCKS] -= need
+        if st.cfg[C_PREFIX] == PREFIX_OVERLAY:
+            _check_eviction(st)
+    st.req[s, F_BLOCKS] += need
+
+
+@njit(cache=True, inline="always")
+def _register_blocks_cached(st, s):
+    """Register ``s``'s blocks filled by the tokens scheduled so far in the
+    prefix cache (vLLM's ``cache_blocks`` at schedule time: a later request
+    in the same step can hit them); in overlay mode, in the overlay."""
+    mode = st.cfg[C_PREFIX]
+    if mode == 0:
+        return
+    req = st.req
+    nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
+    done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
+    full = done // st.cfg[C_BLOCK]
+    rid = req[s, F_RID]
+    off, n = ids_of(st.hashes, rid)
+    if mode == PREFIX_ON:
+        req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
+        return
+    live = -req[s, F_HITB] - 1  # a live holder's blocks from before the estimate
+    for i in range(req[s, F_NCACHED], full):
+        ov_add(st.ov, block_hash_at(st.hashes.flat, off, n, rid, i))
+        if i < live:
+            ov_add(st.ov, -(st.table[s, i] + 2) - REGISTERED)
+    if full > req[s, F_NCACHED]:
+        req[s, F_NCACHED] = full
+
+
+@njit(cache=True, inline="always")
+def _release_blocks_cached(st, s):
+    """Free ``s``'s blocks (finish or preemption): with caching, tail first
+    into vLLM's free queue, where cached ones stay hittable until evicted;
+    in overlay mode, as counts (blocks someone else holds stay held)."""
+    req, mode = st.req, st.cfg[C_PREFIX]
+    if mode == PREFIX_ON:
+        free_request(st.bc, st.table[s], req[s, F_BLOCKS])
+        st.sc[S_FREE_BLOCKS] = num_free(st.bc)
+    elif mode == PREFIX_OVERLAY:
+        if req[s, F_HITB] < 0:  # held live blocks (its table), and perhaps more since
+            live = -req[s, F_HITB] - 1
+            freed = ov_release_live(st.bc, st.ov, st.table[s], live) + req[s, F_BLOCKS] - live
+            own = req[s, F_NCACHED] - live
+        else:
+            rid = req[s, F_RID]
+            off, n = ids_of(st.hashes, rid)
+            k = req[s, F_HITB]
+            freed = ov_release_hits(st.bc, st.ov, st.hashes.flat, off, n, rid, k) + req[s, F_BLOCKS] - k
+            own = req[s, F_NCACHED] - k
+        if own > 0:
+            st.ov.sc[OV_CACHED_FREE] += own  # registered by the simulation: cached once free
+        st.sc[S_FREE_BLOCKS] += freed
+        req[s, F_HITB] = 0
+    else:
+        st.sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
+    req[s, F_BLOCKS] = 0
+    req[s, F_NCACHED] = 0
+
+
+@njit(cache=True, inline="always")
+def _cached_hit_blocks_cached(st, s, num_tokens):
+    """Blocks of ``s``'s longest cached prefix (``get_computed_blocks``: only
+    for a request with nothing computed, at most num_tokens - 1 tokens), and
+    how many of them sit in the free queue (they count against the free
+    blocks in the admission gate). (0, 0) with caching off."""
+    mode = st.cfg[C_PREFIX]
+    if mode == 0 or st.req[s, F_COMPUTED] != 0:
+        return 0, 0
+    rid = st.req[s, F_RID]
+    off, n = ids_of(st.hashes, rid)
+    b = st.cfg[C_BLOCK]
+    if mode == PREFIX_ON:
+        k = find_hit(st.bc, st.hashes.flat, off, n, rid, num_tokens, b)
+        return k, evictable_in_hit(st.bc, st.hashes.flat, off, n, rid, k)
+    k = find_hit_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, num_tokens, b)
+    return k, evictable_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, k)
+
+
+@njit(cache=True, inline="always")
+def admit_uncached(req, sc, running, waiting, blocks, computed):
+    """``admit`` with prefix caching off, on the arrays (hot paths: an
+    inlined helper taking ``st`` copies the whole tuple, a reference-count
+    increment and decrement per array)."""
+    s = wait_pop_front(sc, waiting)
+    running[sc[S_NR]] = s
+    sc[S_NR] += 1
+    req[s, F_STATUS] = ST_RUNNING
+    req[s, F_COMPUTED] = computed
+    sc[S_FREE_BLOCKS] -= blocks
+    req[s, F_BLOCKS] = blocks
+    return s
+
+
+@njit(cache=True, inline="always")
+def admit(st, hit_blocks, blocks, computed):
     """Pop the head of ``waiting`` into the tail of ``running`` with
-    ``blocks`` KV blocks and ``computed`` tokens already computed."""
+    ``blocks`` KV blocks (the first ``hit_blocks`` from the prefix cache)
+    and ``computed`` tokens already computed."""
     req, sc = st.req, st.sc
     s = wait_pop_front(sc, st.waiting)
     st.running[sc[S_NR]] = s
     sc[S_NR] += 1
     req[s, F_STATUS] = ST_RUNNING
     req[s, F_COMPUTED] = computed
-    req[s, F_BLOCKS] = blocks
-    sc[S_FREE_BLOCKS] -= blocks
+    take_blocks(st, s, hit_blocks, blocks)
     return s
 
 
@@ -120,8 +295,7 @@ def preempt(st, s):
         sc[S_NR] -= 1  # the usual case: the tail of running
     else:
         running_remove(sc, st.running, s)
-    sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
-    req[s, F_BLOCKS] = 0
+    release_blocks(st, s)
     req[s, F_COMPUTED] = 0
     req[s, F_STATUS] = ST_WAITING
     req[s, F_PREEMPTIONS] += 1
@@ -140,18 +314,116 @@ def finish(st, s):
     """``s`` is done: its blocks and slot are freed (its row stays readable
     until the slot is reused); the caller compacts ``running``."""
     st.req[s, F_STATUS] = ST_FINISHED
-    st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS]
-    st.req[s, F_BLOCKS] = 0
+    release_blocks(st, s)
     release_slot(st, s)
 
 
 @njit(cache=True, inline="always")
-def compact_running(st):
+def finish_uncached(req, sc, free_slots, s):
+    """``finish`` with prefix caching off, on the arrays (hot loops: an
+    inlined helper taking ``st`` copies the whole tuple, a reference-count
+    increment and decrement per array)."""
+    req[s, F_STATUS] = ST_FINISHED
+    sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
+    req[s, F_BLOCKS] = 0
+    req[s, F_NCACHED] = 0
+    free_slots[sc[S_NFREE_SLOTS]] = s
+    sc[S_NFREE_SLOTS] += 1
+
+
+@njit(cache=True, inline="always")
+def compact_running(req, sc, running):
     """Drop requests that are no longer RUNNING from ``running`` (order kept)."""
     w = 0
-    for r in range(st.sc[S_NR]):
-        s = st.running[r]
-        if st.req[s, F_STATUS] == ST_RUNNING:
-            st.running[w] = s
+    for r in range(sc[S_NR]):
+        s = running[r]
+        if req[s, F_STATUS] == ST_RUNNING:
+            running[w] = s
             w += 1
-    st.sc[S_NR] = w
+    sc[S_NR] = w
+
+
+# --- the KV-block moves on a state without prefix-cache fields
+#
+# A state tuple is copied (an incref and decref of every array in it) at
+# every non-inlined call and every inlined helper that takes it, and every
+# array of it is unboxed on entry from Python. SFS with caching off runs the
+# kernel on a ``SchedCore`` scratch state (the six scheduler arrays), as
+# before prefix caching existed; these moves dispatch at compile time on
+# the state's type: a ``SchedCore`` gets the count-only forms.
+
+
+def _core(st) -> bool:
+    return isinstance(st, types.BaseNamedTuple) and "bc" not in st.fields
+
+
+def take_blocks(st, s, hit_blocks, total):
+    """Give request ``s`` (holding none) its ``hit_blocks`` cached prefix blocks
+    and fresh blocks up to ``total`` (``_take_blocks_cached``)."""
+    raise NotImplementedError  # compiled only
+
+
+def more_blocks(st, s, need):
+    """``need`` more blocks for running request ``s`` (``_more_blocks_cached``)."""
+    raise NotImplementedError
+
+
+def register_blocks(st, s):
+    """Register ``s``'s filled blocks in the prefix cache (``_register_blocks_cached``)."""
+    raise NotImplementedError
+
+
+def release_blocks(st, s):
+    """Free ``s``'s blocks (``_release_blocks_cached``)."""
+    raise NotImplementedError
+
+
+def cached_hit_blocks(st, s, num_tokens):
+    """Blocks of ``s``'s longest cached prefix and how many are evictable
+    (``_cached_hit_blocks_cached``)."""
+    raise NotImplementedError
+
+
+@overload(take_blocks, inline="always")
+def _ov_take_blocks(st, s, hit_blocks, total):
+    if _core(st):
+        def impl(st, s, hit_blocks, total):
+            st.sc[S_FREE_BLOCKS] -= total
+            st.req[s, F_BLOCKS] = total
+        return impl
+    return lambda st, s, hit_blocks, total: _take_blocks_cached(st, s, hit_blocks, total)
+
+
+@overload(more_blocks, inline="always")
+def _ov_more_blocks(st, s, need):
+    if _core(st):
+        def impl(st, s, need):
+            st.sc[S_FREE_BLOCKS] -= need
+            st.req[s, F_BLOCKS] += need
+        return impl
+    return lambda st, s, need: _more_blocks_cached(st, s, need)
+
+
+@overload(register_blocks, inline="always")
+def _ov_register_blocks(st, s):
+    if _core(st):
+        return lambda st, s: None
+    return lambda st, s: _register_blocks_cached(st, s)
+
+
+@overload(release_blocks)  # not inlined: inlining it twice trips Numba's SSA check (NumbaIRAssumptionWarning)
+def _ov_release_blocks(st, s):
+    if _core(st):
+        def impl(st, s):
+            st.sc[S_FREE_BLOCKS] += st.req[s, F_BLOCKS]
+            st.req[s, F_BLOCKS] = 0
+            st.req[s, F_NCACHED] = 0
+        return impl
+    return lambda st, s: _release_blocks_cached(st, s)
+
+
+@overload(cached_hit_blocks, inline="always")
+def _ov_cached_hit_blocks(st, s, num_tokens):
+    if _core(st):
+        return lambda st, s, num_tokens: (0, 0)
+    return lambda st, s, num_tokens: _cached_hit_blocks_cached(st, s, num_tokens)

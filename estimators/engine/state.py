@@ -17,9 +17,12 @@ estimate cheap.
 - ``sc[S_*]``: scalars (queue lengths, free KV blocks, ...);
 - ``cfg[C_*]``: the engine configuration (``InstanceConfig.to_array``).
 
-Per-instance arrays of new engine features (e.g. a prefix cache's block
-table) are further fields of ``SchedState``: ``new``, ``copy`` and
-``grown`` are the only places that build one.
+Per-instance arrays of new engine features are further fields of
+``SchedState``: ``new``, ``copy`` and ``grown`` are the only places that
+build one. Prefix caching (``block_cache_kernel``) adds ``table`` (each
+slot's KV block ids, no columns when caching is off), ``bc`` (vLLM's block
+pool: ref counts, hash map, free queue), ``hashes`` (every request's block
+ids, shared) and ``ov`` (SFS's overlay over a live cache it does not copy).
 
 ``StepPlan`` (what one schedule() chose): the batch (``slot``, ``tokens``,
 ``computed`` before the step, in scheduler order), the slots preempted
@@ -33,9 +36,22 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators.block_cache_kernel import (
+    BlockCache,
+    Overlay,
+    RequestHashes,
+    copy_block_cache,
+    find_hit,
+    ids_of,
+    new_block_cache,
+    new_overlay,
+    no_request_hashes,
+)
 from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import (
+    C_BLOCK,
     C_NUM_BLOCKS,
+    C_PREFIX,
     F_COMPUTED,
     F_HIT,
     F_OUTPUTS,
@@ -46,6 +62,7 @@ from estimators.engine.layout import (
     NF,
     NPL,
     NS,
+    PREFIX_ON,
     S_CAP,
     S_FREE_BLOCKS,
     S_NFREE_SLOTS,
@@ -81,6 +98,19 @@ class StepPlan(NamedTuple):
         return new
 
 
+class SchedCore(NamedTuple):
+    """The scheduler arrays of a ``SchedState`` without its prefix-cache
+    fields: what SFS copies from (a compiled call unboxes every array it is
+    handed, so SFS is not handed the cache it does not copy)."""
+
+    cfg: np.ndarray
+    req: np.ndarray
+    sc: np.ndarray
+    running: np.ndarray
+    waiting: np.ndarray
+    free_slots: np.ndarray
+
+
 class SchedState(NamedTuple):
     """One instance's scheduler state (see module doc)."""
 
@@ -90,20 +120,50 @@ class SchedState(NamedTuple):
     running: np.ndarray
     waiting: np.ndarray
     free_slots: np.ndarray
+    table: np.ndarray  # prefix caching: int64[slot, block] block table (no columns when caching is off)
+    bc: BlockCache  # prefix caching: the block pool and its cache (a 2-block stub when off)
+    hashes: RequestHashes  # every request's full-block ids (shared, read only)
+    ov: Overlay  # SFS: ids registered during a simulation over a live cache it does not copy
 
     @classmethod
-    def new(cls, engine: InstanceConfig, capacity: int = 64) -> SchedState:
+    def new(cls, engine: InstanceConfig, capacity: int = 64, hashes: RequestHashes | None = None) -> SchedState:
         cfg = engine.to_array()
         sc = np.zeros(NS, dtype=np.int64)
         sc[S_FREE_BLOCKS] = cfg[C_NUM_BLOCKS] - 1  # vLLM's block pool keeps one null block
         sc[S_CAP] = capacity
         sc[S_NFREE_SLOTS] = capacity
+        if engine.caching:
+            bc = new_block_cache(engine.num_kv_blocks)
+            table = np.zeros((capacity, -(-engine.max_model_len // engine.block_size) + 1), dtype=np.int64)
+        else:
+            bc, table = new_block_cache(2), np.zeros((capacity, 0), dtype=np.int64)
         return cls(cfg, np.zeros((capacity, NF), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
-                   np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64))
+                   np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64), table, bc,
+                   hashes if hashes is not None else no_request_hashes(), new_overlay(2))
 
     def copy(self) -> SchedState:
         return SchedState(self.cfg, self.req.copy(), self.sc.copy(), self.running.copy(), self.waiting.copy(),
-                          self.free_slots.copy())
+                          self.free_slots.copy(), self.table.copy(), copy_block_cache(self.bc), self.hashes,
+                          self.ov)
+
+    def core(self) -> SchedCore:
+        return SchedCore(self.cfg, self.req, self.sc, self.running, self.waiting, self.free_slots)
+
+    def with_hashes(self, hashes: RequestHashes) -> SchedState:
+        return self._replace(hashes=hashes)
+
+    def cached_prefix_tokens(self, rid: int, num_tokens: int) -> int:
+        """Tokens of request ``rid``'s longest cached prefix on this instance
+        now (vLLM's lookup, read only; 0 with caching off)."""
+        if self.cfg[C_PREFIX] != PREFIX_ON:
+            return 0
+        off, n = ids_of(self.hashes, rid)
+        b = int(self.cfg[C_BLOCK])
+        return int(find_hit(self.bc, self.hashes.flat, off, n, rid, num_tokens, b)) * b
+
+    def kv_usage(self) -> float:
+        """vLLM's ``kv_cache_usage``: 1 - free / usable (evictable cached blocks are free)."""
+        return 1.0 - float(self.sc[S_FREE_BLOCKS]) / max(1, int(self.cfg[C_NUM_BLOCKS]) - 1)
 
     @property
     def capacity(self) -> int:
@@ -130,7 +190,9 @@ class SchedState(NamedTuple):
         sc[S_WHEAD] = 0
         sc[S_NFREE_SLOTS] = nfree + new_slots.size
         sc[S_CAP] = capacity
-        return SchedState(self.cfg, req, sc, running, waiting, free)
+        table = np.zeros((capacity, self.table.shape[1]), dtype=np.int64)
+        table[:old] = self.table
+        return SchedState(self.cfg, req, sc, running, waiting, free, table, self.bc, self.hashes, self.ov)
 
     def with_room(self) -> SchedState:
         """This state if it has a free slot, else one twice as large."""

@@ -18,7 +18,7 @@ from estimators.engine.state import SchedState, StepPlan
 def engine_config(eng: dict) -> InstanceConfig:
     """The fixture's engine as latroute's configuration (vLLM V1 has no
     admission watermark by default)."""
-    return InstanceConfig(policy="vllm-v1", max_num_batched_tokens=eng["max_num_batched_tokens"],
+    return InstanceConfig(policy="vllm-v1", prefix_caching=False, max_num_batched_tokens=eng["max_num_batched_tokens"],
                         max_num_seqs=eng["max_num_seqs"], block_size=eng["block_size"],
                         num_kv_blocks=eng["num_blocks"],
                         long_prefill_token_threshold=eng["long_prefill_token_threshold"],

@@ -1,7 +1,10 @@
 """Mooncake (FAST'25) traces: JSON lines with ``timestamp`` (ms since the
 trace start), ``input_length``, ``output_length`` and ``hash_ids`` (one hash
-per 512-token prefix block; equal ids mean a shareable prefix). The hashes
-are kept so prefix-cache studies can use them."""
+per 512-token prefix block; equal ids mean a shareable prefix). The ids are
+kept as they are, with ``hash_block_tokens`` = 512 in meta.json;
+``traces.prefix_blocks`` maps them to an engine's blocks (4 blocks of 128,
+32 of 16) when a replay needs them. The last id may cover a partial block:
+only its full engine blocks count."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +14,7 @@ import pandas as pd
 
 from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, jsonl_records
+from traces.prefix_blocks import MAX_TRACE_ID
 from traces.store import TraceWriter
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -48,6 +52,8 @@ def import_mooncake(src: Path, writer: TraceWriter, opts: ImportOptions) -> list
             hashes = rec.get("hash_ids", [])
             if not isinstance(hashes, list) or not all(isinstance(h, int) for h in hashes):
                 raise BadInput(src, lineno, "hash_ids", "not a list of integers")
+            if any(h < 0 or h > MAX_TRACE_ID for h in hashes):
+                raise BadInput(src, lineno, "hash_ids", "ids must lie in [0, 2**62)")
             if t0 is None:
                 t0 = float(ts)
             rows.append((ts, int(inp), int(out), hashes))
@@ -63,4 +69,5 @@ def import_mooncake(src: Path, writer: TraceWriter, opts: ImportOptions) -> list
     writer.meta["source"] = {"kind": "mooncake", "file": str(src), "t0_ms": t0,
                              "hash_block_tokens": MOONCAKE_BLOCK_TOKENS}
     writer.meta["arrivals"] = "measured"
+    writer.meta["hash_block_tokens"] = MOONCAKE_BLOCK_TOKENS
     return []

@@ -5,6 +5,12 @@ A recording is a directory with ``engine.json`` (engine configuration),
 first_token_s, finish_s, ttft_s) and ``steps.jsonl`` (one object per engine
 step: step, start_s, end_s, items = [[request_id, tokens, computed_before,
 prompt_tokens], ...] in the scheduler's order, preempted = [request_id, ...]).
+Prefix-caching recordings (``"prefix_caching": true`` in engine.json) add
+``hash_ids`` (space-separated ids of the prompt's full blocks, one per
+engine block) and ``cached_tokens`` (the hit vLLM granted at first
+scheduling) to requests.csv; both are kept, with ``hash_block_tokens`` =
+the engine's block size in meta.json. A recording without the key was made
+with prefix caching off.
 ``snapshots.jsonl`` is a convenience copy of state that steps and items
 already determine, so it is not imported.
 
@@ -23,10 +29,20 @@ import pandas as pd
 from estimators.engine.config import InstanceConfig, instances_table
 from estimators.engine.steplog import StepLog
 from traces.errors import BadInput
-from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
+from traces.importers.common import (
+    ImportOptions,
+    csv_chunks,
+    csv_header,
+    json_number,
+    jsonl_records,
+    numeric,
+    require_file,
+)
+from traces.prefix_blocks import parse_id_list
 from traces.schema import REQUESTS, validate_frame
 from traces.store import TraceWriter
 
+CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
 REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "ttft_s"]
 ENGINE_KEYS = ("budget", "max_seqs", "block_size", "num_kv_blocks", "model")
 _ID_RE = re.compile(r"^[A-Za-z_-]*(\d+)$")
@@ -113,7 +129,8 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
     eng = _engine(src / "engine.json")
     instance = str(eng["model"])
     req_path = src / "requests.csv"
-    chunks = list(csv_chunks(req_path, REQUEST_COLUMNS, 1 << 30))
+    cache_cols = [c for c in CACHE_COLUMNS if c in csv_header(req_path)]
+    chunks = list(csv_chunks(req_path, REQUEST_COLUMNS + cache_cols, 1 << 30))
     rows, lines = chunks[0]
     raw_ids = rows["id"].fillna("").astype(str).str.strip().tolist()
     dup = pd.Series(raw_ids).duplicated().to_numpy()
@@ -132,6 +149,10 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         "finish_s": numeric(rows, "finish_s", req_path, lines, integer=False),
         "added_s": numeric(rows, "added_s", req_path, lines, integer=False),
     })
+    if "hash_ids" in cache_cols:
+        requests["hash_ids"] = _hash_ids(rows["hash_ids"], req_path, lines)
+    if "cached_tokens" in cache_cols:
+        requests["cached_tokens"] = numeric(rows, "cached_tokens", req_path, lines)
     log = _read_steps(src / "steps.jsonl", ids, instance)
     # recorded ids are kept (not renumbered as RequestSink would)
     validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
@@ -142,7 +163,7 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         instance_id=instance, model=instance, gpus=0, policy="vllm-v1", max_num_batched_tokens=eng["budget"],
         max_num_seqs=eng["max_seqs"], block_size=eng["block_size"], num_kv_blocks=eng["num_kv_blocks"],
         price_in=np.nan, price_out=np.nan, long_prefill_token_threshold=int(eng.get("long_prefill", 0) or 0),
-        chunked_prefill=True, device="cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
+        chunked_prefill=True, prefix_caching=bool(eng.get("prefix_caching", False)), device="cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
         **({"max_model_len": int(eng["max_model_len"])} if eng.get("max_model_len") else {}))
     table = instances_table([config])
     table["profile"] = None  # a recording names no profile
@@ -151,5 +172,17 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
                              "platform": eng.get("platform"), "async_scheduling": eng.get("async_scheduling"),
                              "engine": {k: v for k, v in eng.items() if k != "model_config"}}
     writer.meta["arrivals"] = "measured"
+    if "hash_ids" in cache_cols:
+        writer.meta["hash_block_tokens"] = int(eng["block_size"])
     return []
+
+
+def _hash_ids(cells: pd.Series, path: Path, lines: np.ndarray) -> list:
+    out = []
+    for i, cell in enumerate(cells.tolist()):
+        try:
+            out.append(parse_id_list("" if pd.isna(cell) else cell))  # a prompt under one block has none
+        except ValueError as e:
+            raise BadInput(path, int(lines[i]), "hash_ids", str(e)) from None
+    return out
 

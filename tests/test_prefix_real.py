@@ -1,0 +1,35 @@
+"""Prefix caching on the real recordings d8-d10: the twin replays d10 with
+the hit rate vLLM recorded, and SFS with the cache model beats the same SFS
+blind to the cache (which charges every prompt token)."""
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+
+def test_validate_hit_rate_and_cache_blind_estimate(recordings, tmp_path):
+    d10 = recordings / "d10_tinyb_sessions_r0.15_pc"
+    res = run_cli("validate", d10, "--calibrate", "--out", tmp_path / "val")
+    assert res.exit_code == 0, res.output
+    hr = json.loads((tmp_path / "val" / "metrics.json").read_text())["hit_rate"]
+    assert abs(hr["twin"] - hr["recorded"]) < 0.01 and hr["recorded"] > 0.5
+    mape = {}
+    for flag in ("", "--cache-blind"):
+        args = ["estimate", d10, "--calibrate-on", d10, "--estimators", "sfs", "--out", tmp_path / f"e{flag}"]
+        res = run_cli(*(args + ([flag] if flag else [])))
+        assert res.exit_code == 0, res.output
+        m = json.loads((tmp_path / f"e{flag}" / "metrics.json").read_text())
+        mape[flag] = m["estimators"]["sfs"]["mape"]
+    assert mape[""] < 0.2 and mape["--cache-blind"] > 3 * mape[""]
+
+
+def test_cache_aware_baselines_count_only_uncached_prompt_tokens(recordings, tmp_path):
+    d8, d9 = recordings / "d8_tinya_sessions_r0.3_pc", recordings / "d9_tinya_sessions_kv64_pc"
+    mape = {}
+    for flag in ("", "--cache-aware"):
+        args = ["estimate", d8, "--calibrate-on", d9, "--estimators", "throughput", "--out", tmp_path / f"e{flag}"]
+        res = run_cli(*(args + ([flag] if flag else [])))
+        assert res.exit_code == 0, res.output
+        mape[flag] = json.loads((tmp_path / f"e{flag}" / "metrics.json").read_text())["estimators"]["throughput"]["mape"]
+    assert mape["--cache-aware"] < 0.5 * mape[""], mape
