@@ -38,8 +38,6 @@ def load(path: Path) -> dict:
 def _param(path: Path):
     fx = load(path)
     marks = []
-    if fx["engine"]["prefix_caching"]:
-        marks.append(pytest.mark.skip(reason="prefix caching: issue 12"))
     if fx["name"] in XFAIL:
         marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[fx["name"]]))
     return pytest.param(path, id=fx["name"], marks=marks)

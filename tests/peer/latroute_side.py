@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimators.block_cache_kernel import RequestHashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, schedule_step
 from estimators.engine.layout import EV_FINISH, F_EVENT, F_PREEMPTIONS, F_RID
@@ -18,11 +19,23 @@ from estimators.engine.state import SchedState, StepPlan
 def engine_config(eng: dict) -> InstanceConfig:
     """The fixture's engine as latroute's configuration (vLLM V1 has no
     admission watermark by default)."""
-    return InstanceConfig(policy="vllm-v1", prefix_caching=False, max_num_batched_tokens=eng["max_num_batched_tokens"],
+    return InstanceConfig(policy="vllm-v1", prefix_caching=bool(eng["prefix_caching"]),
+                          max_num_batched_tokens=eng["max_num_batched_tokens"],
                         max_num_seqs=eng["max_num_seqs"], block_size=eng["block_size"],
                         num_kv_blocks=eng["num_blocks"],
                         long_prefill_token_threshold=eng["long_prefill_token_threshold"],
                         chunked_prefill=eng["chunked_prefill"], max_model_len=eng["max_model_len"])
+
+
+def _hashes(requests: list[dict]) -> RequestHashes:
+    """The fixture's prompt content: ``blocks`` are the request's full prompt
+    blocks' chained ids (equal ids, equal prefix); without them every block
+    is the request's own."""
+    ids = [list(r.get("blocks") or []) for r in requests]
+    cnt = np.array([len(b) for b in ids], dtype=np.int64)
+    off = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(np.int64)
+    flat = np.array([x for b in ids for x in b], dtype=np.int64)
+    return RequestHashes(flat, off, cnt)
 
 
 def run_scenario(scenario: dict, num_steps: int) -> tuple[int, list[dict]]:
@@ -31,10 +44,9 @@ def run_scenario(scenario: dict, num_steps: int) -> tuple[int, list[dict]]:
     Requests join the waiting queue (in fixture order) before the
     ``schedule()`` of their arrival step, as in vLLM's engine loop. Their
     output length is ``max_tokens`` (the fixtures use ignore_eos)."""
-    if scenario["engine"]["prefix_caching"]:
-        raise NotImplementedError("prefix caching: issue 12")
     requests = scenario["requests"]
-    state = SchedState.new(engine_config(scenario["engine"]), capacity=max(8, len(requests)))
+    state = SchedState.new(engine_config(scenario["engine"]), capacity=max(8, len(requests)),
+                           hashes=_hashes(requests))
     plan = StepPlan.new(len(state.running))
     name = {}  # latroute's integer request id -> fixture id
     start_free = state.free_blocks
