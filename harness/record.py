@@ -144,7 +144,8 @@ def record_engine(trace: Trace, opts: EngineOptions, out: Path, python: str, *, 
     if not (opts.model / "config.json").is_file():
         raise BadInput(opts.model, None, "--model", "not a model directory (no config.json)")
     wl = read_workload(trace, hash_block_tokens, opts.max_model_len)
-    with StagedDir(out, force) as tmp:
+    with StagedDir(out, force) as staged:
+        tmp = staged.resolve()  # the driver runs with cwd=tmp: every path it reads must be absolute
         rec_dir = tmp / "recording"
         spec = {
             "model": str(opts.model.resolve()), "model_name": opts.model_name or opts.model.resolve().name,

@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 
 from harness.record import REPO_ROOT, driver_env
-from tests.conftest import assert_refused, run_cli, shared
+from tests.conftest import SHARED_DATA, assert_refused, run_cli, shared
 from traces.client_join import join_client_recording
 from traces.store import TraceWriter, open_trace
 from traces.vllm_recorder.files import REQUEST_FIELDS, BlockIds, RecordingWriter, finish_recording
 from traces.vllm_recorder.ids import client_id_of
 from traces.vllm_recorder.prompts import prompt_token_ids
 
-TINY_A = REPO_ROOT.parent.parent / "shared" / "models" / "tiny-a"
+TINY_A = SHARED_DATA.parent / "models" / "tiny-a"  # beside shared/data, as conftest finds it
 
 
 def _engine_json(d: Path, version: str = "0.32.0") -> None:
@@ -199,9 +199,10 @@ def _session_trace(path: Path) -> pd.DataFrame:
 
 
 @needs_vllm
-def test_record_engine_with_real_vllm(tmp_path):
+def test_record_engine_with_real_vllm(tmp_path, monkeypatch):
     _session_trace(tmp_path / "t")
-    res = run_cli("record", "engine", tmp_path / "t", "--model", TINY_A, "--out", tmp_path / "rec",
+    monkeypatch.chdir(tmp_path)  # a relative --out: the driver runs in the staging directory (it once failed so)
+    res = run_cli("record", "engine", "t", "--model", TINY_A, "--out", "rec",
                   "--warmup", "1", "--time-limit", "120")
     assert res.exit_code == 0, res.output + res.stderr
     eng = json.loads((tmp_path / "rec" / "engine.json").read_text())
