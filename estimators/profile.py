@@ -41,7 +41,7 @@ import pandas as pd
 from estimators.batch_features import FORMS, design_matrix, term_names
 from estimators.batch_fit import NoiseModel, StallAllowance
 from traces.errors import BadInput
-from traces.store import atomic_write_text
+from traces.outputs import atomic_write_text
 
 PROFILE_VERSION = 1
 

@@ -31,7 +31,8 @@ from reports.results import command_line, load_result, result_header
 from reports.serving import tidy_estimates
 from routers.registry import MAIN_ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
-from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
+from traces.outputs import StagedDir, write_json, write_parquet
+from traces.store import TraceWriter, open_trace
 from traces.summary import format_summary, summarize
 from traces.workload import WorkloadConfig, generate_workload, write_workload
 

@@ -16,7 +16,8 @@ from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
-from traces.store import StagedDir, Trace, open_trace, write_json, write_parquet
+from traces.outputs import StagedDir, write_json, write_parquet
+from traces.store import Trace, open_trace
 
 
 def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, needs_baselines: bool):

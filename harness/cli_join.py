@@ -5,7 +5,8 @@ from pathlib import Path
 
 import click
 
-from traces.store import StagedDir, open_trace, write_json, write_parquet
+from traces.outputs import StagedDir, write_json, write_parquet
+from traces.store import open_trace
 
 
 @click.command("join")

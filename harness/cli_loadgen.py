@@ -12,7 +12,8 @@ import numpy as np
 from harness.loadgen import LoadgenConfig, bench_result, check_base_url, generated_workload, requests_frame, run_loadgen
 from harness.record import RunFailed, read_workload
 from traces.errors import BadInput
-from traces.store import TraceWriter, open_trace, write_json
+from traces.outputs import write_json
+from traces.store import TraceWriter, open_trace
 
 
 @click.command()

@@ -22,9 +22,10 @@ from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
+from traces.outputs import StagedDir, write_json, write_parquet
 from traces.quality import QUALITY_POLICIES
 from traces.slo import SLO_POLICIES
-from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
+from traces.store import TraceWriter, open_trace
 from traces.workload import WorkloadConfig, generate_workload
 
 

@@ -18,7 +18,7 @@ from reports.check import (
 )
 from reports.render import build_report
 from reports.results import load_result
-from traces.store import StagedDir, atomic_write_text
+from traces.outputs import StagedDir, atomic_write_text
 
 
 @click.command()

@@ -75,15 +75,9 @@ def query(trace_dir: Path, sql: str, fmt: str) -> None:
       latroute trace query wl "select task, count(*), median(prompt_tokens) from requests group by task"
       latroute trace query rec "select * from steps order by end_s - start_s desc limit 5" --format csv
     """
-    import duckdb
+    from traces.query import run_query
 
-    con = open_trace(trace_dir).connect()
-    try:
-        df = con.sql(sql).df() if sql.strip() else None
-    except duckdb.Error as e:
-        raise BadInput(trace_dir, None, "SQL", str(e).splitlines()[0]) from None
-    if df is None:
-        raise BadInput(trace_dir, None, "SQL", "empty query")
+    df = run_query(open_trace(trace_dir), sql)
     if fmt == "csv":
         df.to_csv(sys.stdout, index=False)
     elif fmt == "json":

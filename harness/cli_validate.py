@@ -16,7 +16,8 @@ from reports.results import result_header
 from reports.serving import format_serving, tidy
 from traces.client_join import client_ttft_check
 from traces.errors import BadInput
-from traces.store import StagedDir, TraceWriter, open_trace, write_json, write_parquet
+from traces.outputs import StagedDir, write_json, write_parquet
+from traces.store import TraceWriter, open_trace
 from traces.vllm_versions import unchecked_version_warning
 
 

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
-from traces.store import StagedDir, Trace
+from traces.outputs import StagedDir
+from traces.store import Trace
 from traces.vllm_recorder.files import finish_recording
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -214,7 +214,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from harness.twin import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
-    from traces.store import StagedDir, TraceWriter, write_json, write_parquet
+    from traces.outputs import StagedDir, write_json, write_parquet
+    from traces.store import TraceWriter
 
     engine = request_engine(profile, parse_engine_options(engine_opts))
     rt = RequestTrace.of(trace).warmed(prefix_cache)

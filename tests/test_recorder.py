@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.record import REPO_ROOT, driver_env
+from harness.record import driver_env
 from tests.conftest import SHARED_DATA, assert_refused, run_cli, shared
 from traces.client_join import join_client_recording
 from traces.store import TraceWriter, open_trace

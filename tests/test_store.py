@@ -143,7 +143,7 @@ def test_atomic_write_never_replaces_a_device(tmp_path):
     import os
     import stat
 
-    from traces.store import atomic_write_text
+    from traces.outputs import atomic_write_text
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     import threading
