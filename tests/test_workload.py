@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
@@ -91,7 +92,9 @@ def test_lengths_and_arrivals_from_another_trace(tmp_path):
     assert np.allclose(r["arrival_s"], srcr["arrival_s"][:300] - srcr["arrival_s"][0])
     pairs = set(zip(srcr["prompt_tokens"], srcr["output_tokens"]))
     assert all(p in pairs for p in zip(r["prompt_tokens"], r["output_tokens"]))
-    assert (r["task"] == "alpaca").all()
+    # the lengths are the source's (govreport), so is the label; not --mix's alpaca
+    assert (r["task"] == "govreport").all()
+    assert open_trace(tmp_path / "re").meta["generator"]["policies"]["quality"] == "model (one task)"
     # with --rate the reused arrivals are rescaled to that mean rate
     res = run_cli("trace", "generate", "--arrivals-from", src, "--rate", 8, "--out", tmp_path / "fast")
     assert res.exit_code == 0, res.output
@@ -99,6 +102,28 @@ def test_lengths_and_arrivals_from_another_trace(tmp_path):
     assert len(f) == 400 and abs((len(f) - 1) / f[-1] - 8) < 1e-9
     res = run_cli("trace", "generate", "--arrivals-from", src, "--requests", 401, "--out", tmp_path / "x")
     assert res.exit_code == 2 and "only 400 arrivals" in res.output
+
+
+def test_lengths_from_a_trace_without_tasks_are_labelled_with_its_name(tmp_path):
+    """Issue 18: lengths from an imported trace were labelled with the
+    paper's tasks (and given those tasks' accuracies); they carry the
+    source's name and the one-task accuracy model instead."""
+    from traces.store import TraceWriter
+
+    rng = np.random.default_rng(1)
+    with TraceWriter(tmp_path / "azlike") as w:
+        w.meta["source"] = {"kind": "test"}
+        w.write_table("requests", pd.DataFrame({
+            "request_id": np.arange(50), "arrival_s": np.sort(rng.uniform(0, 10, 50)),
+            "prompt_tokens": rng.integers(10, 3000, 50), "output_tokens": rng.integers(1, 500, 50)}))
+    res = run_cli("trace", "generate", "--requests", 2000, "--rate", 4, "--lengths-from", tmp_path / "azlike",
+                  "--seed", 3, "--out", tmp_path / "g")
+    assert res.exit_code == 0, res.output
+    t = open_trace(tmp_path / "g")
+    r = t.read("requests")
+    assert set(r["task"]) == {"azlike"}
+    assert t.meta["generator"]["policies"] == {"task": "the source's task, else its name", "slo": "rule",
+                                               "quality": "model (one task)"}
 
 
 def test_generate_usage_errors(tmp_path):

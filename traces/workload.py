@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traces.arrivals import ArrivalSpec, generate_arrivals
-from traces.quality import ACC_HAT_SIGMA, ACCURACY_CONCENTRATION, draw_accuracy, quality_frame
+from traces.quality import ACC_HAT_SIGMA, ACCURACY_CONCENTRATION, draw_accuracy, one_task_accuracy, quality_frame
 from traces.slo import slo_rule
 from traces.store import open_trace
 from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TASKS
@@ -89,12 +89,7 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
     specs = [TASKS[k] for k in names]
 
     if cfg.lengths_from is not None:
-        src = open_trace(cfg.lengths_from).read("requests", ["prompt_tokens", "output_tokens"])
-        if src.empty:
-            raise ValueError(f"{cfg.lengths_from}: has no requests to take lengths from")
-        pick = r_len.integers(0, len(src), n)
-        prompt = src["prompt_tokens"].to_numpy(dtype=np.int64)[pick]
-        output = np.maximum(src["output_tokens"].to_numpy(dtype=np.int64)[pick], 1)
+        prompt, output, task = _lengths_from(cfg.lengths_from, r_len, n)
     else:
         pm = np.array([s.prompt_median for s in specs])[task_idx]
         ps = np.array([s.prompt_sigma for s in specs])[task_idx]
@@ -102,6 +97,7 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
         osg = np.array([s.output_sigma for s in specs])[task_idx]
         prompt = _lognormal_tokens(r_len, pm, ps, PROMPT_CLIP)
         output = _lognormal_tokens(r_len, om, osg, OUTPUT_CLIP)
+        task = np.array(names, dtype=object)[task_idx]
 
     slo = slo_rule(prompt, r_slo)
     noise = r_pred.laplace(0.0, cfg.predicted_length_scale, n)
@@ -114,16 +110,44 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
             "arrival_s": arrival,
             "prompt_tokens": prompt,
             "output_tokens": output,
-            "task": np.array(names, dtype=object)[task_idx],
+            "task": task,
             "slo_ttft_s": slo,
             "predicted_output_tokens": predicted,
         }
     )
 
-    means = [np.array([s.accuracy[m] for s in specs])[task_idx] for m in range(len(QWEN3_MODELS))]
+    if cfg.lengths_from is not None:
+        # the requests are the source's, not one of the paper's tasks: the
+        # quality policy ``model`` (one task: each model's mean accuracy)
+        one = one_task_accuracy()
+        means = [np.full(n, one[m]) for m in QWEN3_MODELS]
+    else:
+        means = [np.array([s.accuracy[m] for s in specs])[task_idx] for m in range(len(QWEN3_MODELS))]
     acc_cols, hat_cols = draw_accuracy(means, r_acc, cfg.accuracy_concentration, cfg.acc_hat_sigma)
     quality = quality_frame(request_id, list(QWEN3_MODELS), acc_cols, hat_cols)
     return Workload(requests, quality)
+
+
+def _lengths_from(source: str, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prompt and output lengths of ``n`` requests drawn from a trace's own
+    requests, labelled with where they came from: the source's task where it
+    has one, else the source trace's name (the paper's four task labels would
+    claim lengths, SLO rows and accuracies these requests do not have)."""
+    t = open_trace(source)
+    cols = ["prompt_tokens", "output_tokens"] + (["task"] if "task" in t.columns("requests") else [])
+    src = t.read("requests", cols)
+    if src.empty:
+        raise ValueError(f"{source}: has no requests to take lengths from")
+    pick = rng.integers(0, len(src), n)
+    prompt = src["prompt_tokens"].to_numpy(dtype=np.int64)[pick]
+    output = np.maximum(src["output_tokens"].to_numpy(dtype=np.int64)[pick], 1)
+    label = Path(source).resolve().name
+    if "task" in src:
+        task = src["task"].astype(object).to_numpy()[pick]
+        task = np.where(pd.isna(task), label, task).astype(object)
+    else:
+        task = np.full(n, label, dtype=object)
+    return prompt, output, task
 
 
 def predicted_lengths(output: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
@@ -146,6 +170,9 @@ def write_workload(cfg: WorkloadConfig, out: str | Path, force: bool = False) ->
     with TraceWriter(out, force=force) as w:
         w.meta["source"] = {"kind": "generated", "generator": "latroute trace generate"}
         w.meta["generator"] = cfg.params()
+        if cfg.lengths_from is not None:
+            w.meta["generator"]["policies"] = {"task": "the source's task, else its name", "slo": "rule",
+                                               "quality": "model (one task)"}
         w.write_table("requests", wl.requests)
         w.write_table("quality", wl.quality)
     return w.rows
