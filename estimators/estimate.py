@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from estimators.accuracy import error_summary
+from estimators.accuracy import error_by_cached_share, error_summary
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.profile import BatchTimeProfile
@@ -179,6 +179,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     rows, attr, floor_parts, floors = [], [], [], []
     warmup_us: dict[str, float] = {}
     rid = reqs["request_id"].to_numpy()
+    share = (reqs["cached_tokens"].to_numpy(dtype=np.float64) / np.maximum(reqs["prompt_tokens"].to_numpy(), 1)
+             if "cached_tokens" in reqs else np.full(len(reqs), np.nan))  # the recorded hit, for the error by share
     for inst in trace.read("instances")["instance_id"].astype(str):
         if inst not in models:
             raise ValueError(f"no profile for instance {inst!r}")
@@ -214,7 +216,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                 value = est.estimate(snap, q)
                 dt = (time.perf_counter_ns() - t0) / 1e3
                 qs = est.last_dist(np.inf)[1:4] if hasattr(est, "last_dist") else (np.nan, np.nan, np.nan)
-                rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt, *qs))
+                rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt, *qs, share[idx]))
                 if est.name == "sfs":
                     f = ft[idx]
                     k0 = walk.k
@@ -230,7 +232,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             floors.append(jitter_floor(profile, walk.steps, floor_parts, cfg.frontend_overhead_s))
             floor_parts = []
     est_df = pd.DataFrame(rows, columns=["request_id", "instance_id", "estimator", "true_s", "est_s", "residents",
-                                         "waiting", "est_us", "p50_s", "p90_s", "p99_s"])
+                                         "waiting", "est_us", "p50_s", "p90_s", "p99_s", "cached_share"])
     att_df = pd.DataFrame(attr, columns=["request_id", "instance_id", "true_s", "sfs_s", "reference_s",
                                          "sim_steps", "real_steps"])
     metrics = summarize(est_df, att_df)
@@ -271,6 +273,9 @@ def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
             e = error_summary(g["est_s"].to_numpy()[m], g["true_s"].to_numpy()[m])
             bins[label] = {k: e.get(k) for k in ("n", "mape", "median_ape", "p90_ape")}
         s["by_load"] = bins
+        if "cached_share" in g and g["cached_share"].notna().any():
+            s["by_cached_share"] = error_by_cached_share(g["est_s"].to_numpy()[ok], g["true_s"].to_numpy()[ok],
+                                                         g["cached_share"].to_numpy()[ok])
         cov = coverage(g)
         if cov is not None:
             s["coverage"] = cov

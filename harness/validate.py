@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimators.accuracy import error_summary
+from estimators.accuracy import error_by_cached_share, error_summary
 from estimators.drift import trace_drift
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
@@ -99,4 +99,8 @@ def validate(trace: Trace, profile: BatchTimeProfile, noise: bool, seed: int = 0
         prompt = float(per["prompt_tokens"].sum())
         metrics["hit_rate"] = {"twin": float(per["cached_twin"].sum()) / prompt,
                                "recorded": float(per["cached_true"].sum()) / prompt if "cached_true" in per else None}
+    if "cached_true" in per:  # the twin's TTFT error by the recorded share of the prompt served from the cache
+        share = per["cached_true"].to_numpy() / np.maximum(per["prompt_tokens"].to_numpy(dtype=np.float64), 1.0)
+        metrics["ttft"]["by_cached_share"] = error_by_cached_share(
+            per.loc[ok, "ttft_twin_s"].to_numpy(), per.loc[ok, "ttft_true_s"].to_numpy(), share[ok.to_numpy()])
     return Validation(metrics, per, res)

@@ -183,6 +183,39 @@ def mape_by_load(results, pal_est) -> FigureSpec | None:
                                                   ylog=True)])
 
 
+def error_by_cached_share(results, pal_est) -> FigureSpec | None:
+    """TTFT error by the share of the prompt the prefix cache served
+    (recorded): an estimator or twin blind to the cache is off by that share,
+    so its error grows with it; one that models the cache stays flat."""
+    from estimators.accuracy import CACHED_SHARE_LABELS
+
+    series, spans = [], []
+    for i, r in enumerate(results):  # one colour per estimator, one dash per result
+        if r.kind == "estimate":
+            blocks = [(n, s.get("by_cached_share") or {}) for n, s in r.metrics.get("estimators", {}).items()]
+        elif r.kind == "validate":
+            blocks = [("twin", (r.metrics.get("ttft") or {}).get("by_cached_share") or {})]
+        else:
+            continue
+        for name, bins in blocks:
+            keys = [k for k in CACHED_SHARE_LABELS if (bins.get(k) or {}).get("mape") is not None
+                    and bins[k]["mape"] > 0]
+            if not keys:
+                continue
+            ys = [100 * bins[k]["mape"] for k in keys]
+            series.append(Series(f"{name} ({r.label})" if len(results) > 1 else name, keys, ys,
+                                 pal_est(name), dash=DASHES[i % len(DASHES)], group=name))
+            spans.append((series[-1].label, ys[0], ys[-1], keys[0], keys[-1]))
+    if not series:
+        return None
+    cap = ("TTFT MAPE by the share of the prompt served from the prefix cache (recorded), log scale: "
+           "a cache-blind estimate's error grows with the share.")
+    worst = max(spans, key=lambda t: t[2] / t[1] if t[1] > 0 else 0.0)
+    cap += (f" Steepest: {worst[0]}, {worst[1]:,.1f}% at {worst[3]} to {worst[2]:,.1f}% at {worst[4]}.")
+    return FigureSpec("error_by_cached_share", cap, [Panel("", "share of the prompt from the prefix cache",
+                                                           "MAPE (%)", series, ylog=True)])
+
+
 # -- sweeps -----------------------------------------------------------------
 
 def _delta_routers(r: Result) -> set[str]:
@@ -424,7 +457,7 @@ def ttft_reliability(results, pal_est) -> FigureSpec | None:
 
 
 ROUTER_FIGURES = (ontime_vs_rate, attainment_vs_rate, frontier, composition, ttft_cdf)
-ESTIMATOR_FIGURES = (estimate_scatter, ape_cdf, mape_by_load, ttft_reliability)
+ESTIMATOR_FIGURES = (estimate_scatter, ape_cdf, mape_by_load, error_by_cached_share, ttft_reliability)
 
 
 def figure_specs(results: list[Result]) -> list[FigureSpec]:

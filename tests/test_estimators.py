@@ -122,7 +122,7 @@ def test_estimate_cli_on_a_twin_trace(tmp_path):
     assert sfs["n"] == 300 and sfs["mape"] < 0.05 and sfs["median_ape"] < 1e-9
     est = pd.read_parquet(out / "estimates.parquet")
     assert list(est.columns) == ["request_id", "instance_id", "estimator", "true_s", "est_s", "residents", "waiting",
-                                 "est_us", "p50_s", "p90_s", "p99_s"]
+                                 "est_us", "p50_s", "p90_s", "p99_s", "cached_share"]
     q = est[est["estimator"] == "sfs"]
     assert (q["p50_s"] <= q["p90_s"]).all() and (q["p90_s"] < q["p99_s"]).all()  # SFS gives a distribution
     assert est[est["estimator"] != "sfs"]["p50_s"].isna().all()  # point estimators do not

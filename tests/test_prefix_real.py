@@ -14,14 +14,29 @@ def test_validate_hit_rate_and_cache_blind_estimate(recordings, tmp_path):
     assert res.exit_code == 0, res.output
     hr = json.loads((tmp_path / "val" / "metrics.json").read_text())["hit_rate"]
     assert abs(hr["twin"] - hr["recorded"]) < 0.01 and hr["recorded"] > 0.5
-    mape = {}
+    mape, by_share = {}, {}
     for flag in ("", "--cache-blind"):
         args = ["estimate", d10, "--calibrate-on", d10, "--estimators", "sfs", "--out", tmp_path / f"e{flag}"]
         res = run_cli(*(args + ([flag] if flag else [])))
         assert res.exit_code == 0, res.output
         m = json.loads((tmp_path / f"e{flag}" / "metrics.json").read_text())
         mape[flag] = m["estimators"]["sfs"]["mape"]
+        by_share[flag] = m["estimators"]["sfs"]["by_cached_share"]
     assert mape[""] < 0.2 and mape["--cache-blind"] > 3 * mape[""]
+    # the error by cached share: the blind SFS grows with the share, the cache model does not
+    blind, model = by_share["--cache-blind"], by_share[""]
+    assert sum(b["n"] for b in model.values()) == m["estimators"]["sfs"]["n"]
+    assert blind["75-100%"]["mape"] > 2 * blind["0%"]["mape"] and model["75-100%"]["mape"] < 0.3
+    assert "by_cached_share" in json.loads((tmp_path / "val" / "metrics.json").read_text())["ttft"]
+    from reports.results import load_result
+    from reports.series import Palette, error_by_cached_share
+
+    results = [load_result(tmp_path / "e"), load_result(tmp_path / "e--cache-blind"), load_result(tmp_path / "val")]
+    for r, label in zip(results, ("model", "blind", "val")):
+        r.display = label
+    spec = error_by_cached_share(results, Palette([]))
+    assert {s.label for s in spec.panels[0].series} == {"sfs (model)", "sfs (blind)", "twin (val)"}
+    assert "Steepest: sfs (blind)" in spec.caption
 
 
 def test_cache_aware_baselines_count_only_uncached_prompt_tokens(recordings, tmp_path):
