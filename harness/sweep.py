@@ -71,10 +71,14 @@ class SweepSpec:
     ledger: bool = True
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
+        # a trace's prompt blocks (hash_ids) are per hash_block_tokens tokens, stated in its meta.json; without
+        # it instances with prefix caching would see no shared prefix at all
+        hash_block = open_trace(self.trace).meta.get("hash_block_tokens") if self.trace is not None else None
         return ReplayConfig(router=cell.router, lam=cell.lam, delta_per_us=cell.delta_per_us, seed=cell.seed,
                             noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality,
                             online_speed=self.online_speed,
-                            epsilon=self.epsilon, view_interval_ms=self.view_interval_ms, ledger=self.ledger)
+                            epsilon=self.epsilon, view_interval_ms=self.view_interval_ms, ledger=self.ledger,
+                            hash_block_tokens=hash_block)
 
 
 def workload_seed(seed: int, rate: float) -> int:
@@ -125,6 +129,8 @@ def run_cell(spec: SweepSpec, cell: Cell) -> dict:
     for k in ("ontime_utility", "slo_attainment", "mean_utility", "mean_cost_micro_usd", "ttft_mean_s",
               "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "unserved", "simulated_s"):
         row[k] = m[k]
+    if "prefix_hit_rate" in m:
+        row["prefix_hit_rate"] = m["prefix_hit_rate"]
     for inst, share in m["share_by_instance"].items():
         row[f"share_{inst}"] = share
     row.update(serving_columns(serving_metrics(res.requests, spec.percentiles, dict(spec.goodput))))

@@ -62,3 +62,29 @@ def test_prefix_affinity_keeps_sessions_on_the_instance_that_holds_them():
             wl, make_router(name, inputs, [], 0.0), hash_block_tokens=16)
         hit[name] = res.requests["cached_tokens"].sum() / res.requests["prompt_tokens"].sum()
     assert hit["prefix-affinity"] > hit["shortest-queue"] + 0.1, hit
+
+
+def test_sweep_over_a_session_trace_replays_its_shared_prefixes(tmp_path):
+    """A sweep of a trace with hash_ids on a pool with prefix caching takes
+    the trace's hash_block_tokens (it once dropped it: no hit anywhere, and
+    prefix-affinity was shortest-queue to the last digit)."""
+    import json
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from harness.pools import load_pool
+    from tests.conftest import run_cli
+
+    pool = load_pool("qwen3-h100")
+    doc = replace(pool, instances=tuple(replace(c, prefix_caching=True) for c in pool.instances)).to_json()
+    (tmp_path / "pc.json").write_text(json.dumps(doc))
+    assert run_cli("trace", "generate", "--sessions", "--requests", 300, "--rate", 4, "--seed", 1,
+                   "--out", tmp_path / "chat").exit_code == 0
+    res = run_cli("sweep", "--trace", tmp_path / "chat", "--pool", tmp_path / "pc.json", "--rates", 4,
+                  "--requests", 300, "--routers", "prefix-affinity,shortest-queue", "--workers", 1,
+                  "--out", tmp_path / "sw")
+    assert res.exit_code == 0, res.output
+    r = pd.read_parquet(tmp_path / "sw" / "results.parquet").set_index("router")
+    assert r.loc["prefix-affinity", "prefix_hit_rate"] > r.loc["shortest-queue", "prefix_hit_rate"] + 0.1
+    assert r.loc["shortest-queue", "prefix_hit_rate"] > 0
