@@ -119,16 +119,31 @@ def client_ttft_check(twin_per_request: pd.DataFrame, joined: pd.DataFrame) -> d
     sees engine TTFT + API overhead. Reports the measured overhead and the
     twin's error against the client's TTFT with and without adding the
     median measured overhead."""
+    c = _client_check(twin_per_request, "ttft_twin_s", joined)
+    return {"n": c["n"], "overhead": c["overhead"], "twin_vs_client_mape": c["vs_client_mape"],
+            "twin_plus_median_overhead_vs_client_mape": c["plus_median_overhead_vs_client_mape"]}
+
+
+def client_estimate_check(estimates: pd.DataFrame, joined: pd.DataFrame) -> dict:
+    """For ``estimate --join``: per estimator, its error against the TTFT
+    the client measured, as is and with the run's median measured API
+    overhead added (an estimator predicts the engine's TTFT)."""
+    return {str(name): _client_check(g, "est_s", joined) for name, g in estimates.groupby("estimator", sort=False)}
+
+
+def _client_check(per_request: pd.DataFrame, column: str, joined: pd.DataFrame) -> dict:
+    """``column`` (predicted engine TTFT per recording request id) against
+    the client's TTFT of the same requests, joined on the recording id."""
     j = joined[joined["client_ok"]].dropna(subset=["recording_request_id"])
-    m = twin_per_request.merge(j[["recording_request_id", "client_ttft_s", "overhead_s"]],
-                               left_on="request_id", right_on="recording_request_id", how="inner")
+    m = per_request.merge(j[["recording_request_id", "client_ttft_s", "overhead_s"]],
+                          left_on="request_id", right_on="recording_request_id", how="inner")
     client = m["client_ttft_s"].to_numpy(dtype=np.float64)
-    twin = m["ttft_twin_s"].to_numpy(dtype=np.float64)
-    ok = np.isfinite(client) & np.isfinite(twin) & (client > 0)
+    pred = m[column].to_numpy(dtype=np.float64)
+    ok = np.isfinite(client) & np.isfinite(pred) & (client > 0)
     med = float(np.nanmedian(m["overhead_s"])) if len(m) else float("nan")
 
-    def mape(pred):
-        return float(np.mean(np.abs(pred[ok] - client[ok]) / client[ok])) if ok.any() else None
+    def mape(x):
+        return float(np.mean(np.abs(x[ok] - client[ok]) / client[ok])) if ok.any() else None
 
     return {"n": int(ok.sum()), "overhead": overhead_summary(m["overhead_s"].to_numpy()),
-            "twin_vs_client_mape": mape(twin), "twin_plus_median_overhead_vs_client_mape": mape(twin + med)}
+            "vs_client_mape": mape(pred), "plus_median_overhead_vs_client_mape": mape(pred + med)}
