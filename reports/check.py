@@ -245,10 +245,6 @@ def load_baseline(path: Path) -> dict:
     doc = read_json(path, "baseline")
     if not isinstance(doc, dict) or doc.get("baseline_version") != BASELINE_VERSION:
         raise BadInput(path, None, "baseline_version", f"not a latroute baseline (expected version {BASELINE_VERSION})")
-    kind = doc.get("kind")
-    if kind not in RESULT_KINDS:
-        raise BadInput(path, None, "kind", f"{kind!r} is not a result kind ({', '.join(RESULT_KINDS)}); "
-                       "rewrite the baseline with --write-baseline")
     metrics = doc.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
         raise BadInput(path, None, "metrics", "missing or empty")
@@ -257,6 +253,11 @@ def load_baseline(path: Path) -> dict:
             raise BadInput(path, None, f"metrics.{k}", f"not a number: {v!r}")
         if not math.isfinite(v):
             raise BadInput(path, None, f"metrics.{k}", f"{v} is not a finite number")
+    kind = doc.get("kind")
+    if kind not in RESULT_KINDS:
+        raise BadInput(path, None, "kind", f"{kind!r} is not a result kind ({', '.join(RESULT_KINDS)}); "
+                       "rewrite the baseline with --write-baseline")
+    for k in metrics:
         if kind not in _kind_of_name(k):
             raise BadInput(path, None, f"metrics.{k}", f"not a metric of a {kind} result")
     return doc
