@@ -12,7 +12,6 @@ import copy
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -347,3 +346,89 @@ def test_a_drifted_instance_still_fails_the_gate(tmp_path):
 def test_check_without_baseline_is_one_line(gate):
     res, _, watch = gate
     refused_cleanly(["check", res], watch, "--baseline")
+
+
+# --------------------------------------------------------------- trace query
+
+@pytest.fixture(scope="module")
+def wl(tmp_path_factory):
+    out = tmp_path_factory.mktemp("query") / "wl"
+    res = run_cli("trace", "generate", "--requests", 40, "--rate", 2, "--out", out)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+ESCAPES = [
+    "select * from read_csv('/etc/passwd')",
+    "select * from read_csv_auto('/etc/passwd')",
+    "select * from read_text('/etc/passwd')",
+    "select * from read_blob('/etc/hostname')",
+    "select * from read_json('/etc/hostname')",
+    "from '/etc/passwd'",
+    "select * from '/etc/passwd'",
+    "select * from glob('/*')",
+    "select * from read_parquet('{trace}/requests.parquet')",   # the trace's own file by path: no file access at all
+    "select * from read_parquet('https://example.com/x.parquet')",
+    "copy requests to '{out}/leak.csv'",
+    "copy (select 1 as x) to '{out}/leak.parquet' (format parquet)",
+    "copy (select 1 as x) to '{trace}/requests.parquet' (format parquet)",
+    "copy (select 1 as x) to '{trace}/requests.parquet' (use_tmp_file false)",
+    "copy (select 1 as x) to '{trace}/meta.json' (format csv, use_tmp_file false)",
+    "copy requests from '{trace}/requests.parquet'",
+    "export database '{out}/exp'",
+    "attach '{out}/x.db' as x",
+    "attach '{trace}/requests.parquet' as x",
+    "install httpfs",
+    "force install httpfs",
+    "load httpfs",
+    "load '{out}/evil.duckdb_extension'",
+    "set enable_external_access = true",
+    "set global enable_external_access = true",
+    "reset enable_external_access",
+    "set lock_configuration = false",
+    "reset lock_configuration",
+    "set allowed_directories = ['/']",
+    "set allowed_paths = ['/etc/passwd']",
+    "set autoload_known_extensions = true",
+    "set autoinstall_known_extensions = true",
+    "set python_enable_replacements = true",
+    "set temp_directory = '{out}/tmp'",
+    "pragma enable_external_access",
+    "select 1; copy requests to '{out}/leak.csv'",
+]
+
+
+@pytest.mark.parametrize("sql", ESCAPES)
+def test_query_is_read_only_by_default(wl, tmp_path, sql):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "evil.duckdb_extension").write_bytes(b"\0" * 64)
+    sql = sql.format(trace=wl, out=out)
+    refused_cleanly(["trace", "query", wl, sql], [wl, out], str(wl), "SQL")
+    assert sorted(p.name for p in out.iterdir()) == ["evil.duckdb_extension"]
+
+
+@pytest.mark.parametrize("sql", ["select * from read_csv('/etc/passwd')", "copy requests to '{out}/leak.csv'",
+                                 "install httpfs", "set enable_external_access = true"])
+def test_a_refused_escape_names_the_way_out(wl, tmp_path, sql):
+    line = refused_cleanly(["trace", "query", wl, sql.format(out=tmp_path)], [wl, tmp_path], "SQL")
+    assert "--unsafe" in line
+
+
+def test_read_only_query_still_sees_every_table(wl):
+    r = run_cli("trace", "query", wl, "select (select count(*) from requests) as r, (select count(*) from quality) as q,"
+                " (select count(distinct request_id) from requests join quality using (request_id)) as j",
+                "--format", "json")
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)[0]
+    assert row["r"] == 40 and row["q"] > 0 and row["j"] == 40
+
+
+def test_unsafe_lifts_the_sandbox(wl, tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    r = run_cli("trace", "query", wl, f"select a + b as s from read_csv('{tmp_path}/x.csv')", "--unsafe",
+                "--format", "csv")
+    assert r.exit_code == 0 and r.stdout.splitlines() == ["s", "3"], r.output
+    r = run_cli("trace", "query", wl, f"copy (select count(*) as n from requests) to '{tmp_path}/n.csv'", "--unsafe")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "n.csv").read_text().splitlines() == ["n", "40"]
