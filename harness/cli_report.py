@@ -19,7 +19,7 @@ from reports.check import (
 )
 from reports.render import build_report
 from reports.results import load_result
-from traces.errors import BadOption
+from traces.errors import BadInput, BadOption
 from traces.jsonio import dump_json
 from traces.outputs import StagedDir, atomic_write_text
 
@@ -86,6 +86,9 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
                    f"{100 * max_speed_drift:g}%")
         sys.exit(1 if drifted else 0)
     current = flatten(res)
+    if write_baseline and not current:
+        raise BadInput(res.path / "metrics.json", None, "metrics",
+                       f"no metric of a {res.kind} result to gate: a baseline of it would be refused")
     if write_baseline:
         parse_tolerances(tolerances, set(current))
         atomic_write_text(baseline, json.dumps(baseline_doc(res), indent=2) + "\n")

@@ -630,3 +630,11 @@ def test_estimators_never_return_a_negative_time(d1):
     for col in ("p50_s", "p90_s", "p99_s"):
         v = est[col].dropna()
         assert (v[np.isfinite(v)] >= 0).all(), col
+
+
+@pytest.mark.parametrize("kind,metrics", [("estimate", {"estimators": {}}), ("replay", {}), ("sweep", {"routers": {}})])
+def test_a_result_without_metrics_is_not_written_as_a_baseline(tmp_path, kind, metrics):
+    res = write_result(tmp_path / "res" / kind, kind, metrics)
+    (tmp_path / "ci").mkdir()
+    refused_cleanly(["check", res, "--baseline", tmp_path / "ci" / "b.json", "--write-baseline"],
+                    [tmp_path / "res", tmp_path / "ci"], "metrics.json", "no metric")
