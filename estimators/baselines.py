@@ -45,6 +45,15 @@ RHO_MAX = 0.999
 RHO_MAX_MG = 0.95  # lps-mg: beyond it an EWMA rho cannot tell overload from noise (module docstring)
 
 
+def nonnegative(seconds: float) -> float:
+    """A time estimate floored at 0 (NaN passes through as "no estimate").
+    A waiting time is never negative, but a profile's fitted terms may make
+    a batch's time negative outside the range they were fitted on (a
+    negative curvature term, a request-level fit's offsets): issue 11 saw
+    negative TTFTs. Every estimator's value goes through this."""
+    return 0.0 if seconds < 0 else seconds
+
+
 def outstanding_prefill_tokens(snap: Snapshot, cache_aware: bool = False) -> int:
     """Prompt (and recompute) tokens of residents not yet computed or in
     flight; ``cache_aware``: minus the cached prefix of those not started."""
@@ -78,7 +87,7 @@ class Throughput:
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
         work = outstanding_prefill_tokens(snap, self.cache_aware) + query_prompt(snap, q, self.cache_aware)
-        return (work / self.theta + self.decode) * self.speed + self.overhead
+        return nonnegative((work / self.theta + self.decode) * self.speed + self.overhead)
 
 
 class LPS:
@@ -107,7 +116,8 @@ class LPS:
             wait = self._wait(snap.arrival_rate if self.online else self.arrival_rate, self.speed)
         else:
             wait = self.wait
-        return wait + (query_prompt(snap, q, self.cache_aware) / self.theta + self.decode) * self.speed + self.overhead
+        return nonnegative(wait + (query_prompt(snap, q, self.cache_aware) / self.theta + self.decode) * self.speed
+                           + self.overhead)
 
 
 class LPSMG:
@@ -123,7 +133,8 @@ class LPSMG:
         m = self.m * self.speed
         rho = min(snap.arrival_rate * m / self.k, RHO_MAX_MG)
         wq = rho**self.k * (m / self.k) * (1.0 + self.c2) / (2.0 * (1.0 - rho))
-        return wq + (query_prompt(snap, q, self.cache_aware) / self.theta + self.decode) * self.speed + self.overhead
+        return nonnegative(wq + (query_prompt(snap, q, self.cache_aware) / self.theta + self.decode) * self.speed
+                           + self.overhead)
 
 
 class QueueLength:
@@ -134,7 +145,7 @@ class QueueLength:
         self.b0, self.b1, self.overhead = b0, b1, frontend_overhead_s
 
     def estimate(self, snap: Snapshot, q: Query) -> float:
-        return max(self.b0 + self.b1 * snap.residents, 1e-6) * self.speed + self.overhead
+        return nonnegative(max(self.b0 + self.b1 * snap.residents, 1e-6) * self.speed + self.overhead)
 
 
 def fit_queue(residents: np.ndarray, ttft: np.ndarray) -> dict:

@@ -36,7 +36,7 @@ STALL_EXCESS_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 Z10 = NormalDist().inv_cdf(0.9)  # 1.2816: half the p10-p90 width of N(0, 1)
 
 
-def _scaled(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def scale_columns(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Columns scaled to unit max so terms of 1e-13 and 1e-3 condition alike."""
     scale = np.abs(X).max(axis=0)
     scale[scale == 0] = 1.0
@@ -48,7 +48,7 @@ def _robust_scale(r: np.ndarray) -> float:
 
 
 def least_squares(A: np.ndarray, b: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    As, scale = _scaled(A)
+    As, scale = scale_columns(A)
     if w is not None:
         sw = np.sqrt(w)
         As, b = As * sw[:, None], b * sw

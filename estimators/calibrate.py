@@ -1,7 +1,24 @@
 """Calibration of batch-time profiles from recorded (or simulated) steps:
 pool the steps of one instance from several traces, split them 80/20 at
 random by step (seeded), fit each model form on the 80, score it on the 20,
-and build a profile with its noise model and baseline parameters."""
+and build a profile with its noise model and baseline parameters.
+
+A form is fitted only where the steps determine it, and kept only if the
+fit means something (issue 11: 10 steps gave a negative decode cost and
+then negative TTFTs; identical steps gave R^2 NaN without a word):
+- at least ``MIN_SHAPES_PER_TERM`` distinct batch shapes (rows of the
+  design matrix) per term in the training split, so that each coefficient
+  rests on several batches and the noise percentiles on more than a handful
+  of residuals;
+- its terms independent on these steps: full rank, and a condition number
+  of the column-scaled design matrix under ``MAX_CONDITION`` (the 12 CPU
+  recordings give 23-196);
+- the durations vary (a constant time has no relation to batch shape);
+- after the fit, the terms ``estimators.profile.NONNEGATIVE_TERMS`` names
+  are >= 0, and the model predicts a positive time for every step.
+A form that fails is left out of the comparison (``FormResults.rejected``
+says why); when none is left, calibration is refused with the reasons.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,10 +29,10 @@ import pandas as pd
 
 from estimators.accuracy import error_summary
 from estimators.batch_features import design_matrix, step_durations
-from estimators.batch_fit import BatchFit, fit_batch_model
+from estimators.batch_fit import BatchFit, fit_batch_model, scale_columns
 from estimators.derived import lps_params, pooled_lps, request_params, throughput_params
 from estimators.drift import speed_baseline
-from estimators.profile import BatchTimeProfile
+from estimators.profile import BatchTimeProfile, negative_coefficient
 from traces.errors import BadInput
 from traces.store import open_trace
 
@@ -28,6 +45,11 @@ class CalibrationConfig:
     seed: int = 0
     loss: str = "relative"
     instance: str | None = None
+
+
+MIN_SHAPES_PER_TERM = 5
+MAX_CONDITION = 1e6
+SAME_TIME = 1e-9  # relative spread of durations under which every step took the same time
 
 
 @dataclass
@@ -94,20 +116,72 @@ def _score(X: np.ndarray, y: np.ndarray, fit: BatchFit) -> dict:
     return out
 
 
-def fit_forms(steps: pd.DataFrame, cfg: CalibrationConfig) -> dict[str, FormResult]:
+class FormResults(dict):
+    """The admissible forms' results by name; ``rejected`` maps each form
+    left out to the reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rejected: dict[str, str] = {}
+
+
+def underdetermined(X: np.ndarray, form: str) -> str | None:
+    """Why the steps of ``X`` cannot determine ``form``'s coefficients, or None."""
+    n_terms = X.shape[1]
+    shapes = len(np.unique(X, axis=0))
+    need = MIN_SHAPES_PER_TERM * n_terms
+    if shapes < need:
+        return (f"{shapes} distinct batch shapes in the training split, its {n_terms} terms need at least {need} "
+                f"({MIN_SHAPES_PER_TERM} per term)")
+    scaled, _ = scale_columns(X)
+    rank = int(np.linalg.matrix_rank(scaled))
+    if rank < n_terms:
+        return f"its terms are collinear on these steps (rank {rank} of {n_terms})"
+    cond = float(np.linalg.cond(scaled))
+    if not cond <= MAX_CONDITION:
+        return f"ill-conditioned on these steps (condition number {cond:.3g} > {MAX_CONDITION:g})"
+    return None
+
+
+def inadmissible(form: str, X: np.ndarray, fit: BatchFit) -> str | None:
+    """Why a fitted form is no model of step time, or None."""
+    bad = negative_coefficient(form, fit.coef)
+    if bad is not None:
+        return f"coefficient {bad[0]} = {bad[1]:.3g} is negative (the model needs it >= 0)"
+    typical = X @ fit.coef
+    n_bad = int(np.sum(~(typical > 0)))
+    if n_bad:
+        return f"it predicts a time <= 0 for {n_bad} of the {len(typical)} steps"
+    return None
+
+
+def fit_forms(steps: pd.DataFrame, cfg: CalibrationConfig) -> FormResults:
+    source = steps["trace"].iloc[0] if "trace" in steps and len(steps) else "steps"
     y = step_durations(steps)
-    bad = np.flatnonzero(~(y > 0))
+    bad = np.flatnonzero(~(y > 0) | ~np.isfinite(y))
     if bad.size:
         raise BadInput(steps["trace"].iloc[bad[0]] if "trace" in steps else "steps", int(bad[0]) + 1, "end_s",
-                       "step duration is not positive")
+                       "step duration is not a positive finite number")
+    if len(y) and np.ptp(y) <= SAME_TIME * np.max(y):  # (end - start) of equal steps differs in the last bits
+        raise BadInput(source, None, "steps", f"every step took the same time ({y[0]:.6g} s): there is no relation "
+                       "between batch and time to fit")
     test = holdout_mask(len(y), cfg.holdout, cfg.seed)
-    results = {}
+    results = FormResults()
     for form in cfg.forms:
         X = design_matrix(steps, form)
-        fit = fit_batch_model(X[~test], y[~test], loss=cfg.loss, stall_pct=cfg.stall_pct)
+        problem = underdetermined(X[~test], form)
+        if problem is None:
+            fit = fit_batch_model(X[~test], y[~test], loss=cfg.loss, stall_pct=cfg.stall_pct)
+            problem = inadmissible(form, X, fit)
+        if problem is not None:
+            results.rejected[form] = problem
+            continue
         train = _score(X[~test], y[~test], fit)
         train["stall_rate"] = fit.noise.p_stall
         results[form] = FormResult(form, fit, train, _score(X[test], y[test], fit))
+    if not results:
+        reasons = "; ".join(f"{form}: {why}" for form, why in results.rejected.items())
+        raise BadInput(source, None, "steps", f"cannot calibrate on these {len(y)} steps ({reasons})")
     return results
 
 

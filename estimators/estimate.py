@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from estimators.accuracy import error_by_cached_share, error_summary
-from estimators.baselines import LPS, LPSMG, QueueLength, Throughput
+from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegative
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.profile import BatchTimeProfile
 from estimators.sfs import SFS
@@ -213,9 +213,10 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                     warmup_us[est.name] = warmup_us.get(est.name, 0.0) + (time.perf_counter_ns() - t0) / 1e3
                     warm.add(est.name)
                 t0 = time.perf_counter_ns()
-                value = est.estimate(snap, q)
+                value = nonnegative(est.estimate(snap, q))  # SFS and plug-ins included
                 dt = (time.perf_counter_ns() - t0) / 1e3
-                qs = est.last_dist(np.inf)[1:4] if hasattr(est, "last_dist") else (np.nan, np.nan, np.nan)
+                qs = (tuple(nonnegative(v) for v in est.last_dist(np.inf)[1:4]) if hasattr(est, "last_dist")
+                      else (np.nan, np.nan, np.nan))
                 rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt, *qs, share[idx]))
                 if est.name == "sfs":
                     f = ft[idx]

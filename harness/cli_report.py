@@ -14,10 +14,13 @@ from reports.check import (
     flatten,
     intervals,
     load_baseline,
+    parse_tolerances,
     speed_drift_violations,
 )
 from reports.render import build_report
 from reports.results import load_result
+from traces.errors import BadInput, BadOption
+from traces.jsonio import dump_json
 from traces.outputs import StagedDir, atomic_write_text
 
 
@@ -41,20 +44,6 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
     click.echo(f"wrote {out / 'index.html'}")
     if info.get("interactive"):
         click.echo(f"wrote {out / 'interactive.html'}")
-
-
-def _tolerances(items: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            v = float(value)
-        except ValueError:
-            v = -1.0
-        if not sep or not name or v < 0:
-            raise click.BadParameter(f"expected METRIC=FRACTION (>= 0), got {item!r}", param_hint="--tolerance")
-        out[name.strip()] = v
-    return out
 
 
 @click.command()
@@ -82,30 +71,39 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     \b
     Examples:
       latroute check est-d1 --baseline ci/est-d1.json --write-baseline
-      latroute check est-d1 --baseline ci/est-d1.json --tolerance sfs.mape=0.02
+      latroute check est-d1 --baseline ci/est-d1.json --tolerance estimators.sfs.mape=0.02
+      latroute check est-d1 --baseline ci/est-d1.json --tolerance '*.p99_ape=0.2'   # a glob: every p99 APE
       latroute check est-d1c --max-speed-drift 0.1
     """
     if baseline is None and (max_speed_drift is None or write_baseline):
-        raise click.UsageError("give --baseline (or only --max-speed-drift)")
+        raise BadOption("--baseline", "give --baseline (or only --max-speed-drift)")
     res = load_result(result)
     drifted = [] if max_speed_drift is None else speed_drift_violations(res, max_speed_drift)
-    for line in drifted:
-        click.echo(f"DRIFT {line}")
     if baseline is None:
+        for line in drifted:
+            click.echo(f"DRIFT {line}")
         click.echo(f"{len(drifted)} instance(s) drifted" if drifted else "no instance drifted beyond "
                    f"{100 * max_speed_drift:g}%")
         sys.exit(1 if drifted else 0)
-    over = _tolerances(tolerances)
+    current = flatten(res)
+    if write_baseline and not current:
+        raise BadInput(res.path / "metrics.json", None, "metrics",
+                       f"no metric of a {res.kind} result to gate: a baseline of it would be refused")
     if write_baseline:
+        parse_tolerances(tolerances, set(current))
         atomic_write_text(baseline, json.dumps(baseline_doc(res), indent=2) + "\n")
         click.echo(f"wrote baseline {baseline} ({len(flatten(res))} metrics)")
         return
+    # everything is read and checked before anything is printed: a refusal is one line
     base = load_baseline(baseline)
     check_kind(base, res, baseline)
-    rows = compare(base["metrics"], flatten(res), over, intervals(res) if use_interval else None)
+    over = parse_tolerances(tolerances, set(base["metrics"]) | set(current))
+    rows = compare(base["metrics"], current, over, intervals(res) if use_interval else None)
     bad = [r for r in rows if r.verdict in ("REGRESSED", "missing")]
+    for line in drifted:  # on stderr under --json, so that stdout stays one JSON document
+        click.echo(f"DRIFT {line}", err=as_json)
     if as_json:
-        click.echo(json.dumps([r.__dict__ for r in rows], indent=2))
+        click.echo(dump_json([r.__dict__ for r in rows], indent=2))
     else:
         w = max(len(r.metric) for r in rows) if rows else 10
         click.echo(f"{'metric':<{w}} {'old':>10} {'new':>10} {'change':>8} {'tol':>6}  verdict")

@@ -64,11 +64,15 @@ def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
 @click.argument("sql")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="Output: an aligned table, CSV, or JSON records.")
-def query(trace_dir: Path, sql: str, fmt: str) -> None:
+@click.option("--unsafe", is_flag=True, help="Give the SQL DuckDB's full access (files, COPY, ATTACH, extensions); "
+              "by default it reads the trace's tables and nothing else.")
+def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool) -> None:
     """Run SQL over a trace with DuckDB.
 
-    Views named after the tables present: requests, steps, step_items,
-    preemptions, instances, quality.
+    Tables named after those present: requests, steps, step_items,
+    preemptions, instances, quality. Read-only: the SQL can open no file,
+    database or extension and change no setting (DuckDB enforces it);
+    --unsafe lifts that.
 
     \b
     Examples:
@@ -77,7 +81,7 @@ def query(trace_dir: Path, sql: str, fmt: str) -> None:
     """
     from traces.query import run_query
 
-    df = run_query(open_trace(trace_dir), sql)
+    df = run_query(open_trace(trace_dir), sql, unsafe=unsafe)
     if fmt == "csv":
         df.to_csv(sys.stdout, index=False)
     elif fmt == "json":

@@ -7,52 +7,120 @@ metrics (MAPE, APE quantiles, TTFT) regress when they grow; utilities,
 attainment, AUC and decision agreement regress when they shrink.
 
 Default tolerances (relative change allowed before it counts as a
-regression; override per metric name or suffix with ``--tolerance``):
-errors 5% (MAPE 18% may become 18.9%), utilities/attainment/AUC 2%,
-decision agreement 0 (any lost step fails). The absolute floor 1e-9 keeps
-zero baselines comparable.
+regression; override per metric with ``--tolerance``): errors 5% (MAPE 18%
+may become 18.9%), utilities/attainment/AUC 2%, decision agreement 0 (any
+lost step fails). The absolute floor 1e-9 keeps zero baselines comparable.
+
+A gate must stop what it cannot judge rather than call it "ok", so
+everything it reads is checked before any comparison (issue 11):
+- metrics, baseline values and tolerances are finite numbers (a NaN
+  compares false with everything, so it would pass every test);
+- a baseline carries the ``kind`` of the result it was written from and
+  only metric names that kind produces: a validate baseline cannot check an
+  estimate result;
+- ``--tolerance NAME=FRACTION`` names one metric exactly; a pattern applies
+  to several only when written as a glob (``*.mape``), and a name or
+  pattern that matches no metric is refused (a typo would otherwise leave
+  the default in force without a word);
+- a malformed result (missing keys, wrong types) is refused with the file
+  and the key, never a traceback.
 """
 from __future__ import annotations
 
-import json
+import math
+import re
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
-from reports.results import Result
-from traces.errors import BadInput
+from reports.results import RESULT_KINDS, Result
+from traces.errors import BadInput, BadOption
+from traces.jsonio import read_json
 
 BASELINE_VERSION = 1
 DEFAULT_TOLERANCES = {"error": 0.05, "utility": 0.02, "decision_agreement.rate": 0.0}
 HIGHER_IS_BETTER = ("ontime_utility", "auc_ontime_utility", "auc_slo_attainment", "slo_attainment", "mean_utility",
                     "decision_agreement.rate")
+GLOB_CHARS = "*?["
+
+# the metric names each kind of result flattens to (estimator, router and rate
+# keys may themselves hold dots: plug-ins are module paths, rates are floats)
+METRIC_NAMES: dict[str, tuple[str, ...]] = {
+    "estimate": (r"estimators\..+\.(mape|median_ape|p90_ape|p99_ape)", r"sfs_attribution\.trajectory_error"),
+    "validate": (r"ttft\.(mape|median_ape|p90_ape)", r"decision_agreement\.rate"),
+    "replay": (r"ontime_utility", r"slo_attainment", r"mean_utility", r"ttft_p90_s"),
+    "sweep": (r"routers\..+\.auc_ontime_utility", r"routers\..+\.rate_.+\.(ontime_utility|slo_attainment)"),
+}
+
+
+def _type(v: Any) -> str:
+    return "null" if v is None else {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(v), type(v).__name__)
+
+
+class _Reader:
+    """Typed access to a result's metrics.json: every failure names the file
+    and the dotted key."""
+
+    def __init__(self, file: Path):
+        self.file = file
+
+    def obj(self, v: Any, where: str) -> dict:
+        if not isinstance(v, dict):
+            raise BadInput(self.file, None, where, f"expected an object, got {_type(v)}")
+        return v
+
+    def num(self, v: Any, where: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise BadInput(self.file, None, where, f"expected a number, got {_type(v)}"
+                           + (" (NaN when written): the gate cannot judge it" if v is None else ""))
+        if not math.isfinite(v):
+            raise BadInput(self.file, None, where, f"{v} is not a finite number: the gate cannot judge it")
+        return float(v)
+
+    def opt(self, d: dict, key: str, where: str, out: dict[str, float], name: str) -> None:
+        """``out[name] = d[key]`` when the key is present (absent: not measured)."""
+        if key in d:
+            out[name] = self.num(d[key], where)
 
 
 def flatten(r: Result) -> dict[str, float]:
-    m, out = r.metrics, {}
+    """The gated metrics of ``r`` by name; BadInput on a malformed result."""
+    rd = _Reader(r.path / "metrics.json")
+    m, out = rd.obj(r.metrics, "metrics.json"), {}
     if r.kind == "estimate":
-        for name, s in m.get("estimators", {}).items():
+        for name, s in rd.obj(m.get("estimators", {}), "estimators").items():
+            s = rd.obj(s, f"estimators.{name}")
             for k in ("mape", "median_ape", "p90_ape", "p99_ape"):
-                if s.get(k) is not None:
-                    out[f"estimators.{name}.{k}"] = float(s[k])
-        a = m.get("sfs_attribution") or {}
-        if "trajectory_error" in a:
-            out["sfs_attribution.trajectory_error"] = float(a["trajectory_error"])
+                rd.opt(s, k, f"estimators.{name}.{k}", out, f"estimators.{name}.{k}")
+        a = rd.obj(m.get("sfs_attribution") or {}, "sfs_attribution")
+        rd.opt(a, "trajectory_error", "sfs_attribution.trajectory_error", out, "sfs_attribution.trajectory_error")
     elif r.kind == "validate":
+        if "ttft" not in m:
+            raise BadInput(rd.file, None, "ttft", "missing (a validate result has TTFT metrics)")
+        ttft = rd.obj(m["ttft"], "ttft")
         for k in ("mape", "median_ape", "p90_ape"):
-            if m["ttft"].get(k) is not None:
-                out[f"ttft.{k}"] = float(m["ttft"][k])
-        if m.get("decision_agreement", {}).get("rate") is not None:
-            out["decision_agreement.rate"] = float(m["decision_agreement"]["rate"])
+            rd.opt(ttft, k, f"ttft.{k}", out, f"ttft.{k}")
+        da = rd.obj(m.get("decision_agreement", {}), "decision_agreement")
+        rd.opt(da, "rate", "decision_agreement.rate", out, "decision_agreement.rate")
     elif r.kind == "replay":
         for k in ("ontime_utility", "slo_attainment", "mean_utility", "ttft_p90_s"):
-            if m.get(k) is not None:
-                out[k] = float(m[k])
+            rd.opt(m, k, k, out, k)
     elif r.kind == "sweep":
-        for key, v in m.get("routers", {}).items():
-            out[f"routers.{key}.auc_ontime_utility"] = float(v["auc_ontime_utility"])
-            for rate, b in v.get("by_rate", {}).items():
-                out[f"routers.{key}.rate_{rate}.ontime_utility"] = float(b["ontime_utility"])
-                out[f"routers.{key}.rate_{rate}.slo_attainment"] = float(b["slo_attainment"])
+        for key, v in rd.obj(m.get("routers", {}), "routers").items():
+            v = rd.obj(v, f"routers.{key}")
+            if "auc_ontime_utility" not in v:
+                raise BadInput(rd.file, None, f"routers.{key}.auc_ontime_utility", "missing")
+            rd.opt(v, "auc_ontime_utility", f"routers.{key}.auc_ontime_utility", out,
+                   f"routers.{key}.auc_ontime_utility")
+            for rate, b in rd.obj(v.get("by_rate", {}), f"routers.{key}.by_rate").items():
+                where = f"routers.{key}.by_rate.{rate}"
+                b = rd.obj(b, where)
+                for k in ("ontime_utility", "slo_attainment"):
+                    if k not in b:
+                        raise BadInput(rd.file, None, f"{where}.{k}", "missing")
+                    rd.opt(b, k, f"{where}.{k}", out, f"routers.{key}.rate_{rate}.{k}")
     return out
 
 
@@ -61,10 +129,17 @@ def intervals(r: Result) -> dict[str, tuple[float, float]]:
     under the names ``flatten`` gives the AUCs."""
     out = {}
     if r.kind == "sweep":
-        for key, v in r.metrics.get("routers", {}).items():
-            ci = (v.get("auc_ontime_utility_ci") or {}).get("ci95")
+        rd = _Reader(r.path / "metrics.json")
+        for key, v in rd.obj(r.metrics.get("routers", {}), "routers").items():
+            where = f"routers.{key}.auc_ontime_utility_ci"
+            ci = rd.obj(rd.obj(v, f"routers.{key}").get("auc_ontime_utility_ci") or {}, where).get("ci95")
             if ci:
-                out[f"routers.{key}.auc_ontime_utility"] = (float(ci[0]), float(ci[1]))
+                if not isinstance(ci, list) or len(ci) != 2:
+                    raise BadInput(rd.file, None, f"{where}.ci95", f"expected [low, high], got {_type(ci)}")
+                lo, hi = rd.num(ci[0], f"{where}.ci95"), rd.num(ci[1], f"{where}.ci95")
+                if lo > hi:
+                    raise BadInput(rd.file, None, f"{where}.ci95", f"low {lo} is above high {hi}")
+                out[f"routers.{key}.auc_ontime_utility"] = (lo, hi)
     return out
 
 
@@ -72,10 +147,44 @@ def higher_is_better(name: str) -> bool:
     return name.endswith(HIGHER_IS_BETTER)
 
 
+def is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in GLOB_CHARS)
+
+
+def parse_tolerances(items: tuple[str, ...] | list[str], names: set[str]) -> dict[str, float]:
+    """``--tolerance NAME=FRACTION`` items, checked against the metric
+    ``names`` being compared: a finite fraction >= 0, each name given once,
+    and each name (or glob) matching at least one metric."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BadOption("--tolerance", f"expected METRIC=FRACTION, got {item!r}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadOption("--tolerance", f"{name}: {text.strip()!r} is not a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise BadOption("--tolerance", f"{name}: {text.strip()} is not a finite fraction >= 0")
+        if name in out:
+            raise BadOption("--tolerance", f"{name} is given twice")
+        matched = [n for n in names if fnmatchcase(n, name)] if is_glob(name) else [n for n in names if n == name]
+        if not matched:
+            hint = "" if is_glob(name) else " (names match exactly; write a glob such as '*.mape' for several)"
+            raise BadOption("--tolerance", f"{name} matches no metric of this check{hint}")
+        out[name] = value
+    return out
+
+
 def tolerance_for(name: str, overrides: dict[str, float]) -> float:
-    for key, value in sorted(overrides.items(), key=lambda kv: -len(kv[0])):
-        if name == key or name.endswith("." + key) or name.endswith(key):
-            return value
+    """An exact name first, then the longest glob that matches, then the
+    default of the metric's family."""
+    if name in overrides and not is_glob(name):
+        return overrides[name]
+    globs = sorted((p for p in overrides if is_glob(p) and fnmatchcase(name, p)), key=lambda p: (-len(p), p))
+    if globs:
+        return overrides[globs[0]]
     if name.endswith("decision_agreement.rate"):
         return DEFAULT_TOLERANCES["decision_agreement.rate"]
     return DEFAULT_TOLERANCES["utility"] if higher_is_better(name) else DEFAULT_TOLERANCES["error"]
@@ -106,6 +215,9 @@ def compare(baseline: dict[str, float], current: dict[str, float], overrides: di
         if new is None:
             rows.append(Row(name, old, None, None, tol, "missing"))
             continue
+        for v in (old, new, tol):
+            if not math.isfinite(v):  # callers validate; a NaN here would pass every comparison below
+                raise ValueError(f"{name}: {v} is not finite")
         judged = new
         if current_ci and name in current_ci:
             lo, hi = current_ci[name]
@@ -118,15 +230,19 @@ def compare(baseline: dict[str, float], current: dict[str, float], overrides: di
     return rows
 
 
+def _kind_of_name(name: str) -> set[str]:
+    return {k for k, pats in METRIC_NAMES.items() if any(re.fullmatch(p, name) for p in pats)}
+
+
 def load_baseline(path: Path) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput(path, None, "baseline", "does not exist (create it with --write-baseline)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(path, None, "baseline", f"cannot be read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise BadInput(path, e.lineno, "baseline", f"not valid JSON ({e.msg})") from None
+    """A baseline file, checked: version, a known ``kind``, finite metrics
+    whose names that kind produces."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(path, None, "baseline", "does not exist (create it with --write-baseline)")
+    if not path.is_file():
+        raise BadInput(path, None, "baseline", "not a regular file")
+    doc = read_json(path, "baseline")
     if not isinstance(doc, dict) or doc.get("baseline_version") != BASELINE_VERSION:
         raise BadInput(path, None, "baseline_version", f"not a latroute baseline (expected version {BASELINE_VERSION})")
     metrics = doc.get("metrics")
@@ -135,13 +251,22 @@ def load_baseline(path: Path) -> dict:
     for k, v in metrics.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise BadInput(path, None, f"metrics.{k}", f"not a number: {v!r}")
+        if not math.isfinite(v):
+            raise BadInput(path, None, f"metrics.{k}", f"{v} is not a finite number")
+    kind = doc.get("kind")
+    if kind not in RESULT_KINDS:
+        raise BadInput(path, None, "kind", f"{kind!r} is not a result kind ({', '.join(RESULT_KINDS)}); "
+                       "rewrite the baseline with --write-baseline")
+    for k in metrics:
+        if kind not in _kind_of_name(k):
+            raise BadInput(path, None, f"metrics.{k}", f"not a metric of a {kind} result")
     return doc
 
 
 def check_kind(baseline: dict, r: Result, baseline_path: Path) -> None:
     """A baseline compares only with a result of its own kind."""
     kind = baseline.get("kind")
-    if kind is not None and kind != r.kind:
+    if kind != r.kind:
         raise BadInput(baseline_path, None, "kind", f"a {kind} baseline cannot check a {r.kind} result ({r.path})")
 
 
@@ -152,11 +277,20 @@ def baseline_doc(r: Result) -> dict:
 def speed_drift_violations(r: Result, max_drift: float) -> list[str]:
     """Instances whose host speed factor (``estimators.drift``, in estimate
     and validate results) is further than ``max_drift`` from 1, either way."""
+    if not math.isfinite(max_drift) or max_drift < 0:
+        raise BadOption("--max-speed-drift", f"{max_drift} is not a finite fraction >= 0")
+    rd = _Reader(r.path / "metrics.json")
     out = []
-    for inst, d in (r.metrics.get("drift") or {}).items():
-        f = d.get("speed_factor")
-        if f is not None and abs(f - 1.0) > max_drift:
-            lo, hi = d.get("ci95", [f, f])
+    for inst, d in rd.obj(r.metrics.get("drift") or {}, "drift").items():
+        d = rd.obj(d, f"drift.{inst}")
+        if d.get("speed_factor") is None:
+            continue
+        f = rd.num(d["speed_factor"], f"drift.{inst}.speed_factor")
+        ci = d.get("ci95", [f, f])
+        if not isinstance(ci, list) or len(ci) != 2:
+            raise BadInput(rd.file, None, f"drift.{inst}.ci95", f"expected [low, high], got {_type(ci)}")
+        lo, hi = rd.num(ci[0], f"drift.{inst}.ci95"), rd.num(ci[1], f"drift.{inst}.ci95")
+        if abs(f - 1.0) > max_drift:
             out.append(f"{inst}: speed factor {f:.3f} (95% CI {lo:.3f}-{hi:.3f}) is more than "
                        f"{100 * max_drift:g}% from its profile {d.get('profile')}")
     return out

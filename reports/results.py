@@ -9,7 +9,6 @@ contain (``schema_version`` 0).
 """
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from traces.errors import BadInput
+from traces.jsonio import read_json
 
 RESULT_KINDS = ("estimate", "validate", "replay", "sweep")
 RESULT_SCHEMA_VERSION = 1
@@ -66,12 +66,10 @@ class Result:
 
 
 def _json(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(path, None, "metrics.json", f"cannot be read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise BadInput(path, e.lineno, "metrics.json", f"not valid JSON ({e.msg})") from None
+    """metrics.json, strictly: NaN and Infinity are refused (traces.jsonio),
+    so no reader (``check`` above all) meets a metric that compares false
+    with everything."""
+    doc = read_json(path, "metrics.json")
     if not isinstance(doc, dict):
         raise BadInput(path, 1, "metrics.json", "not a JSON object")
     return doc
@@ -92,7 +90,8 @@ def kind_of(path: Path) -> str:
         if "kind" in m:
             if m["kind"] not in RESULT_KINDS:
                 raise BadInput(path / "metrics.json", None, "kind", f"unknown result kind {m['kind']!r}")
-            if not isinstance(m.get("schema_version"), int) or m["schema_version"] > RESULT_SCHEMA_VERSION:
+            version = m.get("schema_version")
+            if isinstance(version, bool) or not isinstance(version, int) or version > RESULT_SCHEMA_VERSION:
                 raise BadInput(path / "metrics.json", None, "schema_version",
                                f"{m.get('schema_version')!r} is not one this latroute reads "
                                f"(<= {RESULT_SCHEMA_VERSION})")

@@ -99,7 +99,7 @@ def test_check_passes_identical_and_fails_a_regression(results, tmp_path):
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("estimators.sfs.mape ")][0]
     assert "REGRESSED" in line
     # a wider tolerance for that metric lets it pass
-    assert run_cli("check", worse, "--baseline", base, "--tolerance", "sfs.mape=0.25").exit_code == 0
+    assert run_cli("check", worse, "--baseline", base, "--tolerance", "estimators.sfs.mape=0.25").exit_code == 0
     # utilities regress when they fall
     sb = tmp_path / "sweep.json"
     assert run_cli("check", results / "sweep", "--baseline", sb, "--write-baseline").exit_code == 0
