@@ -183,6 +183,14 @@ class Trace:
                     df[col.name] = df[col.name].astype("int64")
         return df
 
+    def read_requests(self) -> pd.DataFrame:
+        """The whole requests table, checked, and refused when it has no
+        rows: every consumer of a workload needs at least one request."""
+        df = self.read("requests")
+        if df.empty:
+            raise BadInput(self.file("requests"), None, "requests", "no requests (the table has 0 rows)")
+        return df
+
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table present."""
         con = duckdb.connect(":memory:")
