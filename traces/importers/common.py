@@ -52,13 +52,16 @@ def csv_header(path: Path) -> list[str]:
         row = next(csv.reader(f), None)
     if not row:
         raise BadInput(path, 1, "header", "empty header line")
-    header = [c.strip() for c in row]
+    return [c.strip() for c in row]
+
+
+def refuse_duplicate_columns(path: Path, header: list[str]) -> None:
+    """A header naming a column twice is ambiguous (which one is the data?)."""
     seen: set[str] = set()
     for name in header:
         if name in seen:
             raise BadInput(path, 1, name, "duplicate column in the header")
         seen.add(name)
-    return header
 
 
 def require_columns(path: Path, header: list[str], needed: list[str]) -> None:
@@ -68,6 +71,7 @@ def require_columns(path: Path, header: list[str], needed: list[str]) -> None:
 
 
 _LINE_RE = re.compile(r"line (\d+)")
+_CONSTANT_RE = re.compile(r'"([^"\\]{1,100})"\s*:\s*(-?Infinity|NaN)\b')
 
 
 def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
@@ -79,6 +83,7 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
     """
     header = csv_header(path)
     require_columns(path, header, columns)
+    refuse_duplicate_columns(path, header)
     line = 2
     got_rows = False
     try:
@@ -219,6 +224,10 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict, int]]:
             try:
                 rec = parse_json(text, path, "line")
             except BadInput as e:  # the line of the file, not of the one-line document
+                m = _CONSTANT_RE.search(text)
+                if m:  # name the field that holds the NaN / Infinity
+                    raise BadInput(path, line, m.group(1), f"not a number: {m.group(2)} "
+                                                           "(strict JSON has no NaN or Infinity)") from None
                 raise BadInput(path, line, "line", e.reason) from None
             if not isinstance(rec, dict):
                 raise BadInput(path, line, "line", "not a JSON object")
