@@ -164,7 +164,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
         source_arrivals(arrivals_from)
     if lengths_from is not None:  # its lengths read and checked against the schema now, not mid-write
         from traces.store import open_trace
-        open_trace(lengths_from).read_requests()
+        open_trace(lengths_from).read("requests")
     spec = ArrivalSpec(kind=arrival, rate=rate or 1.0, burst_ratio=burst_ratio, high_fraction=high_fraction,
                        correlation_s=correlation_s, burstiness=burstiness)
     try:

@@ -553,3 +553,13 @@ def test_every_real_recording_imports(tmp_path):
         assert res.exit_code == 0, (src.name, res.output)
         steps = pq.read_table(tmp_path / "t" / src.name / "steps.parquet").to_pandas()
         assert (np.diff(steps["start_s"].to_numpy()) >= 0).all()
+
+
+@pytest.mark.parametrize("text", ["alpaca=inf", "alpaca=nan", "alpaca=1e308,govreport=1e308", "alpaca=-1",
+                                  "alpaca=0", "alpaca=x", "nosuch=1", "alpaca"])
+def test_task_mix_refused(text):
+    """A weight that is not a finite number would normalise to NaN weights."""
+    from traces.tasks import parse_mix
+
+    with pytest.raises(ValueError):
+        parse_mix(text)

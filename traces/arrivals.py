@@ -152,7 +152,7 @@ def source_arrivals(path) -> np.ndarray:
     from traces.store import open_trace
 
     trace = open_trace(path)
-    times = trace.read_requests()["arrival_s"].to_numpy(dtype=np.float64)
+    times = trace.read("requests")["arrival_s"].to_numpy(dtype=np.float64)
     unknown = np.flatnonzero(np.isnan(times))
     if unknown.size:
         raise BadInput(trace.file("requests"), int(unknown[0]) + 1, "arrival_s",

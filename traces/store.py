@@ -177,18 +177,12 @@ class Trace:
                 schema = TableSchema(schema.name, tuple(c for c in schema.columns if c.name in columns),
                                      schema.sorted_by if schema.sorted_by in columns else None)
             validate_frame(df, schema, str(path))
+            if name == "requests" and df.empty:  # every consumer of a workload needs one request
+                raise BadInput(path, None, "requests", "no requests (the table has 0 rows)")
             for col in schema.columns:  # unsigned or narrower ints, now known to fit: int64 as the schema says
                 if col.name in df and pa.types.is_integer(col.type) and df[col.name].dtype.kind in "iu" \
                         and df[col.name].dtype != "int64":
                     df[col.name] = df[col.name].astype("int64")
-        return df
-
-    def read_requests(self) -> pd.DataFrame:
-        """The whole requests table, checked, and refused when it has no
-        rows: every consumer of a workload needs at least one request."""
-        df = self.read("requests")
-        if df.empty:
-            raise BadInput(self.file("requests"), None, "requests", "no requests (the table has 0 rows)")
         return df
 
     def connect(self) -> duckdb.DuckDBPyConnection:
