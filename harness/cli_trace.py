@@ -163,6 +163,12 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
         raise BadOption("--burstiness", str(e)) from None
     if arrivals_from is not None and burstiness != 1.0:
         raise BadOption("--burstiness", "cannot reshape arrivals taken from --arrivals-from")
+    if arrivals_from is not None:  # refused before any work: unknown (null) arrivals would be written as NaN
+        from traces.arrivals import source_arrivals
+        source_arrivals(arrivals_from)
+    if lengths_from is not None:  # its lengths read and checked against the schema now, not mid-write
+        from traces.store import open_trace
+        open_trace(lengths_from).read("requests")
     spec = ArrivalSpec(kind=arrival, rate=rate or 1.0, burst_ratio=burst_ratio, high_fraction=high_fraction,
                        correlation_s=correlation_s, burstiness=burstiness)
     try:

@@ -12,12 +12,13 @@ fields take its defaults.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from estimators.engine.config import InstanceConfig
 from traces.errors import BadInput
+from traces.jsonio import read_json
+from traces.limits import shown
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
     path = Path(key)
     if not path.is_file():
         raise BadInput(path, None, "pool", f"no such file and not a built-in pool (built-in: {', '.join(BUILTIN_POOLS)})")
-    try:
-        doc = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadInput(path, None, "pool", "not valid JSON") from None
+    doc = read_json(path, "pool")
     if not isinstance(doc, dict) or not isinstance(doc.get("instances"), list) or not doc["instances"]:
         raise BadInput(path, None, "instances", "missing or empty list")
     known = {f.name for f in fields(InstanceConfig)}
@@ -81,5 +79,17 @@ def load_pool(name_or_path: str | Path) -> Pool:
             instances.append(InstanceConfig(**inst))
         except (TypeError, ValueError) as e:
             raise BadInput(path, i, "instances", str(e)) from None
-    return Pool(name=str(doc.get("name", path.stem)), instances=tuple(instances),
-                frontend_overhead_s=float(doc.get("frontend_overhead_s", 0.0)), notes=doc.get("notes") or {})
+    ids = [c.instance_id for c in instances]
+    for i, iid in enumerate(ids, start=1):
+        if ids.index(iid) != i - 1:
+            raise BadInput(path, i, "instance_id", f"duplicate instance id {iid!r}")
+    overhead = doc.get("frontend_overhead_s", 0.0)
+    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead <= 3600:
+        raise BadInput(path, None, "frontend_overhead_s", f"must be seconds in [0, 3600], got {shown(overhead)}")
+    name = doc.get("name", path.stem)
+    if not isinstance(name, str):
+        raise BadInput(path, None, "name", f"must be a string, got {shown(name)}")
+    notes = doc.get("notes") or {}
+    if not isinstance(notes, dict):
+        raise BadInput(path, None, "notes", "must be an object")
+    return Pool(name=name, instances=tuple(instances), frontend_overhead_s=float(overhead), notes=notes)

@@ -141,3 +141,21 @@ def generate_arrivals(spec: ArrivalSpec, rng: np.random.Generator, n: int | None
         shape, scale = spec.burstiness, 1.0 / (spec.rate * spec.burstiness)
         return _renewal(rng, lambda k: rng.gamma(shape, scale, k), 1.0 / spec.rate, n, duration)
     return mmpp_path(spec, rng, n, duration).times
+
+
+def source_arrivals(path) -> np.ndarray:
+    """The arrival times of a trace given to ``--arrivals-from``, refused
+    (BadInput naming the row) when any is unknown: a trace imported without
+    send times (meta.json ``arrivals: unknown``, null ``arrival_s``) has no
+    arrivals to reuse, and copying its nulls would write NaN arrivals."""
+    from traces.errors import BadInput
+    from traces.store import open_trace
+
+    trace = open_trace(path)
+    times = trace.read("requests")["arrival_s"].to_numpy(dtype=np.float64)
+    unknown = np.flatnonzero(np.isnan(times))
+    if unknown.size:
+        raise BadInput(trace.file("requests"), int(unknown[0]) + 1, "arrival_s",
+                       f"{unknown.size} of {times.size} arrival times are unknown (null; meta.json arrivals: "
+                       f"{trace.meta.get('arrivals', '?')}): nothing to take arrivals from")
+    return times

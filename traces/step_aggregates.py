@@ -58,4 +58,25 @@ def step_aggregates(items: pd.DataFrame) -> pd.DataFrame:
     terms = item_terms(items["tokens"].to_numpy(), items["computed_before"].to_numpy(), items["prompt_tokens"].to_numpy())
     frame = pd.DataFrame({"instance_id": items["instance_id"].to_numpy(), "step": items["step"].to_numpy(), **terms})
     out = frame.groupby(["instance_id", "step"], sort=True, observed=True).sum().reset_index()
+    _refuse_overflow(items, out)
     return out
+
+
+def _refuse_overflow(items: pd.DataFrame, out: pd.DataFrame) -> None:
+    """int64 sums wrap silently: recompute them in float64 (exact enough to
+    see a sum near 2**63) and raise OverflowError where one does not fit.
+    Counts within traces.limits.MAX_TOKENS keep every term below 2**50, so
+    this takes more than 8,000 huge sequences in one step."""
+    t = np.asarray(items["tokens"], dtype=np.float64)
+    c = np.asarray(items["computed_before"], dtype=np.float64)
+    big = np.maximum(t, c)
+    if not len(big) or float((big * big).max()) * 4 < 2.0**62 / max(len(big), 1):
+        return  # every term is small enough that no sum of them can reach 2**62
+    wide = pd.DataFrame({"instance_id": items["instance_id"].to_numpy(), "step": items["step"].to_numpy(),
+                         "sq": big * big + t * c + t * t})
+    sums = wide.groupby(["instance_id", "step"], sort=True, observed=True)["sq"].sum().to_numpy()
+    bad = np.flatnonzero(sums >= 2.0**62)
+    if bad.size:
+        row = out.iloc[int(bad[0])]
+        raise OverflowError(f"step {row['step']}: the squared token counts of its items sum beyond int64 "
+                            f"(tokens per item are at most {2**24} by traces.limits.MAX_TOKENS)")

@@ -8,7 +8,6 @@ or a refused input never leaves a half-written trace behind.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces.errors import BadInput
+from traces.jsonio import dump_json, read_json
 from traces.outputs import StagedDir
 from traces.schema import SCHEMA_VERSION, TABLES, TableSchema, to_arrow, validate_frame
 
@@ -110,7 +110,7 @@ class TraceWriter:
             **self.meta,
             "tables": dict(sorted(self.rows.items())),
         }
-        (self.tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+        (self.tmp / META).write_text(dump_json(meta, indent=2, sort_keys=False, default=str) + "\n")
         self.staged.commit()
 
 
@@ -124,10 +124,10 @@ class Trace:
             raise BadInput(self.path, None, "trace", "not a directory")
         if not meta_path.is_file():
             raise BadInput(meta_path, None, "meta.json", "missing: not a latroute trace directory")
-        try:
-            self.meta: dict[str, Any] = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadInput(meta_path, getattr(e, "lineno", None), "meta.json", f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+        meta = read_json(meta_path, "meta.json")
+        if not isinstance(meta, dict):
+            raise BadInput(meta_path, None, "meta.json", f"not a JSON object (a {_json_kind(meta)})")
+        self.meta: dict[str, Any] = meta
         version = self.meta.get("schema_version")
         if version != SCHEMA_VERSION:
             raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")
@@ -142,11 +142,17 @@ class Trace:
         return table_path(self.path, name)
 
     def parquet(self, name: str) -> pq.ParquetFile:
+        """The table's Parquet file, refused unless its columns are the
+        schema's: every required column present, each of a compatible type
+        (so another table's file, or a string-typed count, is named here
+        rather than failing later)."""
         path = self.file(name)
         try:
-            return pq.ParquetFile(path)
+            pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})") from None
+        check_arrow_schema(pf.schema_arrow, TABLES[name], path)
+        return pf
 
     def columns(self, name: str) -> list[str]:
         return self.parquet(name).schema_arrow.names
@@ -171,6 +177,12 @@ class Trace:
                 schema = TableSchema(schema.name, tuple(c for c in schema.columns if c.name in columns),
                                      schema.sorted_by if schema.sorted_by in columns else None)
             validate_frame(df, schema, str(path))
+            if name == "requests" and df.empty:  # every consumer of a workload needs one request
+                raise BadInput(path, None, "requests", "no requests (the table has 0 rows)")
+            for col in schema.columns:  # unsigned or narrower ints, now known to fit: int64 as the schema says
+                if col.name in df and pa.types.is_integer(col.type) and df[col.name].dtype.kind in "iu" \
+                        and df[col.name].dtype != "int64":
+                    df[col.name] = df[col.name].astype("int64")
         return df
 
     def connect(self) -> duckdb.DuckDBPyConnection:
@@ -181,6 +193,42 @@ class Trace:
             lit = str(self.file(name).resolve()).replace("'", "''")
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{lit}')")
         return con
+
+
+def _json_kind(doc: Any) -> str:
+    return "null" if doc is None else {list: "list", str: "string", bool: "boolean"}.get(type(doc), "number")
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if pa.types.is_dictionary(actual):
+        actual = actual.value_type
+    if pa.types.is_integer(expected):  # floats are checked to be exact whole numbers when read
+        return pa.types.is_integer(actual) or pa.types.is_floating(actual) or pa.types.is_null(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_integer(actual) or pa.types.is_floating(actual) or pa.types.is_null(actual)
+    if pa.types.is_string(expected):
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_null(actual)
+    if pa.types.is_boolean(expected):
+        return pa.types.is_boolean(actual) or pa.types.is_null(actual)
+    if pa.types.is_list(expected):
+        return ((pa.types.is_list(actual) or pa.types.is_large_list(actual))
+                and pa.types.is_integer(actual.value_type)) or pa.types.is_null(actual)
+    return actual == expected
+
+
+def check_arrow_schema(arrow: pa.Schema, schema: TableSchema, path: Path) -> None:
+    """Refuse a Parquet file whose columns do not match ``schema``."""
+    names = arrow.names
+    for name in names:
+        if names.count(name) > 1:
+            raise BadInput(path, None, name, "duplicate column")
+    for name in schema.required:
+        if name not in names:
+            raise BadInput(path, None, name, f"missing column (is this the {schema.name} table?)")
+    for fld in arrow:
+        col = schema.by_name.get(fld.name)
+        if col is not None and not _compatible(fld.type, col.type):
+            raise BadInput(path, None, fld.name, f"column of type {fld.type}, expected {col.type}")
 
 
 def open_trace(path: str | Path) -> Trace:

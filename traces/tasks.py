@@ -52,8 +52,8 @@ def parse_mix(text: str) -> dict[str, float]:
             w = float(value)
         except ValueError:
             raise ValueError(f"weight of {name!r} is not a number: {value!r}") from None
-        if not w >= 0:
-            raise ValueError(f"weight of {name!r} must be >= 0")
+        if not 0 <= w <= 1e12:  # NaN and inf too: normalising them gives NaN weights
+            raise ValueError(f"weight of {name!r} must be a number in [0, 1e12], got {value.strip()!r}")
         mix[name] = w
     total = sum(mix.values())
     if not mix or total <= 0:

@@ -40,14 +40,25 @@ from estimators.engine.layout import (
     C_WATERMARK,
     NC,
 )
+from traces.limits import MAX_ENGINE, shown
 
 POLICIES = {"vllm-v1": 0, "sarathi": 1, "vllm-v0": 2}
 DEFAULT_WATERMARK = {"vllm-v1": 0.0, "sarathi": 0.01, "vllm-v0": 0.01}
 
 
-def meta(doc: str = "", required: bool = False, nullable: bool = True, nonneg: bool = True) -> dict:
+def meta(doc: str = "", required: bool = False, nullable: bool = True, nonneg: bool = True, positive: bool = False,
+         choices: tuple[str, ...] | None = None) -> dict:
     """Column metadata of a field in the ``instances`` table."""
-    return {"doc": doc, "required": required, "nullable": nullable, "nonneg": nonneg}
+    return {"doc": doc, "required": required, "nullable": nullable, "nonneg": nonneg, "positive": positive,
+            "choices": choices}
+
+
+def _setting(doc: str = "", required: bool = True, nullable: bool = False) -> dict:
+    """An engine count the kernel divides or allocates by: a positive int."""
+    return meta(doc, required=required, nullable=nullable, positive=True)
+
+
+POSITIVE_SETTINGS = ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_model_len")
 
 
 @dataclass(frozen=True)
@@ -58,16 +69,17 @@ class InstanceConfig:
     model: str = field(default="", metadata=meta(required=True, nullable=False))
     gpus: int = field(default=1, metadata=meta("accelerators used (0 = CPU)", required=True, nullable=False))
     policy: str = field(default="vllm-v1", metadata=meta("vllm-v1 | sarathi | vllm-v0", required=True,
-                                                         nullable=False))
-    max_num_batched_tokens: int = field(default=2048, metadata=meta(required=True, nullable=False))
-    max_num_seqs: int = field(default=256, metadata=meta(required=True, nullable=False))
-    block_size: int = field(default=16, metadata=meta(required=True, nullable=False))
-    num_kv_blocks: int = field(default=20_000, metadata=meta(required=True, nullable=False))
+                                                         nullable=False, choices=tuple(POLICIES)))
+    max_num_batched_tokens: int = field(default=2048, metadata=_setting())
+    max_num_seqs: int = field(default=256, metadata=_setting())
+    block_size: int = field(default=16, metadata=_setting())
+    num_kv_blocks: int = field(default=20_000, metadata=_setting())
     price_in: float = field(default=0.0, metadata=meta("USD per million prompt tokens", required=True))
     price_out: float = field(default=0.0, metadata=meta("USD per million output tokens", required=True))
     profile: str = field(default="", metadata=meta("batch-time profile name or path", required=True))
     long_prefill_token_threshold: int = field(default=0, metadata=meta("0 = off"))
-    max_model_len: int = field(default=40960, metadata=meta("requests finish when prompt + output reach it"))
+    max_model_len: int = field(default=40960, metadata=meta("requests finish when prompt + output reach it; "
+                                                            "0 or empty = 40960"))
     chunked_prefill: bool = field(default=True, metadata=meta())
     watermark: float | None = field(default=None, metadata=meta(
         "fraction of KV blocks kept free at admission; empty = the policy's (V1 0, Sarathi and V0 1%)"))
@@ -81,13 +93,26 @@ class InstanceConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
-        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_kv_blocks", "max_model_len"):
+        for name in POSITIVE_SETTINGS:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.watermark is not None and not 0.0 <= self.watermark < 1.0:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v <= MAX_ENGINE:
+                raise ValueError(f"{name} must be a whole number in [1, {MAX_ENGINE}], got {shown(v)}")
+        for name in ("gpus", "long_prefill_token_threshold"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= MAX_ENGINE:
+                raise ValueError(f"{name} must be a whole number in [0, {MAX_ENGINE}], got {shown(v)}")
+        for name in ("price_in", "price_out"):  # NaN: unknown (recordings); never negative or infinite
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isinf(v) or v < 0:
+                raise ValueError(f"{name} must be a non-negative number, got {shown(v)}")
+        for name in ("instance_id", "model", "profile"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {shown(getattr(self, name))}")
+        if self.watermark is not None and (isinstance(self.watermark, bool) or not isinstance(self.watermark, (int, float))
+                                           or not 0.0 <= self.watermark < 1.0):
             raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
-        if self.host_speed is not None and not (math.isfinite(self.host_speed) and self.host_speed > 0):
+        if self.host_speed is not None and (isinstance(self.host_speed, bool) or not isinstance(self.host_speed, (int, float))
+                                            or not (math.isfinite(self.host_speed) and self.host_speed > 0)):
             raise ValueError(f"host_speed must be a positive number, got {self.host_speed!r}")
 
     @property

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from traces.importers.common import ImportOptions, RequestSink, csv_chunks, numeric
+from traces.limits import MAX_EPOCH_S
 from traces.store import TraceWriter
 
 COLUMNS = ["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"]
@@ -27,7 +28,7 @@ def import_burstgpt(src: Path, writer: TraceWriter, opts: ImportOptions) -> list
         sink = RequestSink(tw, src, {"arrival_s": "Timestamp", "prompt_tokens": "Request tokens",
                                      "output_tokens": "Response tokens"})
         for chunk, lines in csv_chunks(src, COLUMNS, opts.chunk_rows, opts.progress):
-            ts = numeric(chunk, "Timestamp", src, lines, integer=False)
+            ts = numeric(chunk, "Timestamp", src, lines, integer=False, maximum=MAX_EPOCH_S)
             prompt = numeric(chunk, "Request tokens", src, lines)
             output = numeric(chunk, "Response tokens", src, lines)
             model = chunk["Model"].fillna("").astype(str).str.strip().to_numpy()

@@ -7,7 +7,7 @@ Memory stays bounded by the chunk size whatever the source size.
 from __future__ import annotations
 
 import csv
-import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
+from traces.jsonio import parse_json
+from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
 from traces.schema import REQUESTS, validate_frame
 from traces.store import TableWriter
 
@@ -53,6 +55,15 @@ def csv_header(path: Path) -> list[str]:
     return [c.strip() for c in row]
 
 
+def refuse_duplicate_columns(path: Path, header: list[str]) -> None:
+    """A header naming a column twice is ambiguous (which one is the data?)."""
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise BadInput(path, 1, name, "duplicate column in the header")
+        seen.add(name)
+
+
 def require_columns(path: Path, header: list[str], needed: list[str]) -> None:
     for name in needed:
         if name not in header:
@@ -60,6 +71,7 @@ def require_columns(path: Path, header: list[str], needed: list[str]) -> None:
 
 
 _LINE_RE = re.compile(r"line (\d+)")
+_CONSTANT_RE = re.compile(r'"([^"\\]{1,100})"\s*:\s*(-?Infinity|NaN)\b')
 
 
 def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
@@ -71,6 +83,7 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
     """
     header = csv_header(path)
     require_columns(path, header, columns)
+    refuse_duplicate_columns(path, header)
     line = 2
     got_rows = False
     try:
@@ -104,27 +117,45 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
 
 
 def numeric(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray, integer: bool = True,
-            nonneg: bool = True, name: str | None = None) -> np.ndarray:
+            nonneg: bool = True, name: str | None = None, maximum: float | None = None,
+            allow_missing: np.ndarray | None = None) -> np.ndarray:
     """Parse a column of strings; refuse the first missing, non-numeric,
-    negative or (for counts) fractional cell."""
+    negative, too large (``maximum``: MAX_TOKENS for counts, MAX_TIME_S for
+    times) or (for counts) fractional cell. The maximum is checked on the
+    float value before any cast, so nothing wraps, and counts are far below
+    2**53, so nothing near the limit was rounded. ``allow_missing`` marks
+    rows whose empty cell is read as NaN (floats only)."""
     raw = df[col]
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = np.flatnonzero(~np.isfinite(values))
+    limit = maximum if maximum is not None else (MAX_TOKENS if integer else MAX_TIME_S)
+    with np.errstate(over="ignore"):
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    empty = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
+    bad = ~np.isfinite(values)
+    if allow_missing is not None:
+        bad &= ~(empty & allow_missing)
+    bad = np.flatnonzero(bad)
     if bad.size:
         i = int(bad[0])
         cell = raw.iloc[i]
-        why = "missing value" if pd.isna(cell) or str(cell).strip() == "" else f"not a number: {cell!r}"
+        why = "missing value" if empty[i] else f"not a number: {shown(cell)}"
         raise BadInput(path, int(lines[i]), name or col, why)
     if nonneg:
         bad = np.flatnonzero(values < 0)
         if bad.size:
             i = int(bad[0])
-            raise BadInput(path, int(lines[i]), name or col, f"negative value {raw.iloc[i]}")
+            raise BadInput(path, int(lines[i]), name or col, f"negative value {shown(raw.iloc[i])}")
+    bad = np.flatnonzero(values > limit)
+    if bad.size:
+        i = int(bad[0])
+        raise BadInput(path, int(lines[i]), name or col,
+                       f"value {shown(raw.iloc[i])} above the maximum {limit:g} (traces.limits)")
     if integer:
         bad = np.flatnonzero(values != np.floor(values))
         if bad.size:
             i = int(bad[0])
-            raise BadInput(path, int(lines[i]), name or col, f"not a whole number: {raw.iloc[i]}")
+            raise BadInput(path, int(lines[i]), name or col, f"not a whole number: {shown(raw.iloc[i])}")
+        if np.isnan(values).any():  # allowed missing cells: a nullable int travels as float with NaN
+            return values
         return values.astype(np.int64)
     return values
 
@@ -159,15 +190,22 @@ class RequestSink:
         return self.next_id
 
 
-def json_number(value, key: str, path: Path, row: int | None, integer: bool = False) -> float:
+def json_number(value, key: str, path: Path, row: int | None, integer: bool = False,
+                maximum: float | None = None) -> float:
     """Check one number read from JSON; refuse missing, non-numeric,
-    non-finite, negative or (for counts) fractional values."""
+    non-finite, negative, too large (``maximum``; default MAX_TOKENS for
+    counts, MAX_TIME_S for times) or (for counts) fractional values. Python
+    ints are compared exactly, so 2**63 is refused, never wrapped."""
     if value is None:
         raise BadInput(path, row, key, "missing value")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise BadInput(path, row, key, f"not a number: {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise BadInput(path, row, key, f"not a number: {shown(value)}")
     if value < 0:
-        raise BadInput(path, row, key, f"negative value {value}")
+        raise BadInput(path, row, key, f"negative value {shown(value)}")
+    limit = maximum if maximum is not None else (MAX_TOKENS if integer else MAX_TIME_S)
+    if value > limit:
+        raise BadInput(path, row, key, f"value {shown(value)} above the maximum {limit:g} (traces.limits)")
     if integer and value != int(value):
         raise BadInput(path, row, key, f"not a whole number: {value}")
     return value
@@ -184,9 +222,13 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict, int]]:
             if not text.strip():
                 raise BadInput(path, line, "line", "blank line")
             try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise BadInput(path, line, "line", f"not valid JSON ({e.msg})") from None
+                rec = parse_json(text, path, "line")
+            except BadInput as e:  # the line of the file, not of the one-line document
+                m = _CONSTANT_RE.search(text)
+                if m:  # name the field that holds the NaN / Infinity
+                    raise BadInput(path, line, m.group(1), f"not a number: {m.group(2)} "
+                                                           "(strict JSON has no NaN or Infinity)") from None
+                raise BadInput(path, line, "line", e.reason) from None
             if not isinstance(rec, dict):
                 raise BadInput(path, line, "line", "not a JSON object")
             yield line, rec, read

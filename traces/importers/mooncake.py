@@ -14,16 +14,17 @@ import pandas as pd
 
 from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, jsonl_records
+from traces.limits import MAX_EPOCH_S
 from traces.prefix_blocks import MAX_TRACE_ID
 from traces.store import TraceWriter
 
 MOONCAKE_BLOCK_TOKENS = 512
 
 
-def _field(rec: dict, key: str, src: Path, line: int, integer: bool) -> float:
+def _field(rec: dict, key: str, src: Path, line: int, integer: bool, maximum: float | None = None) -> float:
     if key not in rec:
         raise BadInput(src, line, key, "missing column")
-    return json_number(rec[key], key, src, line, integer)
+    return json_number(rec[key], key, src, line, integer, maximum)
 
 
 def _flush(sink: RequestSink, rows: list[tuple], lines: list[int], t0: float) -> None:
@@ -46,11 +47,11 @@ def import_mooncake(src: Path, writer: TraceWriter, opts: ImportOptions) -> list
         rows: list[tuple] = []
         lines: list[int] = []
         for lineno, rec, read in jsonl_records(src):
-            ts = _field(rec, "timestamp", src, lineno, integer=False)
+            ts = _field(rec, "timestamp", src, lineno, integer=False, maximum=MAX_EPOCH_S * 1000)  # ms
             inp = _field(rec, "input_length", src, lineno, integer=True)
             out = _field(rec, "output_length", src, lineno, integer=True)
             hashes = rec.get("hash_ids", [])
-            if not isinstance(hashes, list) or not all(isinstance(h, int) for h in hashes):
+            if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
                 raise BadInput(src, lineno, "hash_ids", "not a list of integers")
             if any(h < 0 or h > MAX_TRACE_ID for h in hashes):
                 raise BadInput(src, lineno, "hash_ids", "ids must lie in [0, 2**62)")

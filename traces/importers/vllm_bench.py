@@ -19,7 +19,6 @@ versions, so arrival times come from, in order of preference:
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -29,10 +28,13 @@ import pandas as pd
 
 from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, require_file
+from traces.jsonio import read_json
+from traces.limits import MAX_EPOCH_S, shown
 from traces.store import TraceWriter
 
 BENCHMARK_DEFAULT_SEED = 0
 _SEED_RE = re.compile(r"--seed[= ]+(\d+)")
+MIN_RATE, MAX_RATE = 1e-6, 1e9  # requests/s: outside, the drawn gaps overflow or underflow a float
 
 
 def reconstruct_schedule(n: int, rate: float, burstiness: float, seed: int, modern: bool = False) -> np.ndarray:
@@ -63,17 +65,34 @@ def _rate(value, src: Path) -> float | None:
         except ValueError:
             raise BadInput(src, None, "request_rate", f"not a number: {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise BadInput(src, None, "request_rate", f"must be a positive number or inf, got {value!r}")
+        raise BadInput(src, None, "request_rate", f"must be a positive number or inf, got {shown(value)}")
+    if not math.isinf(value) and not MIN_RATE <= value <= MAX_RATE:
+        raise BadInput(src, None, "request_rate", f"{shown(value)} is outside [{MIN_RATE:g}, {MAX_RATE:g}] requests/s")
     return float(value)
 
 
-def _seed(doc: dict, opts: ImportOptions) -> tuple[int, str]:
+def _burstiness(doc: dict, src: Path) -> float:
+    """The gamma shape of the client's gaps (default 1): a positive finite number."""
+    value = doc.get("burstiness")
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1e-6 <= value <= 1e6:
+        raise BadInput(src, None, "burstiness", f"must be a positive number in [1e-06, 1e+06], got {shown(value)}")
+    return float(value)
+
+
+def _seed(doc: dict, opts: ImportOptions, src: Path) -> tuple[int, str]:
     if opts.seed is not None:
         return opts.seed, "--seed option"
-    if isinstance(doc.get("seed"), int):
-        return doc["seed"], "file's seed field"
+    seed = doc.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise BadInput(src, None, "seed", f"must be a whole number in [0, 2**32), as numpy seeds, got {shown(seed)}")
+        return seed, "file's seed field"
     m = _SEED_RE.search(str(doc.get("_client_command", "")) + " " + str(doc.get("command", "")))
     if m:
+        if int(m.group(1)) >= 2**32:
+            raise BadInput(src, None, "command", f"--seed {shown(m.group(1))} is not a numpy seed (< 2**32)")
         return int(m.group(1)), "--seed in the recorded client command"
     return BENCHMARK_DEFAULT_SEED, "client default seed 0"
 
@@ -89,17 +108,25 @@ def _array(doc: dict, key: str, src: Path, n: int | None) -> list:
     return v
 
 
-def _numbers(values: list, key: str, src: Path, integer: bool, allow_null: bool = False) -> np.ndarray:
-    return np.array([np.nan if v is None and allow_null else json_number(v, key, src, i + 1, integer)
+def _numbers(values: list, key: str, src: Path, integer: bool, allow_null: bool = False,
+             maximum: float | None = None) -> np.ndarray:
+    return np.array([np.nan if v is None and allow_null else json_number(v, key, src, i + 1, integer, maximum)
                      for i, v in enumerate(values)], dtype=np.float64)
+
+
+def _itl_sums(itls: list, src: Path) -> np.ndarray:
+    """Per request, the sum of its inter-token latencies (NaN where the
+    entry is not a list, as for a failed request)."""
+    out = np.full(len(itls), np.nan)
+    for i, x in enumerate(itls):
+        if isinstance(x, list):
+            out[i] = float(sum(json_number(v, "itls", src, i + 1) for v in x))
+    return out
 
 
 def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
     require_file(src)
-    try:
-        doc = json.loads(src.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError as e:
-        raise BadInput(src, e.lineno, "file", f"not valid JSON ({e.msg})") from None
+    doc = read_json(src, "file")
     if not isinstance(doc, dict):
         raise BadInput(src, 1, "file", "not a JSON object (expected a benchmark result)")
     inp = _array(doc, "input_lens", src, None)
@@ -110,6 +137,8 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
     output = _numbers(_array(doc, "output_lens", src, n), "output_lens", src, integer=True).astype(np.int64)
     ttft = _numbers(_array(doc, "ttfts", src, n), "ttfts", src, integer=False, allow_null=True)
     errors = doc.get("errors") or [""] * n
+    if not isinstance(errors, list):
+        raise BadInput(src, None, "errors", "not a list")
     if len(errors) != n:
         raise BadInput(src, None, "errors", f"has {len(errors)} entries but input_lens has {n}")
     failed = np.array([bool(e) for e in errors])
@@ -117,15 +146,15 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
     itl_sum = None
     if isinstance(doc.get("itls"), list):
         itls = _array(doc, "itls", src, n)
-        itl_sum = np.array([float(sum(x)) if isinstance(x, list) else np.nan for x in itls])
+        itl_sum = _itl_sums(itls, src)
 
     notes: list[str] = []
     rate = _rate(doc.get("request_rate"), src)
-    burstiness = doc.get("burstiness", 1.0) or 1.0
+    burstiness = _burstiness(doc, src)
     order = np.arange(n)
     how: dict = {}
     if isinstance(doc.get("start_times"), list):
-        st = _numbers(_array(doc, "start_times", src, n), "start_times", src, integer=False)
+        st = _numbers(_array(doc, "start_times", src, n), "start_times", src, integer=False, maximum=MAX_EPOCH_S)
         arrival = st - st.min()
         order = np.argsort(arrival, kind="stable")
         if (order != np.arange(n)).any():
@@ -134,11 +163,12 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
         how = {"from": "start_times"}
     elif rate is not None and (math.isinf(rate) or (doc.get("max_concurrency") is None
                                                    and not doc.get("ramp_up_strategy"))):
-        seed, seed_from = _seed(doc, opts)
+        seed, seed_from = _seed(doc, opts, src)
         modern = "endpoint_type" in doc  # vllm bench serve; the legacy script has no such key
         arrival = reconstruct_schedule(n, rate, float(burstiness), seed, modern)
         kind = "reconstructed"
-        how = {"from": "request_rate schedule", "request_rate": rate, "burstiness": burstiness,
+        how = {"from": "request_rate schedule", "request_rate": "inf" if math.isinf(rate) else rate,
+               "burstiness": burstiness,
                "seed": None if math.isinf(rate) else seed, "seed_from": None if math.isinf(rate) else seed_from,
                "client": "vllm bench serve (rescaled to n/rate)" if modern else "legacy benchmark_serving.py"}
         notes.append("arrival times reconstructed from the benchmark's schedule "

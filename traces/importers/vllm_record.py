@@ -19,7 +19,6 @@ preemptions and a one-row instances table built from engine.json.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -38,30 +37,36 @@ from traces.importers.common import (
     numeric,
     require_file,
 )
+from traces.jsonio import read_json
+from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.prefix_blocks import parse_id_list
-from traces.schema import REQUESTS, validate_frame
+from traces.schema import REQUESTS, first_true, validate_frame
 from traces.store import TraceWriter
 
 CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
 REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "ttft_s"]
 ENGINE_KEYS = ("budget", "max_seqs", "block_size", "num_kv_blocks", "model")
+FINISHED_STATUSES = ("finished_stopped", "finished_length_capped")  # vLLM's RequestStatus, as the recorder writes it
 _ID_RE = re.compile(r"^[A-Za-z_-]*(\d+)$")
 
 
 def _engine(path: Path) -> dict:
     require_file(path)
-    try:
-        eng = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise BadInput(path, e.lineno, "file", f"not valid JSON ({e.msg})") from None
+    eng = read_json(path, "file")
     if not isinstance(eng, dict):
         raise BadInput(path, 1, "file", "not a JSON object")
     for key in ENGINE_KEYS:
         if key not in eng:
             raise BadInput(path, None, key, "missing key")
     for key in ENGINE_KEYS[:-1]:
-        if isinstance(eng[key], bool) or not isinstance(eng[key], int) or eng[key] <= 0:
-            raise BadInput(path, None, key, f"must be a positive integer, got {eng[key]!r}")
+        if isinstance(eng[key], bool) or not isinstance(eng[key], int) or not 0 < eng[key] <= MAX_ENGINE:
+            raise BadInput(path, None, key, f"must be a whole number in [1, {MAX_ENGINE}], got {shown(eng[key])}")
+    for key in ("long_prefill", "max_model_len"):
+        v = eng.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_ENGINE):
+            raise BadInput(path, None, key, f"must be a whole number in [0, {MAX_ENGINE}], got {shown(v)}")
+    if not isinstance(eng["model"], str) or not eng["model"].strip():
+        raise BadInput(path, None, "model", f"must be a non-empty string, got {shown(eng['model'])}")
     return eng
 
 
@@ -80,46 +85,68 @@ def _time(rec: dict, key: str, path: Path, line: int) -> float:
     return float(json_number(rec.get(key), key, path, line))
 
 
-def _read_steps(path: Path, ids: dict[str, int], instance: str) -> StepLog:
+def _item(it: object) -> bool:
+    """[id, tokens, computed_before, prompt_tokens] with counts exact ints in [0, MAX_TOKENS]."""
+    return (isinstance(it, list) and len(it) == 4 and isinstance(it[0], (str, int)) and not isinstance(it[0], bool)
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_TOKENS for x in it[1:]))
+
+
+def _hashable(x: object) -> bool:
+    return isinstance(x, (str, int)) and not isinstance(x, bool)
+
+
+def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog, list[int]]:
+    """The recording's steps as a StepLog, and the line of each step."""
+    lines: list[int] = []
     steps: list[tuple] = []
     items: list[tuple] = []
     preempted: list[tuple] = []
-    prev_step = -1
+    prev_step, prev_start, prev_end = -1, -1.0, -1.0
     for line, rec, _ in jsonl_records(path):
         step = rec.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise BadInput(path, line, "step", f"not a step number: {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_ID:
+            raise BadInput(path, line, "step", f"not a step number: {shown(step)}")
         if step <= prev_step:
             raise BadInput(path, line, "step", f"not increasing (step {step} after {prev_step})")
-        prev_step = step
         start, end = _time(rec, "start_s", path, line), _time(rec, "end_s", path, line)
         if end < start:
             raise BadInput(path, line, "end_s", f"ends ({end}) before it starts ({start})")
+        if start < prev_start:
+            raise BadInput(path, line, "start_s", f"step {step} starts ({start}) before step {prev_step} did ({prev_start})")
+        if start < prev_end:
+            raise BadInput(path, line, "start_s", f"step {step} starts ({start}) before step {prev_step} ended ({prev_end}): "
+                                                  "one engine's steps cannot overlap")
+        prev_step, prev_start, prev_end = step, start, end
         its = rec.get("items")
         if not isinstance(its, list):
             raise BadInput(path, line, "items", "missing or not a list")
         for it in its:
-            if (not isinstance(it, list) or len(it) != 4
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in it[1:])):
-                raise BadInput(path, line, "items", f"item {it!r} is not [id, tokens, computed_before, prompt_tokens]")
+            if not _item(it):
+                raise BadInput(path, line, "items", f"item {shown(it)} is not [id, tokens, computed_before, "
+                                                    f"prompt_tokens] with counts in [0, {MAX_TOKENS}]")
             if it[0] not in ids:
-                raise BadInput(path, line, "items", f"unknown request id {it[0]!r}")
+                raise BadInput(path, line, "items", f"unknown request id {shown(it[0])}")
             items.append((step, ids[it[0]], it[1], it[2], it[3]))
         pre = rec.get("preempted", [])
         if not isinstance(pre, list):
             raise BadInput(path, line, "preempted", "not a list")
         for r in pre:
-            if r not in ids:
-                raise BadInput(path, line, "preempted", f"unknown request id {r!r}")
+            if not _hashable(r) or r not in ids:
+                raise BadInput(path, line, "preempted", f"unknown request id {shown(r)}")
             preempted.append((step, ids[r]))
         steps.append((step, start, end))
+        lines.append(line)
     if not steps:
         raise BadInput(path, 1, "file", "no steps")
     st = np.array(steps, dtype=np.float64).reshape(-1, 3)
     it = np.array(items, dtype=np.int64).reshape(-1, 5)
     pr = np.array(preempted, dtype=np.int64).reshape(-1, 2)
-    return StepLog.from_items(instance, st[:, 0].astype(np.int64), st[:, 1], st[:, 2], it[:, 0], it[:, 1], it[:, 2],
-                              it[:, 3], it[:, 4], pr[:, 0], pr[:, 1])
+    try:
+        log = StepLog.from_items(instance, st[:, 0].astype(np.int64), st[:, 1], st[:, 2], it[:, 0], it[:, 1],
+                                 it[:, 2], it[:, 3], it[:, 4], pr[:, 0], pr[:, 1])
+    except OverflowError as e:
+        raise BadInput(path, None, "items", str(e)) from None
+    return log, lines
 
 
 def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
@@ -129,15 +156,24 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
     eng = _engine(src / "engine.json")
     instance = str(eng["model"])
     req_path = src / "requests.csv"
-    cache_cols = [c for c in CACHE_COLUMNS if c in csv_header(req_path)]
-    chunks = list(csv_chunks(req_path, REQUEST_COLUMNS + cache_cols, 1 << 30))
+    header = csv_header(req_path)
+    cache_cols = [c for c in CACHE_COLUMNS if c in header]
+    status_col = ["status"] if "status" in header else []
+    chunks = list(csv_chunks(req_path, REQUEST_COLUMNS + cache_cols + status_col, 1 << 30))
     rows, lines = chunks[0]
     raw_ids = rows["id"].fillna("").astype(str).str.strip().tolist()
+    blank = first_true(np.array([r == "" for r in raw_ids]))
+    if blank is not None:
+        raise BadInput(req_path, int(lines[blank]), "id", "missing value")
     dup = pd.Series(raw_ids).duplicated().to_numpy()
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
-        raise BadInput(req_path, int(lines[i]), "id", f"duplicate request id {raw_ids[i]!r}")
+        raise BadInput(req_path, int(lines[i]), "id", f"duplicate request id {shown(raw_ids[i])}")
     ids = _request_ids(raw_ids)
+    # the recorder writes requests it never saw finish (in flight when the
+    # server stopped, aborted) with their status: those may lack a first
+    # token, a finish or a cache hit; every other row must have them all
+    open_row = _open_rows(rows, status_col)
     arrival = numeric(rows, "arrival_s", req_path, lines, integer=False)
     requests = pd.DataFrame({
         "request_id": np.array([ids[r] for r in raw_ids], dtype=np.int64),
@@ -145,17 +181,19 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         "prompt_tokens": numeric(rows, "prompt_tokens", req_path, lines),
         "output_tokens": numeric(rows, "output_tokens", req_path, lines),
         "instance_id": instance,
-        "ttft_s": numeric(rows, "ttft_s", req_path, lines, integer=False),
-        "finish_s": numeric(rows, "finish_s", req_path, lines, integer=False),
-        "added_s": numeric(rows, "added_s", req_path, lines, integer=False),
+        "ttft_s": numeric(rows, "ttft_s", req_path, lines, integer=False, allow_missing=open_row),
+        "finish_s": numeric(rows, "finish_s", req_path, lines, integer=False, allow_missing=open_row),
+        "added_s": numeric(rows, "added_s", req_path, lines, integer=False, allow_missing=open_row),
     })
+    first_token = numeric(rows, "first_token_s", req_path, lines, integer=False, allow_missing=open_row)
     if "hash_ids" in cache_cols:
         requests["hash_ids"] = _hash_ids(rows["hash_ids"], req_path, lines)
     if "cached_tokens" in cache_cols:
-        requests["cached_tokens"] = numeric(rows, "cached_tokens", req_path, lines)
-    log = _read_steps(src / "steps.jsonl", ids, instance)
+        requests["cached_tokens"] = numeric(rows, "cached_tokens", req_path, lines, allow_missing=open_row)
     # recorded ids are kept (not renumbered as RequestSink would)
     validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
+    log, step_lines = _read_steps(src / "steps.jsonl", ids, instance)
+    _check_complete(log, requests, first_token, lines, req_path, src / "steps.jsonl", step_lines)
     with writer.table("requests") as tw:
         tw.write(requests)
     log.write(writer, source=str(src / "steps.jsonl"))
@@ -175,6 +213,44 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
     if "hash_ids" in cache_cols:
         writer.meta["hash_block_tokens"] = int(eng["block_size"])
     return []
+
+
+def _open_rows(rows: pd.DataFrame, status_col: list[str]) -> np.ndarray:
+    """Rows the recorder marked as not finished normally (``unfinished``:
+    in flight at shutdown; aborted, ignored or error): only these may lack
+    a first token or a finish. Without a status column, none."""
+    if not status_col:
+        return np.zeros(len(rows), dtype=bool)
+    status = rows["status"].fillna("").astype(str).str.strip().str.lower()
+    return ~status.isin(FINISHED_STATUSES).to_numpy()
+
+
+def _check_complete(log: StepLog, requests: pd.DataFrame, first_token: np.ndarray, lines: np.ndarray,
+                    req_path: Path, steps_path: Path, step_lines: list[int]) -> None:
+    """A recording is complete when every request with a first token was
+    scheduled in some step and no first token comes after the last step
+    ended: a ``steps.jsonl`` cut at a line boundary reads as valid JSON
+    lines, so only this check tells it from a whole recording. The first
+    offending request is named (its requests.csv row), with the last step
+    read."""
+    scheduled = set(log.step_items["request_id"].tolist())
+    rid = requests["request_id"].to_numpy()
+    need = np.isfinite(first_token)
+    missing = np.array([need[i] and rid[i] not in scheduled for i in range(len(rid))], dtype=bool)
+    bad = first_true(missing)
+    if bad is not None:
+        last = int(log.steps["step"].iloc[-1])
+        raise BadInput(req_path, int(lines[bad]), "id",
+                       f"request {rid[bad]} has a first token but is in no step of {steps_path.name} "
+                       f"({int(missing.sum())} such requests; the steps end at step {last}, line {step_lines[-1]}: "
+                       "an incomplete recording?)")
+    last_end = float(log.steps["end_s"].iloc[-1])
+    late = need & (first_token > last_end + 1e-6)
+    bad = first_true(late)
+    if bad is not None:
+        raise BadInput(req_path, int(lines[bad]), "first_token_s",
+                       f"first token at {first_token[bad]!r} s, after the last step of {steps_path.name} ended "
+                       f"({last_end!r} s, line {step_lines[-1]}): an incomplete recording?")
 
 
 def _hash_ids(cells: pd.Series, path: Path, lines: np.ndarray) -> list:
