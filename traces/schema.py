@@ -382,6 +382,12 @@ def to_arrow(df: pd.DataFrame, schema: TableSchema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(present))
 
 
+# Step times come from clocks and from sums of floats (a twin's step ends at
+# start + duration; the next starts there, recomputed): a microsecond of
+# slack tells rounding from steps that really overlap.
+STEP_TIME_SLACK_S = 1e-6
+
+
 def check_steps(df: pd.DataFrame, file: str, row_of: Callable[[int], int] = lambda i: i + 1) -> None:
     """Refuse step times no engine could produce, per instance in step
     order: a repeated step number, a step that ends before it starts, and a
@@ -393,18 +399,20 @@ def check_steps(df: pd.DataFrame, file: str, row_of: Callable[[int], int] = lamb
     step = df["step"].to_numpy(dtype=np.int64)
     start = df["start_s"].to_numpy(dtype=np.float64)
     end = df["end_s"].to_numpy(dtype=np.float64)
-    bad = first_true(end < start)
+    bad = first_true(end < start - STEP_TIME_SLACK_S)
     if bad is not None:
-        raise BadInput(file, row_of(bad), "end_s", f"step {step[bad]} ends ({end[bad]!r}) before it starts ({start[bad]!r})")
+        raise BadInput(file, row_of(bad), "end_s",
+                       f"step {step[bad]} ends ({float(end[bad])!r}) before it starts ({float(start[bad])!r})")
     order = np.lexsort((np.arange(len(df)), step, inst))
     same = inst[order][1:] == inst[order][:-1]
     rows = order[1:]
     bad = first_true(same & (step[order][1:] == step[order][:-1]))
     if bad is not None:
         raise BadInput(file, row_of(int(rows[bad])), "step", f"step {step[rows[bad]]} appears twice")
-    bad = first_true(same & (start[order][1:] < end[order][:-1]))
+    bad = first_true(same & (start[order][1:] < end[order][:-1] - STEP_TIME_SLACK_S))
     if bad is not None:
         i, prev = int(rows[bad]), int(order[bad])
         what = "starts before the previous step started" if start[i] < start[prev] else "overlaps the previous step"
         raise BadInput(file, row_of(i), "start_s",
-                       f"step {step[i]} {what} (starts {start[i]!r}, step {step[prev]} ran {start[prev]!r}-{end[prev]!r})")
+                       f"step {step[i]} {what} (starts {float(start[i])!r}, step {step[prev]} ran "
+                       f"{float(start[prev])!r}-{float(end[prev])!r})")
