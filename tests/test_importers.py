@@ -103,6 +103,21 @@ def test_azure_fixture_2023_and_2024(tmp_path):
     assert np.allclose(r["arrival_s"], [0.0, 0.008093, 0.99007]) and r["task"].iloc[0] == "code"
 
 
+def test_trace_query_gives_wall_clock_times_where_the_source_had_them(tmp_path):
+    """Issue 18: the README's time-bucket query printed dates in 1970 (the
+    trace's seconds taken as Unix time); wall_clock() adds the source's start."""
+    do_import("azure", write(tmp_path, "AzureLLMInferenceTrace_conv.csv", AZURE), tmp_path / "a")
+    sql = "select date_trunc('second', wall_clock(arrival_s)) s, count(*) n from requests group by 1 order by 1"
+    for extra in ([], ["--unsafe"]):
+        res = run_cli("trace", "query", tmp_path / "a", sql, "--format", "csv", *extra)
+        assert res.exit_code == 0, res.output
+        assert res.output.splitlines()[1:] == ["2023-11-16 18:15:46,1", "2023-11-16 18:15:50,1", "2023-11-16 18:15:51,1"]
+    # a trace whose times have no wall clock says so instead of inventing 1970
+    assert run_cli("trace", "generate", "--requests", 5, "--rate", 1, "--out", tmp_path / "g").exit_code == 0
+    res = run_cli("trace", "query", tmp_path / "g", "select wall_clock(arrival_s) from requests")
+    assert res.exit_code == 2 and "has no wall clock" in res.stderr
+
+
 def test_azure_streams_in_chunks(tmp_path):
     rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
         f"2023-11-16 18:{15 + i // 60:02d}:{i % 60:02d}.0000000,{i + 1},{i % 7 + 1}" for i in range(1000)]

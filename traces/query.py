@@ -25,6 +25,11 @@ extensions, or overwrite the trace it is querying. The sandbox:
 
 ``unsafe=True`` (``--unsafe``) gives the old connection: one view per table
 over ``read_parquet`` and DuckDB's full access.
+
+Times in a trace are seconds from its first arrival; ``wall_clock(s)`` turns
+them into UTC timestamps where the source had a wall clock (meta.json's
+``wall_clock_start``: Azure traces) and fails with a clear message where it
+had none, rather than printing dates in 1970.
 """
 from __future__ import annotations
 
@@ -62,12 +67,38 @@ def sandboxed_connection(trace: Trace) -> duckdb.DuckDBPyConnection:
     try:
         for name, dataset in datasets.items():
             con.register(name, dataset)
+        add_wall_clock(con, trace)
         for key, value in SANDBOX_SETTINGS:
             con.execute(f"SET {key} = {value}")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def wall_clock_start(trace: Trace) -> str | None:
+    """The UTC time of the trace's time 0 (ISO 8601), if its source had one.
+    Azure traces imported before ``wall_clock_start`` existed keep it as
+    ``source.t0``."""
+    start = trace.meta.get("wall_clock_start")
+    src = trace.meta.get("source") if isinstance(trace.meta.get("source"), dict) else {}
+    if start is None and src.get("kind") == "azure":
+        start = src.get("t0")
+    return start if isinstance(start, str) else None
+
+
+def add_wall_clock(con: duckdb.DuckDBPyConnection, trace: Trace) -> None:
+    """``wall_clock(seconds)``: the trace's seconds as UTC timestamps."""
+    import pandas as pd
+
+    start = wall_clock_start(trace)
+    if start is None:
+        msg = f"{trace.path.name} has no wall clock (meta.json: no wall_clock_start): its times count from 0"
+        con.execute(f"CREATE MACRO wall_clock(s) AS error('{msg.replace(chr(39), chr(39) * 2)}')")
+        return
+    t0 = pd.Timestamp(start).tz_convert("UTC").tz_localize(None) if pd.Timestamp(start).tzinfo else pd.Timestamp(start)
+    con.execute(f"CREATE MACRO wall_clock(s) AS TIMESTAMP '{t0.isoformat(sep=' ')}' "
+                "+ to_microseconds(CAST(round(s * 1e6) AS BIGINT))")
 
 
 def _refusal(e: Exception) -> str:
@@ -86,7 +117,11 @@ def run_query(trace: Trace, sql: str, unsafe: bool = False) -> pd.DataFrame:
 
     if not sql.strip():
         raise BadInput(trace.path, None, "SQL", "empty query")
-    con = trace.connect() if unsafe else sandboxed_connection(trace)
+    if unsafe:
+        con = trace.connect()
+        add_wall_clock(con, trace)
+    else:
+        con = sandboxed_connection(trace)
     try:
         return con.sql(sql).df()
     except duckdb.Error as e:

@@ -47,4 +47,6 @@ def import_azure(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[st
     writer.meta["source"] = {"kind": "azure", "file": str(src), "t0": None if t0 is None else t0.isoformat(),
                              "task": task}
     writer.meta["arrivals"] = "measured"
+    if t0 is not None:  # arrival_s counts from here: `trace query`'s wall_clock(arrival_s) gives real times
+        writer.meta["wall_clock_start"] = t0.tz_convert("UTC").isoformat()
     return []
