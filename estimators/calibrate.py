@@ -33,7 +33,7 @@ from estimators.batch_fit import BatchFit, fit_batch_model, scale_columns
 from estimators.derived import lps_params, pooled_lps, request_params, throughput_params
 from estimators.drift import speed_baseline
 from estimators.profile import BatchTimeProfile, negative_coefficient
-from traces.errors import BadInput
+from traces.errors import BadInput, BadOption
 from traces.store import open_trace
 
 
@@ -68,9 +68,33 @@ class StepData:
     requests: dict = field(default_factory=dict)  # queue-baseline fit and arrival rate
 
 
-def load_steps(paths: list[str | Path], instance: str | None = None) -> StepData:
-    """Steps of one instance pooled over traces (with a ``trace`` column)."""
-    frames, sources, lps_parts, opened = [], [], [], []
+def parse_window(text: str, option: str) -> tuple[float, float]:
+    """``A:B`` with 0 <= A < B <= 1: a share of a trace's steps, in step order."""
+    try:
+        a, b = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise BadOption(option, f"{text!r} is not A:B (fractions of the steps, e.g. 0:0.3)") from None
+    if not (0.0 <= a < b <= 1.0):
+        raise BadOption(option, f"{text!r}: need 0 <= A < B <= 1")
+    return a, b
+
+
+def window_steps(steps: pd.DataFrame, window: tuple[float, float] | None) -> pd.DataFrame:
+    """The steps from fraction ``window[0]`` to ``window[1]`` of their number,
+    in step order (all of them without a window)."""
+    if window is None:
+        return steps
+    steps = steps.sort_values("step", kind="stable")
+    lo, hi = (int(np.floor(f * len(steps))) for f in window)
+    return steps.iloc[lo:hi]
+
+
+def load_steps(paths: list[str | Path], instance: str | None = None,
+               window: tuple[float, float] | None = None) -> StepData:
+    """Steps of one instance pooled over traces (with a ``trace`` column);
+    with ``window`` (``parse_window``), only that share of each trace's
+    steps, and the requests and items of that time."""
+    frames, sources, lps_parts, opened, spans = [], [], [], [], []
     for path in paths:
         trace = open_trace(path)
         if not trace.has("steps"):
@@ -85,18 +109,27 @@ def load_steps(paths: list[str | Path], instance: str | None = None) -> StepData
         if steps.empty:
             raise BadInput(trace.file("steps"), None, "instance_id",
                            f"no steps of instance {chosen!r} (instances: {', '.join(ids) or 'none'})")
+        steps = window_steps(steps, window)
+        if steps.empty:
+            raise BadInput(trace.file("steps"), None, "steps", f"no steps in the window {window[0]:g}:{window[1]:g}")
+        span = (float(steps["start_s"].min()), float(steps["end_s"].max())) if window is not None else None
         steps = steps.assign(trace=str(path))
         opened.append(trace)
+        spans.append(span)
         frames.append(steps)
-        sources.append({"trace": str(path), "instance": chosen, "steps": int(len(steps))})
+        sources.append({"trace": str(path), "instance": chosen, "steps": int(len(steps)),
+                        **({"window": list(window)} if window is not None else {})})
         if trace.has("step_items") and trace.has("requests"):
             items = trace.read("step_items")
+            items = items[(items["instance_id"] == chosen) & items["step"].isin(steps["step"])]
             reqs = trace.read("requests")
             if "instance_id" in reqs:
                 reqs = reqs[reqs["instance_id"] == chosen]
-            lps_parts.append(lps_params(steps, items[items["instance_id"] == chosen], reqs))
+            if span is not None:
+                reqs = reqs[reqs["arrival_s"].between(*span)]
+            lps_parts.append(lps_params(steps, items, reqs))
     return StepData(pd.concat(frames, ignore_index=True), sources, pooled_lps(lps_parts),
-                    request_params(opened, sources[0]["instance"]))
+                    request_params(opened, sources[0]["instance"], spans))
 
 
 def holdout_mask(n: int, fraction: float, seed: int) -> np.ndarray:

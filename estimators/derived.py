@@ -62,26 +62,32 @@ def pooled_lps(parts: list[dict]) -> dict | None:
             "n": int(n.sum())}
 
 
-def residents_at_arrival(trace, instance_id: str, requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(residents seen by each request's honest snapshot, its measured TTFT)."""
+def residents_at_arrival(trace, instance_id: str, requests: pd.DataFrame,
+                         window_s: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(residents seen by each request's honest snapshot, its measured TTFT),
+    for the requests arriving within ``window_s`` (all by default)."""
     from estimators.snapshot import RecordedWalk
 
     walk = RecordedWalk(trace, instance_id, requests)
     ttft = requests["ttft_s"].to_numpy(dtype=np.float64)
     res, tt = [], []
     for idx, snap in walk.queries():
+        if window_s is not None and not window_s[0] <= snap.t <= window_s[1]:
+            continue
         res.append(snap.residents)
         tt.append(ttft[idx])
     return np.asarray(res, dtype=np.float64), np.asarray(tt)
 
 
-def request_params(traces: list, instance: str) -> dict:
+def request_params(traces: list, instance: str, windows_s: list[tuple[float, float] | None] | None = None) -> dict:
     """Queue-baseline fit and mean arrival rate over (trace, instance) pairs
-    that have requests with TTFT, steps and step items."""
+    that have requests with TTFT, steps and step items; with ``windows_s``
+    (one per trace), only from the requests arriving within each window."""
     from estimators.baselines import fit_queue
 
     res, tt, rates, weights = [], [], [], []
-    for trace in traces:
+    for k, trace in enumerate(traces):
+        window = windows_s[k] if windows_s is not None else None
         if not all(trace.has(t) for t in ("requests", "steps", "step_items", "instances")):
             continue
         reqs = trace.read("requests")
@@ -90,8 +96,10 @@ def request_params(traces: list, instance: str) -> dict:
         if instance not in set(trace.read("instances")["instance_id"].astype(str)):
             continue
         mine = reqs[reqs["instance_id"] == instance]
+        if window is not None:
+            mine = mine[mine["arrival_s"].between(*window)]
         if len(mine) >= 3:
-            r, t = residents_at_arrival(trace, instance, reqs)
+            r, t = residents_at_arrival(trace, instance, reqs, window)
             res.append(r)
             tt.append(t)
             arr = mine["arrival_s"].to_numpy(dtype=np.float64)

@@ -75,6 +75,10 @@ class EstimateConfig:
     online_speed: OnlineSpeedConfig | None = None  # None: the profile as fitted
     cache_blind: bool = False  # estimate as if the instances had no prefix cache (what ignoring it costs)
     cache_aware: bool = False  # baselines count only prompt tokens the prefix cache does not hold
+    # score only the requests arriving within this share (A, B) of each instance's steps, in step order (the
+    # state still follows every step): with ``calibrate --steps-window``, a profile fitted on the first 30% of a
+    # recording is scored on the rest
+    score_window: tuple[float, float] | None = None
 
 
 @dataclass
@@ -195,12 +199,13 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         speeds = (running_factors(step_log_ratios(profile, walk.steps, cfg.online_speed), cfg.online_speed)
                   if cfg.online_speed is not None else None)
         warm = set()
+        span = score_span(walk.start, walk.end, cfg.score_window)
         for idx, snap in walk.queries():
             snap.arrival_rate = rate.rate(snap.t)
             rate.observe(snap.t)
             if progress is not None:
                 progress(1)
-            if not np.isfinite(ttft[idx]) or ttft[idx] <= 0:
+            if not np.isfinite(ttft[idx]) or ttft[idx] <= 0 or not span[0] <= snap.t < span[1]:
                 continue
             q = Query(idx, snap.t, int(walk.prompt[idx]))
             residents, waiting = snap.residents, snap.queued
@@ -238,6 +243,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                                          "sim_steps", "real_steps"])
     metrics = summarize(est_df, att_df)
     metrics["lengths"] = lengths.policy
+    if cfg.score_window is not None:
+        metrics["score_window"] = list(cfg.score_window)
     metrics["policies"] = {"lengths": lengths.record()}
     if floors and "sfs_attribution" in metrics:
         apes = np.concatenate(floors)
@@ -245,6 +252,19 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     for name, us in warmup_us.items():
         metrics["estimators"].setdefault(name, {})["warmup_us"] = us
     return EstimateResult(est_df, att_df, metrics)
+
+
+def score_span(start: np.ndarray, end: np.ndarray, window: tuple[float, float] | None) -> tuple[float, float]:
+    """Arrival times [from, to) whose requests are scored: from the start of
+    step floor(A*n) to the start of step floor(B*n) (the end of the last step
+    when B = 1), steps in order; everything without a window."""
+    if window is None or not len(start):
+        return -np.inf, np.inf
+    n = len(start)
+    lo, hi = (int(np.floor(f * n)) for f in window)
+    t_lo = -np.inf if lo == 0 else float(start[lo])
+    t_hi = np.inf if hi >= n else float(start[hi])
+    return t_lo, t_hi
 
 
 def coverage(g: pd.DataFrame) -> dict | None:
