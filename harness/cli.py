@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import traceback
 
@@ -37,11 +38,14 @@ class _Interrupted(Exception):
     blank line and ``Aborted!`` for a KeyboardInterrupt."""
 
 
+_BREAKS = re.compile(r"[ ]*[\r\n\t\v\f\x1c-\x1e\x85\u2028\u2029]+[ ]*")
+
+
 def printable(text: object) -> str:
     """``text`` on one line, encodable whatever the terminal: newlines folded
     to spaces; surrogate escapes (bytes of a non-UTF-8 path or argument)
     shown as ``\\xNN``."""
-    line = " ".join(str(text).splitlines()).strip()
+    line = _BREAKS.sub(" ", str(text)).strip()
     try:
         raw = line.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte
