@@ -20,7 +20,7 @@ from estimators.calibrate import (
 from estimators.drift import speed_drift
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.recalibrate import format_curve, learning_curve, update_profile
-from harness.cli_types import FRACTION_OPEN, SEED, Finite, IntIn
+from harness.cli_types import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn
 
 
 def _pct(v: float) -> str:
@@ -76,13 +76,13 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--from-requests", is_flag=True,
               help="TRACES are request-level (measured TTFT, no steps): fit the profile so the twin replaying their "
                    "arrivals reproduces the measured TTFTs and TPOTs.")
-@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE", type=EngineSetting(),
               help="--from-requests: an engine setting the traces do not state (repeatable; see engine_options).")
 @click.option("--search-engine", is_flag=True,
               help="--from-requests: also search max_num_batched_tokens and max_num_seqs.")
 @click.option("--max-evals", type=IntIn(1, 10**6), default=120, show_default=True,
               help="--from-requests: twin replays per Nelder-Mead round.")
-@click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...",
+@click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...", type=EngineSetting(grid=True),
               help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
                    "product; replaces --search-engine's default budget x max_num_seqs grid).")
 @click.option("--warm", "warm", multiple=True, type=click.Path(path_type=Path), metavar="TRACE",

@@ -12,7 +12,7 @@ from estimators.drift import trace_drift
 from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
-from harness.cli_types import AT_LEAST_1, POSITIVE
+from harness.cli_types import AT_LEAST_1, POSITIVE, EngineSetting
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -100,7 +100,7 @@ def format_metrics(m: dict) -> str:
               help="Baselines (throughput, lps, lps-mg) count only prompt tokens the prefix cache does not hold.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE", type=EngineSetting(),
               help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
 @click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="Request-level TRACE: warm = its prompts were already in the prefix cache.")

@@ -183,6 +183,28 @@ class KeyFraction(click.ParamType):
         return str(value)
 
 
+class EngineSetting(click.ParamType):
+    """``--engine KEY=VALUE`` (or, with ``grid``, ``--search KEY=V1,V2``)
+    checked while parsing by ``harness.engine_options`` itself (imported
+    only when the option is given: it loads numpy); returns the text
+    unchanged for the command to parse again."""
+
+    name = "KEY=VALUE"
+
+    def __init__(self, grid: bool = False) -> None:
+        self.grid = grid
+
+    def convert(self, value, param, ctx) -> str:
+        from harness.engine_options import parse_engine_options, parse_search_options
+        from traces.errors import BadInput
+
+        try:
+            (parse_search_options if self.grid else parse_engine_options)([str(value)])
+        except BadInput as e:
+            self.fail(e.reason, param, ctx)
+        return str(value)
+
+
 def cores() -> int:
     """CPU cores of this machine: the most worker processes a sweep may start."""
     return os.cpu_count() or 1

@@ -152,6 +152,15 @@ TEXT_CASES = [
     (["replay", "--rate", "4", "--out", "o", "--metric-percentiles", v], "--metric-percentiles")
     for v in ("nan", "0", "101", "50,,x", "inf")
 ] + [
+    ([cmd, "t", "--out", out, flag, v], flag)
+    for cmd, out in (("calibrate", "p.json"), ("validate", "o"), ("estimate", "o"))
+    for flag, v in (("--engine", "num_kv_blocks=" + "9" * 20), ("--engine", "max_num_seqs=-1"),
+                    ("--engine", "watermark=nan"), ("--engine", "host_speed=inf"), ("--engine", "max_num_seqs=1.5"),
+                    ("--engine", "nope=1"), ("--engine", "max_num_seqs"))
+] + [
+    (["calibrate", "t", "--out", "p.json", "--from-requests", "--search", v], "--search")
+    for v in ("max_num_seqs=1,nan", "max_num_seqs=", "max_num_batched_tokens=" + "9" * 30, "watermark=0.1,inf")
+] + [
     (["trace", "generate", "--out", "o", "--duration", "1e300", "--rate", "1"], "--duration"),
     (["sweep", "--out", "o", "--seed", str(MAX_SEED), "--seeds", "2"], "--seeds"),
 ]
