@@ -38,6 +38,7 @@ class _Interrupted(Exception):
     blank line and ``Aborted!`` for a KeyboardInterrupt."""
 
 
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 _BREAKS = re.compile(r"[ ]*[\r\n\t\v\f\x1c-\x1e\x85\u2028\u2029]+[ ]*")
 
 
@@ -72,7 +73,7 @@ def click_error_line(e: click.ClickException) -> str:
     as a click error): the command, the option, the reason."""
     ctx = getattr(e, "ctx", None)
     where = ctx.command_path if ctx is not None else "latroute"
-    if isinstance(e, click.exceptions.NoArgsIsHelpError):
+    if isinstance(e, _NO_ARGS_IS_HELP):  # click >= 8.2 raises the whole help text as the "error"
         reason = f"missing command (see {where} --help)"
     elif isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter):
         reason = f"{_param_hint(e)}: {e.message}"
@@ -111,8 +112,8 @@ def _tolerate_undecodable_output() -> None:
 
 
 class LatrouteGroup(click.Group):
-    """A click group that turns BadInput into the one-line error and exit 2,
-    keeps the command line for the results' headers, and imports a command's
+    """A click group that runs every command through the one error path
+    (``main``: one line, exit 2 / 1 / 130), keeps the command line for the results' headers, and imports a command's
     module only when that command runs (its help line comes from COMMANDS)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
