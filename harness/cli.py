@@ -1,22 +1,119 @@
-"""The ``latroute`` command line.
+"""The ``latroute`` command line, and its one error path.
 
-Every command refuses bad input the same way: one line
-``error: FILE:ROW: COLUMN: reason`` on stderr and exit status 2, so CI jobs
-and scripts can tell a bad trace from a failed check (exit 1).
+Every command ends in one of four ways, so CI jobs and scripts can tell
+them apart from the status alone:
+
+- success, or a failed check or run that the command reports itself: exit
+  0 or 1 (``check`` found a regression, ``loadgen`` had failed requests);
+- bad input: one line ``error: FILE:ROW: COLUMN: reason`` (``BadInput``),
+  ``error: OPTION: reason`` (``BadOption``) or, for what click finds while
+  parsing the command line, ``error: latroute CMD: --opt: reason``; exit 2;
+- an internal error (a bug, or the environment failing under us): one line
+  ``error: internal error: Type: message (run with --debug ...)``, exit 1;
+  ``latroute --debug CMD`` or ``LATROUTE_DEBUG=1`` prints the traceback too;
+- Ctrl-C: one line ``interrupted``, exit 130 (128 + SIGINT, as shells do).
+
+Every error line is made printable first: newlines folded, and text that
+came from non-UTF-8 paths (surrogate escapes) shown as ``\\xNN``, so
+printing the error can never itself fail.
 """
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import sys
+import traceback
 
 import click
 
 from traces.errors import BadInput
 
+# Exit statuses: 1 = a failed check/run or an internal error, 2 = bad input, 130 = interrupted.
+EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+
+
+class _Interrupted(Exception):
+    """Ctrl-C seen inside a command: raised past click, which would print a
+    blank line and ``Aborted!`` for a KeyboardInterrupt."""
+
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+_BREAKS = re.compile(r"[ ]*[\r\n\t\v\f\x1c-\x1e\x85\u2028\u2029]+[ ]*")
+
+
+def printable(text: object) -> str:
+    """``text`` on one line, encodable whatever the terminal: newlines folded
+    to spaces; surrogate escapes (bytes of a non-UTF-8 path or argument)
+    shown as ``\\xNN``."""
+    line = _BREAKS.sub(" ", str(text)).strip()
+    try:
+        raw = line.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte
+        raw = line.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _param_hint(e: click.BadParameter) -> str:
+    """The option as the user knows it: ``--rate``, not ``'--rate' / '--request-rate'``."""
+    hint = e.param_hint
+    if isinstance(hint, (list, tuple)):
+        return "/".join(hint)
+    if hint:
+        return str(hint)
+    if isinstance(e.param, click.Option) and e.param.opts:
+        return e.param.opts[0]
+    if e.param is not None:
+        return e.param.human_readable_name
+    return "value"
+
+
+def click_error_line(e: click.ClickException) -> str:
+    """One line for an error click raised while parsing (or a command raised
+    as a click error): the command, the option, the reason."""
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "latroute"
+    if isinstance(e, _NO_ARGS_IS_HELP):  # click >= 8.2 raises the whole help text as the "error"
+        reason = f"missing command (see {where} --help)"
+    elif isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter):
+        reason = f"{_param_hint(e)}: {e.message}"
+    else:
+        reason = e.format_message()
+    reason = printable(reason).rstrip(".")
+    return f"error: {where}: {reason}" if isinstance(e, click.UsageError) else f"error: {reason}"
+
+
+def _debug_requested(args: list[str]) -> bool:
+    """``--debug`` among the group's options (before the command name), or
+    LATROUTE_DEBUG set to anything but 0/empty. Read from the arguments, not
+    the parsed context, so it also holds for errors raised while parsing."""
+    if os.environ.get("LATROUTE_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off"):
+        return True
+    for a in args:
+        if not a.startswith("-"):
+            return False
+        if a == "--debug":
+            return True
+    return False
+
+
+def _say(line: str) -> None:
+    click.echo(printable(line), err=True)
+
+
+def _tolerate_undecodable_output() -> None:
+    """Let stdout carry non-UTF-8 paths back as the bytes they were
+    (``wrote PATH`` must not fail after the output is written)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="surrogateescape" if stream is sys.stdout else "backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
 
 class LatrouteGroup(click.Group):
-    """A click group that turns BadInput into the one-line error and exit 2,
-    keeps the command line for the results' headers, and imports a command's
+    """A click group that runs every command through the one error path
+    (``main``: one line, exit 2 / 1 / 130), keeps the command line for the results' headers, and imports a command's
     module only when that command runs (its help line comes from COMMANDS)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -46,14 +143,47 @@ class LatrouteGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode: bool = True, **extra):
+        """Run a command through the one error path (see the module
+        docstring) and exit with its status. ``standalone_mode=False`` is
+        click's library mode: exceptions pass through untouched."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        argv = sys.argv[1:] if args is None else [str(a) for a in args]
+        _tolerate_undecodable_output()
+        sys.exit(self._run(argv, prog_name or "latroute", complete_var, **extra))
+
+    def _run(self, argv: list[str], prog_name: str, complete_var, **extra) -> int:
+        debug = _debug_requested(argv)
+        try:
+            rv = super().main(argv, prog_name, complete_var, False, **extra)
         except BadInput as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(2)
+            _say(f"error: {e}")
+            return EXIT_BAD_INPUT
+        except click.ClickException as e:
+            _say(click_error_line(e))
+            return EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code
+        except (_Interrupted, KeyboardInterrupt, click.Abort):
+            _say("interrupted")
+            return EXIT_INTERRUPTED
+        except Exception as e:  # the one place internal errors end
+            if debug:
+                click.echo(traceback.format_exc(), err=True, nl=False)
+            _say(f"error: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)")
+            return EXIT_INTERNAL
+        # library mode returns ctx.exit(N)'s N, or the command's value (None for every latroute command)
+        return rv if type(rv) is int else 0
 
 
-@click.group(cls=LatrouteGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group("latroute", cls=LatrouteGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="latroute")
-def cli() -> None:
+@click.option("--debug", is_flag=True,
+              help="Print the traceback of an internal error (also LATROUTE_DEBUG=1).")
+def cli(debug: bool) -> None:
     """latroute: replay vLLM traces through TTFT estimators and routers.
 
     \b

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli_types import COUNT, POSITIVE
+
 SECTIONS = ("generate", "import", "twin", "replay", "sfs", "sfs-cache")
 
 
@@ -73,13 +75,13 @@ def bench_twin(requests: int, rate: float, router: str) -> dict:
 
 @click.command()
 @click.option("--only", "only", multiple=True, type=click.Choice(SECTIONS), help="Run only these sections.")
-@click.option("--generate-requests", type=int, default=1_000_000, show_default=True,
+@click.option("--generate-requests", type=COUNT, default=1_000_000, show_default=True,
               help="Requests in the generate-and-write benchmark.")
-@click.option("--import-rows", type=int, default=10_000_000, show_default=True,
+@click.option("--import-rows", type=COUNT, default=10_000_000, show_default=True,
               help="Rows of the synthetic Azure-format CSV to import.")
-@click.option("--twin-requests", type=int, default=16_000, show_default=True,
+@click.option("--twin-requests", type=COUNT, default=16_000, show_default=True,
               help="Requests replayed on pool qwen3-h100 (the paper uses 16,000 per rate).")
-@click.option("--twin-rate", type=float, default=8.0, show_default=True, help="Arrival rate of the twin replay (q/s).")
+@click.option("--twin-rate", type=POSITIVE, default=8.0, show_default=True, help="Arrival rate of the twin replay (q/s).")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Scratch directory (default: a temp dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_requests: int, twin_rate: float,

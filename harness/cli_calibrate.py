@@ -20,6 +20,7 @@ from estimators.calibrate import (
 from estimators.drift import speed_drift
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.recalibrate import format_curve, learning_curve, update_profile
+from harness.cli_types import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn
 
 
 def _pct(v: float) -> str:
@@ -61,12 +62,12 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--instance", help="Instance whose steps to use (needed when a trace has several).")
 @click.option("--form", type=click.Choice([*FORMS, "both"]), default="both", show_default=True,
               help="Model form; 'both' fits each and keeps the lower held-out MAPE.")
-@click.option("--holdout", type=float, default=0.2, show_default=True, help="Fraction of steps held out.")
-@click.option("--stall-pct", type=float, default=99.9, show_default=True,
+@click.option("--holdout", type=FRACTION_OPEN, default=0.2, show_default=True, help="Fraction of steps held out.")
+@click.option("--stall-pct", type=Finite(50.0, 100.0, min_open=True, max_open=True), default=99.9, show_default=True,
               help="Percentile of the typical-noise distribution above which a step is a stall.")
 @click.option("--loss", type=click.Choice(LOSSES), default="relative", show_default=True,
               help="relative: least squares on residual/time (MAPE is the metric); absolute: on seconds.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/held-out split.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the train/held-out split.")
 @click.option("--evaluate-on", type=click.Path(path_type=Path), help="Also score the profile on every step of this trace.")
 @click.option("--name", help="Profile name (default: the --out file's stem).")
 @click.option("--update", "update_ref", metavar="PROFILE",
@@ -75,18 +76,18 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--from-requests", is_flag=True,
               help="TRACES are request-level (measured TTFT, no steps): fit the profile so the twin replaying their "
                    "arrivals reproduces the measured TTFTs and TPOTs.")
-@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE", type=EngineSetting(),
               help="--from-requests: an engine setting the traces do not state (repeatable; see engine_options).")
 @click.option("--search-engine", is_flag=True,
               help="--from-requests: also search max_num_batched_tokens and max_num_seqs.")
-@click.option("--max-evals", type=int, default=120, show_default=True,
+@click.option("--max-evals", type=IntIn(1, 10**6), default=120, show_default=True,
               help="--from-requests: twin replays per Nelder-Mead round.")
-@click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...",
+@click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...", type=EngineSetting(grid=True),
               help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
                    "product; replaces --search-engine's default budget x max_num_seqs grid).")
 @click.option("--warm", "warm", multiple=True, type=click.Path(path_type=Path), metavar="TRACE",
               help="--from-requests: this one of TRACES replayed prompts already in the prefix cache (repeatable).")
-@click.option("--virtual-engines", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--virtual-engines", type=IntIn(1, 1024), default=1, show_default=True,
               help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
 def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
@@ -106,10 +107,6 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
       latroute calibrate --update d1.json d1c --out d1-on-hostb.json
       latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
     """
-    if not 0 < holdout < 1:
-        raise click.BadParameter("must be in (0, 1)", param_hint="--holdout")
-    if not 50 < stall_pct < 100:
-        raise click.BadParameter("must be in (50, 100)", param_hint="--stall-pct")
     if from_requests:
         from harness.engine_options import parse_search_options
         from harness.request_fit import calibrate_from_requests

@@ -22,6 +22,7 @@ from estimators.profile import load_profile
 from harness.cli_calibrate import format_profile, format_results
 from harness.cli_estimate import format_metrics
 from harness.cli_replay import format_sweep, write_replay_result
+from harness.cli_types import SEED
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, replay
 from harness.sweep import Cell, SweepSpec, default_workers, run_and_write_sweep
@@ -49,7 +50,7 @@ DEMO_DELTA = 1e-6  # routers that use a delta, in the sweep and the replays
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("latroute-demo"), show_default=True,
               help="Directory for the demo's outputs (replaced if it exists).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the workload, the twin's noise and every replay and sweep cell.")
 def demo(out: Path, seed: int) -> None:
     """Run the pipeline on built-in defaults and say where the results are.

@@ -12,6 +12,7 @@ from estimators.drift import trace_drift
 from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
+from harness.cli_types import AT_LEAST_1, POSITIVE, EngineSetting
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -86,12 +87,12 @@ def format_metrics(m: dict) -> str:
 @click.option("--profile", "profile_ref", help="Batch-time profile (path or built-in name) for every instance.")
 @click.option("--calibrate-on", type=click.Path(path_type=Path),
               help="Calibrate each instance's profile on this other trace's steps.")
-@click.option("--ewma-tau", type=float, default=10.0, show_default=True,
+@click.option("--ewma-tau", type=POSITIVE, default=10.0, show_default=True,
               help="Time constant (s) of the online arrival-rate estimate used by lps-mg.")
 @click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Scale each profile by the host speed learned from the steps completed before each query "
                    "(every estimator alike).")
-@click.option("--speed-half-life", type=click.FloatRange(min=1.0), default=HALF_LIFE_STEPS, show_default=True,
+@click.option("--speed-half-life", type=AT_LEAST_1, default=HALF_LIFE_STEPS, show_default=True,
               help="Half-life, in completed steps, of the online speed factor.")
 @click.option("--cache-blind", is_flag=True,
               help="Ignore the instances' prefix cache (SFS computes every prompt token): what ignoring it costs.")
@@ -99,7 +100,7 @@ def format_metrics(m: dict) -> str:
               help="Baselines (throughput, lps, lps-mg) count only prompt tokens the prefix cache does not hold.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the results.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE", type=EngineSetting(),
               help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
 @click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="Request-level TRACE: warm = its prompts were already in the prefix cache.")

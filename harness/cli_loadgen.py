@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from harness.cli_types import COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
 from harness.loadgen import LoadgenConfig, bench_result, check_base_url, generated_workload, requests_frame, run_loadgen
 from harness.record import RunFailed, read_workload
 from traces.errors import BadInput
@@ -23,24 +24,24 @@ from traces.store import TraceWriter, open_trace
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Client trace directory to create (with bench.json inside).")
 @click.option("--model", help="Model name for the API (default: the first of GET /v1/models).")
-@click.option("--num-prompts", type=click.IntRange(1), help="Requests to send (with --trace: its first N).")
-@click.option("--request-rate", type=float, default=math.inf, show_default=True,
+@click.option("--num-prompts", type=COUNT, help="Requests to send (with --trace: its first N).")
+@click.option("--request-rate", type=Finite(0.0, min_open=True, allow_inf=True), default=math.inf, show_default=True,
               help="Requests per second when generating arrivals (inf: all at once).")
-@click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
               help="Gamma shape of the gaps (1: Poisson), as vllm bench serve.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals and prompt tokens.")
-@click.option("--max-concurrency", type=click.IntRange(1), help="At most this many requests in flight.")
-@click.option("--input-len", type=click.IntRange(1), default=256, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of arrivals and prompt tokens.")
+@click.option("--max-concurrency", type=IntIn(1, 10**6), help="At most this many requests in flight.")
+@click.option("--input-len", type=TOKENS, default=256, show_default=True,
               help="Prompt tokens per generated request.")
-@click.option("--output-len", type=click.IntRange(1), default=64, show_default=True,
+@click.option("--output-len", type=TOKENS, default=64, show_default=True,
               help="Output tokens per generated request.")
-@click.option("--hash-block-tokens", type=click.IntRange(1), help="Tokens per hash_ids block (default: meta.json).")
+@click.option("--hash-block-tokens", type=IntIn(1, 2**20), help="Tokens per hash_ids block (default: meta.json).")
 @click.option("--id-prefix", default="r", show_default=True, help="X-Request-Id is this prefix + request_id.")
 @click.option("--prompt-format", type=click.Choice(["ids", "words"]), default="ids", show_default=True,
               help="ids: a list of token ids; words: w<id> text for text-only endpoints.")
-@click.option("--request-timeout", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+@click.option("--request-timeout", type=POSITIVE, default=600.0, show_default=True,
               help="Seconds one request may take before it is recorded as failed (timeout).")
-@click.option("--time-limit", type=click.FloatRange(0, min_open=True), default=3600.0, show_default=True,
+@click.option("--time-limit", type=POSITIVE, default=3600.0, show_default=True,
               help="Seconds after which unfinished requests are abandoned (counted as failed).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None, num_prompts: int | None,

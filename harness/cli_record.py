@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli_types import POSITIVE, SEED, TOKENS, Finite, IntIn
 from harness.record import EngineOptions, RunFailed, finish, record_engine, vllm_python
 from traces.store import open_trace
 
@@ -29,27 +30,27 @@ def record() -> None:
 @click.option("--model-name", help="Name recorded as the model and instance (default: the directory's name).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Recording directory to create.")
 @click.option("--vllm-python", help="vLLM's interpreter (default: $LATROUTE_VLLM_PYTHON).")
-@click.option("--max-num-batched-tokens", type=click.IntRange(1), default=512, show_default=True,
+@click.option("--max-num-batched-tokens", type=TOKENS, default=512, show_default=True,
               help="vLLM's token budget per step.")
-@click.option("--max-num-seqs", type=click.IntRange(1), default=64, show_default=True,
+@click.option("--max-num-seqs", type=IntIn(1, 10**6), default=64, show_default=True,
               help="vLLM's cap on requests per step.")
-@click.option("--long-prefill-token-threshold", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--long-prefill-token-threshold", type=IntIn(0, 10**7), default=0, show_default=True,
               help="vLLM's cap on one prefill chunk when several requests prefill (0: off).")
 @click.option("--prefix-caching/--no-prefix-caching", default=True, show_default=True,
               help="vLLM's enable_prefix_caching.")
-@click.option("--num-kv-blocks", type=click.IntRange(1), help="num_gpu_blocks_override (default: from memory).")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.2, show_default=True,
+@click.option("--num-kv-blocks", type=IntIn(1, 2**31 - 1), help="num_gpu_blocks_override (default: from memory).")
+@click.option("--gpu-memory-utilization", type=Finite(0.0, 1.0, min_open=True), default=0.2, show_default=True,
               help="Share of memory (RAM on CPU) vLLM reserves for the KV cache.")
-@click.option("--max-model-len", type=click.IntRange(1), default=4096, show_default=True,
+@click.option("--max-model-len", type=TOKENS, default=4096, show_default=True,
               help="vLLM's max_model_len: prompt + output tokens of one request.")
 @click.option("--dtype", default="float32", show_default=True,
               help="Model dtype (float32: bfloat16 is slow on these CPUs).")
-@click.option("--hash-block-tokens", type=click.IntRange(1), help="Tokens per hash_ids block (default: meta.json).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the prompt tokens and of vLLM.")
-@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
+@click.option("--hash-block-tokens", type=IntIn(1, 2**20), help="Tokens per hash_ids block (default: meta.json).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the prompt tokens and of vLLM.")
+@click.option("--warmup", type=IntIn(0, 10**6), default=2, show_default=True,
               help="Requests run before the recording starts (not recorded).")
 @click.option("--omp-threads-bind", help="VLLM_CPU_OMP_THREADS_BIND for the engine (e.g. 0: one thread on core 0).")
-@click.option("--time-limit", type=click.FloatRange(0, min_open=True), default=3600.0, show_default=True,
+@click.option("--time-limit", type=POSITIVE, default=3600.0, show_default=True,
               help="Seconds of replay after which the run is abandoned (exit 1).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def engine(trace_dir: Path, model: Path, model_name: str | None, out: Path, **kw) -> None:

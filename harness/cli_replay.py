@@ -8,6 +8,18 @@ from pathlib import Path
 import click
 
 from harness.cli_serving import parse_serving, served_serving_metrics, serving_options
+from harness.cli_types import (
+    AT_LEAST_1,
+    COUNT,
+    MAX_SEED,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY_BELOW_1,
+    SEED,
+    FloatList,
+    IntIn,
+    cores,
+)
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, workload_inputs
 from harness.replay import replay as run_replay
@@ -27,16 +39,6 @@ from traces.quality import QUALITY_POLICIES
 from traces.slo import SLO_POLICIES
 from traces.store import TraceWriter, open_trace
 from traces.workload import WorkloadConfig, generate_workload
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"not a comma-separated list of numbers: {text!r}", param_hint=name) from None
-    if not vals:
-        raise click.BadParameter("empty list", param_hint=name)
-    return vals
 
 
 def _routers(text: str) -> list[str]:
@@ -70,27 +72,20 @@ def view_options(f):
     """--epsilon, --view-interval, --ledger (replay and sweep)."""
     f = click.option("--ledger", type=click.Choice(["on", "off"]), default="on", show_default=True,
                      help="With --view-interval: requests dispatched since the last refresh join the stale view.")(f)
-    f = click.option("--view-interval", "view_interval_ms", type=float, default=0.0, show_default=True,
+    f = click.option("--view-interval", "view_interval_ms", type=NON_NEGATIVE, default=0.0, show_default=True,
                      help="Routers see engine state refreshed every MS milliseconds (0: every step, live). "
                           "The oracle always forks the live twin.")(f)
-    return click.option("--epsilon", type=float, default=DEFAULT_EPSILON, show_default=True,
+    return click.option("--epsilon", type=PROBABILITY_BELOW_1, default=DEFAULT_EPSILON, show_default=True,
                         help="Chance-constrained routers (sfs-cc, throughput-cc): allowed P(TTFT > SLO), one "
                              "value for every rate. On qwen3-h100 (Poisson 3-9 q/s) sfs-cc's AUC is flat from 0.02 "
                              "to 0.3, within the seed spread; 0.1 sits in the middle of it.")(f)
 
 
-def _check_view(epsilon: float, view_interval_ms: float) -> None:
-    if not 0.0 <= epsilon < 1.0:
-        raise BadOption("--epsilon", f"must be in [0, 1), got {epsilon:g}")
-    if view_interval_ms < 0.0:
-        raise BadOption("--view-interval", f"must be >= 0 ms, got {view_interval_ms:g}")
-
-
 def arrival_options(f):
-    f = click.option("--burstiness", type=float, default=1.0, show_default=True,
+    f = click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
                      help="Gamma shape: inter-arrival CV^2 = 1/burstiness (vllm bench serve's meaning); other than "
                           "1 implies --arrival gamma.")(f)
-    f = click.option("--burst-ratio", type=float, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")(f)
+    f = click.option("--burst-ratio", type=AT_LEAST_1, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")(f)
     f = click.option("--arrival", type=click.Choice(ARRIVAL_KINDS),
                      help="Arrival process of generated workloads. Default: poisson, or gamma when --burstiness "
                           "is not 1.")(f)
@@ -162,17 +157,17 @@ def _print_replay(m: dict) -> None:
 @click.command()
 @click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True, help="Pool name or POOL.json.")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path), help="Workload trace (requests [+ quality]).")
-@click.option("--rate", type=float, help="Generate a workload at this rate (q/s) instead of --trace.")
-@click.option("--requests", "n_requests", type=int,
+@click.option("--rate", type=POSITIVE, help="Generate a workload at this rate (q/s) instead of --trace.")
+@click.option("--requests", "n_requests", type=COUNT,
               help="Requests to generate (default 16000), or the first N of --trace (default all).")
 @arrival_options
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the workload, the twin's noise and the SLO rule / quality model draws.")
 @click.option("--router", "router_name", default="sfs-hard", show_default=True,
               help=f"One of: {', '.join(ROUTERS)} (latroute list routers), or a plug-in as module:Class.")
-@click.option("--lambda", "lam", type=float, default=DEFAULT_LAMBDA, show_default=True,
+@click.option("--lambda", "lam", type=NON_NEGATIVE, default=DEFAULT_LAMBDA, show_default=True,
               help="Cost weight in U = acc - lambda * cost (cost in micro-dollars).")
-@click.option("--delta", type=float, default=0.0, show_default=True,
+@click.option("--delta", type=NON_NEGATIVE, default=0.0, show_default=True,
               help="Soft rule: utility per microsecond of estimated TTFT.")
 @policy_options
 @click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
@@ -211,7 +206,6 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     """
     _routers(router_name)
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
-    _check_view(epsilon, view_interval_ms)
     if delta != 0.0 and not router_entry(router_name).uses_delta:
         raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "
                                    f"{', '.join(n for n in ROUTERS if router_entry(n).uses_delta)})")
@@ -302,26 +296,26 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
               help="Pool name or POOL.json (latroute list pools).")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
               help="Replay this trace's requests, arrival times rescaled to each rate, instead of generating.")
-@click.option("--rates", default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
+@click.option("--rates", type=FloatList(POSITIVE), default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
 @click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True,
               help=f"Comma-separated routers, of: {', '.join(ROUTERS)} (latroute list routers), or plug-ins "
                    "as module:Class.")
-@click.option("--deltas", default="1e-6", show_default=True,
+@click.option("--deltas", type=FloatList(NON_NEGATIVE), default="1e-6", show_default=True,
               help="Deltas for routers that use one (the soft rule: utility per µs of estimated TTFT; "
                    "0 = latency-agnostic).")
-@click.option("--lambdas", default=str(DEFAULT_LAMBDA), show_default=True,
+@click.option("--lambdas", type=FloatList(NON_NEGATIVE), default=str(DEFAULT_LAMBDA), show_default=True,
               help="Cost weights lambda in U = acc - lambda * cost (cost in micro-dollars), comma-separated.")
 @arrival_options
 @policy_options
-@click.option("--requests", "n_requests", type=int, default=16000, show_default=True, help="Requests per cell.")
+@click.option("--requests", "n_requests", type=COUNT, default=16000, show_default=True, help="Requests per cell.")
 @serving_options
-@click.option("--seeds", type=int, default=1, show_default=True,
+@click.option("--seeds", type=IntIn(1, 10**4), default=1, show_default=True,
               help="Number of paired seeds SEED..SEED+K-1 (the same workloads and noise for every router); "
                    "K >= 2 gives 95% intervals.")
-@click.option("--seed", "first_seed", type=int, default=0, show_default=True,
+@click.option("--seed", "first_seed", type=SEED, default=0, show_default=True,
               help="First seed (as in replay and trace generate).")
-@click.option("--workers", type=int, default=default_workers(), show_default=True,
-              help="Worker processes (local) or CPUs of a local Ray.")
+@click.option("--workers", type=IntIn(1, cores()), default=default_workers(), show_default=True,
+              help="Worker processes (local) or CPUs of a local Ray; at most the machine's cores.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="local", show_default=True,
               help="local: a process pool here; ray: each cell a Ray task (pip install 'latroute[ray]').")
 @click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
@@ -364,12 +358,11 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
       latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
       latroute sweep --spec study.toml --out study --resume
     """
-    rate_list, delta_list, lam_list = _floats(rates, "--rates"), _floats(deltas, "--deltas"), _floats(lambdas, "--lambdas")
+    rate_list, delta_list, lam_list = list(rates), list(deltas), list(lambdas)  # range-checked by their types
     names = _routers(router_names)
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
-    _check_view(epsilon, view_interval_ms)
-    if seeds < 1 or workers < 1 or n_requests < 1:
-        raise click.UsageError("--seeds, --workers and --requests must be >= 1")
+    if first_seed + seeds - 1 > MAX_SEED:
+        raise BadOption("--seeds", f"seeds {first_seed}..{first_seed + seeds - 1} go past {MAX_SEED}")
     _check_lengths(lengths_policy)
     if address is not None and backend != "ray":
         raise click.UsageError("--address goes with --backend ray")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli_types import NON_NEGATIVE, KeyFraction
 from reports.check import (
     baseline_doc,
     check_kind,
@@ -49,11 +50,11 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
 @click.command()
 @click.argument("result", type=click.Path(path_type=Path))
 @click.option("--baseline", type=click.Path(path_type=Path), help="Baseline JSON (needed unless only --max-speed-drift gates).")
-@click.option("--tolerance", "tolerances", multiple=True,
+@click.option("--tolerance", "tolerances", multiple=True, type=KeyFraction(),
               help="METRIC=FRACTION: relative change allowed (matches a full name or its suffix, e.g. mape=0.1).")
 @click.option("--write-baseline", is_flag=True, help="Write RESULT's metrics as the new baseline and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--max-speed-drift", type=click.FloatRange(min=0.0), metavar="FRACTION",
+@click.option("--max-speed-drift", type=NON_NEGATIVE, metavar="FRACTION",
               help="Also fail when an instance's host speed factor against its profile (estimate and validate "
                    "results) is further than FRACTION from 1, e.g. 0.1.")
 @click.option("--interval", "use_interval", is_flag=True,

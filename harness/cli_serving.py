@@ -3,6 +3,7 @@ E2E, throughput, goodput) that replay, sweep and validate share; the
 metrics themselves are ``reports.serving``."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -30,9 +31,13 @@ def parse_serving(percentiles_text: str | None, goodput_text: str | None) -> tup
     except ValueError as e:
         raise BadOption("--metric-percentiles", str(e)) from None
     try:
-        return pcts, parse_goodput(goodput_text)
+        goodput = parse_goodput(goodput_text)
     except ValueError as e:
         raise BadOption("--goodput", str(e)) from None
+    for key, ms in goodput.items():  # parse_goodput lets nan and inf through (nan > 0 is false, so is nan <= 0)
+        if not math.isfinite(ms):
+            raise BadOption("--goodput", f"{key}: must be a finite number of ms > 0 (got {ms})")
+    return pcts, goodput
 
 
 def served_serving_metrics(trace_dir: Path, requests, percentiles, goodput) -> dict:

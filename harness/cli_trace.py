@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli_types import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, IntIn
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
 from traces.store import open_trace
@@ -90,24 +91,18 @@ def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool) -> None:
         click.echo(df.to_string(index=False) if len(df.columns) else "(no columns)")
 
 
-def _positive(ctx, param, value):
-    if value is not None and not value > 0:
-        raise click.BadParameter("must be > 0")
-    return value
-
-
 @trace.command()
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Trace directory to write.")
-@click.option("--requests", "n_requests", type=int, callback=_positive, help="Number of requests.")
-@click.option("--duration", type=float, callback=_positive, help="Seconds of arrivals (instead of --requests).")
-@click.option("--rate", type=float, callback=_positive,
+@click.option("--requests", "n_requests", type=COUNT, help="Number of requests.")
+@click.option("--duration", type=POSITIVE, help="Seconds of arrivals (instead of --requests).")
+@click.option("--rate", type=POSITIVE,
               help="Mean arrival rate, requests/s (with --arrivals-from: rescale to this rate).")
 @click.option("--arrival", type=click.Choice(ARRIVAL_KINDS),
               help="Arrival process. Default: poisson, or gamma when --burstiness is not 1.")
-@click.option("--burst-ratio", type=float, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")
-@click.option("--high-fraction", type=float, default=0.2, show_default=True, help="mmpp: time share in high state.")
-@click.option("--correlation-s", type=float, default=2.0, show_default=True, help="mmpp: correlation time (s).")
-@click.option("--burstiness", type=float, default=1.0, show_default=True,
+@click.option("--burst-ratio", type=AT_LEAST_1, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")
+@click.option("--high-fraction", type=FRACTION_OPEN, default=0.2, show_default=True, help="mmpp: time share in high state.")
+@click.option("--correlation-s", type=POSITIVE, default=2.0, show_default=True, help="mmpp: correlation time (s).")
+@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
               help="Gamma shape: inter-arrival CV^2 = 1/burstiness (as vllm bench serve); other than 1 implies "
                    "--arrival gamma and is refused with poisson or mmpp.")
 @click.option("--mix", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_MIX.items()), show_default=True,
@@ -117,10 +112,10 @@ def _positive(ctx, param, value):
 @click.option("--sessions", is_flag=True,
               help="Multi-turn chat sessions with shared system prompts and growing history (hash_ids filled); "
                    "--rate stays the request rate.")
-@click.option("--turns", type=float, default=4.0, show_default=True, help="sessions: mean turns per session.")
-@click.option("--think-time", type=float, default=10.0, show_default=True, help="sessions: mean think time (s).")
-@click.option("--system-prompts", type=int, default=4, show_default=True, help="sessions: shared system prompts.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals, lengths and SLO/accuracy draws.")
+@click.option("--turns", type=AT_LEAST_1, default=4.0, show_default=True, help="sessions: mean turns per session.")
+@click.option("--think-time", type=NON_NEGATIVE, default=10.0, show_default=True, help="sessions: mean think time (s).")
+@click.option("--system-prompts", type=IntIn(1, 10**6), default=4, show_default=True, help="sessions: shared system prompts.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of arrivals, lengths and SLO/accuracy draws.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def generate(out: Path, n_requests: int | None, duration: float | None, rate: float | None, arrival: str | None,
              burst_ratio: float, high_fraction: float, correlation_s: float, burstiness: float, mix: str,
@@ -144,6 +139,8 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
 
     if n_requests is not None and duration is not None:
         raise click.UsageError("give --requests or --duration, not both")
+    if duration is not None and rate is not None and duration * rate > MAX_COUNT:
+        raise BadOption("--duration", f"{duration:g} s at {rate:g} q/s is over {MAX_COUNT:,} requests")
     if arrivals_from is None:
         if n_requests is None and duration is None:
             raise click.UsageError("give --requests N or --duration S")
@@ -211,8 +208,8 @@ def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, a
 @click.option("--model", help="burstgpt: keep only this model (e.g. ChatGPT, GPT-4).")
 @click.option("--keep-failed", is_flag=True, help="burstgpt: keep failed rows (Response tokens = 0).")
 @click.option("--run", help="lmbench: the run_id to import (one trace per run).")
-@click.option("--seed", type=int, help="vllm-bench: seed of the benchmark's arrival schedule (default: from the file, else 0).")
-@click.option("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS, show_default=True, callback=_positive,
+@click.option("--seed", type=SEED, help="vllm-bench: seed of the benchmark's arrival schedule (default: from the file, else 0).")
+@click.option("--chunk-rows", type=COUNT, default=DEFAULT_CHUNK_ROWS, show_default=True,
               help="Rows per chunk (memory bound).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool, run: str | None,

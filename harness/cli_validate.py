@@ -10,6 +10,7 @@ import pandas as pd
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
 from harness.cli_serving import parse_serving, served_serving_metrics, serving_options
+from harness.cli_types import SEED, EngineSetting
 from harness.twin import write_twin_trace
 from harness.validate import validate as run_validation
 from reports.results import result_header
@@ -28,12 +29,12 @@ from traces.vllm_versions import unchecked_version_warning
               help="Calibrate the profile on TRACE itself (in-sample; prefer a profile from another recording).")
 @click.option("--noise", type=click.Choice(["off", "on"]), default="off", show_default=True,
               help="off: every step takes the profile's expected time; on: draw jitter and stalls.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise draws.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the noise draws.")
 @click.option("--join", "join_dir", type=click.Path(path_type=Path),
               help="`latroute trace join` output of this recording: also compare with the client's TTFTs.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for metrics.json etc.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE", type=EngineSetting(),
               help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
 @click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="Request-level TRACE: warm = its prompts were already in the prefix cache (a benchmark re-run "

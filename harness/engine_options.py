@@ -44,6 +44,7 @@ Unknown settings (the budget, ``max_num_seqs``) can be searched by
 """
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 
 from estimators.engine.config import InstanceConfig
@@ -56,6 +57,7 @@ REQUEST_TRACE_DEFAULTS = InstanceConfig(
     instance_id="i0", model="", gpus=8, policy="vllm-v1", max_num_batched_tokens=2048, max_num_seqs=256,
     block_size=16, num_kv_blocks=26_000, max_model_len=131_072, prefix_caching=False)
 
+_MAX_SETTING = 2**31 - 1
 _FIELDS = {f.name: f for f in fields(InstanceConfig)}
 _SKIP = {"instance_id", "model", "profile", "price_in", "price_out", "device"}
 
@@ -78,8 +80,12 @@ def parse_engine_options(items: tuple[str, ...] | list[str]) -> dict:
         try:
             if kind.startswith("int"):
                 out[key] = int(raw)
+                if not 0 <= out[key] <= _MAX_SETTING:  # the kernels hold settings in int64 sums: refuse, never wrap
+                    raise BadOption("--engine", f"{key}: must be an integer in [0, {_MAX_SETTING}] (got {raw!r})")
             elif kind.startswith("float"):
                 out[key] = float(raw)
+                if not math.isfinite(out[key]):
+                    raise BadOption("--engine", f"{key}: must be a finite number (got {raw!r})")
             elif kind.startswith("bool"):
                 if raw.lower() not in ("1", "0", "true", "false", "on", "off"):
                     raise ValueError(raw)

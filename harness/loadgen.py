@@ -57,6 +57,23 @@ class LoadgenConfig:
     burstiness: float = 1.0
     extra_body: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Refuse settings that would hang or flood: a NaN timeout never fires, a
+        NaN rate gives NaN arrival times, 0 concurrency deadlocks."""
+        def positive(name: str, x, inf_ok: bool = False) -> None:
+            ok = isinstance(x, int | float) and not isinstance(x, bool) and x > 0 and (inf_ok or math.isfinite(x))
+            if not ok:
+                raise ValueError(f"{name} must be a {'' if inf_ok else 'finite '}number > 0, got {x!r}")
+
+        positive("request_timeout_s", self.request_timeout_s)
+        positive("time_limit_s", self.time_limit_s)
+        positive("request_rate", self.request_rate, inf_ok=True)
+        positive("burstiness", self.burstiness)
+        if self.max_concurrency is not None and not (isinstance(self.max_concurrency, int) and self.max_concurrency >= 1):
+            raise ValueError(f"max_concurrency must be an integer >= 1, got {self.max_concurrency!r}")
+        if self.prompt_format not in ("ids", "words"):
+            raise ValueError(f"prompt_format must be ids or words, got {self.prompt_format!r}")
+
 
 @dataclass
 class RequestResult:
@@ -90,6 +107,11 @@ def generated_workload(num_prompts: int, request_rate: float, burstiness: float,
                        output_len: int) -> Workload:
     """Arrivals drawn as ``vllm bench serve`` draws them (gamma gaps with
     shape ``burstiness``, seeded numpy, rescaled to n/rate), fixed lengths."""
+    for name, n in (("num_prompts", num_prompts), ("input_len", input_len), ("output_len", output_len)):
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
+    if not (request_rate > 0 and burstiness > 0 and math.isfinite(burstiness)):  # NaN fails both comparisons
+        raise ValueError(f"request_rate and burstiness must be > 0, got {request_rate!r}, {burstiness!r}")
     arr = reconstruct_schedule(num_prompts, request_rate, burstiness, seed, modern=True)
     n = num_prompts
     return Workload(np.arange(n, dtype=np.int64), np.asarray(arr, dtype=np.float64),

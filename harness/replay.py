@@ -13,6 +13,7 @@ served trace carries the SLO and accuracy that were used.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -48,6 +49,18 @@ class ReplayConfig:
     view_interval_ms: float = 0.0  # routers see state published every MS (0: live, every step)
     ledger: bool = True  # with a view interval: requests dispatched since the last publication join the view
     hash_block_tokens: int | None = None  # the trace's (meta.json), for instances with prefix caching
+
+    def __post_init__(self) -> None:
+        """Refuse what would replay silently wrong: a NaN delta or lambda makes
+        every utility comparison false, so every request went to instance 0."""
+        for name, x in (("lam", self.lam), ("delta_per_us", self.delta_per_us),
+                        ("view_interval_ms", self.view_interval_ms)):
+            if not (isinstance(x, int | float) and math.isfinite(x) and x >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
+        if not (isinstance(self.epsilon, int | float) and 0.0 <= self.epsilon < 1.0):
+            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
 
 
 @dataclass

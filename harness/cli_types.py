@@ -1,0 +1,221 @@
+"""Click parameter types for every number the command line takes.
+
+Why not click's own ``FloatRange``/``IntRange``: ``FloatRange`` lets NaN
+through (every comparison with NaN is false, so no bound ever fails), takes
+``1e400`` as infinity, and ``type=int`` accepts any size, so ``--rate nan``
+used to route every request to the first instance and ``--requests 1e11``
+reached the workload generator. These types refuse such values while the
+command line is parsed, before any trace is read, with a message naming
+the range: ``error: latroute replay: --rate: must be a finite number > 0
+(got nan)`` (exit 2, through ``harness.cli``'s one error path).
+
+Values also arrive already typed (defaults, ``sweep --spec`` TOML): an int
+or float is checked like its text; a bool is never a number.
+
+Kept free of numpy and pandas: ``latroute --help`` imports this module.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import click
+
+# The most of anything countable a command accepts (requests, rows, prompts):
+# far beyond what fits in memory, well inside int64.
+MAX_COUNT = 10**9
+# Seeds seed numpy's legacy and PCG generators alike: 32 bits.
+MAX_SEED = 2**32 - 1
+# Longest numeric text worth reading: past this it cannot be a sane value,
+# and Python refuses to parse ints of more than 4300 digits anyway.
+_MAX_TEXT = 64
+
+
+def _shown(value: object) -> str:
+    """The offending value as the user typed it, shortened."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bound(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    """The range in words: ``> 0``, ``>= 1``, ``in (0, 1)``, ``<= 5``."""
+    g = "{:g}".format
+    if lo is not None and hi is not None:
+        return f"in {'(' if lo_open else '['}{g(lo)}, {g(hi)}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {g(lo)}"
+    if hi is not None:
+        return f"{'<' if hi_open else '<='} {g(hi)}"
+    return ""
+
+
+class Finite(click.ParamType):
+    """A float within bounds; NaN, -inf and overflow (``1e400``) always
+    refused, +inf only where the option documents it (``allow_inf``: e.g.
+    ``loadgen --request-rate inf`` = all at once)."""
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, max: float | None = None, min_open: bool = False,
+                 max_open: bool = False, allow_inf: bool = False) -> None:
+        self.min, self.max, self.min_open, self.max_open, self.allow_inf = min, max, min_open, max_open, allow_inf
+
+    def describe(self) -> str:
+        what = "a number" if self.allow_inf else "a finite number"
+        rng = _bound(self.min, self.max, self.min_open, self.max_open)
+        return f"{what} {rng}".strip() + (" (inf allowed)" if self.allow_inf else "")
+
+    def check(self, value: object) -> float | None:
+        """``value`` as a float if it is in range, else None."""
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int | float):
+            x = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
+        elif isinstance(value, str) and len(value.strip()) <= _MAX_TEXT:
+            try:
+                x = float(value)
+            except ValueError:
+                return None
+        else:
+            return None
+        if math.isnan(x) or (math.isinf(x) and not (self.allow_inf and x > 0)):
+            return None
+        if self.min is not None and (x < self.min or (self.min_open and x == self.min)):
+            return None
+        if self.max is not None and (x > self.max or (self.max_open and x == self.max)):
+            return None
+        return x
+
+    def convert(self, value, param, ctx) -> float:
+        x = self.check(value)
+        if x is None:
+            self.fail(f"must be {self.describe()} (got {_shown(value)})", param, ctx)
+        return x
+
+    def __repr__(self) -> str:
+        return f"Finite({self.describe()})"
+
+
+class IntIn(click.ParamType):
+    """An integer in ``[lo, hi]``, written as one: ``1e11``, ``2.0`` and
+    ``1_0`` are refused (``int(float(text))`` would silently round)."""
+
+    name = "integer"
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+    def describe(self) -> str:
+        return f"an integer in [{self.lo}, {self.hi}]"
+
+    def check(self, value: object) -> int | None:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):
+            n = value
+        elif isinstance(value, str):
+            text = value.strip()
+            digits = text[1:] if text[:1] in "+-" else text
+            if not digits.isascii() or not digits.isdigit() or len(digits) > _MAX_TEXT:
+                return None
+            n = int(text)
+        else:
+            return None
+        return n if self.lo <= n <= self.hi else None
+
+    def convert(self, value, param, ctx) -> int:
+        n = self.check(value)
+        if n is None:
+            self.fail(f"must be {self.describe()} (got {_shown(value)})", param, ctx)
+        return n
+
+    def __repr__(self) -> str:
+        return f"IntIn({self.lo}, {self.hi})"
+
+
+class FloatList(click.ParamType):
+    """Comma-separated numbers, each checked like ``Finite``; an empty
+    list or an empty item (``4,,6``) is refused rather than skipped, since
+    a dropped value silently shrinks a sweep."""
+
+    name = "list"
+
+    def __init__(self, item: Finite) -> None:
+        self.item = item
+
+    def convert(self, value, param, ctx) -> tuple[float, ...]:
+        if isinstance(value, list | tuple):
+            parts = list(value)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            parts = [value]
+        else:
+            parts = str(value).split(",")
+        if not parts or parts == [""] or not str(value).strip():
+            self.fail(f"needs one or more comma-separated numbers, each {self.item.describe()} (got '')", param, ctx)
+        out = []
+        for i, part in enumerate(parts, 1):
+            x = self.item.check(part.strip() if isinstance(part, str) else part)
+            if x is None:
+                self.fail(f"item {i} must be {self.item.describe()} (got {_shown(part) or repr(part)})", param, ctx)
+            out.append(x)
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        return f"FloatList({self.item!r})"
+
+
+class KeyFraction(click.ParamType):
+    """``NAME=VALUE`` with VALUE a finite number >= 0 (``check
+    --tolerance``); returns the text unchanged, so the command's own parser
+    decides what NAME may be."""
+
+    name = "NAME=VALUE"
+
+    def __init__(self) -> None:
+        self.value = Finite(min=0.0)
+
+    def convert(self, value, param, ctx) -> str:
+        name, sep, raw = str(value).partition("=")
+        if not sep or not name.strip():
+            self.fail(f"expected NAME=VALUE (got {_shown(value)})", param, ctx)
+        if self.value.check(raw.strip()) is None:
+            self.fail(f"{name.strip()}: must be {self.value.describe()} (got {_shown(raw)})", param, ctx)
+        return str(value)
+
+
+class EngineSetting(click.ParamType):
+    """``--engine KEY=VALUE`` (or, with ``grid``, ``--search KEY=V1,V2``)
+    checked while parsing by ``harness.engine_options`` itself (imported
+    only when the option is given: it loads numpy); returns the text
+    unchanged for the command to parse again."""
+
+    name = "KEY=VALUE"
+
+    def __init__(self, grid: bool = False) -> None:
+        self.grid = grid
+
+    def convert(self, value, param, ctx) -> str:
+        from harness.engine_options import parse_engine_options, parse_search_options
+        from traces.errors import BadInput
+
+        try:
+            (parse_search_options if self.grid else parse_engine_options)([str(value)])
+        except BadInput as e:
+            self.fail(e.reason, param, ctx)
+        return str(value)
+
+
+def cores() -> int:
+    """CPU cores of this machine: the most worker processes a sweep may start."""
+    return os.cpu_count() or 1
+
+
+# The shared vocabulary, so each option says its range once.
+POSITIVE = Finite(min=0.0, min_open=True)  # rates, durations, time constants
+NON_NEGATIVE = Finite(min=0.0)  # deltas, lambdas, intervals, think times
+FRACTION_OPEN = Finite(min=0.0, max=1.0, min_open=True, max_open=True)  # (0, 1)
+PROBABILITY_BELOW_1 = Finite(min=0.0, max=1.0, max_open=True)  # [0, 1): epsilon
+AT_LEAST_1 = Finite(min=1.0)  # burst ratio, half-lives in steps
+COUNT = IntIn(1, MAX_COUNT)  # requests, prompts, rows
+SEED = IntIn(0, MAX_SEED)
+TOKENS = IntIn(1, 10**7)  # one request's prompt or output length
