@@ -51,7 +51,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
 @click.argument("result", type=click.Path(path_type=Path))
 @click.option("--baseline", type=click.Path(path_type=Path), help="Baseline JSON (needed unless only --max-speed-drift gates).")
 @click.option("--tolerance", "tolerances", multiple=True, type=KeyFraction(),
-              help="METRIC=FRACTION: relative change allowed (matches a full name or its suffix, e.g. mape=0.1).")
+              help="METRIC=FRACTION: relative change allowed for the metric of that exact name (estimators.sfs.mape=0.1), or for every metric a glob matches (*.mape=0.1); a name that matches no metric is refused.")
 @click.option("--write-baseline", is_flag=True, help="Write RESULT's metrics as the new baseline and exit 0.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--max-speed-drift", type=NON_NEGATIVE, metavar="FRACTION",
