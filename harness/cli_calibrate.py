@@ -20,7 +20,7 @@ from estimators.calibrate import (
 from estimators.drift import speed_drift
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.recalibrate import format_curve, learning_curve, update_profile
-from harness.cli_types import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn
+from harness.cli_types import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window
 
 
 def _pct(v: float) -> str:
@@ -89,10 +89,14 @@ def format_profile(p: BatchTimeProfile) -> str:
               help="--from-requests: this one of TRACES replayed prompts already in the prefix cache (repeatable).")
 @click.option("--virtual-engines", type=IntIn(1, 1024), default=1, show_default=True,
               help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
+@click.option("--steps-window", "steps_window", type=Window(),
+              help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
+                   "`estimate --score-window 0.3:1` then scores on the rest.")
 def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
-              virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...]) -> None:
+              virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
+              steps_window: tuple[float, float] | None) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -105,6 +109,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
       latroute calibrate d1 --out d1.json
       latroute calibrate d1 d2 d4 --form eq9 --evaluate-on d6 --out pooled.json
       latroute calibrate --update d1.json d1c --out d1-on-hostb.json
+      latroute calibrate d10 --steps-window 0:0.3 --out d10-head.json   # then: estimate --score-window 0.3:1
       latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
     """
     if from_requests:
@@ -116,7 +121,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
         return
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
-    data = load_steps(list(traces), instance)
+    data = load_steps(list(traces), instance, steps_window)
     if update_ref is not None:
         _update(load_profile(update_ref), data.steps, out, name)
         return

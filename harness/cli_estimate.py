@@ -12,7 +12,7 @@ from estimators.drift import trace_drift
 from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
-from harness.cli_types import AT_LEAST_1, POSITIVE, EngineSetting
+from harness.cli_types import AT_LEAST_1, POSITIVE, EngineSetting, Window
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -104,10 +104,17 @@ def format_metrics(m: dict) -> str:
               help="Request-level TRACE: an engine setting overriding the profile's fitted engine (repeatable).")
 @click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="Request-level TRACE: warm = its prompts were already in the prefix cache.")
+@click.option("--score-window", type=Window(),
+              help="Score only requests arriving within this share of each instance's steps, in step order "
+                   "(0.3:1 = after the first 30%, as fitted by `calibrate --steps-window 0:0.3`).")
+@click.option("--join", "join_dir", type=click.Path(path_type=Path),
+              help="`latroute trace join` output of this recording: also score each estimator against the "
+                   "client's TTFTs (as is and plus the run's median measured API overhead).")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, cache_blind: bool, cache_aware: bool,
              out: Path, force: bool,
-             engine_opts: tuple[str, ...], prefix_cache: str) -> None:
+             engine_opts: tuple[str, ...], prefix_cache: str, score_window: tuple[float, float] | None,
+             join_dir: Path | None) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -122,6 +129,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
       latroute estimate d1 --profile d2.json --lengths median --estimators sfs,throughput --out est-d1-median
       latroute estimate served --out est-twin        # twin traces name their instances' profiles
       latroute estimate l70-q4 --profile l70.json --out est-q4   # request-level: reconstructed snapshots
+      latroute estimate d10 --profile d10-head.json --score-window 0.3:1 --out est-d10-rest
+      latroute estimate rec --profile d1.json --join join --out est-rec   # + error against client TTFTs
 
     A request-level TRACE (no steps) is first replayed on the twin with the
     --profile (from calibrate --from-requests) and the estimators read the
@@ -138,6 +147,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         check_length_policy(lengths)
     except ValueError as e:
         raise BadOption("--lengths", str(e)) from None
+    if join_dir is not None and not (Path(join_dir) / "join.parquet").is_file():
+        raise BadInput(Path(join_dir) / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
     trace = open_trace(trace_dir)
     recon = None
     if not trace.has("steps") and not trace.has("instances"):
@@ -155,7 +166,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
     speed_cfg = OnlineSpeedConfig(half_life_steps=speed_half_life) if online_speed == "on" else None
     cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead,
-                         online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware)
+                         online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware,
+                         score_window=score_window)
     drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
@@ -176,6 +188,12 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
               "wall_s": time.perf_counter() - t})
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
+    if join_dir is not None:
+        import pandas as pd
+
+        from traces.client_join import client_estimate_check
+
+        m["client"] = client_estimate_check(res.estimates, pd.read_parquet(Path(join_dir) / "join.parquet"))
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)
@@ -194,4 +212,10 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         click.echo("\n".join(d.lines()))
     if speed_cfg is not None:
         click.echo(f"online speed correction on (half-life {speed_half_life:g} completed steps)")
+    for name, c in (m.get("client") or {}).items():
+        if c["n"]:
+            o = c["overhead"]
+            click.echo(f"{name} vs client TTFT ({c['n']} joined requests): MAPE {100 * c['vs_client_mape']:.1f}%, "
+                       f"{100 * c['plus_median_overhead_vs_client_mape']:.1f}% with the median measured API "
+                       f"overhead ({o['median_ms']:.2f} ms) added")
     click.echo(f"wrote {out}")

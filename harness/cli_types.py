@@ -205,6 +205,23 @@ class EngineSetting(click.ParamType):
         return str(value)
 
 
+class Window(click.ParamType):
+    """``A:B``, 0 <= A < B <= 1: a share of a trace's steps in step order
+    (``calibrate --steps-window``, ``estimate --score-window``)."""
+
+    name = "A:B"
+
+    def convert(self, value, param, ctx) -> tuple[float, float]:
+        if isinstance(value, tuple):
+            return value
+        parts = str(value).split(":")
+        frac = Finite(min=0.0, max=1.0)
+        ab = [frac.check(x) for x in parts] if len(parts) == 2 else [None]
+        if None in ab or not ab[0] < ab[1]:
+            self.fail(f"must be A:B with 0 <= A < B <= 1, e.g. 0:0.3 (got {_shown(value)})", param, ctx)
+        return ab[0], ab[1]
+
+
 def cores() -> int:
     """CPU cores of this machine: the most worker processes a sweep may start."""
     return os.cpu_count() or 1

@@ -295,6 +295,27 @@ def test_server_recording_caching_off_decisions_and_join(tmp_path):
     j = join_client_recording(open_trace(RECORDINGS / "server_tinya_poisson_r2_nopc" / "client"), rec)
     assert j.summary["joined"] == 200 and j.summary["recorded_not_from_client"] == 2  # the two warm-up requests
     assert (j.per_request["overhead_s"] > 0).all()
+    # estimate uses the join: each estimator against the client's TTFT, as is and plus the measured overhead
+    assert run_cli("trace", "join", RECORDINGS / "server_tinya_poisson_r2_nopc" / "client", rec,
+                   "--out", tmp_path / "j").exit_code == 0
+    res = run_cli("estimate", tmp_path / "t", "--calibrate-on", tmp_path / "t", "--estimators", "sfs,throughput",
+                  "--join", tmp_path / "j", "--out", tmp_path / "e")
+    assert res.exit_code == 0, res.output
+    client = json.loads((tmp_path / "e" / "metrics.json").read_text())["client"]
+    assert set(client) == {"sfs", "throughput"} and client["sfs"]["n"] == 200
+    # engine TTFT + the median API overhead is closer to what the client saw than engine TTFT alone
+    assert client["sfs"]["plus_median_overhead_vs_client_mape"] < client["sfs"]["vs_client_mape"]
+    assert "sfs vs client TTFT (200 joined requests)" in res.output
+
+
+def test_server_recording_with_prefix_caching_decisions(tmp_path):
+    """The real server's recording of d8's sessions (prefix caching on): every
+    step reproduced by the kernel (98.3% before the block cache was in it)."""
+    from harness.decisions import decision_agreement
+    rec = _unpack("server_tinya_d8sessions_pc", tmp_path)
+    assert run_cli("trace", "import", "vllm-record", rec, "--out", tmp_path / "t").exit_code == 0
+    agree = decision_agreement(open_trace(tmp_path / "t"), "tiny-a")
+    assert agree.steps == 8555 and agree.agree == agree.steps
 
 
 def test_server_recording_reproduces_d8_prefix_hits(tmp_path):
