@@ -19,7 +19,8 @@ def list_rows(kind: str) -> list[tuple[str, str]]:
             pool = make()
             rows.append((name, ", ".join(f"{i.instance_id} ({i.gpus} GPU, profile {i.profile})"
                                          for i in pool.instances)
-                         + f"; front end {1e3 * pool.frontend_overhead_s:g} ms"))
+                         + f"; front end {1e3 * pool.frontend_overhead_s:g} ms; prefix caching "
+                         + ("on" if all(i.caching for i in pool.instances) else "off")))
         return rows
     if kind == "profiles":
         from estimators.builtin_profiles import BUILTIN_PROFILES

@@ -12,7 +12,7 @@ fields take its defaults.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from estimators.engine.config import InstanceConfig
@@ -51,7 +51,16 @@ def _qwen3_h100() -> Pool:
     )
 
 
-BUILTIN_POOLS = {"qwen3-h100": _qwen3_h100}
+def _qwen3_h100_pc() -> Pool:
+    """qwen3-h100 with prefix caching on, as ``vllm serve`` runs by default:
+    for workloads that share prefixes (sessions, system prompts, hash_ids)."""
+    base = _qwen3_h100()
+    return replace(base, name="qwen3-h100-pc",
+                   instances=tuple(replace(c, prefix_caching=True) for c in base.instances),
+                   notes={**base.notes, "prefix_caching": True})
+
+
+BUILTIN_POOLS = {"qwen3-h100": _qwen3_h100, "qwen3-h100-pc": _qwen3_h100_pc}
 
 
 def load_pool(name_or_path: str | Path) -> Pool:

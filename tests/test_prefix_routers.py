@@ -68,20 +68,18 @@ def test_sweep_over_a_session_trace_replays_its_shared_prefixes(tmp_path):
     """A sweep of a trace with hash_ids on a pool with prefix caching takes
     the trace's hash_block_tokens (it once dropped it: no hit anywhere, and
     prefix-affinity was shortest-queue to the last digit)."""
-    import json
-    from dataclasses import replace
-
     import pandas as pd
 
     from harness.pools import load_pool
     from tests.conftest import run_cli
 
-    pool = load_pool("qwen3-h100")
-    doc = replace(pool, instances=tuple(replace(c, prefix_caching=True) for c in pool.instances)).to_json()
-    (tmp_path / "pc.json").write_text(json.dumps(doc))
+    pc, off = load_pool("qwen3-h100-pc"), load_pool("qwen3-h100")  # vLLM's default (caching on), the paper's (off)
+    assert all(c.caching for c in pc.instances) and not any(c.caching for c in off.instances)
+    assert [(c.instance_id, c.num_kv_blocks) for c in pc.instances] == [(c.instance_id, c.num_kv_blocks)
+                                                                        for c in off.instances]
     assert run_cli("trace", "generate", "--sessions", "--requests", 300, "--rate", 4, "--seed", 1,
                    "--out", tmp_path / "chat").exit_code == 0
-    res = run_cli("sweep", "--trace", tmp_path / "chat", "--pool", tmp_path / "pc.json", "--rates", 4,
+    res = run_cli("sweep", "--trace", tmp_path / "chat", "--pool", "qwen3-h100-pc", "--rates", 4,
                   "--requests", 300, "--routers", "prefix-affinity,shortest-queue", "--workers", 1,
                   "--out", tmp_path / "sw")
     assert res.exit_code == 0, res.output
