@@ -219,10 +219,13 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     pool = load_pool(pool_ref)
     hash_block = None
     if trace_dir is not None:
+        from traces.arrivals import check_replay_arrivals
+
         t = open_trace(trace_dir)
         requests = t.read("requests")
         if n_requests is not None:
             requests = requests.iloc[:n_requests].reset_index(drop=True)
+        check_replay_arrivals(t, requests)
         quality = t.read("quality") if t.has("quality") else None
         hash_block = t.meta.get("hash_block_tokens")
     else:
@@ -371,6 +374,11 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     if trace_dir is not None and (arrival is not None or burstiness != 1.0):
         raise BadOption("--arrival" if arrival is not None else "--burstiness",
                         "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
+    if trace_dir is not None:
+        from traces.arrivals import check_replay_arrivals
+
+        t = open_trace(trace_dir)
+        check_replay_arrivals(t, t.read("requests", ["arrival_s"]).iloc[:n_requests])
     kind = _arrival(arrival, burstiness)
     cells = [Cell(r, name, d, lam, s)
              for s in range(first_seed, first_seed + seeds) for lam in lam_list for name in names

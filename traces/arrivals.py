@@ -159,3 +159,22 @@ def source_arrivals(path) -> np.ndarray:
                        f"{unknown.size} of {times.size} arrival times are unknown (null; meta.json arrivals: "
                        f"{trace.meta.get('arrivals', '?')}): nothing to take arrivals from")
     return times
+
+
+def check_replay_arrivals(trace, requests=None) -> None:
+    """Refuse (BadInput naming the row) a trace whose arrivals the twin
+    cannot replay: unknown (null) or out of order. ``replay``/``sweep
+    --trace`` call it before any work."""
+    from traces.errors import BadInput
+
+    reqs = trace.read("requests", ["arrival_s"]) if requests is None else requests
+    times = reqs["arrival_s"].to_numpy(dtype=np.float64)
+    unknown = np.flatnonzero(np.isnan(times))
+    if unknown.size:
+        raise BadInput(trace.file("requests"), int(unknown[0]) + 1, "arrival_s",
+                       f"{unknown.size} of {times.size} arrival times are unknown (null): a replay needs them "
+                       "(generate a workload with --rate, or `trace generate --lengths-from` this trace)")
+    back = np.flatnonzero(np.diff(times) < 0)
+    if back.size:
+        raise BadInput(trace.file("requests"), int(back[0]) + 2, "arrival_s",
+                       "arrivals are not in order: a replay needs them sorted")
