@@ -138,13 +138,18 @@ def _home(key, mask):
     return np.int64(z & np.uint64(mask))
 
 
-@njit(cache=True)
-def _find(bc, key):
+# Every helper called once per block takes plain arrays: a compiled call
+# (or an inlined one) handed a bundle increments and decrements the
+# reference count of each of its arrays, which costs more than the block
+# operation itself. The per-request operations take the bundles once and
+# loop over the arrays.
+
+@njit(cache=True, inline="always")
+def _find_in(keys, mask, key):
     """Table index holding ``key``, or -1."""
-    mask = bc.sc[B_MASK]
     i = _home(key, mask)
     while True:
-        k = bc.keys[i]
+        k = keys[i]
         if k == key:
             return i
         if k == EMPTY:
@@ -152,99 +157,116 @@ def _find(bc, key):
         i = (i + 1) & mask
 
 
+@njit(cache=True, inline="always")
+def _lookup_in(keys, vals, mask, key):
+    """The block a hit on ``key`` gets (the oldest holding it), or -1."""
+    i = _find_in(keys, mask, key)
+    return vals[i] if i >= 0 else -1
+
+
 @njit(cache=True)
 def lookup(bc, key):
     """The block a hit on ``key`` gets (the oldest holding it), or -1."""
-    i = _find(bc, key)
-    return bc.vals[i] if i >= 0 else -1
+    return _lookup_in(bc.keys, bc.vals, bc.sc[B_MASK], key)
 
 
-@njit(cache=True)
-def _table_delete(bc, i):
+@njit(cache=True, inline="always")
+def _table_delete_in(keys, vals, mask, i):
     """Remove table entry ``i``, shifting later entries of its run back."""
-    mask = bc.sc[B_MASK]
     j = i
     while True:
         j = (j + 1) & mask
-        if bc.keys[j] == EMPTY:
+        if keys[j] == EMPTY:
             break
-        h = _home(bc.keys[j], mask)
+        h = _home(keys[j], mask)
         # move j into the hole at i unless its home lies cyclically in (i, j]
         if (j > i and (h <= i or h > j)) or (j < i and (h <= i and h > j)):
-            bc.keys[i] = bc.keys[j]
-            bc.vals[i] = bc.vals[j]
+            keys[i] = keys[j]
+            vals[i] = vals[j]
             i = j
-    bc.keys[i] = EMPTY
-    bc.vals[i] = -1
+    keys[i] = EMPTY
+    vals[i] = -1
 
 
-@njit(cache=True)
-def _insert_hash(bc, key, b):
+@njit(cache=True, inline="always")
+def _insert_hash_in(bhash, dup_next, keys, vals, mask, key, b):
     """Register block ``b`` (without a hash) under ``key``."""
-    bc.bhash[b] = key
-    bc.dup_next[b] = -1
-    mask = bc.sc[B_MASK]
+    bhash[b] = key
+    dup_next[b] = -1
     i = _home(key, mask)
     while True:
-        k = bc.keys[i]
+        k = keys[i]
         if k == EMPTY:
-            bc.keys[i] = key
-            bc.vals[i] = b
+            keys[i] = key
+            vals[i] = b
             return
         if k == key:
-            c = bc.vals[i]
-            while bc.dup_next[c] >= 0:
-                c = bc.dup_next[c]
-            bc.dup_next[c] = b
+            c = vals[i]
+            while dup_next[c] >= 0:
+                c = dup_next[c]
+            dup_next[c] = b
             return
         i = (i + 1) & mask
 
 
 @njit(cache=True)
-def _evict_hash(bc, b):
+def _insert_hash(bc, key, b):
+    """Register block ``b`` (without a hash) under ``key``."""
+    _insert_hash_in(bc.bhash, bc.dup_next, bc.keys, bc.vals, bc.sc[B_MASK], key, b)
+
+
+@njit(cache=True, inline="always")
+def _evict_hash_in(bhash, dup_next, keys, vals, sc, b):
     """Drop block ``b``'s hash from the map (it is being reused)."""
-    key = bc.bhash[b]
+    key = bhash[b]
     if key == NO_HASH:
         return
-    i = _find(bc, key)
+    mask = sc[B_MASK]
+    i = _find_in(keys, mask, key)
     if i >= 0:
-        c = bc.vals[i]
+        c = vals[i]
         if c == b:
-            nxt = bc.dup_next[b]
+            nxt = dup_next[b]
             if nxt >= 0:
-                bc.vals[i] = nxt
+                vals[i] = nxt
             else:
-                _table_delete(bc, i)
+                _table_delete_in(keys, vals, mask, i)
         else:
-            while c >= 0 and bc.dup_next[c] != b:
-                c = bc.dup_next[c]
+            while c >= 0 and dup_next[c] != b:
+                c = dup_next[c]
             if c >= 0:
-                bc.dup_next[c] = bc.dup_next[b]
-    bc.dup_next[b] = -1
-    bc.bhash[b] = NO_HASH
-    bc.sc[B_EVICTIONS] += 1
+                dup_next[c] = dup_next[b]
+    dup_next[b] = -1
+    bhash[b] = NO_HASH
+    sc[B_EVICTIONS] += 1
+
+
+@njit(cache=True)
+def _evict_hash(bc, b):
+    """Drop block ``b``'s hash from the map (it is being reused)."""
+    _evict_hash_in(bc.bhash, bc.dup_next, bc.keys, bc.vals, bc.sc, b)
 
 
 # ----------------------------------------------------------------- free queue
 @njit(cache=True, inline="always")
-def _fq_unlink(bc, b):
-    p = bc.fprev[b]
-    n = bc.fnext[b]
-    bc.fnext[p] = n
-    bc.fprev[n] = p
-    bc.fprev[b] = -1
-    bc.fnext[b] = -1
-    bc.sc[B_NFREE] -= 1
+def _fq_unlink(fprev, fnext, sc, b):
+    p = fprev[b]
+    n = fnext[b]
+    fnext[p] = n
+    fprev[n] = p
+    fprev[b] = -1
+    fnext[b] = -1
+    sc[B_NFREE] -= 1
 
 
 @njit(cache=True, inline="always")
-def _fq_insert_after(bc, p, b):
-    n = bc.fnext[p]
-    bc.fnext[p] = b
-    bc.fprev[b] = p
-    bc.fnext[b] = n
-    bc.fprev[n] = b
-    bc.sc[B_NFREE] += 1
+def _fq_insert_after(fprev, fnext, sc, p, b):
+    n = fnext[p]
+    fnext[p] = b
+    fprev[b] = p
+    fnext[b] = n
+    fprev[n] = b
+    sc[B_NFREE] += 1
 
 
 @njit(cache=True, inline="always")
@@ -258,10 +280,11 @@ def num_free(bc):
 def find_hit(bc, hflat, hoff, hn, rid, num_tokens, block_size):
     """Blocks of the longest cached prefix (``get_computed_blocks``), capped
     so that at least one token is computed."""
+    keys, mask = bc.keys, bc.sc[B_MASK]
     cap = (num_tokens - 1) // block_size
     k = 0
     while k < cap:
-        if _find(bc, block_hash_at(hflat, hoff, hn, rid, k)) < 0:
+        if _find_in(keys, mask, block_hash_at(hflat, hoff, hn, rid, k)) < 0:
             break
         k += 1
     return k
@@ -271,9 +294,10 @@ def find_hit(bc, hflat, hoff, hn, rid, num_tokens, block_size):
 def evictable_in_hit(bc, hflat, hoff, hn, rid, k):
     """Hit blocks currently in the free queue: touching them takes them out,
     so the admission gate counts them (``_get_num_evictable_blocks``)."""
+    keys, vals, mask, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.ref
     e = 0
     for i in range(k):
-        if bc.ref[lookup(bc, block_hash_at(hflat, hoff, hn, rid, i))] == 0:
+        if ref[_lookup_in(keys, vals, mask, block_hash_at(hflat, hoff, hn, rid, i))] == 0:
             e += 1
     return e
 
@@ -281,12 +305,14 @@ def evictable_in_hit(bc, hflat, hoff, hn, rid, k):
 @njit(cache=True)
 def touch_hit(bc, table_row, hflat, hoff, hn, rid, k):
     """Take the ``k`` hit blocks into the request's (empty) block table."""
+    keys, vals, sc, ref, fprev, fnext = bc.keys, bc.vals, bc.sc, bc.ref, bc.fprev, bc.fnext
+    mask = sc[B_MASK]
     for i in range(k):
-        b = lookup(bc, block_hash_at(hflat, hoff, hn, rid, i))
-        if bc.ref[b] == 0:
-            _fq_unlink(bc, b)
-            bc.sc[B_NFREE_CACHED] -= 1
-        bc.ref[b] += 1
+        b = _lookup_in(keys, vals, mask, block_hash_at(hflat, hoff, hn, rid, i))
+        if ref[b] == 0:
+            _fq_unlink(fprev, fnext, sc, b)
+            sc[B_NFREE_CACHED] -= 1
+        ref[b] += 1
         table_row[i] = b
 
 
@@ -295,14 +321,16 @@ def allocate(bc, table_row, held, total):
     """Grow the request's table from ``held`` to ``total`` blocks with blocks
     from the head of the free queue (``get_new_blocks``); the caller has
     checked that enough are free. Returns ``total``."""
-    head = bc.sc[B_HEAD]
+    sc, ref, bhash, dup_next, fprev, fnext, keys, vals = (bc.sc, bc.ref, bc.bhash, bc.dup_next, bc.fprev, bc.fnext,
+                                                          bc.keys, bc.vals)
+    head = sc[B_HEAD]
     for i in range(held, total):
-        b = bc.fnext[head]
-        _fq_unlink(bc, b)
-        if bc.bhash[b] != NO_HASH:
-            bc.sc[B_NFREE_CACHED] -= 1
-        _evict_hash(bc, b)
-        bc.ref[b] = 1
+        b = fnext[head]
+        _fq_unlink(fprev, fnext, sc, b)
+        if bhash[b] != NO_HASH:
+            sc[B_NFREE_CACHED] -= 1
+            _evict_hash_in(bhash, dup_next, keys, vals, sc, b)
+        ref[b] = 1
         table_row[i] = b
     return total
 
@@ -311,31 +339,33 @@ def allocate(bc, table_row, held, total):
 def cache_full(bc, table_row, hflat, hoff, hn, rid, n_cached, n_full):
     """Register the request's blocks ``n_cached..n_full-1`` (just filled) in
     the map (``cache_full_blocks``); returns the new cached count."""
+    bhash, dup_next, keys, vals, mask = bc.bhash, bc.dup_next, bc.keys, bc.vals, bc.sc[B_MASK]
     for i in range(n_cached, n_full):
         b = table_row[i]
-        if bc.bhash[b] == NO_HASH:  # freshly allocated blocks never hold one
-            _insert_hash(bc, block_hash_at(hflat, hoff, hn, rid, i), b)
+        if bhash[b] == NO_HASH:  # freshly allocated blocks never hold one
+            _insert_hash_in(bhash, dup_next, keys, vals, mask, block_hash_at(hflat, hoff, hn, rid, i), b)
     return n_full if n_full > n_cached else n_cached
 
 
 @njit(cache=True)
 def free_request(bc, table_row, held):
     """Release a request's ``held`` blocks (finish or preemption)."""
-    head = bc.sc[B_HEAD]
-    tail = bc.sc[B_TAIL]
+    sc, ref, bhash, fprev, fnext = bc.sc, bc.ref, bc.bhash, bc.fprev, bc.fnext
+    head = sc[B_HEAD]
+    tail = sc[B_TAIL]
     # tail first: cached blocks whose count drops to 0 go to the queue's tail in that order
     for i in range(held - 1, -1, -1):
         b = table_row[i]
-        bc.ref[b] -= 1
-        if bc.ref[b] == 0 and bc.bhash[b] != NO_HASH:
-            _fq_insert_after(bc, bc.fprev[tail], b)
-            bc.sc[B_NFREE_CACHED] += 1
+        ref[b] -= 1
+        if ref[b] == 0 and bhash[b] != NO_HASH:
+            _fq_insert_after(fprev, fnext, sc, fprev[tail], b)
+            sc[B_NFREE_CACHED] += 1
     # blocks without a hash go to the front, keeping the tail-first order
     # (prepend_n of the walk's list = push each to the front, walking head first)
     for i in range(held):
         b = table_row[i]
-        if bc.ref[b] == 0 and bc.bhash[b] == NO_HASH and bc.fprev[b] < 0:
-            _fq_insert_after(bc, head, b)
+        if ref[b] == 0 and bhash[b] == NO_HASH and fprev[b] < 0:
+            _fq_insert_after(fprev, fnext, sc, head, b)
     return 0
 
 
@@ -398,26 +428,32 @@ def ids_of(hashes, rid):
 # ----------------------------------------------------------------- overlay (SFS)
 class Overlay(NamedTuple):
     """What one SFS simulation changed on top of the live cache it reads
-    without copying: an open-addressing map whose used cells are listed, so
-    clearing costs what the last estimate used. Keys: hash ids (>= 0)
-    registered by the simulated steps (value 1); ``-(b + 2)`` for a live
-    block b whose reference count the simulation changed (value: the
-    change); ``-(b + 2) - REGISTERED`` for a live block the simulation
-    filled and registered (it is cached once freed).
+    without copying, cleared at the next estimate at the cost of what the
+    last one used (the cells and blocks it touched are listed):
+
+    - an open-addressing map of the hash ids (>= 0) registered by the
+      simulated steps (value 1);
+    - per live block ``b`` (dense arrays, one entry per block of the cache:
+      a release of a long context costs an array update per block, not a
+      hash probe): ``bdelta[b]``, the simulation's change to its reference
+      count, and ``bflag[b]``: TOUCHED (its count was changed), REGISTERED
+      (filled and registered by the simulation: cached once freed), EVICTED.
 
     Evictions follow vLLM's order: blocks without a hash first (counted),
     then the live cached free blocks from the least recently used
     (``OV_CURSOR`` walks the live free queue, skipping blocks the simulation
-    touched), marked ``-(b + 2) - EVICTED`` so their hashes stop hitting.
-    Counting is exact until the simulation hits a block only it computed or
-    evicts past the live free queue's end (into blocks it freed itself);
-    then it raises ``sc[OV_FALLBACK]`` and SFS reruns on a full copy
-    (``sfs_kernel``)."""
+    touched), flagged EVICTED so their hashes stop hitting. Counting is
+    exact until the simulation hits a block only it computed or evicts past
+    the live free queue's end (into blocks it freed itself); then it raises
+    ``sc[OV_FALLBACK]`` and SFS reruns on a full copy (``sfs_kernel``)."""
 
     keys: np.ndarray  # int64[M], EMPTY = free
     vals: np.ndarray  # int64[M]
     used: np.ndarray  # int64[M // 2]: cells filled, in order
     sc: np.ndarray  # OV_* scalars
+    bdelta: np.ndarray  # int64[N]: reference-count change of live block b
+    bflag: np.ndarray  # int64[N]: TOUCHED | REGISTERED | EVICTED
+    bused: np.ndarray  # int64[N]: blocks flagged, in order (count sc[OV_BUSED])
 
 
 OV_USED = 0  # cells used
@@ -425,103 +461,138 @@ OV_FALLBACK = 1  # the overlay cannot follow: rerun on a copy
 OV_CACHED_FREE = 2  # free blocks holding a hash, as the simulation goes
 OV_EXACT = 3  # set by the caller: this run is the rerun on a copy
 OV_CURSOR = 4  # next live free block to evict (-1: not found yet)
-NOV = 5
-REGISTERED = 1 << 40  # key -(b + 2) - REGISTERED: live block b filled and registered by the simulation
-EVICTED = 2 << 40  # key -(b + 2) - EVICTED: live free block b evicted by the simulation
+OV_BUSED = 5  # blocks flagged
+NOV = 6
+TOUCHED, REGISTERED, EVICTED = 1, 2, 4  # bflag bits
 
 
-def new_overlay(size: int = 1 << 15) -> Overlay:
+def new_overlay(num_blocks: int = 0, size: int = 1 << 15) -> Overlay:
+    """An empty overlay for a cache of ``num_blocks`` blocks."""
+    z = lambda: np.zeros(num_blocks, dtype=np.int64)  # noqa: E731
     return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size, dtype=np.int64),
-                   np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64))
+                   np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64), z(), z(), z())
 
 
 @njit(cache=True)
 def ov_clear(ov, bc):
     for i in range(ov.sc[OV_USED]):
         ov.keys[ov.used[i]] = EMPTY
+    for i in range(ov.sc[OV_BUSED]):
+        b = ov.bused[i]
+        ov.bdelta[b] = 0
+        ov.bflag[b] = 0
     ov.sc[OV_USED] = 0
+    ov.sc[OV_BUSED] = 0
     ov.sc[OV_FALLBACK] = 0
     ov.sc[OV_CACHED_FREE] = bc.sc[B_NFREE_CACHED]
     ov.sc[OV_CURSOR] = -1
 
 
+@njit(cache=True, inline="always")
+def _mark(bflag, bused, osc, b, flag):
+    """Flag live block ``b`` (listed for clearing the first time)."""
+    if bflag[b] == 0:
+        bused[osc[OV_BUSED]] = b
+        osc[OV_BUSED] += 1
+    bflag[b] |= flag
+
+
+@njit(cache=True)
+def ov_mark_blocks(ov, table_row, lo, hi, flag):
+    """Flag live blocks ``table_row[lo:hi]``."""
+    bflag, bused, osc = ov.bflag, ov.bused, ov.sc
+    for i in range(lo, hi):
+        _mark(bflag, bused, osc, table_row[i], flag)
+
+
 @njit(cache=True)
 def ov_evict(bc, ov, m):
     """Evict ``m`` cached free blocks, least recently used first."""
+    bflag, fnext = ov.bflag, bc.fnext
     tail = bc.sc[B_TAIL]
     c = ov.sc[OV_CURSOR]
     if c < 0:  # the first cached block: every free block without a hash comes before it
-        c = bc.fnext[bc.sc[B_HEAD]]
+        c = fnext[bc.sc[B_HEAD]]
         while c != tail and bc.bhash[c] == NO_HASH:
-            c = bc.fnext[c]
+            c = fnext[c]
     for _ in range(m):
-        while c != tail and _ov_cell(ov, -(c + 2), False) >= 0:
-            c = bc.fnext[c]  # touched (or released) by the simulation: not where the live queue has it
+        while c != tail and bflag[c] & TOUCHED:
+            c = fnext[c]  # touched (or released) by the simulation: not where the live queue has it
         if c == tail:
             ov.sc[OV_FALLBACK] = 1  # next come blocks the simulation freed itself
             return
-        ov_add(ov, -(c + 2) - EVICTED)
-        c = bc.fnext[c]
+        _mark(bflag, ov.bused, ov.sc, c, EVICTED)
+        c = fnext[c]
     ov.sc[OV_CURSOR] = c
     ov.sc[OV_CACHED_FREE] -= m
 
 
-@njit(cache=True)
-def _live_block(bc, ov, h):
+@njit(cache=True, inline="always")
+def _live_in(keys, vals, mask, dup_next, bflag, evicting, h):
     """The block a hit on ``h`` gets in the simulation: the oldest live block
     holding it that the simulation has not evicted, or -1."""
-    b = lookup(bc, h)
-    if ov.sc[OV_CURSOR] < 0:
+    b = _lookup_in(keys, vals, mask, h)
+    if not evicting:
         return b  # nothing evicted yet
-    while b >= 0 and _ov_cell(ov, -(b + 2) - EVICTED, False) >= 0:
-        b = bc.dup_next[b]
+    while b >= 0 and bflag[b] & EVICTED:
+        b = dup_next[b]
     return b
 
 
-@njit(cache=True)
-def _ov_cell(ov, key, insert):
-    """Index of ``key``'s cell (inserted with value 0 if asked), or -1."""
-    mask = ov.keys.size - 1
+@njit(cache=True, inline="always")
+def _cell_in(okeys, ovals, oused, osc, key, insert):
+    """Index of ``key``'s cell in the overlay's map (inserted with value 0 if asked), or -1."""
+    mask = okeys.size - 1
     i = _home(key, mask)
     while True:
-        k = ov.keys[i]
+        k = okeys[i]
         if k == key:
             return i
         if k == EMPTY:
             if not insert:
                 return -1
-            if ov.sc[OV_USED] >= ov.used.size:
-                ov.sc[OV_FALLBACK] = 1  # full: the overlay can no longer answer
+            if osc[OV_USED] >= oused.size:
+                osc[OV_FALLBACK] = 1  # full: the overlay can no longer answer
                 return -1
-            ov.keys[i] = key
-            ov.vals[i] = 0
-            ov.used[ov.sc[OV_USED]] = i
-            ov.sc[OV_USED] += 1
+            okeys[i] = key
+            ovals[i] = 0
+            oused[osc[OV_USED]] = i
+            osc[OV_USED] += 1
             return i
         i = (i + 1) & mask
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def ov_add(ov, key):
-    i = _ov_cell(ov, key, True)
+    """Hash id ``key`` registered by the simulation."""
+    i = _cell_in(ov.keys, ov.vals, ov.used, ov.sc, key, True)
     if i >= 0:
         ov.vals[i] = 1
 
 
-@njit(cache=True, inline="always")
-def _ref_delta(ov, b):
-    i = _ov_cell(ov, -(b + 2), False)
-    return ov.vals[i] if i >= 0 else 0
+@njit(cache=True)
+def ov_add_ids(ov, hflat, hoff, hn, rid, lo, hi):
+    """Request ``rid``'s blocks ``lo..hi-1`` registered by the simulation."""
+    okeys, ovals, oused, osc = ov.keys, ov.vals, ov.used, ov.sc
+    for i in range(lo, hi):
+        c = _cell_in(okeys, ovals, oused, osc, block_hash_at(hflat, hoff, hn, rid, i), True)
+        if c >= 0:
+            ovals[c] = 1
 
 
 @njit(cache=True)
 def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
     """``find_hit`` against the live cache (read only) plus the overlay."""
+    keys, vals, mask, dup_next = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next
+    okeys, ovals, oused, osc, bflag = ov.keys, ov.vals, ov.used, ov.sc, ov.bflag
+    evicting = osc[OV_CURSOR] >= 0
+    simulated = osc[OV_USED] > 0
     cap = (num_tokens - 1) // block_size
     k = 0
     while k < cap:
         h = block_hash_at(hflat, hoff, hn, rid, k)
-        if _live_block(bc, ov, h) < 0 and _ov_cell(ov, h, False) < 0:
+        if _live_in(keys, vals, mask, dup_next, bflag, evicting, h) < 0 and \
+                (not simulated or _cell_in(okeys, ovals, oused, osc, h, False) < 0):
             break
         k += 1
     return k
@@ -530,10 +601,13 @@ def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
 @njit(cache=True)
 def evictable_overlay(bc, ov, hflat, hoff, hn, rid, k):
     """Hit blocks that are free as the simulation stands (live count plus its changes)."""
+    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    bflag, bdelta = ov.bflag, ov.bdelta
+    evicting = ov.sc[OV_CURSOR] >= 0
     e = 0
     for i in range(k):
-        b = _live_block(bc, ov, block_hash_at(hflat, hoff, hn, rid, i))
-        if b >= 0 and bc.ref[b] + _ref_delta(ov, b) == 0:
+        b = _live_in(keys, vals, mask, dup_next, bflag, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        if b >= 0 and ref[b] + bdelta[b] == 0:
             e += 1
     return e
 
@@ -543,32 +617,33 @@ def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     """A simulated admission takes its ``k`` hit blocks; returns how many
     left the free queue. A hit on blocks only the simulation computed falls
     back (whose blocks they are is not followed)."""
+    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    bflag, bdelta, bused, osc = ov.bflag, ov.bdelta, ov.bused, ov.sc
+    evicting = osc[OV_CURSOR] >= 0
     e = 0
     for i in range(k):
-        b = _live_block(bc, ov, block_hash_at(hflat, hoff, hn, rid, i))
+        b = _live_in(keys, vals, mask, dup_next, bflag, evicting, block_hash_at(hflat, hoff, hn, rid, i))
         if b < 0:
-            ov.sc[OV_FALLBACK] = 1
+            osc[OV_FALLBACK] = 1
             return e
-        c = _ov_cell(ov, -(b + 2), True)
-        if c < 0:
-            return e
-        if bc.ref[b] + ov.vals[c] == 0:
+        _mark(bflag, bused, osc, b, TOUCHED)
+        if ref[b] + bdelta[b] == 0:
             e += 1
-        ov.vals[c] += 1
-    ov.sc[OV_CACHED_FREE] -= e
+        bdelta[b] += 1
+    osc[OV_CACHED_FREE] -= e
     return e
 
 
-@njit(cache=True)
-def _ov_unref(bc, ov, b):
-    """One holder of live block ``b`` lets go; 1 if it becomes free."""
-    c = _ov_cell(ov, -(b + 2), True)
-    if c < 0:
-        return 0
-    ov.vals[c] -= 1
-    if bc.ref[b] + ov.vals[c] == 0:
-        if bc.bhash[b] != NO_HASH or _ov_cell(ov, -(b + 2) - REGISTERED, False) >= 0:
-            ov.sc[OV_CACHED_FREE] += 1
+@njit(cache=True, inline="always")
+def _unref_in(ref, bhash, bdelta, bflag, bused, osc, b):
+    """One holder of live block ``b`` lets go; 1 if it becomes free. (An
+    inlined helper with branches pays a reference-count pair per array
+    argument per call: per-block loops that dominate write it out.)"""
+    _mark(bflag, bused, osc, b, TOUCHED)
+    bdelta[b] -= 1
+    if ref[b] + bdelta[b] == 0:
+        if bhash[b] != NO_HASH or bflag[b] & REGISTERED:
+            osc[OV_CACHED_FREE] += 1
         return 1
     return 0
 
@@ -577,9 +652,23 @@ def _ov_unref(bc, ov, b):
 def ov_release_live(bc, ov, table_row, held):
     """The simulation releases a request holding live blocks (its table);
     returns how many become free."""
+    ref, bhash, bdelta, bflag, bused, osc = bc.ref, bc.bhash, ov.bdelta, ov.bflag, ov.bused, ov.sc
     freed = 0
-    for i in range(held):
-        freed += _ov_unref(bc, ov, table_row[i])
+    cached = 0
+    nused = osc[OV_BUSED]
+    for i in range(held):  # _unref_in written out: the per-block loop that makes a long context's release cost
+        b = table_row[i]
+        if bflag[b] == 0:
+            bused[nused] = b
+            nused += 1
+        bflag[b] |= TOUCHED
+        bdelta[b] -= 1
+        if ref[b] + bdelta[b] == 0:
+            freed += 1
+            if bhash[b] != NO_HASH or bflag[b] & REGISTERED:
+                cached += 1
+    osc[OV_BUSED] = nused
+    osc[OV_CACHED_FREE] += cached
     return freed
 
 
@@ -587,7 +676,11 @@ def ov_release_live(bc, ov, table_row, held):
 def ov_release_hits(bc, ov, hflat, hoff, hn, rid, k):
     """A request admitted in the simulation lets go of its ``k`` live hit
     blocks; returns how many become free."""
+    keys, vals, mask, dup_next, ref, bhash = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref, bc.bhash
+    bdelta, bflag, bused, osc = ov.bdelta, ov.bflag, ov.bused, ov.sc
+    evicting = osc[OV_CURSOR] >= 0
     freed = 0
     for i in range(k):
-        freed += _ov_unref(bc, ov, _live_block(bc, ov, block_hash_at(hflat, hoff, hn, rid, i)))
+        b = _live_in(keys, vals, mask, dup_next, bflag, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        freed += _unref_in(ref, bhash, bdelta, bflag, bused, osc, b)
     return freed

@@ -98,12 +98,13 @@ class SFS:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
                                   np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
-                                  st.table, st.bc, st.hashes, new_overlay())
+                                  st.table, st.bc, st.hashes, new_overlay(st.bc.ref.size))
             self.plan2 = StepPlan.new(c)
             self.cap = c
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
-            self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table)
+            ov = self.st2.ov if self.st2.ov.bdelta.size == st.bc.ref.size else new_overlay(st.bc.ref.size)
+            self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
                  copy_cache: bool = False) -> float:

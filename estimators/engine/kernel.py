@@ -54,6 +54,7 @@ from estimators.engine.layout import (
     F_COMPUTED,
     F_EVENT,
     F_HIT,
+    F_NCACHED,
     F_OUTPUTS,
     F_PROMPT,
     F_STATUS,
@@ -134,15 +135,27 @@ def _grow_slow(st, plan, s, n):
 
 
 @njit(cache=True)
-def _register(st, s):
+def _register_slow(st, s):
     """``register_blocks`` out of line (caching on only)."""
     register_blocks(st, s)
 
 
 @njit(cache=True, inline="always")
+def _fills_block(cfg, req, s):
+    """The tokens scheduled for ``s`` fill a block not registered yet
+    (decodes do once per block): only then is ``register_blocks`` called,
+    which takes the whole state (a reference-count pair per array)."""
+    nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
+    done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
+    return done // cfg[C_BLOCK] > req[s, F_NCACHED]
+
+
+
+
+@njit(cache=True, inline="always")
 def _put(req, plan, k, s, n):
     """Item ``k`` of the batch: ``n`` tokens of ``s`` (with caching on the
-    caller then registers its filled blocks, ``_register``)."""
+    caller then registers its filled blocks, ``_register_slow``)."""
     plan.slot[k] = s
     plan.tokens[k] = n
     plan.computed[k] = req[s, F_COMPUTED]
@@ -201,8 +214,8 @@ def _schedule_v1(st, plan):
         if not (_grow_fast(cfg, req, sc, s, n) or _grow_slow(st, plan, s, n)):
             break
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0:
-            _register(st, s)
+        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+            _register_slow(st, s)
         budget -= n
         i += 1
     if sc[S_NPREEMPT] > 0:
@@ -237,8 +250,8 @@ def _schedule_v1(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0:
-            _register(st, s)
+        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+            _register_slow(st, s)
         budget -= n
     return k
 
@@ -260,8 +273,8 @@ def _schedule_sarathi(st, plan):
         if not (_grow_fast(cfg, req, sc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue  # preempted itself; running shrank, i now points past the end
         k = _put(req, plan, k, s, 1)
-        if cfg[C_PREFIX] != 0:
-            _register(st, s)
+        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+            _register_slow(st, s)
         budget -= 1
         i += 1
     # 2. ongoing prefills, in running order
@@ -273,8 +286,8 @@ def _schedule_sarathi(st, plan):
             n = remaining if remaining < budget else budget
             if _grow_fast(cfg, req, sc, s, n) or _grow_slow(st, plan, s, n):
                 k = _put(req, plan, k, s, n)
-                if cfg[C_PREFIX] != 0:
-                    _register(st, s)
+                if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+                    _register_slow(st, s)
                 budget -= n
             else:
                 continue
@@ -301,8 +314,8 @@ def _schedule_sarathi(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0:
-            _register(st, s)
+        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+            _register_slow(st, s)
         budget -= n
     return k
 
@@ -347,8 +360,8 @@ def _schedule_v0(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, num_tokens - hit)
-        if cfg[C_PREFIX] != 0:
-            _register(st, s)
+        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+            _register_slow(st, s)
         used += num_tokens - hit
     if k > 0:
         return k  # prefill-only step
@@ -358,8 +371,8 @@ def _schedule_v0(st, plan):
         if not (_grow_fast(cfg, req, sc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue
         k = _put(req, plan, k, s, 1)
-        if cfg[C_PREFIX] != 0:
-            _register(st, s)
+        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+            _register_slow(st, s)
         i += 1
     return k
 

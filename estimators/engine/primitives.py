@@ -15,7 +15,6 @@ from estimators.block_cache_kernel import (
     OV_CACHED_FREE,
     REGISTERED,
     allocate,
-    block_hash_at,
     cache_full,
     evictable_in_hit,
     evictable_overlay,
@@ -24,8 +23,9 @@ from estimators.block_cache_kernel import (
     free_request,
     ids_of,
     num_free,
-    ov_add,
+    ov_add_ids,
     ov_evict,
+    ov_mark_blocks,
     ov_release_hits,
     ov_release_live,
     ov_touch,
@@ -198,13 +198,14 @@ def _register_blocks_cached(st, s):
     if mode == PREFIX_ON:
         req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
         return
+    lo = req[s, F_NCACHED]
+    if full <= lo:
+        return
     live = -req[s, F_HITB] - 1  # a live holder's blocks from before the estimate
-    for i in range(req[s, F_NCACHED], full):
-        ov_add(st.ov, block_hash_at(st.hashes.flat, off, n, rid, i))
-        if i < live:
-            ov_add(st.ov, -(st.table[s, i] + 2) - REGISTERED)
-    if full > req[s, F_NCACHED]:
-        req[s, F_NCACHED] = full
+    ov_add_ids(st.ov, st.hashes.flat, off, n, rid, lo, full)
+    if lo < live:
+        ov_mark_blocks(st.ov, st.table[s], lo, live if live < full else full, REGISTERED)
+    req[s, F_NCACHED] = full
 
 
 @njit(cache=True, inline="always")

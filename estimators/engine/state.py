@@ -139,7 +139,7 @@ class SchedState(NamedTuple):
             bc, table = new_block_cache(2), np.zeros((capacity, 0), dtype=np.int64)
         return cls(cfg, np.zeros((capacity, NF), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
                    np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64), table, bc,
-                   hashes if hashes is not None else no_request_hashes(), new_overlay(2))
+                   hashes if hashes is not None else no_request_hashes(), new_overlay(0, 2))
 
     def copy(self) -> SchedState:
         return SchedState(self.cfg, self.req.copy(), self.sc.copy(), self.running.copy(), self.waiting.copy(),
