@@ -17,7 +17,7 @@ import click
 
 from harness.cli_types import COUNT, POSITIVE
 
-SECTIONS = ("generate", "import", "twin", "replay", "sfs", "sfs-cache")
+SECTIONS = ("generate", "import", "twin", "replay", "routers", "sfs", "sfs-cache")
 
 
 def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -97,6 +97,8 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 process: simulated seconds per wall second (target >= 1000x),
                 compile (warm-up) time apart, peak memory
       replay    the same replay routed by sfs-hard (target >= 1000x), router decision us
+      routers   every built-in router on one workload (4,000 requests at 8 q/s on
+                qwen3-h100): mean decision us and replay speed, compile apart
       sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
                 queue (target: median <= 10 us at 64), and cost per simulated step;
                 the probabilistic estimate's cost at 64 (target <= 2x the point
@@ -138,6 +140,17 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                            f"{r['speedup']:,.0f}x real time, {r['steps_per_s']:,.0f} steps/s; router decision "
                            f"{r['mean_decision_us']:.1f} us; warm-up (compile or cache load) {r['warmup_s']:.2f} s "
                            f"apart; peak memory {r['peak_rss_mb']:.0f} MB")
+        if "routers" in sections:
+            from harness.bench_routers import run as run_routers
+
+            results["routers"] = r = run_routers()
+            if not as_json:
+                click.echo(f"routers:  {r['requests']:,} requests at {r['rate']:g} q/s on {r['pool']}, mean decision "
+                           f"time per router (soft rules at delta {r['soft_delta_per_us']:g}/us; compile apart; setup "
+                           f"{r['setup_s']:.1f} s):")
+                for name, v in sorted(r["routers"].items(), key=lambda kv: kv[1]["mean_decision_us"]):
+                    click.echo(f"          {name:<18} {v['mean_decision_us']:9.1f} us   replay {v['speedup']:,.0f}x "
+                               f"real time   OnTimeUtility {v['ontime_utility']:.4f}")
         if "sfs" in sections:
             from harness.bench_sfs import run as run_sfs
 
