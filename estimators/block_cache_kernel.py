@@ -428,16 +428,22 @@ def ids_of(hashes, rid):
 # ----------------------------------------------------------------- overlay (SFS)
 class Overlay(NamedTuple):
     """What one SFS simulation changed on top of the live cache it reads
-    without copying, cleared at the next estimate at the cost of what the
-    last one used (the cells and blocks it touched are listed):
+    without copying, forgotten at the next estimate without clearing the
+    per-block words (their epoch stops matching):
 
     - an open-addressing map of the hash ids (>= 0) registered by the
-      simulated steps (value 1);
-    - per live block ``b`` (dense arrays, one entry per block of the cache:
-      a release of a long context costs an array update per block, not a
-      hash probe): ``bdelta[b]``, the simulation's change to its reference
-      count, and ``bflag[b]``: TOUCHED (its count was changed), REGISTERED
-      (filled and registered by the simulation: cached once freed), EVICTED.
+      simulated steps (value 1), its cells listed for clearing;
+    - one word per live block ``b`` (``bst[b]``, dense: a release of a long
+      context costs one read-modify-write per block, not a hash probe, and
+      nothing to clear afterwards): the estimate's epoch, flags (TOUCHED: a
+      live free block the simulation took or released, no longer where the
+      live free queue has it; EVICTED) and the simulation's change to the
+      block's reference count. A word from an earlier epoch reads as
+      untouched (``_word``).
+
+    Whether a live holder's block counts as cached once freed follows from
+    its position: its first ``F_NCACHED`` blocks hold a hash (hit or
+    registered), live or registered by the simulation, the rest none.
 
     Evictions follow vLLM's order: blocks without a hash first (counted),
     then the live cached free blocks from the least recently used
@@ -451,9 +457,7 @@ class Overlay(NamedTuple):
     vals: np.ndarray  # int64[M]
     used: np.ndarray  # int64[M // 2]: cells filled, in order
     sc: np.ndarray  # OV_* scalars
-    bdelta: np.ndarray  # int64[N]: reference-count change of live block b
-    bflag: np.ndarray  # int64[N]: TOUCHED | REGISTERED | EVICTED
-    bused: np.ndarray  # int64[N]: blocks flagged, in order (count sc[OV_BUSED])
+    bst: np.ndarray  # int64[N]: epoch | flags | biased reference-count change of live block b
 
 
 OV_USED = 0  # cells used
@@ -461,54 +465,53 @@ OV_FALLBACK = 1  # the overlay cannot follow: rerun on a copy
 OV_CACHED_FREE = 2  # free blocks holding a hash, as the simulation goes
 OV_EXACT = 3  # set by the caller: this run is the rerun on a copy
 OV_CURSOR = 4  # next live free block to evict (-1: not found yet)
-OV_BUSED = 5  # blocks flagged
+OV_BASE = 5  # this estimate's untouched word: epoch << EP_SHIFT | DBIAS
 NOV = 6
-TOUCHED, REGISTERED, EVICTED = 1, 2, 4  # bflag bits
+TOUCHED, EVICTED = 1, 4  # flag bits
+EP_SHIFT = 24  # a word's epoch: bits 24..62
+FL_SHIFT = 20  # its flags: bits 20..23
+DBIAS = 1 << 19  # its count change, biased: bits 0..19
+DMASK = (1 << 20) - 1
+TF = TOUCHED << FL_SHIFT
+EF = EVICTED << FL_SHIFT
 
 
 def new_overlay(num_blocks: int = 0, size: int = 1 << 15) -> Overlay:
     """An empty overlay for a cache of ``num_blocks`` blocks."""
-    z = lambda: np.zeros(num_blocks, dtype=np.int64)  # noqa: E731
     return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size, dtype=np.int64),
-                   np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64), z(), z(), z())
+                   np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64),
+                   np.zeros(num_blocks, dtype=np.int64))
 
 
 @njit(cache=True)
 def ov_clear(ov, bc):
     for i in range(ov.sc[OV_USED]):
         ov.keys[ov.used[i]] = EMPTY
-    for i in range(ov.sc[OV_BUSED]):
-        b = ov.bused[i]
-        ov.bdelta[b] = 0
-        ov.bflag[b] = 0
     ov.sc[OV_USED] = 0
-    ov.sc[OV_BUSED] = 0
     ov.sc[OV_FALLBACK] = 0
     ov.sc[OV_CACHED_FREE] = bc.sc[B_NFREE_CACHED]
     ov.sc[OV_CURSOR] = -1
+    ov.sc[OV_BASE] = (((ov.sc[OV_BASE] >> EP_SHIFT) + 1) << EP_SHIFT) | DBIAS  # a new epoch: every word untouched
 
 
 @njit(cache=True, inline="always")
-def _mark(bflag, bused, osc, b, flag):
-    """Flag live block ``b`` (listed for clearing the first time)."""
-    if bflag[b] == 0:
-        bused[osc[OV_BUSED]] = b
-        osc[OV_BUSED] += 1
-    bflag[b] |= flag
+def _word(bst, base, b):
+    """Live block ``b``'s word in this estimate (``base`` if untouched)."""
+    w = bst[b]
+    return w if (w >> EP_SHIFT) == (base >> EP_SHIFT) else base
 
 
-@njit(cache=True)
-def ov_mark_blocks(ov, table_row, lo, hi, flag):
-    """Flag live blocks ``table_row[lo:hi]``."""
-    bflag, bused, osc = ov.bflag, ov.bused, ov.sc
-    for i in range(lo, hi):
-        _mark(bflag, bused, osc, table_row[i], flag)
+@njit(cache=True, inline="always")
+def _delta(w):
+    """The reference-count change a word holds."""
+    return (w & DMASK) - DBIAS
 
 
 @njit(cache=True)
 def ov_evict(bc, ov, m):
     """Evict ``m`` cached free blocks, least recently used first."""
-    bflag, fnext = ov.bflag, bc.fnext
+    bst, fnext = ov.bst, bc.fnext
+    base = ov.sc[OV_BASE]
     tail = bc.sc[B_TAIL]
     c = ov.sc[OV_CURSOR]
     if c < 0:  # the first cached block: every free block without a hash comes before it
@@ -516,25 +519,25 @@ def ov_evict(bc, ov, m):
         while c != tail and bc.bhash[c] == NO_HASH:
             c = fnext[c]
     for _ in range(m):
-        while c != tail and bflag[c] & TOUCHED:
+        while c != tail and _word(bst, base, c) & TF:
             c = fnext[c]  # touched (or released) by the simulation: not where the live queue has it
         if c == tail:
             ov.sc[OV_FALLBACK] = 1  # next come blocks the simulation freed itself
             return
-        _mark(bflag, ov.bused, ov.sc, c, EVICTED)
+        bst[c] = _word(bst, base, c) | EF
         c = fnext[c]
     ov.sc[OV_CURSOR] = c
     ov.sc[OV_CACHED_FREE] -= m
 
 
 @njit(cache=True, inline="always")
-def _live_in(keys, vals, mask, dup_next, bflag, evicting, h):
+def _live_in(keys, vals, mask, dup_next, bst, base, evicting, h):
     """The block a hit on ``h`` gets in the simulation: the oldest live block
     holding it that the simulation has not evicted, or -1."""
     b = _lookup_in(keys, vals, mask, h)
     if not evicting:
         return b  # nothing evicted yet
-    while b >= 0 and bflag[b] & EVICTED:
+    while b >= 0 and _word(bst, base, b) & EF:
         b = dup_next[b]
     return b
 
@@ -584,14 +587,15 @@ def ov_add_ids(ov, hflat, hoff, hn, rid, lo, hi):
 def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
     """``find_hit`` against the live cache (read only) plus the overlay."""
     keys, vals, mask, dup_next = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next
-    okeys, ovals, oused, osc, bflag = ov.keys, ov.vals, ov.used, ov.sc, ov.bflag
+    okeys, ovals, oused, osc, bst = ov.keys, ov.vals, ov.used, ov.sc, ov.bst
+    base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     simulated = osc[OV_USED] > 0
     cap = (num_tokens - 1) // block_size
     k = 0
     while k < cap:
         h = block_hash_at(hflat, hoff, hn, rid, k)
-        if _live_in(keys, vals, mask, dup_next, bflag, evicting, h) < 0 and \
+        if _live_in(keys, vals, mask, dup_next, bst, base, evicting, h) < 0 and \
                 (not simulated or _cell_in(okeys, ovals, oused, osc, h, False) < 0):
             break
         k += 1
@@ -602,12 +606,13 @@ def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
 def evictable_overlay(bc, ov, hflat, hoff, hn, rid, k):
     """Hit blocks that are free as the simulation stands (live count plus its changes)."""
     keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
-    bflag, bdelta = ov.bflag, ov.bdelta
+    bst = ov.bst
+    base = ov.sc[OV_BASE]
     evicting = ov.sc[OV_CURSOR] >= 0
     e = 0
     for i in range(k):
-        b = _live_in(keys, vals, mask, dup_next, bflag, evicting, block_hash_at(hflat, hoff, hn, rid, i))
-        if b >= 0 and ref[b] + bdelta[b] == 0:
+        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        if b >= 0 and ref[b] + _delta(_word(bst, base, b)) == 0:
             e += 1
     return e
 
@@ -618,56 +623,46 @@ def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     left the free queue. A hit on blocks only the simulation computed falls
     back (whose blocks they are is not followed)."""
     keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
-    bflag, bdelta, bused, osc = ov.bflag, ov.bdelta, ov.bused, ov.sc
+    bst, osc = ov.bst, ov.sc
+    base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     e = 0
     for i in range(k):
-        b = _live_in(keys, vals, mask, dup_next, bflag, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
         if b < 0:
             osc[OV_FALLBACK] = 1
             return e
-        _mark(bflag, bused, osc, b, TOUCHED)
-        if ref[b] + bdelta[b] == 0:
+        w = _word(bst, base, b)
+        if ref[b] + _delta(w) == 0:
             e += 1
-        bdelta[b] += 1
+        bst[b] = (w + 1) | TF
     osc[OV_CACHED_FREE] -= e
     return e
 
 
-@njit(cache=True, inline="always")
-def _unref_in(ref, bhash, bdelta, bflag, bused, osc, b):
-    """One holder of live block ``b`` lets go; 1 if it becomes free. (An
-    inlined helper with branches pays a reference-count pair per array
-    argument per call: per-block loops that dominate write it out.)"""
-    _mark(bflag, bused, osc, b, TOUCHED)
-    bdelta[b] -= 1
-    if ref[b] + bdelta[b] == 0:
-        if bhash[b] != NO_HASH or bflag[b] & REGISTERED:
-            osc[OV_CACHED_FREE] += 1
-        return 1
-    return 0
-
-
 @njit(cache=True)
-def ov_release_live(bc, ov, table_row, held):
-    """The simulation releases a request holding live blocks (its table);
-    returns how many become free."""
-    ref, bhash, bdelta, bflag, bused, osc = bc.ref, bc.bhash, ov.bdelta, ov.bflag, ov.bused, ov.sc
+def ov_release_live(bc, ov, table_row, held, ncached):
+    """The simulation releases a request holding live blocks (its table,
+    the first ``ncached`` holding a hash, live or registered by the
+    simulation); returns how many become free. The loop that makes a long
+    context's release cost: one read of the live count and one
+    read-modify-write of the block's word."""
+    ref, bst, osc = bc.ref, ov.bst, ov.sc
+    base = osc[OV_BASE]
+    ep = base >> EP_SHIFT
     freed = 0
     cached = 0
-    nused = osc[OV_BUSED]
-    for i in range(held):  # _unref_in written out: the per-block loop that makes a long context's release cost
+    for i in range(held):
         b = table_row[i]
-        if bflag[b] == 0:
-            bused[nused] = b
-            nused += 1
-        bflag[b] |= TOUCHED
-        bdelta[b] -= 1
-        if ref[b] + bdelta[b] == 0:
+        w = bst[b]
+        if (w >> EP_SHIFT) != ep:
+            w = base
+        w -= 1
+        bst[b] = w
+        if ref[b] + (w & DMASK) == DBIAS:
             freed += 1
-            if bhash[b] != NO_HASH or bflag[b] & REGISTERED:
+            if i < ncached:
                 cached += 1
-    osc[OV_BUSED] = nused
     osc[OV_CACHED_FREE] += cached
     return freed
 
@@ -675,12 +670,17 @@ def ov_release_live(bc, ov, table_row, held):
 @njit(cache=True)
 def ov_release_hits(bc, ov, hflat, hoff, hn, rid, k):
     """A request admitted in the simulation lets go of its ``k`` live hit
-    blocks; returns how many become free."""
-    keys, vals, mask, dup_next, ref, bhash = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref, bc.bhash
-    bdelta, bflag, bused, osc = ov.bdelta, ov.bflag, ov.bused, ov.sc
+    blocks (each holds a live hash); returns how many become free."""
+    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    bst, osc = ov.bst, ov.sc
+    base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     freed = 0
     for i in range(k):
-        b = _live_in(keys, vals, mask, dup_next, bflag, evicting, block_hash_at(hflat, hoff, hn, rid, i))
-        freed += _unref_in(ref, bhash, bdelta, bflag, bused, osc, b)
+        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        w = (_word(bst, base, b) - 1) | TF
+        bst[b] = w
+        if ref[b] + _delta(w) == 0:
+            freed += 1
+    osc[OV_CACHED_FREE] += freed
     return freed

@@ -103,7 +103,7 @@ class SFS:
             self.cap = c
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
-            ov = self.st2.ov if self.st2.ov.bdelta.size == st.bc.ref.size else new_overlay(st.bc.ref.size)
+            ov = self.st2.ov if self.st2.ov.bst.size == st.bc.ref.size else new_overlay(st.bc.ref.size)
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,

@@ -13,7 +13,6 @@ from numba.extending import overload
 
 from estimators.block_cache_kernel import (
     OV_CACHED_FREE,
-    REGISTERED,
     allocate,
     cache_full,
     evictable_in_hit,
@@ -25,7 +24,6 @@ from estimators.block_cache_kernel import (
     num_free,
     ov_add_ids,
     ov_evict,
-    ov_mark_blocks,
     ov_release_hits,
     ov_release_live,
     ov_touch,
@@ -201,10 +199,8 @@ def _register_blocks_cached(st, s):
     lo = req[s, F_NCACHED]
     if full <= lo:
         return
-    live = -req[s, F_HITB] - 1  # a live holder's blocks from before the estimate
+    # a live holder's blocks below F_NCACHED count as cached once freed (``ov_release_live``)
     ov_add_ids(st.ov, st.hashes.flat, off, n, rid, lo, full)
-    if lo < live:
-        ov_mark_blocks(st.ov, st.table[s], lo, live if live < full else full, REGISTERED)
     req[s, F_NCACHED] = full
 
 
@@ -220,8 +216,10 @@ def _release_blocks_cached(st, s):
     elif mode == PREFIX_OVERLAY:
         if req[s, F_HITB] < 0:  # held live blocks (its table), and perhaps more since
             live = -req[s, F_HITB] - 1
-            freed = ov_release_live(st.bc, st.ov, st.table[s], live) + req[s, F_BLOCKS] - live
-            own = req[s, F_NCACHED] - live
+            nc = req[s, F_NCACHED]
+            freed = ov_release_live(st.bc, st.ov, st.table[s], live, nc if nc < live else live) \
+                + req[s, F_BLOCKS] - live
+            own = nc - live
         else:
             rid = req[s, F_RID]
             off, n = ids_of(st.hashes, rid)
