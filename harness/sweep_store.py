@@ -44,7 +44,6 @@ from traces.outputs import (
     clean_debris,
     clean_debris_in,
     dir_kind,
-    dir_marked,
     honour_umask,
     temp_prefix,
 )
@@ -81,18 +80,14 @@ def _nonempty_dir(path: Path) -> bool:
         return True
 
 
-def check_sweep_out(out: str | Path, resume: bool, force: bool, inputs: Iterable[Any] = ()) -> Path:
+def check_sweep_out(out: str | Path, resume: bool, force: bool, inputs: Iterable[Any] = (), held: bool = False
+                    ) -> Path:
     """Refuse, before any work, an OUT a sweep may not write: everything
     ``traces.outputs.check_out`` refuses, a directory latroute did not
     write, and an existing sweep without --resume or --force (one line
     naming both)."""
     out = Path(out)
-    if _nonempty_dir(out) and not dir_marked(out):
-        if force:
-            raise BadInput(out, None, "--out", "exists and was not written by a latroute sweep: "
-                           "--force replaces only latroute's own output")
-        raise BadInput(out, None, "--out", "already exists and was not written by a latroute sweep")
-    check_out(out, force=True, kind="dir", inputs=inputs)
+    check_out(out, force=True, kind="dir", inputs=inputs, owner="a latroute sweep", held=held)
     if _nonempty_dir(out) and not force:
         kind = dir_kind(out)
         if kind != KIND:
@@ -115,7 +110,7 @@ class SweepStore:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.lock = OutputLock(self.out)
         try:
-            check_sweep_out(self.out, resume, force, inputs)  # again, now that we own it
+            check_sweep_out(self.out, resume, force, inputs, held=True)  # again, now that we own it
             clean_debris(self.out)
             if _nonempty_dir(self.out):
                 self._open_existing(resume, force)

@@ -135,15 +135,33 @@ def _check_parent(out: str | Path, parent: Path, option: str) -> None:
         pass
 
 
+def _check_not_locked(out: Path, option: str) -> None:
+    """Refuse at once, not after the work, an output another run is writing."""
+    path = out.with_name(f".{out.name}.lock")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        raise _refuse(out, f"another latroute run is writing {out} (pid {holder})", option) from None
+    finally:
+        os.close(fd)
+
+
 def check_out(out: str | Path, force: bool = False, *, kind: str = "dir", inputs: Iterable[Any] = (),
-              option: str = "--out") -> Path:
+              option: str = "--out", owner: str = "latroute", held: bool = False) -> Path:
     """Refuse (BadInput) an output path latroute must not write or replace,
     before any work starts; returns it as a Path.
 
     ``kind`` is ``dir`` (a result or trace directory) or ``file`` (a JSON
     file such as a profile or baseline). ``inputs`` are the command's input
     paths: the output may be none of them, contain none, lie inside none.
-    An empty plain directory may be written into without ``force``.
+    An empty plain directory may be written into without ``force``;
+    ``owner`` names the writer in the refusal of a foreign directory;
+    ``held``: the caller holds the output's lock (no probe of it).
     """
     _path_text_ok(out, option)
     out = Path(out)
@@ -163,6 +181,8 @@ def check_out(out: str | Path, force: bool = False, *, kind: str = "dir", inputs
             what = "is" if real == rin else ("lies inside" if _inside(real, rin) else "contains")
             raise _refuse(out, f"{what} the input {inp}: an output never replaces what the command reads", option)
     _check_parent(out, absolute.parent, option)
+    if not held:
+        _check_not_locked(out, option)
     try:
         st = os.lstat(out)
     except FileNotFoundError:
@@ -184,7 +204,7 @@ def check_out(out: str | Path, force: bool = False, *, kind: str = "dir", inputs
         if not force:
             raise _refuse(out, "already exists (pass --force to replace it)", option)
         if not dir_marked(out):
-            raise _refuse(out, f"exists and was not written by latroute (no {MARKER} marker): --force replaces "
+            raise _refuse(out, f"exists and was not written by {owner} (no {MARKER} marker): --force replaces "
                           "only latroute's own outputs", option)
         return out
     if kind == "dir":
@@ -375,7 +395,7 @@ class StagedDir:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.lock = _lock_for(self, self.out, option)
         try:
-            check_out(self.out, force, kind="dir", inputs=self.inputs, option=option)  # again, now that we own it
+            check_out(self.out, force, kind="dir", inputs=self.inputs, option=option, held=True)  # again, now ours
             clean_debris(self.out)
             self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out.name), dir=self.out.parent))
             honour_umask(self.tmp, directory=True)
@@ -399,7 +419,7 @@ class StagedDir:
 
     def commit(self) -> None:
         try:
-            check_out(self.out, self.force, kind="dir", option=self.option)
+            check_out(self.out, self.force, kind="dir", option=self.option, held=True)
             replace_with(self.tmp, self.out)
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -473,7 +493,7 @@ def write_output_json(path: str | Path, doc: dict, kind: str, force: bool = True
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = OutputLock(path, option)
     try:
-        check_out(path, force, kind="file", option=option)
+        check_out(path, force, kind="file", option=option, held=True)
         clean_debris(path)
         atomic_write_text(path, dump_json({JSON_MARKER: kind, **doc}, indent=2) + "\n")
     finally:
