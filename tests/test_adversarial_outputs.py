@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -28,6 +29,20 @@ from traces.errors import BadInput
 # written out, not imported, so these tests also run (and fail) against code without them
 MARKER = ".latroute"
 JSON_MARKER = "latroute_output"
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A refusal is immediate: a case still running after 60 s (e.g. blocked
+    opening a pipe) fails instead of hanging the suite."""
+    def expired(signum, frame):
+        raise TimeoutError("still running after 60 s: blocked on a pipe or device?")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="module")
