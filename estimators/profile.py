@@ -30,7 +30,6 @@ the median-like prediction is what minimises absolute percentage error.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from estimators.batch_features import FORMS, design_matrix, term_names
 from estimators.batch_fit import NoiseModel, StallAllowance
 from traces.errors import BadInput
 from traces.jsonio import read_json
-from traces.outputs import atomic_write_text
+from traces.outputs import write_output_json
 
 PROFILE_VERSION = 1
 
@@ -112,8 +111,11 @@ class BatchTimeProfile:
             "derived": self.derived,
         }
 
-    def save(self, path: str | Path) -> None:
-        atomic_write_text(Path(path), json.dumps(self.to_json(), indent=2) + "\n")
+    def save(self, path: str | Path, force: bool = True) -> None:
+        """Write the profile JSON with latroute's marker key (so a later
+        ``--force`` may replace it); an existing file is replaced only with
+        ``force`` and only if it carries the marker (``traces.outputs``)."""
+        write_output_json(Path(path), self.to_json(), "profile", force=force)
 
     @classmethod
     def from_json(cls, d: Any, source: str = "<profile>") -> BatchTimeProfile:

@@ -21,6 +21,7 @@ from estimators.drift import speed_drift
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.recalibrate import format_curve, learning_curve, update_profile
 from harness.cli_types import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window
+from traces.outputs import check_out
 
 
 def _pct(v: float) -> str:
@@ -59,6 +60,7 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Profile JSON to write.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists (only a profile latroute wrote).")
 @click.option("--instance", help="Instance whose steps to use (needed when a trace has several).")
 @click.option("--form", type=click.Choice([*FORMS, "both"]), default="both", show_default=True,
               help="Model form; 'both' fits each and keeps the lower held-out MAPE.")
@@ -92,7 +94,7 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--steps-window", "steps_window", type=Window(),
               help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
                    "`estimate --score-window 0.3:1` then scores on the rest.")
-def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: str, holdout: float, stall_pct: float,
+def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
               virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
@@ -112,6 +114,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
       latroute calibrate d10 --steps-window 0:0.3 --out d10-head.json   # then: estimate --score-window 0.3:1
       latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
     """
+    check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm])  # before any work
     if from_requests:
         from harness.engine_options import parse_search_options
         from harness.request_fit import calibrate_from_requests
@@ -123,7 +126,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
                             seed=seed, loss=loss, instance=instance)
     data = load_steps(list(traces), instance, steps_window)
     if update_ref is not None:
-        _update(load_profile(update_ref), data.steps, out, name)
+        _update(load_profile(update_ref), data.steps, out, name, force)
         return
     try:
         results = fit_forms(data.steps, cfg)
@@ -146,11 +149,11 @@ def calibrate(traces: tuple[Path, ...], out: Path, instance: str | None, form: s
         profile.metrics["evaluate_on"] = metrics
         click.echo(f"evaluate on {evaluate_on}: MAPE {_pct(metrics['mape']).strip()}, median APE "
                    f"{_pct(metrics['median_ape']).strip()}, R^2 {metrics['r2']:.3f} over {metrics['n']:,} steps")
-    profile.save(out)
+    profile.save(out, force=force)
     click.echo(f"wrote {out}")
 
 
-def _update(profile: BatchTimeProfile, steps, out: Path, name: str | None) -> None:
+def _update(profile: BatchTimeProfile, steps, out: Path, name: str | None, force: bool = False) -> None:
     """``calibrate --update``: the drift found, the learning curve, the updated profile."""
     click.echo("\n".join(speed_drift(profile, steps).lines()))
     curve = learning_curve(profile, steps) if len(steps) >= 50 else None
@@ -162,6 +165,6 @@ def _update(profile: BatchTimeProfile, steps, out: Path, name: str | None) -> No
                             "update_steps": up.steps}
     if curve is not None:
         up.profile.metrics["update_curve"] = curve
-    up.profile.save(out)
+    up.profile.save(out, force=force)
     how = f"scaled by {up.scale:.4f}" if up.method == "scale" else "refitted"
     click.echo(f"{profile.name} {how} from {up.steps:,} steps; wrote {out}")

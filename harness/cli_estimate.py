@@ -17,7 +17,7 @@ from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
-from traces.outputs import StagedDir, write_json, write_parquet
+from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.store import Trace, open_trace
 
 
@@ -136,6 +136,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     --profile (from calibrate --from-requests) and the estimators read the
     twin's reconstructed states, scored against the measured TTFTs.
     """
+    check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:

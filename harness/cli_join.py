@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from traces.outputs import StagedDir, write_json, write_parquet
+from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.store import open_trace
 
 
@@ -27,6 +27,7 @@ def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
     Example:
       latroute trace join client-run rec-run --out join-run
     """
+    check_out(out, force, inputs=[client_dir, recording])  # before any work
     from traces.client_join import join_client_recording  # pandas: only when joining
 
     res = join_client_recording(open_trace(client_dir), recording)

@@ -13,7 +13,7 @@ from harness.cli_types import COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
 from harness.loadgen import LoadgenConfig, bench_result, check_base_url, generated_workload, requests_frame, run_loadgen
 from harness.record import RunFailed, read_workload
 from traces.errors import BadInput
-from traces.outputs import write_json
+from traces.outputs import check_out, write_json
 from traces.store import TraceWriter, open_trace
 
 
@@ -61,6 +61,7 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
       latroute loadgen --base-url http://127.0.0.1:8765 --trace d1 --out client-d1
       latroute loadgen --base-url http://127.0.0.1:8765 --num-prompts 200 --request-rate 2 --out client
     """
+    check_out(out, force, inputs=[trace_dir])  # before any work
     url = check_base_url(base_url)
     if trace_dir is not None:
         if not math.isinf(request_rate) or burstiness != 1.0:

@@ -8,6 +8,7 @@ import click
 
 from harness.cli_types import POSITIVE, SEED, TOKENS, Finite, IntIn
 from harness.record import EngineOptions, RunFailed, finish, record_engine, vllm_python
+from traces.outputs import check_out
 from traces.store import open_trace
 
 
@@ -67,6 +68,7 @@ def engine(trace_dir: Path, model: Path, model_name: str | None, out: Path, **kw
       latroute record engine d1 --model ../shared/models/tiny-a --no-prefix-caching --out rec-d1
       latroute trace import vllm-record rec-d1 --out rec-d1.trace
     """
+    check_out(out, kw["force"], inputs=[trace_dir, model])  # before any work
     python = vllm_python(kw.pop("vllm_python"))
     opts = EngineOptions(model=model, model_name=model_name, max_num_batched_tokens=kw["max_num_batched_tokens"],
                          max_num_seqs=kw["max_num_seqs"], long_prefill_token_threshold=kw["long_prefill_token_threshold"],

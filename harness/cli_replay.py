@@ -23,7 +23,16 @@ from harness.cli_types import (
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, workload_inputs
 from harness.replay import replay as run_replay
-from harness.sweep import Cell, SweepSpec, default_workers, spec_doc, sweep_inputs, sweep_result, write_sweep_result
+from harness.sweep import (
+    Cell,
+    SweepSpec,
+    check_sweep_run,
+    default_workers,
+    spec_doc,
+    sweep_inputs,
+    sweep_result,
+    write_sweep_result,
+)
 from harness.sweep_backends import BACKENDS, Progress
 from harness.sweep_store import SweepStore, cell_key
 from harness.twin import InstanceSpec
@@ -34,7 +43,7 @@ from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
 from traces.lengths import LENGTH_POLICIES, check_length_policy
-from traces.outputs import StagedDir, write_json, write_parquet
+from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.quality import QUALITY_POLICIES
 from traces.slo import SLO_POLICIES
 from traces.store import TraceWriter, open_trace
@@ -204,6 +213,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --rate 8 --router sfs-cc --epsilon 0.1 --view-interval 100 --ledger on --out r-stale
       latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
     """
+    check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
     _routers(router_name)
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     if delta != 0.0 and not router_entry(router_name).uses_delta:
@@ -361,6 +371,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
       latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
       latroute sweep --spec study.toml --out study --resume
     """
+    check_sweep_run(out, workers, backend, address, resume, force, trace_dir)  # before any work
     rate_list, delta_list, lam_list = list(rates), list(deltas), list(lambdas)  # range-checked by their types
     names = _routers(router_names)
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
@@ -395,7 +406,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     except ValueError as e:
         raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
     t = time.perf_counter()
-    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force)
+    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force, inputs=[trace_dir])
     already = len(store.done() & {cell_key(c) for c in cells})
     bar = Progress(len(cells), backend, lambda line: click.echo(line, err=True), already)
     try:

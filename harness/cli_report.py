@@ -1,7 +1,6 @@
 """``latroute report`` and ``latroute check``."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from reports.render import build_report
 from reports.results import load_result
 from traces.errors import BadInput, BadOption
 from traces.jsonio import dump_json
-from traces.outputs import StagedDir, atomic_write_text
+from traces.outputs import StagedDir, check_out, write_output_json
 
 
 @click.command()
@@ -38,6 +37,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
       latroute report est-d1 sweep-poisson r-sfs r-sq --out report
       open report/interactive.html    # hover, zoom, toggle series; index.html is the static page
     """
+    check_out(out, force, inputs=results)  # before any work
     loaded = [load_result(p) for p in results]
     with StagedDir(out, force) as tmp:
         info = build_report(loaded, tmp)
@@ -53,6 +53,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
 @click.option("--tolerance", "tolerances", multiple=True, type=KeyFraction(),
               help="METRIC=FRACTION: relative change allowed for the metric of that exact name (estimators.sfs.mape=0.1), or for every metric a glob matches (*.mape=0.1); a name that matches no metric is refused.")
 @click.option("--write-baseline", is_flag=True, help="Write RESULT's metrics as the new baseline and exit 0.")
+@click.option("--force", is_flag=True, help="With --write-baseline: replace an existing baseline latroute wrote.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--max-speed-drift", type=NON_NEGATIVE, metavar="FRACTION",
               help="Also fail when an instance's host speed factor against its profile (estimate and validate "
@@ -60,8 +61,8 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
 @click.option("--interval", "use_interval", is_flag=True,
               help="Gate on 95% intervals over seeds where the result has them (sweep --seeds K): a metric "
                    "regresses only when its whole interval is worse than the baseline.")
-def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], write_baseline: bool, as_json: bool,
-          max_speed_drift: float | None, use_interval: bool) -> None:
+def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], write_baseline: bool, force: bool,
+          as_json: bool, max_speed_drift: float | None, use_interval: bool) -> None:
     """Regression gate for CI: compare a result's metrics with a baseline.
 
     Exit 0 when nothing regressed beyond tolerance, 1 when something did,
@@ -78,6 +79,8 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     """
     if baseline is None and (max_speed_drift is None or write_baseline):
         raise BadOption("--baseline", "give --baseline (or only --max-speed-drift)")
+    if write_baseline:  # before any work
+        check_out(baseline, force, kind="file", inputs=[result], option="--baseline")
     res = load_result(result)
     drifted = [] if max_speed_drift is None else speed_drift_violations(res, max_speed_drift)
     if baseline is None:
@@ -92,7 +95,7 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
                        f"no metric of a {res.kind} result to gate: a baseline of it would be refused")
     if write_baseline:
         parse_tolerances(tolerances, set(current))
-        atomic_write_text(baseline, json.dumps(baseline_doc(res), indent=2) + "\n")
+        write_output_json(baseline, baseline_doc(res), "baseline", force=force, option="--baseline")
         click.echo(f"wrote baseline {baseline} ({len(flatten(res))} metrics)")
         return
     # everything is read and checked before anything is printed: a refusal is one line

@@ -11,6 +11,7 @@ import click
 from harness.cli_types import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, IntIn
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
+from traces.outputs import check_out
 from traces.store import open_trace
 from traces.tasks import DEFAULT_MIX, parse_mix
 
@@ -135,6 +136,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
       latroute trace generate --out chat --sessions --duration 600 --rate 8 --turns 4
     """
+    check_out(out, force, inputs=[lengths_from, arrivals_from])  # before any work
     from traces.workload import WorkloadConfig, write_workload
 
     if n_requests is not None and duration is not None:
@@ -231,6 +233,7 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
       latroute trace import vllm-record shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
       latroute trace import lmbench per_request.csv --run r042 --out r042
     """
+    check_out(out, force, inputs=[src])  # before any work
     from traces.importers import import_trace
     from traces.importers.common import ImportOptions
 

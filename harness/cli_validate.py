@@ -17,7 +17,7 @@ from reports.results import result_header
 from reports.serving import format_serving, tidy
 from traces.client_join import client_ttft_check
 from traces.errors import BadInput
-from traces.outputs import StagedDir, write_json, write_parquet
+from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.store import TraceWriter, open_trace
 from traces.vllm_versions import unchecked_version_warning
 
@@ -64,6 +64,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     on one twin instance with the engine the profile's calibration fitted
     (``--engine`` overrides); see ``harness.request_validate``.
     """
+    check_out(out, force, inputs=[trace_dir, profile_ref, join_dir])  # before any work
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)

@@ -29,13 +29,14 @@ from harness.pools import load_pool
 from harness.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
 from harness.sweep_backends import run_cells
 from harness.sweep_stats import mean_ci, paired
-from harness.sweep_store import SweepStore, cell_key
+from harness.sweep_store import SweepStore, cell_key, check_sweep_out
 from harness.twin import InstanceSpec
 from reports.serving import serving_metrics, tidy
 from routers.chance import DEFAULT_EPSILON
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ArrivalSpec
+from traces.errors import BadOption
 from traces.store import open_trace
 from traces.workload import WorkloadConfig, generate_workload
 
@@ -270,6 +271,25 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
 
 
+def check_workers(workers: int, backend: str = "local", address: str | None = None) -> None:
+    """Refuse a worker count this machine cannot run: below 1, or above its
+    cores (thousands of forked workers would take the machine down; an
+    existing Ray cluster, ``address``, has its own cores)."""
+    cores = os.cpu_count() or 1
+    if workers < 1:
+        raise BadOption("--workers", f"must be >= 1, got {workers}")
+    if workers > cores and not (backend == "ray" and address):
+        raise BadOption("--workers", f"{workers} is more than this machine's {cores} cores")
+
+
+def check_sweep_run(out, workers: int, backend: str = "local", address: str | None = None, resume: bool = False,
+                    force: bool = False, trace: str | Path | None = None) -> None:
+    """Everything a sweep refuses before any work: the worker count and
+    the output directory (``sweep_store.check_sweep_out``)."""
+    check_workers(workers, backend, address)
+    check_sweep_out(out, resume, force, inputs=[trace])
+
+
 def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
     """The full specification of a sweep, as stored in ``sweep.json``."""
     import json
@@ -281,14 +301,21 @@ def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
 def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None, backend: str = "local",
                  address: str | None = None, store: SweepStore | None = None
                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Run the cells and summarise them, recording the sweep's parameters."""
-    df, timings = run_sweep(spec, cells, workers, progress, backend, address, store)
-    summary = summarize_sweep(df)
-    summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
-                    "burstiness": spec.burstiness, "trace": spec.trace, "requests": int(df["requests"].max()),
-                    "seeds": len({c.seed for c in cells}), "cells": len(cells),
-                    "interarrival_cv2": float(df["interarrival_cv2"].mean()),
-                    "policies": sweep_inputs(spec, cells[0]).policies()})
+    """Run the cells and summarise them, recording the sweep's parameters.
+    On any failure or interrupt the store's lock is released; its finished
+    cells and INCOMPLETE stay, for ``--resume``."""
+    try:
+        df, timings = run_sweep(spec, cells, workers, progress, backend, address, store)
+        summary = summarize_sweep(df)
+        summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
+                        "burstiness": spec.burstiness, "trace": spec.trace, "requests": int(df["requests"].max()),
+                        "seeds": len({c.seed for c in cells}), "cells": len(cells),
+                        "interarrival_cv2": float(df["interarrival_cv2"].mean()),
+                        "policies": sweep_inputs(spec, cells[0]).policies()})
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
     return df, timings, summary
 
 
@@ -324,7 +351,8 @@ def run_and_write_sweep(out, spec: SweepSpec, cells: list[Cell], workers: int, b
                         ) -> tuple[pd.DataFrame, dict]:
     """A whole sweep into ``out``: open (or resume) its store, run what is
     missing, write the final results."""
-    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force)
+    check_sweep_run(out, workers, backend, address, resume, force, spec.trace)
+    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force, inputs=[spec.trace])
     df, timings, summary = sweep_result(spec, cells, workers, progress, backend, address, store)
     summary["backend"] = backend
     write_sweep_result(store, df, timings, summary, command)

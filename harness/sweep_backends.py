@@ -5,8 +5,11 @@ the sweep writes each at once (``sweep_store``) and sorts the rows by cell
 at the end, so results do not depend on the backend or the worker count.
 
 - ``local``: a process pool on this machine. Workers are tied to their
-  parent (Linux ``PR_SET_PDEATHSIG``): a killed sweep takes its workers with
-  it instead of leaving them blocked with the caller's pipes.
+  parent (Linux ``PR_SET_PDEATHSIG`` with SIGKILL, which a worker busy in
+  Numba cannot ignore or delay): a killed sweep takes its workers with it
+  instead of leaving them blocked with the caller's pipes. SIGTERM to the
+  driver is turned into an interrupt while the pool runs, so the pool is
+  terminated (and the finished cells kept) as on Ctrl-C.
 - ``ray``: each cell is a Ray task, on an existing cluster (``address``) or
   on a local Ray started for the run and stopped after it. The sweep
   specification goes to the object store once; tasks get a reference.
@@ -34,13 +37,27 @@ BACKENDS = ("local", "ray")
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Pool initializer: SIGTERM this worker when its parent dies."""
+def _die_with_parent(parent: int) -> None:
+    """Pool initializer: SIGKILL this worker when its parent dies (and die
+    now if the parent is already gone: the death signal is armed only from
+    here on)."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux: the pool's own shutdown still applies
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown still applies
         pass
+    if os.getppid() != parent:
+        os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to a sweep's driver: handled like Ctrl-C (stop the pool,
+    keep the finished cells)."""
+
+
+def _interrupt_on_sigterm(signum, frame) -> None:
+    raise Terminated()
 
 
 def run_local(task: Callable, spec, cells: list, workers: int) -> Iterator[tuple]:
@@ -48,7 +65,13 @@ def run_local(task: Callable, spec, cells: list, workers: int) -> Iterator[tuple
         for c in cells:
             yield c, *task(spec, c)
         return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent)
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),))
+    finished = False
     try:
         pending = {pool.submit(task, spec, c): c for c in cells}
         while pending:
@@ -56,12 +79,20 @@ def run_local(task: Callable, spec, cells: list, workers: int) -> Iterator[tuple
             for fut in done:
                 cell = pending.pop(fut)
                 yield cell, *fut.result()
+        finished = True
     finally:
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:  # cells in flight when interrupted: stop them now, not after they finish
-            if p.is_alive():
-                p.terminate()
+        if finished:
+            pool.shutdown(wait=True)
+        else:  # interrupted or failed: stop the cells in flight now, not after they finish
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            for p in procs:
+                p.join(timeout=5)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _start_time(pid: int) -> int | None:

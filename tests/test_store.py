@@ -139,19 +139,18 @@ def test_every_table_schema_has_required_columns():
         assert empty.num_rows == 0
 
 
-def test_atomic_write_never_replaces_a_device(tmp_path):
+def test_atomic_write_never_writes_into_or_replaces_a_pipe(tmp_path):
+    """A pipe is refused, neither replaced nor written through (issue 11:
+    --out /dev/null used to be written into or replaced)."""
     import os
     import stat
 
     from traces.outputs import atomic_write_text
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    import threading
-    got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
-    reader.start()
-    atomic_write_text(fifo, "hello")
-    reader.join(timeout=5)
-    assert got == ["hello"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(BadInput, match="named pipe"):
+        atomic_write_text(fifo, "hello")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     atomic_write_text(tmp_path / "f.json", "x")
     assert (tmp_path / "f.json").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json", "pipe"]

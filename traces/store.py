@@ -8,7 +8,6 @@ or a refused input never leaves a half-written trace behind.
 from __future__ import annotations
 
 import datetime as _dt
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,7 +80,7 @@ class TraceWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.staged.abort()  # removes the staging directory and releases the output lock
             return
         self._finish()
 
