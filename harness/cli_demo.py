@@ -32,7 +32,7 @@ from reports.results import command_line, load_result, result_header
 from reports.serving import tidy_estimates
 from routers.registry import MAIN_ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
-from traces.outputs import StagedDir, write_json, write_parquet
+from traces.outputs import MARKER, StagedDir, check_out, dir_marked, write_json, write_parquet
 from traces.store import TraceWriter, open_trace
 from traces.summary import format_summary, summarize
 from traces.workload import WorkloadConfig, generate_workload, write_workload
@@ -60,7 +60,12 @@ def demo(out: Path, seed: int) -> None:
       latroute demo --out /tmp/demo
     """
     t0 = time.perf_counter()
+    # a new directory, an empty one, or an earlier demo's (its marker): the demo replaces its own outputs
+    # every run, and nothing else (a directory of someone's files is refused before any work)
+    check_out(out, force=True, owner="latroute demo")
     out.mkdir(parents=True, exist_ok=True)
+    if not dir_marked(out):
+        (out / MARKER).write_text("demo\n")
     workload = out / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
     click.echo(f"[1/6] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
