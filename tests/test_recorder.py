@@ -148,8 +148,9 @@ def test_record_engine_refuses_bad_input_before_starting(tmp_path):
         w.write_table("requests", pd.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 0.1],
                                                 "prompt_tokens": [100, 4000], "output_tokens": [10, 200]}))
     env_py = os.environ.pop("LATROUTE_VLLM_PYTHON", None)
+    (tmp_path / "m").mkdir()  # (not tmp_path itself: --out inside an input is refused first, rightly)
     try:
-        assert_refused(run_cli("record", "engine", tmp_path / "t", "--model", tmp_path, "--out", tmp_path / "o"),
+        assert_refused(run_cli("record", "engine", tmp_path / "t", "--model", tmp_path / "m", "--out", tmp_path / "o"),
                        tmp_path / "o", "--vllm-python")
     finally:
         if env_py is not None:
