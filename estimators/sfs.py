@@ -131,8 +131,8 @@ class SFS:
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
                 self.st2c, self.plan2, MAX_SIM_STEPS, typ)
             self.last_steps = steps
-            self.last_est = est + self.overhead
-            return self.last_est
+            self.last_est = max(est + self.overhead, 0.0)  # never a negative time (a profile's curvature terms
+            return self.last_est                            # may go negative outside the batches it was fitted on)
         self._scratch(st)
         args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model)
@@ -148,7 +148,7 @@ class SFS:
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
-        self.last_est = est + self.overhead
+        self.last_est = max(est + self.overhead, 0.0)  # never a negative time (as above)
         return self.last_est
 
     def last_dist(self, slo: float) -> TTFTDist:
