@@ -173,7 +173,8 @@ def descendants_of_running(out: Path) -> list[int]:
 def served(tmp_path_factory) -> Path:
     """A replayed trace with steps (what estimate reads) and a result (what report reads)."""
     out = tmp_path_factory.mktemp("sig") / "r"
-    res = run_cli("replay", "--rate", "6", "--requests", "400", "--router", "shortest-queue", "--record-steps",
+    # 2,000 requests: estimating them takes seconds, so a kill 1.5 s in lands mid-run, never after the commit
+    res = run_cli("replay", "--rate", "6", "--requests", "2000", "--router", "shortest-queue", "--record-steps",
                   "--out", out)
     assert res.exit_code == 0, res.output
     return out
@@ -188,7 +189,13 @@ def test_sigkill_during_estimate_and_report_leaves_the_previous_output(tmp_path,
     assert first.exit_code == 0, first.output
     before = tree_digest(out)
     start = time.monotonic()
-    proc, kids = kill_when(latroute(*args, "--force"), lambda: time.monotonic() - start > 1.5)
+    if command == "estimate":
+        def moment() -> bool:
+            return time.monotonic() - start > 1.5
+    else:  # report renders its figures into its staging directory: kill while that is there
+        def moment() -> bool:
+            return any(p.name.startswith(f".{out.name}.tmp-") for p in out.parent.iterdir())
+    proc, kids = kill_when(latroute(*args, "--force"), moment)
     assert proc.returncode == -signal.SIGKILL, "finished before it could be killed: make the run longer"
     assert tree_digest(out) == before, "a killed --force run changed the previous output"
     assert_no_orphans(kids)
