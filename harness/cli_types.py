@@ -49,7 +49,27 @@ def _bound(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> 
     return ""
 
 
-class Finite(click.ParamType):
+class _Checked(click.ParamType):
+    """A parameter type whose ``check`` returns the value or None and whose
+    ``describe`` says what it accepts: one refusal message for all."""
+
+    def check(self, value: object):
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def convert(self, value, param, ctx):
+        x = self.check(value)
+        if x is None:
+            self.fail(f"must be {self.describe()} (got {_shown(value)})", param, ctx)
+        return x
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class Finite(_Checked):
     """A float within bounds; NaN, -inf and overflow (``1e400``) always
     refused, +inf only where the option documents it (``allow_inf``: e.g.
     ``loadgen --request-rate inf`` = all at once)."""
@@ -86,17 +106,8 @@ class Finite(click.ParamType):
             return None
         return x
 
-    def convert(self, value, param, ctx) -> float:
-        x = self.check(value)
-        if x is None:
-            self.fail(f"must be {self.describe()} (got {_shown(value)})", param, ctx)
-        return x
 
-    def __repr__(self) -> str:
-        return f"Finite({self.describe()})"
-
-
-class IntIn(click.ParamType):
+class IntIn(_Checked):
     """An integer in ``[lo, hi]``, written as one: ``1e11``, ``2.0`` and
     ``1_0`` are refused (``int(float(text))`` would silently round)."""
 
@@ -122,15 +133,6 @@ class IntIn(click.ParamType):
         else:
             return None
         return n if self.lo <= n <= self.hi else None
-
-    def convert(self, value, param, ctx) -> int:
-        n = self.check(value)
-        if n is None:
-            self.fail(f"must be {self.describe()} (got {_shown(value)})", param, ctx)
-        return n
-
-    def __repr__(self) -> str:
-        return f"IntIn({self.lo}, {self.hi})"
 
 
 class FloatList(click.ParamType):

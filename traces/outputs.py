@@ -33,7 +33,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,20 +201,21 @@ def check_out(out: str | Path, force: bool = False, *, kind: str = "dir", inputs
             raise _refuse(out, f"cannot be read ({e.strerror})", option) from None
         if empty:
             return out
-        if not force:
-            raise _refuse(out, "already exists (pass --force to replace it)", option)
-        if not dir_marked(out):
-            raise _refuse(out, f"exists and was not written by {owner} (no {MARKER} marker): --force replaces "
-                          "only latroute's own outputs", option)
-        return out
+        return _replaceable(out, force, lambda: dir_marked(out), f"{owner} (no {MARKER} marker)", option)
     if kind == "dir":
         raise _refuse(out, "is a file, not a directory latroute wrote" + ("" if force else " (nothing replaced)"),
                       option)
+    return _replaceable(out, force, lambda: file_marked(out), f'latroute (no "{JSON_MARKER}" key)', option)
+
+
+def _replaceable(out: Path, force: bool, marked: Callable[[], bool], writer: str, option: str) -> Path:
+    """An existing output may be replaced only with ``force``, and only if
+    latroute wrote it (``marked``)."""
     if not force:
         raise _refuse(out, "already exists (pass --force to replace it)", option)
-    if not file_marked(out):
-        raise _refuse(out, f"exists and was not written by latroute (no \"{JSON_MARKER}\" key): --force replaces "
-                      "only latroute's own outputs", option)
+    if not marked():
+        raise _refuse(out, f"exists and was not written by {writer}: --force replaces only latroute's own outputs",
+                      option)
     return out
 
 
