@@ -36,6 +36,8 @@ def format_results(results: dict[str, FormResult], chosen: str | None = None) ->
         lines.append(f"{form:<5} {len(FORMS[form]):>5} {_pct(h['mape']):>14} {_pct(h['median_ape']):>11} "
                      f"{_pct(h['p90_ape']):>8} {h['r2']:>6.3f} {_pct(r.train['stall_rate']):>10} "
                      f"{r.train['n']:>10,}/{h['n']:<10,}" + ("  <- chosen" if form == chosen else ""))
+    for form, why in getattr(results, "rejected", {}).items():  # forms the steps cannot determine
+        lines.append(f"{form:<5} {len(FORMS[form]):>5}   left out: {why}")
     return "\n".join(lines)
 
 

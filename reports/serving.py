@@ -57,8 +57,8 @@ def parse_goodput(text: str | None) -> dict[str, float]:
             out[key] = float(val)
         except ValueError:
             raise ValueError(f"goodput {key}: not a number of ms: {val!r}") from None
-        if out[key] <= 0:
-            raise ValueError(f"goodput {key}: must be > 0 ms")
+        if not 0 < out[key] < float("inf"):  # NaN fails this too
+            raise ValueError(f"goodput {key}: must be a finite number > 0 ms (got {val!r})")
     return out
 
 

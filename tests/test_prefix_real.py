@@ -58,3 +58,12 @@ def test_cache_aware_baselines_count_only_uncached_prompt_tokens(recordings, tmp
         assert res.exit_code == 0, res.output
         mape[flag] = json.loads((tmp_path / f"e{flag}" / "metrics.json").read_text())["estimators"]["throughput"]["mape"]
     assert mape["--cache-aware"] < 0.5 * mape[""], mape
+
+
+def test_calibrate_says_why_a_form_was_left_out(recordings, tmp_path):
+    """On all of d10 the six-term fit needs a negative decode cost: calibrate
+    leaves it out (issue 11) and says so beside the forms it compared."""
+    res = run_cli("calibrate", recordings / "d10_tinyb_sessions_r0.15_pc", "--out", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    assert any(ln.startswith("six") and "left out: coefficient D" in ln for ln in res.output.splitlines()), res.output
+    assert json.loads((tmp_path / "p.json").read_text())["form"] == "eq9"
