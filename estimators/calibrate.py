@@ -33,7 +33,7 @@ from estimators.batch_fit import BatchFit, fit_batch_model, scale_columns
 from estimators.derived import lps_params, pooled_lps, request_params, throughput_params
 from estimators.drift import speed_baseline
 from estimators.profile import BatchTimeProfile, negative_coefficient
-from traces.errors import BadInput, BadOption
+from traces.errors import BadInput
 from traces.store import open_trace
 
 
@@ -68,15 +68,13 @@ class StepData:
     requests: dict = field(default_factory=dict)  # queue-baseline fit and arrival rate
 
 
-def parse_window(text: str, option: str) -> tuple[float, float]:
-    """``A:B`` with 0 <= A < B <= 1: a share of a trace's steps, in step order."""
-    try:
-        a, b = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise BadOption(option, f"{text!r} is not A:B (fractions of the steps, e.g. 0:0.3)") from None
-    if not (0.0 <= a < b <= 1.0):
-        raise BadOption(option, f"{text!r}: need 0 <= A < B <= 1")
-    return a, b
+def step_window(n: int, window: tuple[float, float]) -> tuple[int, int]:
+    """Indices [lo, hi) of the steps from fraction ``window[0]`` to
+    ``window[1]`` of ``n`` steps in step order: the one rule by which
+    ``calibrate --steps-window`` fits and ``estimate --score-window`` scores,
+    so 0:0.3 and 0.3:1 split the same steps."""
+    lo, hi = (int(np.floor(f * n)) for f in window)
+    return lo, hi
 
 
 def window_steps(steps: pd.DataFrame, window: tuple[float, float] | None) -> pd.DataFrame:
@@ -85,14 +83,14 @@ def window_steps(steps: pd.DataFrame, window: tuple[float, float] | None) -> pd.
     if window is None:
         return steps
     steps = steps.sort_values("step", kind="stable")
-    lo, hi = (int(np.floor(f * len(steps))) for f in window)
+    lo, hi = step_window(len(steps), window)
     return steps.iloc[lo:hi]
 
 
 def load_steps(paths: list[str | Path], instance: str | None = None,
                window: tuple[float, float] | None = None) -> StepData:
     """Steps of one instance pooled over traces (with a ``trace`` column);
-    with ``window`` (``parse_window``), only that share of each trace's
+    with ``window`` (``step_window``), only that share of each trace's
     steps, and the requests and items of that time."""
     frames, sources, lps_parts, opened, spans = [], [], [], [], []
     for path in paths:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from estimators.accuracy import error_by_cached_share, error_summary
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegative
+from estimators.calibrate import step_window
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.profile import BatchTimeProfile
 from estimators.sfs import SFS
@@ -261,7 +262,7 @@ def score_span(start: np.ndarray, end: np.ndarray, window: tuple[float, float] |
     if window is None or not len(start):
         return -np.inf, np.inf
     n = len(start)
-    lo, hi = (int(np.floor(f * n)) for f in window)
+    lo, hi = step_window(n, window)
     t_lo = -np.inf if lo == 0 else float(start[lo])
     t_hi = np.inf if hi >= n else float(start[hi])
     return t_lo, t_hi

@@ -148,17 +148,23 @@ def source_arrivals(path) -> np.ndarray:
     (BadInput naming the row) when any is unknown: a trace imported without
     send times (meta.json ``arrivals: unknown``, null ``arrival_s``) has no
     arrivals to reuse, and copying its nulls would write NaN arrivals."""
-    from traces.errors import BadInput
     from traces.store import open_trace
 
     trace = open_trace(path)
     times = trace.read("requests")["arrival_s"].to_numpy(dtype=np.float64)
+    _refuse_unknown(trace, times, f"(null; meta.json arrivals: {trace.meta.get('arrivals', '?')}): nothing to take "
+                                  "arrivals from")
+    return times
+
+
+def _refuse_unknown(trace, times: np.ndarray, why: str) -> None:
+    """BadInput naming the first request whose arrival time is unknown (NaN)."""
+    from traces.errors import BadInput
+
     unknown = np.flatnonzero(np.isnan(times))
     if unknown.size:
         raise BadInput(trace.file("requests"), int(unknown[0]) + 1, "arrival_s",
-                       f"{unknown.size} of {times.size} arrival times are unknown (null; meta.json arrivals: "
-                       f"{trace.meta.get('arrivals', '?')}): nothing to take arrivals from")
-    return times
+                       f"{unknown.size} of {times.size} arrival times are unknown {why}")
 
 
 def check_replay_arrivals(trace, requests=None) -> None:
@@ -169,11 +175,8 @@ def check_replay_arrivals(trace, requests=None) -> None:
 
     reqs = trace.read("requests", ["arrival_s"]) if requests is None else requests
     times = reqs["arrival_s"].to_numpy(dtype=np.float64)
-    unknown = np.flatnonzero(np.isnan(times))
-    if unknown.size:
-        raise BadInput(trace.file("requests"), int(unknown[0]) + 1, "arrival_s",
-                       f"{unknown.size} of {times.size} arrival times are unknown (null): a replay needs them "
-                       "(generate a workload with --rate, or `trace generate --lengths-from` this trace)")
+    _refuse_unknown(trace, times, "(null): a replay needs them (generate a workload with --rate, or `trace "
+                                  "generate --lengths-from` this trace)")
     back = np.flatnonzero(np.diff(times) < 0)
     if back.size:
         raise BadInput(trace.file("requests"), int(back[0]) + 2, "arrival_s",
