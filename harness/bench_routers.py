@@ -16,7 +16,7 @@ import time
 from harness.pool_baselines import pool_baselines
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, replay, warm_up
-from routers.registry import ROUTERS, needs_baselines, router_entry
+from routers.registry import ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.workload import WorkloadConfig, generate_workload
 
@@ -26,15 +26,13 @@ SOFT_DELTA = 1e-6
 def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[str, ...] = tuple(ROUTERS)) -> dict:
     t = time.perf_counter()
     warm_up()
-    pool_baselines("qwen3-h100")  # the baseline estimators' calibration replay, once
+    pool_baselines("qwen3-h100")  # the baseline estimators' calibration replay, once (cached for every router)
     setup_s = time.perf_counter() - t
     wl = generate_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", rate), seed=seed))
     pool = load_pool("qwen3-h100")
     out: dict = {"pool": "qwen3-h100", "requests": requests, "rate": rate, "setup_s": setup_s,
                  "soft_delta_per_us": SOFT_DELTA, "routers": {}}
     for name in routers:
-        if needs_baselines(name):
-            pool_baselines("qwen3-h100")
         # soft rules at the sweep's default delta (at 0 they are latency-agnostic and never estimate)
         cfg = ReplayConfig(router=name, seed=seed, delta_per_us=SOFT_DELTA if router_entry(name).uses_delta else 0.0)
         replay(pool, "qwen3-h100", wl.requests.iloc[:50], wl.quality, cfg)  # this router's own compile, apart
