@@ -49,6 +49,7 @@ from dataclasses import fields, replace
 
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
+from harness.frontend import FrontEnd
 from traces.errors import BadOption
 
 # prefix_caching off in the twin: a request-level trace names no prompt blocks, so the cache vLLM had is
@@ -136,3 +137,10 @@ def frontend_overhead(profile: BatchTimeProfile | None) -> float:
     if profile is None:
         return 0.0
     return float((profile.fitted_on.get("request_fit") or {}).get("frontend_overhead_s", 0.0))
+
+
+def frontend_of(profile: BatchTimeProfile | None) -> FrontEnd:
+    """The serial front end (``harness.frontend``) the calibration assumed; none without one."""
+    if profile is None:
+        return FrontEnd()
+    return FrontEnd.from_json((profile.fitted_on.get("request_fit") or {}).get("frontend"))

@@ -42,6 +42,7 @@ from estimators.batch_features import term_names
 from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
+from harness.frontend import FrontEnd
 from harness.request_validate import RequestTrace, replay_requests, tpot_of
 
 FORM = "six"
@@ -58,6 +59,7 @@ class RequestFitConfig:
     search_engine: bool = False  # search ``grid`` (default: budget x max_num_seqs)
     grid: dict = field(default_factory=dict)  # engine field -> candidate values
     virtual_engines: int = 1  # V0 pipeline parallelism (see request_validate.replay_requests)
+    frontend: FrontEnd = field(default_factory=FrontEnd)  # serial front end (fixed, never fitted here)
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
     weights: dict = field(default_factory=lambda: {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5,
@@ -197,12 +199,13 @@ def _logerr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], w: dict,
-         virtual_engines: int = 1) -> float:
+         virtual_engines: int = 1, frontend: FrontEnd | None = None) -> float:
     """Sum over traces of the TTFT-quantile, per-request TTFT/TPOT and mean-TPOT log errors."""
     prof = profile_of(values, "fit")
     total = 0.0
     for tg in targets:
-        res = replay_requests(tg.rt, prof, engine, float(values[4]), virtual_engines=virtual_engines)
+        res = replay_requests(tg.rt, prof, engine, float(values[4]), virtual_engines=virtual_engines,
+                              frontend=frontend)
         ttft = res.requests["ttft_s"].to_numpy(dtype=np.float64)
         if not np.isfinite(ttft).all():
             return 1e3
@@ -228,7 +231,7 @@ class RequestFit:
 
 
 def _search(engine: InstanceConfig, targets: list[TraceTargets], x0s: list[np.ndarray], cfg: RequestFitConfig):
-    f = lambda z: loss(np.exp(z), engine, targets, cfg.weights, cfg.virtual_engines)  # noqa: E731
+    f = lambda z: loss(np.exp(z), engine, targets, cfg.weights, cfg.virtual_engines, cfg.frontend)  # noqa: E731
     evals = 0
     firsts = []
     for x0 in x0s:
@@ -258,7 +261,7 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
                 e.to_array()  # refuses what vLLM refuses (e.g. budget < max_num_seqs)
             except ValueError:
                 continue
-            grid.append({**point, "loss": loss(x, e, targets, cfg.weights, cfg.virtual_engines)})
+            grid.append({**point, "loss": loss(x, e, targets, cfg.weights, cfg.virtual_engines, cfg.frontend)})
             evals += 1
         best = min(grid, key=lambda g: g["loss"])
         engine = replace(engine, **{k: best[k] for k in space})
@@ -274,7 +277,8 @@ def initial_values(traces: list[RequestTrace]) -> dict:
 
 def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tuple[str, ...], search_engine: bool,
                             max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1,
-                            grid: dict | None = None, warm: tuple = ()) -> RequestFit:
+                            grid: dict | None = None, warm: tuple = (),
+                            frontend: FrontEnd | None = None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
@@ -295,7 +299,8 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     out = Path(out)
     fit = fit_requests(rts, engine, name or out.stem,
                        RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
-                                        virtual_engines=virtual_engines, grid=grid or {}))
+                                        virtual_engines=virtual_engines, grid=grid or {},
+                                        frontend=frontend or FrontEnd()))
     prof = fit.profile
     overhead = float(fit.values[4])
     prof.fitted_on = {"traces": [str(p) for p in paths], "warm_prefix": sorted(warm_set), "requests": int(sum(len(r.requests) for r in rts)),
@@ -304,10 +309,11 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                       "engine": engine_settings(fit.engine),
                       "request_fit": {"frontend_overhead_s": overhead, "loss": fit.loss, "evals": fit.evals,
                                       "wall_s": fit.wall_s, "initial": initial_values(rts),
-                                      "engine_searched": search_engine or bool(grid), "virtual_engines": virtual_engines}}
+                                      "engine_searched": search_engine or bool(grid), "virtual_engines": virtual_engines,
+                                      "frontend": (frontend or FrontEnd()).to_json()}}
     if fit.engine_search:
         prof.fitted_on["request_fit"]["engine_search"] = fit.engine_search
-    prof.derived = baseline_params(rts, prof, fit.engine, overhead, virtual_engines)
+    prof.derived = baseline_params(rts, prof, fit.engine, overhead, virtual_engines, frontend)
     echo(f"calibrating from requests: {prof.fitted_on['requests']} requests in {len(rts)} trace(s), "
          f"{fit.evals} twin replays in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
     echo("fitted: " + "  ".join(f"{k}={v:.4g}" for k, v in zip(PARAMS, fit.values)))
@@ -315,9 +321,12 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
          f"max_num_seqs {fit.engine.max_num_seqs}, block_size {fit.engine.block_size}, "
          f"num_kv_blocks {fit.engine.num_kv_blocks}, {virtual_engines} virtual engine(s)"
          + ("  (searched)" if search_engine or grid else ""))
+    if frontend is not None and frontend.on:
+        echo(f"front end: {1e3 * frontend.per_request_s:.2f} ms per request, queued FIFO ({frontend.source})")
     per_trace = {}
     for p, rt in zip(paths, rts):
-        v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False, virtual_engines=virtual_engines)
+        v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False, virtual_engines=virtual_engines,
+                              frontend=frontend)
         per_trace[str(p)] = {k: v.metrics[k] for k in ("ttft", "tpot", "e2e")}
         echo(f"fit on {p}:")
         for line in format_request_metrics(v.metrics):

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from estimators.calibrate import load_steps
 from estimators.derived import throughput_params
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile, load_profile
+from harness.frontend import FrontEnd
+from harness.request_cache import WARM_LEAD_S
 from harness.request_validate import RequestTrace, replay_requests
 from harness.twin import write_twin_trace
 from traces.store import TraceWriter
@@ -31,41 +34,59 @@ RECONSTRUCTED_NOTE = ("snapshots are RECONSTRUCTED: the trace has no engine step
 
 
 def write_reconstruction(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
-                         out: Path, source: str, virtual_engines: int = 1) -> None:
-    res = replay_requests(rt, profile, engine, overhead_s, record_steps=True, virtual_engines=virtual_engines)
+                         out: Path, source: str, virtual_engines: int = 1, frontend: FrontEnd | None = None) -> None:
+    """The twin's replay as a trace with the measured TTFTs. A warm trace's
+    warm-up rows come first (no measured TTFT: never scored) and its steps
+    stay in the log, so a snapshot's cache holds every prompt as the engine's did."""
+    res = replay_requests(rt, profile, engine, overhead_s, record_steps=True, virtual_engines=virtual_engines,
+                          frontend=frontend)
     reqs = res.requests.copy()
+    shift = res.extra["time_shift_s"]  # onto the log's clock
     reqs["ttft_s"] = rt.requests["ttft_s"].to_numpy(dtype=np.float64)
-    if "finish_s" in rt.requests:
-        reqs["finish_s"] = rt.requests["finish_s"].to_numpy(dtype=np.float64)
+    reqs["finish_s"] = (rt.requests["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in rt.requests
+                        else np.full(len(reqs), np.nan))
+    for col in ("arrival_s", "added_s", "finish_s"):
+        reqs[col] = reqs[col] + shift
+    warm = res.extra["warmup"].copy()
+    warm["ttft_s"] = np.nan
+    warm["finish_s"] = np.nan
     with TraceWriter(out) as w:
         w.meta["source"] = {"kind": "twin-reconstruction", "replay_of": source, "profile": profile.name}
         w.meta["arrivals"] = "measured"
         w.meta["snapshots"] = "reconstructed"
         w.meta["frontend_overhead_s"] = overhead_s
-        write_twin_trace(w, res, reqs)
+        w.meta["frontend"] = (frontend or FrontEnd()).to_json()
+        if len(warm):
+            w.meta["hash_block_tokens"] = int(engine.block_size)
+            w.meta["warm_prefix"] = {"warmup_requests": int(len(warm)), "lead_s": WARM_LEAD_S}
+        write_twin_trace(w, res, pd.concat([warm, reqs], ignore_index=True) if len(warm) else reqs)
 
 
 def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: InstanceConfig,
-                    overhead_s: float, virtual_engines: int = 1) -> dict:
+                    overhead_s: float, virtual_engines: int = 1, frontend: FrontEnd | None = None) -> dict:
     """The baseline estimators' parameters (``profile.derived``) from the
     twin's reconstructions of the calibration traces: throughput and decode
     step from the reconstructed steps, LPS and the queue fit from those
-    steps with the measured TTFTs."""
+    steps with the measured TTFTs. A warm trace's warm-up (before its first
+    arrival) is left out of all of them."""
     from estimators.derived import lps_params, pooled_lps, request_params
     from traces.store import open_trace
 
     with tempfile.TemporaryDirectory() as tmp:
-        dirs = []
+        dirs, windows = [], []
         for k, rt in enumerate(rts):
             d = Path(tmp) / f"r{k}"
-            write_reconstruction(rt, profile, engine, overhead_s, d, rt.source, virtual_engines)
+            write_reconstruction(rt, profile, engine, overhead_s, d, rt.source, virtual_engines, frontend)
             dirs.append(d)
+            recon = open_trace(d).read("requests")  # the first measured arrival, on the log's clock
+            windows.append((float(recon.loc[recon["ttft_s"].notna(), "arrival_s"].min()), np.inf))
         first = engine.instance_id + (".v0" if virtual_engines > 1 else "")
         data = load_steps(dirs, first if virtual_engines > 1 else None)
-        derived = throughput_params(data.steps)
+        start = data.steps["trace"].map({str(d): w[0] for d, w in zip(dirs, windows)})
+        derived = throughput_params(data.steps[data.steps["start_s"] >= start])
         traces = [open_trace(d) for d in dirs]
         lps = pooled_lps([lps_params(t.read("steps"), t.read("step_items"), t.read("requests")) for t in traces])
-        req = request_params(traces, first)
+        req = request_params(traces, first, windows)
     if lps:
         derived["lps"] = dict(lps)
         if "arrival_rate" in req:
@@ -86,7 +107,13 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
                              prefix_cache: str = "cold") -> Reconstruction:
     """``estimate`` on a request-level trace: the twin's reconstruction (in a
     temporary directory) with the measured TTFTs, ready for the estimators."""
-    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
+    from harness.engine_options import (
+        frontend_of,
+        frontend_overhead,
+        parse_engine_options,
+        request_engine,
+        virtual_engines,
+    )
     from traces.errors import BadOption
     from traces.store import open_trace
 
@@ -98,5 +125,6 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
     d = Path(tmp.name) / "recon"
-    write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile))
+    write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile),
+                         frontend_of(profile))
     return Reconstruction(open_trace(d), RECONSTRUCTED_NOTE, tmp)

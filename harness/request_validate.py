@@ -18,6 +18,8 @@ import pandas as pd
 from estimators.accuracy import error_summary
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
+from harness.frontend import FrontEnd
+from harness.request_cache import warm_input
 from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 from traces.errors import BadInput
 from traces.store import Trace
@@ -38,14 +40,6 @@ class RequestTrace:
     requests: pd.DataFrame  # request_id, arrival_s, prompt_tokens, output_tokens, ttft_s[, finish_s]
     source: str
     prefix_cache: str = "cold"  # PREFIX_CACHE
-
-    @property
-    def hits(self) -> np.ndarray | None:
-        """Cached prompt tokens per request: ``warm`` = the whole prompt (the
-        kernel keeps full blocks and recomputes at least the last token)."""
-        if self.prefix_cache == "cold":
-            return None
-        return self.requests["prompt_tokens"].to_numpy(dtype=np.int64)
 
     def warmed(self, mode: str) -> RequestTrace:
         if mode not in PREFIX_CACHE:
@@ -88,8 +82,16 @@ def tpot_of(reqs: pd.DataFrame, ttft: np.ndarray, finish: np.ndarray | None) -> 
 
 def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
                     record_steps: bool = False, noise: bool = False, seed: int = 0,
-                    virtual_engines: int = 1) -> TwinResult:
+                    virtual_engines: int = 1, frontend: FrontEnd | None = None) -> TwinResult:
     """Replay the arrivals on one instance (every request to it).
+
+    ``frontend`` (``harness.frontend``) turns the client's arrivals into
+    the engine's; TTFTs are from the client's arrival, as measured, and
+    ``added_s`` is when the engine got the request. A warm trace replays
+    its prompts' warm-up first (``harness.request_cache``); the result's
+    ``requests`` are the trace's rows only, on the trace's clock (the
+    warm-up is in ``extra["warmup"]``, and it and the log are on the
+    replay's clock, ``extra["time_shift_s"]`` later).
 
     ``virtual_engines`` > 1 models vLLM V0's pipeline parallelism: with
     ``pipeline_parallel_size`` N the engine keeps N schedulers ("virtual
@@ -97,20 +99,36 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     new request to the one with the fewest unfinished requests. Each is a
     twin instance with the full step time; requests go to the one with the
     fewest residents (ties: lowest index)."""
+    from dataclasses import replace
+
     base = replace_profile_name(engine, profile)
+    reqs = rt.requests[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]].copy()
+    client = reqs["arrival_s"].to_numpy(dtype=np.float64)
+    entry = (frontend or FrontEnd()).engine_arrivals(client)
+    reqs["arrival_s"] = entry
+    n_warm, per_engine, block_tokens, shift = 0, 1, None, 0.0
+    if rt.prefix_cache == "warm":
+        w = warm_input(reqs, base.block_size, virtual_engines)
+        reqs, n_warm, per_engine, shift = w.requests, w.n_warm, max(w.per_engine, 1), w.shift_s
+        base, block_tokens = replace(base, prefix_caching=True), base.block_size
     if virtual_engines == 1:
         specs = [InstanceSpec(base, profile)]
-        router = fixed_router(np.zeros(len(rt.requests), dtype=np.int64))
+        router = fixed_router(np.zeros(len(reqs), dtype=np.int64))
     else:
-        from dataclasses import replace
-
         specs = [InstanceSpec(replace(base, instance_id=f"{base.instance_id}.v{k}"), profile)
                  for k in range(virtual_engines)]
-        router = shortest_queue_router
+
+        def router(i: int, t: float, insts: list) -> int:  # the warm-up: every prompt on every engine
+            return i // per_engine if i < n_warm else shortest_queue_router(i, t, insts)
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
                                   frontend_overhead_s=overhead_s))
-    reqs = rt.requests[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]]
-    return twin.run(reqs, router, hits=rt.hits)
+    res = twin.run(reqs, router, hash_block_tokens=block_tokens)
+    out = res.requests.iloc[n_warm:].reset_index(drop=True)
+    out["arrival_s"] = client
+    out["ttft_s"] = out["ttft_s"].to_numpy(dtype=np.float64) + (entry - client)
+    out["added_s"] = entry
+    out["finish_s"] = out["finish_s"].to_numpy(dtype=np.float64) - shift
+    return replace(res, requests=out, extra={**res.extra, "warmup": res.requests.iloc[:n_warm], "time_shift_s": shift})
 
 
 def replace_profile_name(engine: InstanceConfig, profile: BatchTimeProfile) -> InstanceConfig:
@@ -153,8 +171,9 @@ class RequestValidation:
 
 def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
                       record_steps: bool = True, noise: bool = False, seed: int = 0,
-                      virtual_engines: int = 1) -> RequestValidation:
-    res = replay_requests(rt, profile, engine, overhead_s, record_steps, noise, seed, virtual_engines)
+                      virtual_engines: int = 1, frontend: FrontEnd | None = None) -> RequestValidation:
+    fe = frontend or FrontEnd()
+    res = replay_requests(rt, profile, engine, overhead_s, record_steps, noise, seed, virtual_engines, fe)
     rec = rt.requests
     arr = rec["arrival_s"].to_numpy(dtype=np.float64)
     ttft_m = rec["ttft_s"].to_numpy(dtype=np.float64)
@@ -175,7 +194,7 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
     metrics = {
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
         "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
-        "frontend_overhead_s": overhead_s, "virtual_engines": virtual_engines, "prefix_cache": rt.prefix_cache,
+        "frontend_overhead_s": overhead_s, "frontend": fe.to_json(), "virtual_engines": virtual_engines, "prefix_cache": rt.prefix_cache,
         "noise": noise, "seed": seed,
         "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
         "request_level": True,
@@ -210,7 +229,13 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     import time
     from pathlib import Path
 
-    from harness.engine_options import frontend_overhead, parse_engine_options, request_engine, virtual_engines
+    from harness.engine_options import (
+        frontend_of,
+        frontend_overhead,
+        parse_engine_options,
+        request_engine,
+        virtual_engines,
+    )
     from harness.twin import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
@@ -221,7 +246,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     t = time.perf_counter()
     v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
-                          virtual_engines=virtual_engines(profile))
+                          virtual_engines=virtual_engines(profile), frontend=frontend_of(profile))
     m = v.metrics
     m["trace"] = str(trace_dir)
     m["wall_s"] = time.perf_counter() - t
@@ -236,7 +261,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
             write_twin_trace(w, v.twin)
     echo(f"validate {trace_dir} (request-level: no steps) with profile {profile.name}, engine {engine.policy} "
          f"budget {engine.max_num_batched_tokens} max_num_seqs {engine.max_num_seqs}, front end "
-         f"{1e3 * m['frontend_overhead_s']:.1f} ms, {m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+         f"{1e3 * m['frontend_overhead_s']:.1f} ms + {1e3 * m['frontend']['per_request_s']:.2f} ms per request "
+         f"queued, {m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
     for line in format_request_metrics(m):
         echo(line)
     echo(f"wrote {out}")

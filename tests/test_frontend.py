@@ -1,0 +1,105 @@
+"""The serial API front end (``harness.frontend``) and the warm prefix cache of
+a request-level replay (``harness.request_cache``), on a slice of a real
+A100 run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.engine_options import REQUEST_TRACE_DEFAULTS
+from harness.frontend import MEASURED_PER_REQUEST_S, FrontEnd, burst_admission
+from harness.request_cache import WARM_LEAD_S, warm_input
+from harness.request_fit import profile_of
+from harness.request_validate import RequestTrace, replay_requests
+from tests.conftest import run_cli
+from tests.test_request_level import slice_trace  # noqa: F401  (the fixture: 60 requests of the 16 q/s run)
+from traces.store import open_trace
+
+BURSTS = Path(__file__).resolve().parents[1] / "docs" / "frontend_burst.csv"
+PROF = np.array([0.03, 1e-4, 2e-4, 0.0, 0.01])
+
+
+def test_serial_front_end_queues_a_burst_and_leaves_spaced_arrivals_alone():
+    fe = FrontEnd(1e-3)
+    a = np.array([0.0, 0.0, 0.0, 0.0025, 0.1, 0.1])
+    # 0 and the two behind it wait 1 and 2 ms; 2.5 ms waits for the server free at 3 ms; 0.1 s finds it idle
+    assert np.allclose(fe.engine_arrivals(a), [0.0, 0.001, 0.002, 0.003, 0.1, 0.101])
+    assert np.array_equal(FrontEnd().engine_arrivals(a), a)
+    rng = np.random.default_rng(0)
+    b = np.sort(rng.exponential(1.0, 500).cumsum())
+    e = fe.engine_arrivals(b)
+    assert (e >= b).all() and (np.diff(e) >= 1e-3 - 1e-12).all()  # never earlier; served one at a time
+    with pytest.raises(ValueError):
+        fe.engine_arrivals(np.array([1.0, 0.0]))
+    with pytest.raises(ValueError):
+        FrontEnd(-1e-3)
+
+
+def test_measured_cost_is_the_median_of_the_recorded_bursts():
+    """The constant in harness.frontend is what its own method gives on the
+    stored measurement (five bursts on a real vLLM 0.32 server)."""
+    d = pd.read_csv(BURSTS)
+    costs = []
+    for _, g in d.groupby("burst"):
+        c = g[["client_id", "arrival_s_client", "ttft_s"]].rename(columns={"arrival_s_client": "arrival_s"})
+        s = g[["client_id", "arrival_s_server"]].rename(columns={"arrival_s_server": "arrival_s"})
+        r = burst_admission(c, s)
+        assert r["requests"] == 200 and r["admission_s"] > r["send_spread_s"] > 0
+        costs.append(r["per_request_s"])
+    assert len(costs) == 5
+    assert abs(float(np.median(costs)) - MEASURED_PER_REQUEST_S) < 0.01e-3
+
+
+def test_front_end_delays_a_burst_in_the_replay(slice_trace):  # noqa: F811
+    rt = RequestTrace.of(open_trace(slice_trace))
+    reqs = rt.requests.copy()
+    reqs["arrival_s"] = 0.0
+    burst = RequestTrace.from_frame(reqs, "burst")
+    prof = profile_of(PROF, "p")
+    plain = replay_requests(burst, prof, REQUEST_TRACE_DEFAULTS, 0.01)
+    fe = replay_requests(burst, prof, REQUEST_TRACE_DEFAULTS, 0.01, frontend=FrontEnd(5e-3))
+    t = fe.requests["ttft_s"].to_numpy()
+    added = fe.requests["added_s"].to_numpy()
+    assert np.allclose(added, 5e-3 * np.arange(len(reqs)))
+    assert (t >= added + 0.01).all()  # no first token before the engine has the request
+    p = plain.requests["ttft_s"].to_numpy()
+    assert t[0] == pytest.approx(p[0]) and not np.allclose(t, p)  # the head waits for nobody; the rest do
+    assert np.allclose(fe.requests["arrival_s"], 0.0)  # TTFT stays measured from the client's send
+
+
+def test_warm_input_gives_each_prompt_its_blocks_and_a_warm_up():
+    reqs = pd.DataFrame({"request_id": [3, 7], "arrival_s": [1.0, 2.0], "prompt_tokens": [40, 15],
+                         "output_tokens": [5, 6]})
+    w = warm_input(reqs, 16, virtual_engines=2)
+    r = w.requests
+    assert w.n_warm == 4 and w.per_engine == 2 and len(r) == 6
+    assert list(r["request_id"]) == [8, 9, 10, 11, 3, 7]  # warm-up ids past the trace's
+    assert [len(h) for h in r["hash_ids"]] == [2, 0, 2, 0, 2, 0]  # full blocks only
+    assert r["hash_ids"][0] == r["hash_ids"][4] and r["hash_ids"][0] != r["hash_ids"][1]
+    assert (r["output_tokens"][:4] == 1).all() and (r["arrival_s"][:4] == 0).all()
+    assert np.allclose(r["arrival_s"][4:], [WARM_LEAD_S, WARM_LEAD_S + 1.0])
+
+
+def test_warm_reconstruction_carries_the_cache_to_sfs(slice_trace, tmp_path):  # noqa: F811
+    """Warm: SFS finds each query's prompt in the reconstructed engine's
+    cache (its estimate falls for long prompts); with --cache-blind it
+    computes the whole prompt, as before the cache was carried."""
+    prof = profile_of(PROF, "w")
+    prof.fitted_on = {"request_fit": {"frontend_overhead_s": 0.01, "frontend": FrontEnd(1e-3, "test").to_json()}}
+    prof.save(tmp_path / "w.json")
+    outs = {}
+    for name, extra in (("warm", []), ("blind", ["--cache-blind"])):
+        res = run_cli("estimate", slice_trace, "--profile", tmp_path / "w.json", "--prefix-cache", "warm",
+                      "--estimators", "sfs", *extra, "--out", tmp_path / name)
+        assert res.exit_code == 0, res.output
+        outs[name] = pd.read_parquet(tmp_path / name / "estimates.parquet").set_index("request_id")["est_s"]
+    assert len(outs["warm"]) == 60  # the warm-up rows are not scored
+    p = open_trace(slice_trace).read("requests").set_index("request_id")["prompt_tokens"]
+    long_ = p.index[p > 300]
+    assert len(long_) and (outs["warm"].loc[long_] < outs["blind"].loc[long_] - 0.02).all()  # > 284 tokens x 1e-4 s
+    m = json.loads((tmp_path / "warm" / "metrics.json").read_text())
+    assert m["snapshots"]["kind"] == "reconstructed"
