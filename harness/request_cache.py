@@ -15,6 +15,13 @@ is added to the trace's times). When the trace
 starts, the warm-up is long finished and its blocks sit in the free queue
 as cached blocks, as the previous run left them. The warm-up rows carry no
 measured TTFT, so nothing scores them.
+
+The warm set must fit: prompts that share a prefix the trace does not name
+(LMBench's long inputs: ~21k tokens of shared context per request) would,
+as separate prompts, hold more blocks than the engine has. When the
+prompts' full blocks exceed ``FIT_SHARE`` of the KV blocks, each request is
+handed its hit outright instead (``given_hits``): the replay's timing is the
+same, but the engine holds no cache for estimators to read.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+FIT_SHARE = 0.5  # of the KV blocks: the rest is room for the running requests' own blocks
 WARM_LEAD_S = 600.0  # the warm-up's arrival before the trace's first (an arrival-rate EWMA forgets it)
 _ROW_SHIFT = 24  # block id = (row + 1) << 24 | block: unique per prompt, under 2**62 for 2**37 rows
 
@@ -60,3 +68,16 @@ def warm_input(reqs: pd.DataFrame, block_size: int, virtual_engines: int = 1) ->
     warm["arrival_s"] = 0.0
     warm["output_tokens"] = 1
     return WarmInput(pd.concat([warm, out], ignore_index=True), len(warm), n, shift)
+
+
+def warm_fits(prompt_tokens: np.ndarray, block_size: int, num_kv_blocks: int) -> bool:
+    """Whether every prompt's full blocks fit in the cache together (see FIT_SHARE)."""
+    blocks = int((np.asarray(prompt_tokens, dtype=np.int64) // block_size).sum())
+    return blocks <= FIT_SHARE * num_kv_blocks
+
+
+def given_hits(prompt_tokens: np.ndarray) -> np.ndarray:
+    """Hits handed over with each request when the warm set does not fit:
+    the whole prompt (the kernel keeps full blocks and recomputes at least
+    the last token)."""
+    return np.asarray(prompt_tokens, dtype=np.int64).copy()

@@ -58,7 +58,10 @@ def write_reconstruction(rt: RequestTrace, profile: BatchTimeProfile, engine: In
         w.meta["frontend"] = (frontend or FrontEnd()).to_json()
         if len(warm):
             w.meta["hash_block_tokens"] = int(engine.block_size)
-            w.meta["warm_prefix"] = {"warmup_requests": int(len(warm)), "lead_s": WARM_LEAD_S}
+            w.meta["warm_prefix"] = {"hits": "engine cache", "warmup_requests": int(len(warm)), "lead_s": WARM_LEAD_S}
+        elif res.extra["warm_hits"]:
+            w.meta["warm_prefix"] = {"hits": "given outright: the prompts do not fit in the KV cache together, so "
+                                             "the reconstructed engine holds no cache for estimators to read"}
         write_twin_trace(w, res, pd.concat([warm, reqs], ignore_index=True) if len(warm) else reqs)
 
 

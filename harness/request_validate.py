@@ -19,7 +19,7 @@ from estimators.accuracy import error_summary
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
 from harness.frontend import FrontEnd
-from harness.request_cache import warm_input
+from harness.request_cache import given_hits, warm_fits, warm_input
 from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 from traces.errors import BadInput
 from traces.store import Trace
@@ -88,7 +88,8 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     ``frontend`` (``harness.frontend``) turns the client's arrivals into
     the engine's; TTFTs are from the client's arrival, as measured, and
     ``added_s`` is when the engine got the request. A warm trace replays
-    its prompts' warm-up first (``harness.request_cache``); the result's
+    its prompts' warm-up first (``harness.request_cache``; hits handed
+    over outright when they cannot all fit in the cache); the result's
     ``requests`` are the trace's rows only, on the trace's clock (the
     warm-up is in ``extra["warmup"]``, and it and the log are on the
     replay's clock, ``extra["time_shift_s"]`` later).
@@ -106,8 +107,11 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     client = reqs["arrival_s"].to_numpy(dtype=np.float64)
     entry = (frontend or FrontEnd()).engine_arrivals(client)
     reqs["arrival_s"] = entry
-    n_warm, per_engine, block_tokens, shift = 0, 1, None, 0.0
-    if rt.prefix_cache == "warm":
+    n_warm, per_engine, block_tokens, shift, hits = 0, 1, None, 0.0, None
+    prompts = reqs["prompt_tokens"].to_numpy()
+    if rt.prefix_cache == "warm" and not warm_fits(prompts, base.block_size, base.num_kv_blocks):
+        hits = given_hits(prompts)
+    elif rt.prefix_cache == "warm":
         w = warm_input(reqs, base.block_size, virtual_engines)
         reqs, n_warm, per_engine, shift = w.requests, w.n_warm, max(w.per_engine, 1), w.shift_s
         base, block_tokens = replace(base, prefix_caching=True), base.block_size
@@ -122,13 +126,15 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
             return i // per_engine if i < n_warm else shortest_queue_router(i, t, insts)
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
                                   frontend_overhead_s=overhead_s))
-    res = twin.run(reqs, router, hash_block_tokens=block_tokens)
+    res = twin.run(reqs, router, hits=hits, hash_block_tokens=block_tokens)
     out = res.requests.iloc[n_warm:].reset_index(drop=True)
     out["arrival_s"] = client
     out["ttft_s"] = out["ttft_s"].to_numpy(dtype=np.float64) + (entry - client)
     out["added_s"] = entry
     out["finish_s"] = out["finish_s"].to_numpy(dtype=np.float64) - shift
-    return replace(res, requests=out, extra={**res.extra, "warmup": res.requests.iloc[:n_warm], "time_shift_s": shift})
+    warm = None if rt.prefix_cache == "cold" else ("outright" if hits is not None else "engine cache")
+    return replace(res, requests=out, extra={**res.extra, "warmup": res.requests.iloc[:n_warm], "time_shift_s": shift,
+                                             "warm_hits": warm})
 
 
 def replace_profile_name(engine: InstanceConfig, profile: BatchTimeProfile) -> InstanceConfig:
@@ -195,6 +201,7 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
         "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
         "frontend_overhead_s": overhead_s, "frontend": fe.to_json(), "virtual_engines": virtual_engines, "prefix_cache": rt.prefix_cache,
+        "warm_hits": res.extra["warm_hits"],
         "noise": noise, "seed": seed,
         "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
         "request_level": True,

@@ -103,3 +103,20 @@ def test_warm_reconstruction_carries_the_cache_to_sfs(slice_trace, tmp_path):  #
     assert len(long_) and (outs["warm"].loc[long_] < outs["blind"].loc[long_] - 0.02).all()  # > 284 tokens x 1e-4 s
     m = json.loads((tmp_path / "warm" / "metrics.json").read_text())
     assert m["snapshots"]["kind"] == "reconstructed"
+
+
+def test_warm_set_too_big_for_the_cache_gets_its_hits_outright_with_the_same_timing(slice_trace):  # noqa: F811
+    """Hits from the engine's cache and hits handed over time a light run
+    alike; a warm set larger than half the KV blocks is handed over."""
+    from dataclasses import replace
+
+    rt = RequestTrace.of(open_trace(slice_trace)).warmed("warm")
+    prof = profile_of(PROF, "p")
+    blocks = int((rt.requests["prompt_tokens"] // 16).sum())
+    cache = replay_requests(rt, prof, REQUEST_TRACE_DEFAULTS, 0.01)
+    small = replace(REQUEST_TRACE_DEFAULTS, num_kv_blocks=blocks + blocks // 2)
+    outright = replay_requests(rt, prof, small, 0.01)
+    assert cache.extra["warm_hits"] == "engine cache" and outright.extra["warm_hits"] == "outright"
+    assert outright.requests["preemptions"].sum() == 0
+    assert np.allclose(cache.requests["ttft_s"], outright.requests["ttft_s"])
+    assert (cache.requests["cached_tokens"] == 16 * ((rt.requests["prompt_tokens"] - 1) // 16)).all()
