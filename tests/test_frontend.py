@@ -120,3 +120,21 @@ def test_warm_set_too_big_for_the_cache_gets_its_hits_outright_with_the_same_tim
     assert outright.requests["preemptions"].sum() == 0
     assert np.allclose(cache.requests["ttft_s"], outright.requests["ttft_s"])
     assert (cache.requests["cached_tokens"] == 16 * ((rt.requests["prompt_tokens"] - 1) // 16)).all()
+
+
+def test_calibrate_carries_the_front_end_to_validate(slice_trace, tmp_path):  # noqa: F811
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--frontend", "measured", "--max-evals", "8",
+                  "--out", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    fe = json.loads((tmp_path / "p.json").read_text())["fitted_on"]["request_fit"]["frontend"]
+    assert fe["per_request_s"] == MEASURED_PER_REQUEST_S and fe["source"].startswith("measured")
+    res = run_cli("validate", slice_trace, "--profile", tmp_path / "p.json", "--out", tmp_path / "v")
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "v" / "metrics.json").read_text())["frontend"]["per_request_s"] == fe["per_request_s"]
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--frontend-per-request", "2.5", "--max-evals", "8",
+                  "--out", tmp_path / "q.json")
+    assert res.exit_code == 0, res.output
+    q = json.loads((tmp_path / "q.json").read_text())["fitted_on"]["request_fit"]["frontend"]
+    assert q["per_request_s"] == pytest.approx(2.5e-3)
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--frontend-per-request", "-1", "--out", tmp_path / "r.json")
+    assert res.exit_code == 2 and not (tmp_path / "r.json").exists()
