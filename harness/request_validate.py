@@ -2,7 +2,9 @@
 
 The trace's arrivals are replayed on one twin instance configured by
 ``harness.engine_options`` and timed by the profile, with the profile's
-fitted front-end overhead added to every TTFT. The twin's per-request TTFT
+fitted front-end overhead added to every TTFT and, when the profile names
+one, the serial API front end (``harness.frontend``) between the client's
+arrivals and the engine's. The twin's per-request TTFT
 is compared with the measured one (per-request APE) and the two
 distributions are compared (mean, p50, p90, p99 and the two-sample KS
 statistic), and the same for TPOT (mean time per output token after the
