@@ -94,10 +94,14 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--virtual-engines", type=IntIn(1, 1024), default=1, show_default=True,
               help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
 @click.option("--frontend", "frontend", type=click.Choice(["none", "measured"]), default="none", show_default=True,
-              help="--from-requests: the API server as a serial queue before the engine (harness.frontend); "
-                   "measured = vLLM 0.32's per-request admission cost measured on a real server under a burst.")
+              help="--from-requests: the API server as one serial queue of admissions and output deliveries "
+                   "(harness.frontend); measured = vLLM 0.32's costs per admitted request and per delivered "
+                   "token, measured on a real server under bursts.")
 @click.option("--frontend-per-request", "frontend_ms", type=Finite(0.0, 1e4), metavar="MS",
-              help="--from-requests: the serial front end's cost per request in ms (overrides --frontend).")
+              help="--from-requests: the serial front end's cost per admitted request in ms (replaces --frontend's).")
+@click.option("--frontend-per-output", "frontend_out_ms", type=Finite(0.0, 1e4), metavar="MS",
+              help="--from-requests: the serial front end's cost per delivered token in ms (replaces --frontend's; "
+                   "0 = deliveries not modelled).")
 @click.option("--steps-window", "steps_window", type=Window(),
               help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
                    "`estimate --score-window 0.3:1` then scores on the rest.")
@@ -105,7 +109,8 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
               virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
-              steps_window: tuple[float, float] | None, frontend: str, frontend_ms: float | None) -> None:
+              steps_window: tuple[float, float] | None, frontend: str, frontend_ms: float | None,
+              frontend_out_ms: float | None) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -123,12 +128,17 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
     """
     check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm])  # before any work
     if from_requests:
+        from dataclasses import replace
+
         from harness.engine_options import parse_search_options
         from harness.frontend import FrontEnd, measured
         from harness.request_fit import calibrate_from_requests
 
-        fe = (FrontEnd(frontend_ms / 1e3, "given (--frontend-per-request)") if frontend_ms is not None
-              else measured() if frontend == "measured" else FrontEnd())
+        fe = measured() if frontend == "measured" else FrontEnd()
+        if frontend_ms is not None:
+            fe = replace(fe, per_request_s=frontend_ms / 1e3, source="given (--frontend-per-request)")
+        if frontend_out_ms is not None:
+            fe = replace(fe, per_output_s=frontend_out_ms / 1e3, output_source="given (--frontend-per-output)")
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
                                 virtual_engines, parse_search_options(search_opts), warm, fe)
         return

@@ -17,12 +17,26 @@ the engine arrival is the client arrival plus only the *queueing* behind
 earlier requests: ``e_i = D_i - c = i*c + max_{j<=i}(a_j - j*c)``
 (vectorised with a running maximum). ``c = 0`` is the identity.
 
+The same process also delivers the engine's outputs: every engine step
+hands it one new token per running request (vLLM's ``output_handler``
+detokenises them and each request's stream writes its chunk, all in the
+API server's one event loop), so a first token reaches the client only
+after the loop has worked through everything queued before it. With
+``per_output_s`` (``c_out``) > 0 the server's jobs are, in time order, each
+request's admission (cost ``c``) and each step's outputs (cost ``c_out``
+per token the step produced; admissions first at equal times);
+``schedule`` gives both the engine arrivals and when each step's outputs
+are delivered. The engine runs in its own process: its steps are not
+slowed, only what reaches the client is. An idle request's own
+``c_out`` is inside the fitted constant overhead, as its ``c`` is.
+
 Where ``c`` comes from (it must not be tuned on held-out runs): the 1 and
 16 q/s calibration runs do not identify it (their requests almost never
 overlap in the front end); ``MEASURED_PER_REQUEST_S`` is measured on a real
 vLLM 0.32 OpenAI server (see ``burst_admission`` and the README's
-request-level section). The value travels in the profile
-(``fitted_on.request_fit.frontend``).
+request-level section); ``MEASURED_PER_OUTPUT_S`` likewise, from the same
+bursts' delivery delays (``harness.frontend_burst``). The values travel in
+the profile (``fitted_on.request_fit.frontend``).
 """
 from __future__ import annotations
 
@@ -38,6 +52,23 @@ import pandas as pd
 MEASURED_PER_REQUEST_S = 0.98e-3
 MEASURED_SOURCE = ("measured: vLLM 0.32.0 OpenAI server, 200-request bursts, median of 5 "
                    "(last arrival_time - first client send) / 200")
+# The same five bursts: the cost per delivered token that best explains when each first token
+# reached the client after the engine made it (harness.frontend_burst.fit_output_cost: 0.13-0.27 ms
+# per burst); the median. docs/frontend_burst_steps.csv holds each step's end and outputs.
+MEASURED_PER_OUTPUT_S = 0.15e-3
+MEASURED_OUTPUT_SOURCE = ("measured: vLLM 0.32.0 OpenAI server, the same bursts, median of 5 per-burst fits "
+                          "of the first-token delivery delay (serial loop, cost per delivered token)")
+
+
+def fifo_done(t: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """Completion times of one FIFO server taking jobs in the given order
+    (``t`` non-decreasing): ``D_k = max(t_k, D_{k-1}) + cost_k``, i.e.
+    ``C_k + max_{j<=k}(t_j - C_{j-1})`` with ``C`` the running total cost."""
+    t = np.asarray(t, dtype=np.float64)
+    c = np.cumsum(np.asarray(cost, dtype=np.float64))
+    if t.size == 0:
+        return t.copy()
+    return np.maximum(c + np.maximum.accumulate(t - (c - cost)), t + cost)  # max(): rounding never moves one earlier
 
 
 @dataclass(frozen=True)
@@ -46,37 +77,63 @@ class FrontEnd:
 
     per_request_s: float = 0.0
     source: str = "none"
+    per_output_s: float = 0.0  # per token delivered to a client (0: deliveries are not modelled)
+    output_source: str = "none"
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.per_request_s) and self.per_request_s >= 0):
-            raise ValueError(f"front end: per-request cost must be a finite number >= 0, not {self.per_request_s}")
+        for name, v in (("per-request", self.per_request_s), ("per-output", self.per_output_s)):
+            if not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"front end: {name} cost must be a finite number >= 0, not {v}")
 
     @property
     def on(self) -> bool:
-        return self.per_request_s > 0
+        return self.per_request_s > 0 or self.per_output_s > 0
 
-    def engine_arrivals(self, arrival: np.ndarray) -> np.ndarray:
-        """When each request reaches the engine (``arrival`` sorted, seconds)."""
+    @property
+    def delivers(self) -> bool:
+        """Whether deliveries are modelled (the replay then needs the engine's steps)."""
+        return self.per_output_s > 0
+
+    def schedule(self, arrival: np.ndarray, out_t: np.ndarray, out_n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One FIFO server for admissions (``arrival`` sorted, cost
+        ``per_request_s`` each) and output deliveries (``out_t``: when a
+        step's tokens reach the front end, ``out_n``: how many, cost
+        ``per_output_s`` each). Returns the engine arrivals (queueing only,
+        as ``engine_arrivals``) and when each output job is done."""
         a = np.asarray(arrival, dtype=np.float64)
-        if not self.on or a.size == 0:
-            return a.copy()
         if np.any(np.diff(a) < 0):
             raise ValueError("front end: arrivals must be sorted")
-        k = np.arange(a.size, dtype=np.float64) * self.per_request_s
-        return np.maximum(k + np.maximum.accumulate(a - k), a)  # max(): rounding never moves one earlier
+        t = np.concatenate([a, np.asarray(out_t, dtype=np.float64)])
+        cost = np.concatenate([np.full(a.size, self.per_request_s),
+                               self.per_output_s * np.asarray(out_n, dtype=np.float64)])
+        kind = np.concatenate([np.zeros(a.size, dtype=np.int8), np.ones(t.size - a.size, dtype=np.int8)])
+        order = np.lexsort((kind, t))  # time order; an admission before an output at the same time
+        done = np.empty_like(t)
+        done[order] = fifo_done(t[order], cost[order])
+        return np.maximum(done[:a.size] - self.per_request_s, a), done[a.size:]
+
+    def engine_arrivals(self, arrival: np.ndarray) -> np.ndarray:
+        """When each request reaches the engine (``arrival`` sorted, seconds),
+        admissions alone (no outputs competing for the server)."""
+        a = np.asarray(arrival, dtype=np.float64)
+        if self.per_request_s == 0 or a.size == 0:
+            return a.copy()
+        return self.schedule(a, np.empty(0), np.empty(0))[0]
 
     def to_json(self) -> dict:
-        return {"per_request_s": self.per_request_s, "source": self.source}
+        return {"per_request_s": self.per_request_s, "source": self.source,
+                "per_output_s": self.per_output_s, "output_source": self.output_source}
 
     @classmethod
     def from_json(cls, d: dict | None) -> FrontEnd:
         if not d:
             return cls()
-        return cls(float(d.get("per_request_s", 0.0)), str(d.get("source", "profile")))
+        return cls(float(d.get("per_request_s", 0.0)), str(d.get("source", "profile")),
+                   float(d.get("per_output_s", 0.0)), str(d.get("output_source", "none")))
 
 
 def measured() -> FrontEnd:
-    return FrontEnd(MEASURED_PER_REQUEST_S, MEASURED_SOURCE)
+    return FrontEnd(MEASURED_PER_REQUEST_S, MEASURED_SOURCE, MEASURED_PER_OUTPUT_S, MEASURED_OUTPUT_SOURCE)
 
 
 def burst_admission(client: pd.DataFrame, server: pd.DataFrame) -> dict:

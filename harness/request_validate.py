@@ -22,6 +22,7 @@ from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
 from harness.frontend import FrontEnd
 from harness.request_cache import given_hits, warm_fits, warm_input
+from harness.request_delivery import replay_with_deliveries
 from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 from traces.errors import BadInput
 from traces.store import Trace
@@ -104,18 +105,18 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     fewest residents (ties: lowest index)."""
     from dataclasses import replace
 
+    fe = frontend or FrontEnd()
     base = replace_profile_name(engine, profile)
     reqs = rt.requests[["request_id", "arrival_s", "prompt_tokens", "output_tokens"]].copy()
     client = reqs["arrival_s"].to_numpy(dtype=np.float64)
-    entry = (frontend or FrontEnd()).engine_arrivals(client)
-    reqs["arrival_s"] = entry
     n_warm, per_engine, block_tokens, shift, hits = 0, 1, None, 0.0, None
     prompts = reqs["prompt_tokens"].to_numpy()
-    if rt.prefix_cache == "warm" and not warm_fits(prompts, base.block_size, base.num_kv_blocks):
+    warm_hits = rt.prefix_cache == "warm" and not warm_fits(prompts, base.block_size, base.num_kv_blocks)
+    if warm_hits:
         hits = given_hits(prompts)
     elif rt.prefix_cache == "warm":
         w = warm_input(reqs, base.block_size, virtual_engines)
-        reqs, n_warm, per_engine, shift = w.requests, w.n_warm, max(w.per_engine, 1), w.shift_s
+        n_warm, per_engine, shift, reqs = w.n_warm, max(w.per_engine, 1), w.shift_s, w.requests
         base, block_tokens = replace(base, prefix_caching=True), base.block_size
     if virtual_engines == 1:
         specs = [InstanceSpec(base, profile)]
@@ -126,17 +127,33 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
 
         def router(i: int, t: float, insts: list) -> int:  # the warm-up: every prompt on every engine
             return i // per_engine if i < n_warm else shortest_queue_router(i, t, insts)
-    twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps,
+    twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps or fe.delivers,
                                   frontend_overhead_s=overhead_s))
-    res = twin.run(reqs, router, hits=hits, hash_block_tokens=block_tokens)
+
+    def run(entry: np.ndarray) -> tuple[TwinResult, np.ndarray]:
+        r = reqs.copy()
+        r.loc[n_warm:, "arrival_s"] = entry + shift  # the warm-up rows keep theirs
+        res = twin.run(r, router, hits=hits, hash_block_tokens=block_tokens)
+        t = res.requests["ttft_s"].to_numpy(dtype=np.float64)[n_warm:]
+        return res, entry + t - overhead_s  # the engine's first tokens, on the trace's clock
+
+    if fe.delivers:
+        res, entry, dl = replay_with_deliveries(run, client, fe, shift)
+        ttft = dl.first_token_s - client + overhead_s
+        delivery = {"rounds": dl.rounds, "unsettled_s": dl.moved_s}
+    else:
+        entry = fe.engine_arrivals(client)
+        res, first_t = run(entry)
+        ttft = first_t - client + overhead_s
+        delivery = None
     out = res.requests.iloc[n_warm:].reset_index(drop=True)
     out["arrival_s"] = client
-    out["ttft_s"] = out["ttft_s"].to_numpy(dtype=np.float64) + (entry - client)
+    out["ttft_s"] = ttft
     out["added_s"] = entry
     out["finish_s"] = out["finish_s"].to_numpy(dtype=np.float64) - shift
     warm = None if rt.prefix_cache == "cold" else ("outright" if hits is not None else "engine cache")
     return replace(res, requests=out, extra={**res.extra, "warmup": res.requests.iloc[:n_warm], "time_shift_s": shift,
-                                             "warm_hits": warm})
+                                             "warm_hits": warm, "deliveries": delivery})
 
 
 def replace_profile_name(engine: InstanceConfig, profile: BatchTimeProfile) -> InstanceConfig:
@@ -203,7 +220,7 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
         "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
         "frontend_overhead_s": overhead_s, "frontend": fe.to_json(), "virtual_engines": virtual_engines, "prefix_cache": rt.prefix_cache,
-        "warm_hits": res.extra["warm_hits"],
+        "warm_hits": res.extra["warm_hits"], "deliveries": res.extra["deliveries"],
         "noise": noise, "seed": seed,
         "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
         "request_level": True,
@@ -271,7 +288,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     echo(f"validate {trace_dir} (request-level: no steps) with profile {profile.name}, engine {engine.policy} "
          f"budget {engine.max_num_batched_tokens} max_num_seqs {engine.max_num_seqs}, front end "
          f"{1e3 * m['frontend_overhead_s']:.1f} ms + {1e3 * m['frontend']['per_request_s']:.2f} ms per request "
-         f"queued, {m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+         f"and {1e3 * m['frontend'].get('per_output_s', 0.0):.3f} ms per delivered token queued, "
+         f"{m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
     for line in format_request_metrics(m):
         echo(line)
     echo(f"wrote {out}")

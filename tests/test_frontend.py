@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from harness.engine_options import REQUEST_TRACE_DEFAULTS
-from harness.frontend import MEASURED_PER_REQUEST_S, FrontEnd, burst_admission
+from harness.frontend import MEASURED_PER_OUTPUT_S, MEASURED_PER_REQUEST_S, FrontEnd, burst_admission, fifo_done
+from harness.frontend_burst import fit_output_cost, predicted_delays
 from harness.request_cache import WARM_LEAD_S, warm_input
+from harness.request_delivery import MAX_ROUNDS
 from harness.request_fit import profile_of
 from harness.request_validate import RequestTrace, replay_requests
 from tests.conftest import run_cli
@@ -20,6 +22,7 @@ from tests.test_request_level import slice_trace  # noqa: F401  (the fixture: 60
 from traces.store import open_trace
 
 BURSTS = Path(__file__).resolve().parents[1] / "docs" / "frontend_burst.csv"
+BURST_STEPS = BURSTS.with_name("frontend_burst_steps.csv")
 PROF = np.array([0.03, 1e-4, 2e-4, 0.0, 0.01])
 
 
@@ -54,6 +57,58 @@ def test_measured_cost_is_the_median_of_the_recorded_bursts():
     assert abs(float(np.median(costs)) - MEASURED_PER_REQUEST_S) < 0.01e-3
 
 
+def test_one_fifo_server_takes_admissions_and_deliveries_in_time_order():
+    fe = FrontEnd(1e-3, "t", 0.5e-3, "t")
+    # admissions at 0, 0, 3 ms; a step's 4 tokens at 0.5 ms (2 ms of work) and 1 token at 10 ms
+    entry, done = fe.schedule(np.array([0.0, 0.0, 0.003]), np.array([0.0005, 0.010]), np.array([4, 1]))
+    # the outputs wait for both admissions queued before them (done at 2 ms), then take 2 ms: done at 4 ms;
+    # the admission at 3 ms waits behind them (engine arrival 4 ms, not 3); the lone token at 10 ms waits for nobody
+    assert np.allclose(done, [0.004, 0.0105])
+    assert np.allclose(entry, [0.0, 0.001, 0.004])
+    # without outputs, the admissions alone; without an admission cost, only the outputs queue
+    assert np.allclose(fe.engine_arrivals(np.array([0.0, 0.0, 0.003])), [0.0, 0.001, 0.003])
+    e2, d2 = FrontEnd(0.0, "t", 0.5e-3, "t").schedule(np.array([0.0, 0.0]), np.array([0.0, 0.0]), np.array([2, 2]))
+    assert np.allclose(e2, 0.0) and np.allclose(d2, [0.001, 0.002])
+    with pytest.raises(ValueError):
+        FrontEnd(0.0, "t", -1e-3)
+
+
+def test_fifo_done_is_the_server_recursion():
+    rng = np.random.default_rng(1)
+    t = np.sort(rng.exponential(1e-3, 300).cumsum() * rng.integers(0, 2, 300))
+    t.sort()
+    c = rng.exponential(1e-3, 300)
+    want, prev = [], -np.inf
+    for tk, ck in zip(t, c):
+        prev = max(tk, prev) + ck
+        want.append(prev)
+    assert np.allclose(fifo_done(t, c), want, rtol=0, atol=1e-12)
+
+
+def test_measured_delivery_cost_is_the_median_of_the_recorded_bursts():
+    """The per-token constant in harness.frontend is what fit_output_cost
+    gives on the stored bursts, each with its own measured admission cost;
+    and at that cost the serial server explains the bursts' delivery delays
+    (median error under 5 ms on delays of 18-45 ms), which no delivery cost
+    at all does."""
+    d = pd.read_csv(BURSTS)
+    steps = pd.read_csv(BURST_STEPS)
+    costs, errs, errs0 = [], [], []
+    for b, g in d.groupby("burst"):
+        c = g[["client_id", "arrival_s_client", "ttft_s"]].rename(columns={"arrival_s_client": "arrival_s"})
+        s = g[["client_id", "arrival_s_server"]].rename(columns={"arrival_s_server": "arrival_s"})
+        cin = burst_admission(c, s)["per_request_s"]
+        f = fit_output_cost(g, steps[steps["burst"] == b], cin)
+        costs.append(f.per_output_s)
+        errs.append(f.median_abs_err_s)
+        meas, pred0 = predicted_delays(g, steps[steps["burst"] == b], FrontEnd(cin))
+        errs0.append(float(np.median(np.abs(pred0 - meas))))
+        assert len(f.measured_delay_s) == 200 and np.median(f.measured_delay_s) > 0.015
+    assert len(costs) == 5
+    assert float(np.median(costs)) == pytest.approx(MEASURED_PER_OUTPUT_S, abs=1e-9)
+    assert max(errs) < 5e-3 and min(errs0) > 10e-3  # without a delivery cost, every burst is off by > 10 ms
+
+
 def test_front_end_delays_a_burst_in_the_replay(slice_trace):  # noqa: F811
     rt = RequestTrace.of(open_trace(slice_trace))
     reqs = rt.requests.copy()
@@ -69,6 +124,29 @@ def test_front_end_delays_a_burst_in_the_replay(slice_trace):  # noqa: F811
     p = plain.requests["ttft_s"].to_numpy()
     assert t[0] == pytest.approx(p[0]) and not np.allclose(t, p)  # the head waits for nobody; the rest do
     assert np.allclose(fe.requests["arrival_s"], 0.0)  # TTFT stays measured from the client's send
+
+
+def test_deliveries_hold_first_tokens_behind_the_loop_and_settle(slice_trace):  # noqa: F811
+    """A burst with a delivery cost: no first token reaches the client
+    before the engine made it, the loop's backlog makes later ones later
+    than with admissions alone, the engine's own timing is the same, and
+    the replay settles within its rounds. Cold and warm alike."""
+    rt = RequestTrace.of(open_trace(slice_trace))
+    reqs = rt.requests.copy()
+    reqs["arrival_s"] = 0.0
+    prof = profile_of(PROF, "p")
+    for mode in ("cold", "warm"):
+        burst = RequestTrace.from_frame(reqs, "burst").warmed(mode)
+        adm = replay_requests(burst, prof, REQUEST_TRACE_DEFAULTS, 0.01, frontend=FrontEnd(1e-3))
+        both = replay_requests(burst, prof, REQUEST_TRACE_DEFAULTS, 0.01, frontend=FrontEnd(1e-3, "t", 2e-3, "t"))
+        a, b = adm.requests["ttft_s"].to_numpy(), both.requests["ttft_s"].to_numpy()
+        assert (b >= a - 1e-12).all() and (b > a + 1e-3).sum() > len(a) // 2
+        # all admissions (60 ms) precede any output here: the engine saw the same arrivals and ran the same steps
+        assert np.allclose(adm.requests["added_s"], both.requests["added_s"])
+        assert np.allclose(adm.requests["finish_s"], both.requests["finish_s"])
+        d = both.extra["deliveries"]
+        assert 1 <= d["rounds"] <= MAX_ROUNDS and d["unsettled_s"] == 0.0
+        assert adm.extra["deliveries"] is None
 
 
 def test_warm_input_gives_each_prompt_its_blocks_and_a_warm_up():
@@ -135,6 +213,14 @@ def test_calibrate_carries_the_front_end_to_validate(slice_trace, tmp_path):  # 
                   "--out", tmp_path / "q.json")
     assert res.exit_code == 0, res.output
     q = json.loads((tmp_path / "q.json").read_text())["fitted_on"]["request_fit"]["frontend"]
-    assert q["per_request_s"] == pytest.approx(2.5e-3)
+    assert q["per_request_s"] == pytest.approx(2.5e-3) and q["per_output_s"] == 0.0  # no --frontend: no deliveries
+    assert fe["per_output_s"] == MEASURED_PER_OUTPUT_S
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--frontend", "measured", "--frontend-per-output", "0.3",
+                  "--max-evals", "8", "--out", tmp_path / "o.json")
+    assert res.exit_code == 0, res.output
+    o = json.loads((tmp_path / "o.json").read_text())["fitted_on"]["request_fit"]["frontend"]
+    assert o["per_output_s"] == pytest.approx(0.3e-3) and o["per_request_s"] == MEASURED_PER_REQUEST_S
+    res = run_cli("calibrate", "--from-requests", slice_trace, "--frontend-per-output", "-0.1", "--out", tmp_path / "n.json")
+    assert res.exit_code == 2 and not (tmp_path / "n.json").exists()
     res = run_cli("calibrate", "--from-requests", slice_trace, "--frontend-per-request", "-1", "--out", tmp_path / "r.json")
     assert res.exit_code == 2 and not (tmp_path / "r.json").exists()
