@@ -13,6 +13,12 @@ admissions, each step's outputs as a job) for a grid of costs and keeps the
 one whose predicted delivery delays are closest (median absolute error) to
 the measured ones.
 
+The order of the queue is measured too: ``held_delays`` predicts the
+tokens the engine made while a burst's admissions were still queued
+(``docs/frontend_burst_held.csv``: each such token's step end and its
+receipt by the client, server clock) with the admissions in the queue
+(FIFO) or without them (deliveries never waiting for an admission).
+
 Inputs: one burst's rows of ``docs/frontend_burst.csv`` (client send and
 TTFT, server stamps; the probe first) and that burst's steps in
 ``docs/frontend_burst_steps.csv`` (end time and tokens emitted, server
@@ -57,16 +63,28 @@ def _timeline(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, f
 def predicted_delays(rows: pd.DataFrame, steps: pd.DataFrame, fe: FrontEnd) -> tuple[np.ndarray, np.ndarray]:
     """Measured and predicted (``fe``'s serial server) delivery delays of a burst's first tokens."""
     send, first, receipt, idle = _timeline(rows)
+    return receipt - first, _predict(send, idle, first, steps, fe)
+
+
+def held_delays(rows: pd.DataFrame, steps: pd.DataFrame, held: pd.DataFrame,
+                fe: FrontEnd) -> tuple[np.ndarray, np.ndarray]:
+    """Measured and predicted delivery delays of the tokens in ``held``
+    (``made_s``: the step end that made it, ``received_s``: the client's
+    receipt, both on the server's clock)."""
+    send, _, _, idle = _timeline(rows)
+    made = held["made_s"].to_numpy(dtype=np.float64)
+    return held["received_s"].to_numpy(dtype=np.float64) - made, _predict(send, idle, made, steps, fe)
+
+
+def _predict(send: np.ndarray, idle: float, made: np.ndarray, steps: pd.DataFrame, fe: FrontEnd) -> np.ndarray:
     st = steps.sort_values("end_s", kind="stable")
     ends = st["end_s"].to_numpy(dtype=np.float64)
     n = st["outputs"].to_numpy(dtype=np.float64)
-    k = np.clip(np.searchsorted(ends, first - _MATCH_S), 0, max(ends.size - 1, 0))
-    if ends.size == 0 or np.any(np.abs(ends[k] - first) > _MATCH_S):
-        raise ValueError("burst deliveries: a first token matches no step in the steps table")
-    order = np.argsort(send, kind="stable")
-    _, done = fe.schedule(send[order], ends, n)
-    pred = done[k] - fe.per_output_s + idle - first  # the probe's own token is inside its idle delay
-    return receipt - first, pred
+    k = np.clip(np.searchsorted(ends, made - _MATCH_S), 0, max(ends.size - 1, 0))
+    if ends.size == 0 or np.any(np.abs(ends[k] - made) > _MATCH_S):
+        raise ValueError("burst deliveries: a token matches no step in the steps table")
+    _, done = fe.schedule(np.sort(send, kind="stable"), ends, n)
+    return done[k] - fe.per_output_s + idle - made  # the probe's own token is inside its idle delay
 
 
 def fit_output_cost(rows: pd.DataFrame, steps: pd.DataFrame, per_request_s: float) -> DeliveryFit:
