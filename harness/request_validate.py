@@ -90,7 +90,9 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
 
     ``frontend`` (``harness.frontend``) turns the client's arrivals into
     the engine's; TTFTs are from the client's arrival, as measured, and
-    ``added_s`` is when the engine got the request. A warm trace replays
+    ``added_s`` is when the engine got the request. With a delivery cost
+    (``harness.request_delivery``) ``ttft_s`` and ``finish_s`` are when the
+    client gets the first and the last token, as measured. A warm trace replays
     its prompts' warm-up first (``harness.request_cache``; hits handed
     over outright when they cannot all fit in the cache); the result's
     ``requests`` are the trace's rows only, on the trace's clock (the
@@ -130,27 +132,27 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps or fe.delivers,
                                   frontend_overhead_s=overhead_s))
 
-    def run(entry: np.ndarray) -> tuple[TwinResult, np.ndarray]:
+    def run(entry: np.ndarray) -> tuple[TwinResult, np.ndarray, np.ndarray]:
         r = reqs.copy()
         r.loc[n_warm:, "arrival_s"] = entry + shift  # the warm-up rows keep theirs
         res = twin.run(r, router, hits=hits, hash_block_tokens=block_tokens)
         t = res.requests["ttft_s"].to_numpy(dtype=np.float64)[n_warm:]
-        return res, entry + t - overhead_s  # the engine's first tokens, on the trace's clock
+        fin = res.requests["finish_s"].to_numpy(dtype=np.float64)[n_warm:] - shift
+        return res, entry + t - overhead_s, fin  # the engine's first and last tokens, on the trace's clock
 
     if fe.delivers:
         res, entry, dl = replay_with_deliveries(run, client, fe, shift)
-        ttft = dl.first_token_s - client + overhead_s
+        first_t, finish = dl.first_token_s, dl.last_token_s
         delivery = {"rounds": dl.rounds, "unsettled_s": dl.moved_s}
     else:
         entry = fe.engine_arrivals(client)
-        res, first_t = run(entry)
-        ttft = first_t - client + overhead_s
+        res, first_t, finish = run(entry)
         delivery = None
     out = res.requests.iloc[n_warm:].reset_index(drop=True)
     out["arrival_s"] = client
-    out["ttft_s"] = ttft
+    out["ttft_s"] = first_t - client + overhead_s
     out["added_s"] = entry
-    out["finish_s"] = out["finish_s"].to_numpy(dtype=np.float64) - shift
+    out["finish_s"] = finish
     warm = None if rt.prefix_cache == "cold" else ("outright" if hits is not None else "engine cache")
     return replace(res, requests=out, extra={**res.extra, "warmup": res.requests.iloc[:n_warm], "time_shift_s": shift,
                                              "warm_hits": warm, "deliveries": delivery})
