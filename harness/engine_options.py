@@ -41,8 +41,9 @@ scheduler flags, and the image of mid-April 2025 is vLLM 0.8.x):
 
 Unknown settings (the budget, ``max_num_seqs``) can be searched by
 ``calibrate --from-requests --search-engine``. The front end in front of
-the engine (``harness.frontend``: a constant overhead, fitted, and a
-serial per-request cost, measured) travels in the profile too.
+the engine (``harness.frontend``: a constant overhead, fitted, and one
+serial queue of admissions and output deliveries at measured costs per
+request and per delivered token) travels in the profile too.
 """
 from __future__ import annotations
 
