@@ -12,6 +12,8 @@ Schema (``profile_version`` 1)::
       "noise": {"kind": "lognormal+stalls", "log_mu", "log_sigma", "p_stall",
                 "stall_excess_mean", "stall_excess_quantiles": {q: v}, ...},
       "step_gap_s": float,   # median engine time between consecutive steps
+      "intake": {"per_request_s", "per_prompt_token_s", "boundaries", "rule"},
+      "trajectory_noise": {"steps": [n...], "common_log_var": [v...], "rule"},
       "fitted_on": {"traces": [...], "instance", "rows", "split_seed",
                     "holdout", "loss", "stall_pct"},
       "metrics": {"holdout": {...}, "train": {...}, "evaluate_on": {...}},
@@ -30,6 +32,7 @@ the median-like prediction is what minimises absolute percentage error.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ import pandas as pd
 
 from estimators.batch_features import FORMS, design_matrix, term_names
 from estimators.batch_fit import NoiseModel, StallAllowance
+from estimators.intake import Intake
+from estimators.step_correlation import GRID
 from traces.errors import BadInput
 from traces.jsonio import read_json
 from traces.outputs import write_output_json
@@ -82,6 +87,9 @@ class BatchTimeProfile:
     derived: dict[str, Any] = field(default_factory=dict)
     step_gap_s: float = 0.0  # engine time between steps (output handling, request intake)
     allowance: StallAllowance = field(default_factory=StallAllowance)
+    intake: Intake = field(default_factory=Intake)  # request intake at the joining boundary (estimators.intake)
+    # the log variance a trajectory of n steps shares, at step_correlation.GRID (zeros: independent steps)
+    common_var: np.ndarray = field(default_factory=lambda: np.zeros(GRID.size))
 
     @property
     def expected_multiplier(self) -> float:
@@ -106,6 +114,12 @@ class BatchTimeProfile:
                                  "being the residuals above the stall percentile"},
             "noise": self.noise.to_json(),
             "step_gap_s": self.step_gap_s,
+            "intake": self.intake.to_json(),
+            "trajectory_noise": {"steps": [int(n) for n in GRID], "common_log_var": [float(v) for v in self.common_var],
+                                 "rule": "a trajectory of n steps (linear between the listed n, falling as 1/n "
+                                         "past the last) has its random part multiplied by a lognormal factor of "
+                                         "mean 1 and this log variance: what its steps' noise shares "
+                                         "(estimators.step_correlation)"},
             "fitted_on": self.fitted_on,
             "metrics": self.metrics,
             "derived": self.derived,
@@ -142,33 +156,50 @@ class BatchTimeProfile:
             doc = next(t.doc for t in FORMS[form] if t.name == bad[0])
             raise BadInput(source, None, f"coefficients.{bad[0]}",
                            f"{bad[1]:.6g} is negative: the model needs it >= 0 ({doc})")
-        noise = d.get("noise") or {}
-        if not isinstance(noise, dict):
-            raise BadInput(source, None, "noise", "not an object")
-        try:
-            nm = NoiseModel.from_json(noise)
-        except (TypeError, ValueError) as e:
-            raise BadInput(source, None, "noise", str(e)) from None
+        nm = _section(d, "noise", NoiseModel.from_json, source)
         finite = [nm.log_mu, nm.log_sigma, nm.p_stall, nm.stall_excess_mean, *nm.stall_excess_quantiles.values()]
         if not all(np.isfinite(finite)):
             raise BadInput(source, None, "noise", "every value must be a finite number")
         if nm.log_sigma < 0 or not 0 <= nm.p_stall <= 1:
             raise BadInput(source, None, "noise", "log_sigma must be >= 0 and p_stall in [0, 1]")
-        exp = d.get("expected") or {}
-        if not isinstance(exp, dict):
-            raise BadInput(source, None, "expected", "not an object")
-        try:
-            allowance = StallAllowance(float(exp.get("p_stall", 0.0)), float(exp.get("stall_excess_mean", 0.0)))
-        except (TypeError, ValueError) as e:
-            raise BadInput(source, None, "expected", str(e)) from None
+        allowance = _section(d, "expected", lambda e: StallAllowance(float(e.get("p_stall", 0.0)),
+                                                                    float(e.get("stall_excess_mean", 0.0))), source)
         if not 0 <= allowance.p_stall <= 1 or not 0 <= allowance.excess_mean < float("inf"):
             raise BadInput(source, None, "expected", "p_stall must be in [0, 1] and stall_excess_mean >= 0")
         gap = d.get("step_gap_s", 0.0)
         if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 10:
             raise BadInput(source, None, "step_gap_s", f"must be a number of seconds >= 0, got {gap!r}")
+        intake = _section(d, "intake", Intake.from_json, source)
         return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
                    fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {},
-                   step_gap_s=float(gap), allowance=allowance)
+                   step_gap_s=float(gap), allowance=allowance, intake=intake,
+                   common_var=_common_var(d.get("trajectory_noise"), source))
+
+
+def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> Any:
+    """``parse`` of the profile's object ``key`` ({} when absent), its
+    refusals reported against that key."""
+    sec = d.get(key) or {}
+    if not isinstance(sec, dict):
+        raise BadInput(source, None, key, "not an object")
+    try:
+        return parse(sec)
+    except (TypeError, ValueError) as e:
+        raise BadInput(source, None, key, str(e)) from None
+
+
+def _common_var(d: Any, source: str) -> np.ndarray:
+    """The ``trajectory_noise`` section's table (zeros when absent: independent steps)."""
+    if d is None:
+        return np.zeros(GRID.size)
+    if not isinstance(d, dict) or list(d.get("steps") or []) != [int(n) for n in GRID]:
+        raise BadInput(source, None, "trajectory_noise", f"needs steps {[int(n) for n in GRID]} and common_log_var")
+    v = d.get("common_log_var")
+    if not isinstance(v, list) or len(v) != GRID.size or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and x >= 0 for x in v):
+        raise BadInput(source, None, "trajectory_noise.common_log_var",
+                       f"must be {GRID.size} finite numbers >= 0")
+    return np.array(v, dtype=np.float64)
 
 
 def load_profile(name_or_path: str | Path) -> BatchTimeProfile:

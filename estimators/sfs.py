@@ -9,12 +9,13 @@ import numpy as np
 from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import C_MAX_LEN, C_PREFIX, PREFIX_OFF
+from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF
 from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.timing import TimeModel
+from estimators.engine.timing import TimeModel, batch_typical_time
 from estimators.engine.view import InstanceView, Query, first_gap
+from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
-from estimators.sfs_dist import TTFTDist, as_array, noise_moments, ttft_dist
+from estimators.sfs_dist import TTFTDist, as_array, noise_moments, sfs_ttft_dist
 from estimators.sfs_kernel import sfs_estimate
 
 MAX_SIM_STEPS = 1_000_000
@@ -23,10 +24,12 @@ _DIST = None
 
 
 def _dist_entry():
-    """``ttft_dist``'s compiled entry point (typed once per process)."""
+    """``sfs_ttft_dist``'s compiled entry point (typed once per process)."""
     global _DIST
     if _DIST is None:
-        _DIST = entry_point(ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, np.zeros(6), 0.0, True, np.zeros(5))
+        z, zi = np.zeros(2), np.zeros(2, dtype=np.int64)
+        _DIST = entry_point(sfs_ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, 0.0, z, z, 0, z, np.zeros((2, 2), dtype=np.int64),
+                            zi, zi, zi, 0, 0.0, 0.0, True, z)
     return _DIST
 
 
@@ -48,6 +51,18 @@ def _entry():
     return _ENTRY
 
 
+def joining_intake(intake: Intake, view: InstanceView, prompt: int) -> float:
+    """Request intake at the boundary where the query joins (with the
+    requests already arrived, which join at the same boundary:
+    ``sfs_kernel``): ``estimators.intake``. The engine takes them in before
+    the query's first step can be scheduled, so every TTFT pays it."""
+    if intake.per_request_s == 0.0 and intake.per_prompt_token_s == 0.0:
+        return 0.0
+    n = view.n_inbox
+    tokens = prompt + (int(view.state.req[view.inbox[:n], F_PROMPT].sum()) if n else 0)
+    return intake.cost(n + 1, tokens)
+
+
 class SFS:
     """Serving-framework simulation of one instance (DESIGN section 2)."""
 
@@ -59,6 +74,7 @@ class SFS:
         self.gap = self.model.gap
         self.pred_total = np.ascontiguousarray(pred_total, dtype=np.int64)
         self.overhead = frontend_overhead_s
+        self.intake = profile.intake
         self.cap = -1
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
@@ -69,6 +85,9 @@ class SFS:
         self.last_s1 = self.last_s2 = 0.0
         self.last_est = np.inf
         self._nm = as_array(noise_moments(self.model))
+        self._cv = np.ascontiguousarray(profile.common_var, dtype=np.float64)
+        self._view: InstanceView | None = None  # the last estimate's view and in-flight elapsed time (for its distribution)
+        self._elapsed = 0.0
         self._no_typ = np.zeros(0)
         self._dist = np.zeros(5)
         self._ttft_dist = _dist_entry()
@@ -87,7 +106,7 @@ class SFS:
             self._speed = value
             b = self._base
             self.model = TimeModel(b.form, b.coef, b.mult * value, b.gap * value, b.noise, b.stall_q, b.stall_v)
-            # noise moments stay: c = mult / E[r] carries the speed into the spread
+            # noise moments stay: the distribution takes the speed factor as its scale c
 
     def _scratch(self, st: SchedState) -> None:
         """The scratch state: one row more than ``st``; with prefix caching it
@@ -114,13 +133,16 @@ class SFS:
         steps' typical durations (for the brute-force check)."""
         typ = self._no_typ if typ_out is None else typ_out
         st = view.state
+        self._view = None
         if q.prompt >= st.cfg[C_MAX_LEN]:
+            self.last_est, self.last_steps = np.inf, 0
             return np.inf  # the engine's front end refuses it (as the twin does)
         if self._core_of is not st:
             self._core, self._core_of, self._off = st.core(), st, bool(st.cfg[C_PREFIX] == PREFIX_OFF)
         core = self._core
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
+        self._view, self._elapsed = view, elapsed
         if self._off and not copy_cache:
             # no cache to read: the scratch state without the prefix-cache bundles (each array of a
             # state is unboxed per call and reference-counted per compiled call that takes it)
@@ -131,8 +153,9 @@ class SFS:
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
                 self.st2c, self.plan2, MAX_SIM_STEPS, typ)
             self.last_steps = steps
-            self.last_est = max(est + self.overhead, 0.0)  # never a negative time (a profile's curvature terms
-            return self.last_est                            # may go negative outside the batches it was fitted on)
+            # never a negative time (a profile's curvature terms may go negative outside the fitted batches)
+            self.last_est = max(est + self.overhead + joining_intake(self.intake, view, q.prompt), 0.0)
+            return self.last_est
         self._scratch(st)
         args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model)
@@ -148,21 +171,43 @@ class SFS:
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
-        self.last_est = max(est + self.overhead, 0.0)  # never a negative time (as above)
+        self.last_est = max(est + self.overhead + joining_intake(self.intake, view, q.prompt), 0.0)  # (as above)
         return self.last_est
 
+    def _fill_dist(self, slo: float, quantiles: bool) -> np.ndarray:
+        """The last estimate's distribution into ``self._dist`` (``estimators.sfs_dist``)."""
+        v, m = self._view, self.model
+        if v is None:  # refused by the front end: no trajectory
+            self._dist[:] = (self.last_est, self.last_est, self.last_est, self.last_est, float(self.last_est <= slo))
+            return self._dist
+        infl = v.inflight
+        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self._speed, self._nm,
+                        self._cv, m.form, m.coef, v.state.req, infl.slot, infl.tokens, infl.computed, v.infl_n,
+                        self._elapsed, float(slo), quantiles, self._dist)
+        return self._dist
+
+    def last_parts(self) -> tuple[float, float, float]:
+        """The last estimate's known part (everything but the in-flight
+        remainder and the simulated steps' charged times), the in-flight
+        step's typical duration (0: none) and its elapsed time: what the
+        brute-force check of the distribution draws around."""
+        v, m = self._view, self.model
+        typ0 = 0.0
+        if v is not None and v.infl_n > 0:
+            infl = v.inflight
+            typ0 = float(batch_typical_time(m.form, m.coef, v.state.req, infl.slot, infl.tokens, infl.computed,
+                                            v.infl_n))
+        rem = max(typ0 * m.mult - self._elapsed, 0.0) if typ0 > 0 else 0.0
+        return self.last_est - rem - m.mult * self.last_s1, typ0, self._elapsed
+
     def last_dist(self, slo: float) -> TTFTDist:
-        """The last estimate as a distribution (``estimators.sfs_dist``)."""
-        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, self.model.mult, self._nm,
-                        float(slo), True, self._dist)
-        d = self._dist
+        """The last estimate as a distribution: its mean is the noise model's, not the point estimate."""
+        d = self._fill_dist(slo, True)
         return TTFTDist(d[0], d[1], d[2], d[3], d[4])
 
     def p_on_time(self, slo: float) -> float:
         """P(TTFT <= slo) of the last estimate."""
-        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, self.model.mult, self._nm,
-                        float(slo), False, self._dist)
-        return float(self._dist[4])
+        return float(self._fill_dist(slo, False)[4])
 
     def estimate_dist(self, view: InstanceView, q: Query, slo: float) -> TTFTDist:
         self.estimate(view, q)

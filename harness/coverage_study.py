@@ -75,6 +75,8 @@ def study(root: Path, online_speed: bool = False) -> dict:
         arrival = trace.read("requests").set_index("request_id")["arrival_s"]
         est = est[arrival.loc[est["request_id"]].to_numpy() > after]
         row.update(coverage(est) or {})
+        ok = np.isfinite(est["est_s"].to_numpy())
+        row["sfs_mape"] = float(np.mean(np.abs(est["est_s"].to_numpy()[ok] / est["true_s"].to_numpy()[ok] - 1.0)))
         row["status"] = "scored"
         out[path.name] = row
     return out
@@ -86,7 +88,8 @@ def main(argv: list[str]) -> None:  # pragma: no cover
     for name, r in res.items():
         if r["status"] == "scored":
             print(f"{name:<34} n {r['n']:>4}  p50 {100 * r['p50']:5.1f}%  p90 {100 * r['p90']:5.1f}%  "
-                  f"p99 {100 * r['p99']:5.1f}%  (calibrated on {r['calibrated_on']}; agreement {r['decision_agreement']:.3f})")
+                  f"p99 {100 * r['p99']:5.1f}%  SFS MAPE {100 * r['sfs_mape']:5.1f}%  (calibrated on {r['calibrated_on']}; "
+                  f"agreement {r['decision_agreement']:.3f})")
         else:
             print(f"{name:<34} {r['status']} (agreement {r['decision_agreement']:.3f})")
 
