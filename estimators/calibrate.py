@@ -35,7 +35,7 @@ from estimators.drift import speed_baseline
 from estimators.intake import fit_intake, join_columns
 from estimators.online_speed import OnlineSpeedConfig, step_log_ratios
 from estimators.profile import BatchTimeProfile, negative_coefficient
-from estimators.step_correlation import fit_common_var, ordered_groups
+from estimators.step_correlation import TrajectoryNoise, fit_common_var, ordered_groups
 from traces.errors import BadInput
 from traces.store import open_trace
 
@@ -262,8 +262,11 @@ def build_profile(name: str, result: FormResult, data: StepData, cfg: Calibratio
     )
     # what a speed factor of 1 means for this profile (estimators.drift)
     profile.metrics["speed_baseline"] = speed_baseline(profile, data.steps)
-    profile.common_var = fit_common_var([step_log_ratios(profile, g, OnlineSpeedConfig())
-                                         for g in ordered_groups(data.steps)])
+    typ, act = profile.typical(data.steps), step_durations(data.steps)
+    ok = (typ > 0) & np.isfinite(act)
+    profile.trajectory = TrajectoryNoise(
+        fit_common_var([step_log_ratios(profile, g, OnlineSpeedConfig()) for g in ordered_groups(data.steps)]),
+        float(act[ok].sum() / typ[ok].sum()) if ok.any() else 0.0)
     return profile
 
 

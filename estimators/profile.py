@@ -13,7 +13,7 @@ Schema (``profile_version`` 1)::
                 "stall_excess_mean", "stall_excess_quantiles": {q: v}, ...},
       "step_gap_s": float,   # median engine time between consecutive steps
       "intake": {"per_request_s", "per_prompt_token_s", "boundaries", "rule"},
-      "trajectory_noise": {"steps": [n...], "common_log_var": [v...], "rule"},
+      "trajectory_noise": {"steps": [n...], "common_log_var": [v...], "mean_ratio", "rule"},
       "fitted_on": {"traces": [...], "instance", "rows", "split_seed",
                     "holdout", "loss", "stall_pct"},
       "metrics": {"holdout": {...}, "train": {...}, "evaluate_on": {...}},
@@ -43,7 +43,7 @@ import pandas as pd
 from estimators.batch_features import FORMS, design_matrix, term_names
 from estimators.batch_fit import NoiseModel, StallAllowance
 from estimators.intake import Intake
-from estimators.step_correlation import GRID
+from estimators.step_correlation import TrajectoryNoise
 from traces.errors import BadInput
 from traces.jsonio import read_json
 from traces.outputs import write_output_json
@@ -88,8 +88,8 @@ class BatchTimeProfile:
     step_gap_s: float = 0.0  # engine time between steps (output handling, request intake)
     allowance: StallAllowance = field(default_factory=StallAllowance)
     intake: Intake = field(default_factory=Intake)  # request intake at the joining boundary (estimators.intake)
-    # the log variance a trajectory of n steps shares, at step_correlation.GRID (zeros: independent steps)
-    common_var: np.ndarray = field(default_factory=lambda: np.zeros(GRID.size))
+    # what sums of steps need beyond the per-step noise (estimators.step_correlation)
+    trajectory: TrajectoryNoise = field(default_factory=TrajectoryNoise)
 
     @property
     def expected_multiplier(self) -> float:
@@ -115,11 +115,7 @@ class BatchTimeProfile:
             "noise": self.noise.to_json(),
             "step_gap_s": self.step_gap_s,
             "intake": self.intake.to_json(),
-            "trajectory_noise": {"steps": [int(n) for n in GRID], "common_log_var": [float(v) for v in self.common_var],
-                                 "rule": "a trajectory of n steps (linear between the listed n, falling as 1/n "
-                                         "past the last) has its random part multiplied by a lognormal factor of "
-                                         "mean 1 and this log variance: what its steps' noise shares "
-                                         "(estimators.step_correlation)"},
+            "trajectory_noise": self.trajectory.to_json(),
             "fitted_on": self.fitted_on,
             "metrics": self.metrics,
             "derived": self.derived,
@@ -173,7 +169,7 @@ class BatchTimeProfile:
         return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
                    fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {},
                    step_gap_s=float(gap), allowance=allowance, intake=intake,
-                   common_var=_common_var(d.get("trajectory_noise"), source))
+                   trajectory=_section(d, "trajectory_noise", TrajectoryNoise.from_json, source))
 
 
 def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> Any:
@@ -186,20 +182,6 @@ def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> An
         return parse(sec)
     except (TypeError, ValueError) as e:
         raise BadInput(source, None, key, str(e)) from None
-
-
-def _common_var(d: Any, source: str) -> np.ndarray:
-    """The ``trajectory_noise`` section's table (zeros when absent: independent steps)."""
-    if d is None:
-        return np.zeros(GRID.size)
-    if not isinstance(d, dict) or list(d.get("steps") or []) != [int(n) for n in GRID]:
-        raise BadInput(source, None, "trajectory_noise", f"needs steps {[int(n) for n in GRID]} and common_log_var")
-    v = d.get("common_log_var")
-    if not isinstance(v, list) or len(v) != GRID.size or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and x >= 0 for x in v):
-        raise BadInput(source, None, "trajectory_noise.common_log_var",
-                       f"must be {GRID.size} finite numbers >= 0")
-    return np.array(v, dtype=np.float64)
 
 
 def load_profile(name_or_path: str | Path) -> BatchTimeProfile:

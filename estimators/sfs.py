@@ -85,7 +85,9 @@ class SFS:
         self.last_s1 = self.last_s2 = 0.0
         self.last_est = np.inf
         self._nm = as_array(noise_moments(self.model))
-        self._cv = np.ascontiguousarray(profile.common_var, dtype=np.float64)
+        self._cv = np.ascontiguousarray(profile.trajectory.common_var, dtype=np.float64)
+        # the distribution's scale: each step's mean is mean_ratio x typical (the noise model's mean without one)
+        self._scale = profile.trajectory.mean_ratio / self._nm[0] if profile.trajectory.mean_ratio > 0 else 1.0
         self._view: InstanceView | None = None  # the last estimate's view and in-flight elapsed time (for its distribution)
         self._elapsed = 0.0
         self._no_typ = np.zeros(0)
@@ -174,6 +176,13 @@ class SFS:
         self.last_est = max(est + self.overhead + joining_intake(self.intake, view, q.prompt), 0.0)  # (as above)
         return self.last_est
 
+    @property
+    def dist_scale(self) -> float:
+        """c of ``estimators.sfs_dist``: each step of the distribution takes
+        c x typical x the noise ratio (the host speed factor times the
+        profile's mean ratio for sums over the noise model's mean)."""
+        return self._speed * self._scale
+
     def _fill_dist(self, slo: float, quantiles: bool) -> np.ndarray:
         """The last estimate's distribution into ``self._dist`` (``estimators.sfs_dist``)."""
         v, m = self._view, self.model
@@ -181,7 +190,7 @@ class SFS:
             self._dist[:] = (self.last_est, self.last_est, self.last_est, self.last_est, float(self.last_est <= slo))
             return self._dist
         infl = v.inflight
-        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self._speed, self._nm,
+        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self.dist_scale, self._nm,
                         self._cv, m.form, m.coef, v.state.req, infl.slot, infl.tokens, infl.computed, v.infl_n,
                         self._elapsed, float(slo), quantiles, self._dist)
         return self._dist

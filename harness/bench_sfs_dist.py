@@ -67,7 +67,7 @@ def run(queries: int = 1000, draws: int = 4000, seed: int = 0) -> dict:
                 typ = typ[: sfs.last_steps].copy()
                 samples = np.empty(draws)
                 known, typ0, elapsed = sfs.last_parts()
-                mc_ttft(known, typ, sfs.speed, sfs.model.noise, sfs.model.stall_q, sfs.model.stall_v, sfs._cv, typ0,
+                mc_ttft(known, typ, sfs.dist_scale, sfs.model.noise, sfs.model.stall_q, sfs.model.stall_v, sfs._cv, typ0,
                         elapsed, draws, rng_state(seed * 1000 + n * 10 + i), samples)
                 d = sfs.last_dist(np.inf)
                 for lv, v in (("p50", d.p50), ("p90", d.p90), ("p99", d.p99)):

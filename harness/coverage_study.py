@@ -8,8 +8,9 @@ Recordings whose decision agreement with the kernel is below 100% (the
 prefix-cache ones before the prefix-cache kernel lands) are reported as
 pending, not scored.
 
-``python -m harness.coverage_study RECORDINGS_DIR OUT.json [--online-speed]`` (recordings
-imported with ``latroute trace import vllm-record``).
+``python -m harness.coverage_study RECORDINGS_DIR OUT.json [--online-speed] [--in-sample]``
+(recordings imported with ``latroute trace import vllm-record``; ``--in-sample``: each recording
+calibrated on itself, the ceiling when the profile comes from the same run and host).
 """
 from __future__ import annotations
 
@@ -47,7 +48,10 @@ def _own_profile(path: Path, inst: str):
     return build_profile(f"{path.name}-first30", res[best_form(res)], data, cfg), float(cut["end_s"].max())
 
 
-def study(root: Path, online_speed: bool = False) -> dict:
+def study(root: Path, online_speed: bool = False, in_sample: bool = False) -> dict:
+    """Coverage per recording; ``in_sample``: each calibrated on itself
+    (all its steps, every query scored), the ceiling a profile of the
+    recording's own run and host gives."""
     out = {}
     for path in sorted(p for p in root.iterdir() if p.is_dir()):
         trace = open_trace(path)
@@ -60,7 +64,10 @@ def study(root: Path, online_speed: bool = False) -> dict:
             out[path.name] = row
             continue
         after = -np.inf
-        if prefix is not None:
+        if in_sample:
+            prof = calibrate_instance(path, inst)
+            row["calibrated_on"] = "itself (in-sample)"
+        elif prefix is not None:
             src = _match(root, CALIBRATE_ON[prefix])
             prof = calibrate_instance(src, inst)
             row["calibrated_on"] = src.name
@@ -83,7 +90,7 @@ def study(root: Path, online_speed: bool = False) -> dict:
 
 
 def main(argv: list[str]) -> None:  # pragma: no cover
-    res = study(Path(argv[1]), online_speed="--online-speed" in argv)
+    res = study(Path(argv[1]), online_speed="--online-speed" in argv, in_sample="--in-sample" in argv)
     Path(argv[2]).write_text(json.dumps(res, indent=1))
     for name, r in res.items():
         if r["status"] == "scored":

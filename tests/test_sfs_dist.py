@@ -2,22 +2,23 @@
 Carlo over the twin's own noise draws, with the trajectory fixed (in-flight
 remainder and common factor included)."""
 import numpy as np
+import pytest
 
 from estimators.engine.timing import rng_state
 from estimators.sfs import SFS
 from estimators.sfs_dist import mc_ttft, remainder_moments
 from estimators.snapshot import Query
-from estimators.step_correlation import GRID
+from estimators.step_correlation import GRID, TrajectoryNoise
 from harness.bench_sfs import busy_state
 from harness.bench_sfs_dist import _profile
 
 
-def _case(p_stall, n=16, prompt=3000, seed=1, common=0.0, elapsed=None):
+def _case(p_stall, n=16, prompt=3000, seed=1, common=0.0, elapsed=None, mean_ratio=0.0):
     rng = np.random.default_rng(seed)
     lengths = (rng.integers(100, 2000, 128), rng.integers(20, 400, 128))
     snap, pred = busy_state(n, 2, rng, lengths)
     profile = _profile(p_stall)
-    profile.common_var = np.where(GRID > 1, common, 0.0)
+    profile.trajectory = TrajectoryNoise(np.where(GRID > 1, common, 0.0), mean_ratio)
     sfs = SFS(profile, pred)
     if elapsed is not None:  # how far into the in-flight step, in multiples of its typical duration
         sfs.estimate(snap, Query(len(pred) - 1, 0.0, prompt))
@@ -27,7 +28,7 @@ def _case(p_stall, n=16, prompt=3000, seed=1, common=0.0, elapsed=None):
     typ = typ[: sfs.last_steps].copy()
     known, typ0, e = sfs.last_parts()
     samples = np.empty(20_000)
-    mc_ttft(known, typ, sfs.speed, sfs.model.noise, sfs.model.stall_q, sfs.model.stall_v, sfs._cv, typ0, e,
+    mc_ttft(known, typ, sfs.dist_scale, sfs.model.noise, sfs.model.stall_q, sfs.model.stall_v, sfs._cv, typ0, e,
             samples.size, rng_state(seed), samples)
     return sfs, total, samples
 
@@ -60,6 +61,15 @@ def test_common_factor_matches_monte_carlo_and_widens():
     d0, d = _check_quantiles(sfs0, s0), _check_quantiles(sfs, samples)
     assert d.p90 - d.p50 > 1.5 * (d0.p90 - d0.p50)  # shared noise does not average out
     assert abs(d.mean - d0.mean) / d0.mean < 1e-9  # mean 1: the mean stays
+
+
+def test_mean_ratio_for_sums_scales_the_steps():
+    sfs, _, samples = _case(0.02, mean_ratio=1.1)
+    d = _check_quantiles(sfs, samples)
+    known, typ0, e = sfs.last_parts()
+    assert sfs.dist_scale == pytest.approx(1.1 / sfs._nm[0])
+    rem, _ = remainder_moments(sfs.dist_scale * typ0, e, sfs._nm)
+    assert d.mean == pytest.approx(known + rem + 1.1 * sfs.last_s1, rel=1e-12)  # each step's mean: 1.1 x typical
 
 
 def test_overrunning_in_flight_step_matches_monte_carlo():

@@ -10,7 +10,14 @@ from estimators.intake import Intake, fit_intake, join_columns
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.sfs import SFS
 from estimators.snapshot import Query
-from estimators.step_correlation import GRID, autocovariance, common_var_at, common_var_table, fit_common_var
+from estimators.step_correlation import (
+    GRID,
+    TrajectoryNoise,
+    autocovariance,
+    common_var_at,
+    common_var_table,
+    fit_common_var,
+)
 from harness.bench_sfs import busy_state
 from traces.errors import BadInput
 
@@ -87,9 +94,10 @@ def test_autocovariance_pairs_steps_within_a_sequence_only():
 def test_profile_carries_intake_and_shared_noise():
     p = load_profile("qwen3-8b-h100")
     p.intake = Intake(1e-3, 2e-7, 50)
-    p.common_var = np.linspace(0, 0.02, GRID.size)
+    p.trajectory = TrajectoryNoise(np.linspace(0, 0.02, GRID.size), 1.07)
     q = BatchTimeProfile.from_json(p.to_json())
-    assert q.intake == p.intake and np.array_equal(q.common_var, p.common_var)
+    assert q.intake == p.intake and np.array_equal(q.trajectory.common_var, p.trajectory.common_var)
+    assert q.trajectory.mean_ratio == 1.07
     bad = p.to_json()
     bad["intake"]["per_request_s"] = -1.0
     with pytest.raises(BadInput, match="intake"):
@@ -98,10 +106,14 @@ def test_profile_carries_intake_and_shared_noise():
     bad["trajectory_noise"]["common_log_var"][3] = float("nan")
     with pytest.raises(BadInput, match="trajectory_noise"):
         BatchTimeProfile.from_json(bad)
+    bad = p.to_json()
+    bad["trajectory_noise"]["mean_ratio"] = -1
+    with pytest.raises(BadInput, match="mean_ratio"):
+        BatchTimeProfile.from_json(bad)
     old = p.to_json()
     del old["intake"], old["trajectory_noise"]
     q = BatchTimeProfile.from_json(old)  # profiles from before: no charge, independent steps
-    assert q.intake == Intake() and not q.common_var.any()
+    assert q.intake == Intake() and not q.trajectory.common_var.any() and q.trajectory.mean_ratio == 0.0
 
 
 def test_sfs_charges_the_intake_of_everyone_joining_with_the_query():
