@@ -129,7 +129,9 @@ class SFS:
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
                  copy_cache: bool = False) -> float:
-        """Point estimate (the mean). ``copy_cache``: simulate on a copy of
+        """Point estimate: each step charged DESIGN's expected time (the
+        distribution's own mean, ``last_dist().mean``, is the steps' mean
+        ratio for sums and may differ). ``copy_cache``: simulate on a copy of
         the prefix cache even when the overlay could follow (the reference
         the overlay is tested against); ``typ_out`` receives the simulated
         steps' typical durations (for the brute-force check)."""
