@@ -458,6 +458,8 @@ class Overlay(NamedTuple):
     used: np.ndarray  # int64[M // 2]: cells filled, in order
     sc: np.ndarray  # OV_* scalars
     bst: np.ndarray  # int64[N]: epoch | flags | biased reference-count change of live block b
+    pend: np.ndarray  # int64[2 P]: deferred releases (slot, blocks), see ``ov_defer``
+    hitb: np.ndarray  # int64[H]: the live blocks of the last hit looked up (``find_hit_overlay``), -1: simulated
 
 
 OV_USED = 0  # cells used
@@ -466,7 +468,9 @@ OV_CACHED_FREE = 2  # free blocks holding a hash, as the simulation goes
 OV_EXACT = 3  # set by the caller: this run is the rerun on a copy
 OV_CURSOR = 4  # next live free block to evict (-1: not found yet)
 OV_BASE = 5  # this estimate's untouched word: epoch << EP_SHIFT | DBIAS
-NOV = 6
+OV_NPEND = 6  # deferred releases waiting in ``pend``
+NOV = 7
+PEND_SLOTS = 256  # deferred releases held before they are settled anyway
 TOUCHED, EVICTED = 1, 4  # flag bits
 EP_SHIFT = 24  # a word's epoch: bits 24..62
 FL_SHIFT = 20  # its flags: bits 20..23
@@ -476,11 +480,13 @@ TF = TOUCHED << FL_SHIFT
 EF = EVICTED << FL_SHIFT
 
 
-def new_overlay(num_blocks: int = 0, size: int = 1 << 15) -> Overlay:
-    """An empty overlay for a cache of ``num_blocks`` blocks."""
+def new_overlay(num_blocks: int = 0, size: int = 1 << 15, hit_blocks: int = 0) -> Overlay:
+    """An empty overlay for a cache of ``num_blocks`` blocks, remembering
+    hits of up to ``hit_blocks`` blocks (longer ones are looked up again)."""
     return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size, dtype=np.int64),
                    np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64),
-                   np.zeros(num_blocks, dtype=np.int64))
+                   np.zeros(num_blocks, dtype=np.int64), np.zeros(2 * PEND_SLOTS, dtype=np.int64),
+                   np.zeros(hit_blocks, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -491,6 +497,7 @@ def ov_clear(ov, bc):
     ov.sc[OV_FALLBACK] = 0
     ov.sc[OV_CACHED_FREE] = bc.sc[B_NFREE_CACHED]
     ov.sc[OV_CURSOR] = -1
+    ov.sc[OV_NPEND] = 0
     ov.sc[OV_BASE] = (((ov.sc[OV_BASE] >> EP_SHIFT) + 1) << EP_SHIFT) | DBIAS  # a new epoch: every word untouched
 
 
@@ -573,10 +580,10 @@ def ov_add(ov, key):
         ov.vals[i] = 1
 
 
-@njit(cache=True)
-def ov_add_ids(ov, hflat, hoff, hn, rid, lo, hi):
-    """Request ``rid``'s blocks ``lo..hi-1`` registered by the simulation."""
-    okeys, ovals, oused, osc = ov.keys, ov.vals, ov.used, ov.sc
+@njit(cache=True, inline="always")
+def ov_add_ids(okeys, ovals, oused, osc, hflat, hoff, hn, rid, lo, hi):
+    """Request ``rid``'s blocks ``lo..hi-1`` registered by the simulation
+    (on the overlay's arrays: registration is on the hot path)."""
     for i in range(lo, hi):
         c = _cell_in(okeys, ovals, oused, osc, block_hash_at(hflat, hoff, hn, rid, i), True)
         if c >= 0:
@@ -585,50 +592,48 @@ def ov_add_ids(ov, hflat, hoff, hn, rid, lo, hi):
 
 @njit(cache=True)
 def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
-    """``find_hit`` against the live cache (read only) plus the overlay."""
-    keys, vals, mask, dup_next = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next
-    okeys, ovals, oused, osc, bst = ov.keys, ov.vals, ov.used, ov.sc, ov.bst
+    """``find_hit`` against the live cache (read only) plus the overlay, and
+    how many of the hit blocks are free as the simulation stands (live count
+    plus its changes: ``evictable_in_hit``). One lookup per block: the
+    blocks found are kept in ``ov.hitb`` for ``ov_touch`` (-1: a block only
+    the simulation computed)."""
+    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    okeys, ovals, oused, osc, bst, hitb = ov.keys, ov.vals, ov.used, ov.sc, ov.bst, ov.hitb
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     simulated = osc[OV_USED] > 0
     cap = (num_tokens - 1) // block_size
     k = 0
+    e = 0
     while k < cap:
         h = block_hash_at(hflat, hoff, hn, rid, k)
-        if _live_in(keys, vals, mask, dup_next, bst, base, evicting, h) < 0 and \
-                (not simulated or _cell_in(okeys, ovals, oused, osc, h, False) < 0):
+        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, h)
+        if b < 0 and (not simulated or _cell_in(okeys, ovals, oused, osc, h, False) < 0):
             break
-        k += 1
-    return k
-
-
-@njit(cache=True)
-def evictable_overlay(bc, ov, hflat, hoff, hn, rid, k):
-    """Hit blocks that are free as the simulation stands (live count plus its changes)."""
-    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
-    bst = ov.bst
-    base = ov.sc[OV_BASE]
-    evicting = ov.sc[OV_CURSOR] >= 0
-    e = 0
-    for i in range(k):
-        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
         if b >= 0 and ref[b] + _delta(_word(bst, base, b)) == 0:
             e += 1
-    return e
+        if k < hitb.size:
+            hitb[k] = b
+        k += 1
+    return k, e
 
 
 @njit(cache=True)
 def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
-    """A simulated admission takes its ``k`` hit blocks; returns how many
-    left the free queue. A hit on blocks only the simulation computed falls
-    back (whose blocks they are is not followed)."""
+    """A simulated admission takes its ``k`` hit blocks, just found by
+    ``find_hit_overlay`` (``ov.hitb``; looked up again past its size);
+    returns how many left the free queue. A hit on blocks only the
+    simulation computed falls back (whose blocks they are is not followed)."""
     keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
-    bst, osc = ov.bst, ov.sc
+    bst, osc, hitb = ov.bst, ov.sc, ov.hitb
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     e = 0
     for i in range(k):
-        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        if i < hitb.size:
+            b = hitb[i]
+        else:
+            b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
         if b < 0:
             osc[OV_FALLBACK] = 1
             return e
@@ -664,6 +669,44 @@ def ov_release_live(bc, ov, table_row, held, ncached):
             if i < ncached:
                 cached += 1
     osc[OV_CACHED_FREE] += cached
+    return freed
+
+
+@njit(cache=True, inline="always")
+def ov_defer(osc, pend, slot, n):
+    """Defer the release of live holder ``slot``'s first ``n`` blocks (each
+    holds a hash). False if the list is full (the caller releases now).
+
+    Why deferring is exact: a freed block with a hash joins the free queue's
+    tail, so it adds one to the free count and one to the cached free count
+    alike; evictions take ``cached free - free`` blocks (the blocks without
+    a hash come first) and walk the live queue from the head, never reaching
+    a block held when the estimate began; and a hit on a block whose release
+    is deferred is counted neither as free nor as evictable, the same
+    difference in the admission gate as counting it as both. So the only
+    thing a deferred release changes is that the free count is a lower
+    bound, and every gate that would fail on it settles first
+    (``ov_settle``). A finishing resident of a warm cache holds hundreds of
+    blocks, most shared by a system prompt, and the gates rarely need them:
+    the per-block walk is skipped."""
+    k = osc[OV_NPEND]
+    if 2 * k + 1 >= pend.size:
+        return False
+    pend[2 * k] = slot
+    pend[2 * k + 1] = n
+    osc[OV_NPEND] = k + 1
+    return True
+
+
+@njit(cache=True)
+def ov_settle(bc, ov, table):
+    """Carry out the deferred releases, in the order they were deferred;
+    returns how many blocks became free."""
+    freed = 0
+    for k in range(ov.sc[OV_NPEND]):
+        s, n = ov.pend[2 * k], ov.pend[2 * k + 1]
+        freed += ov_release_live(bc, ov, table[s], n, n)
+    ov.sc[OV_NPEND] = 0
     return freed
 
 

@@ -48,6 +48,11 @@ def _entry():
     return _ENTRY
 
 
+def _overlay_for(st: SchedState):
+    """An overlay over ``st``'s cache, remembering hits as long as a request's table."""
+    return new_overlay(st.bc.ref.size, hit_blocks=st.table.shape[1])
+
+
 class SFS:
     """Serving-framework simulation of one instance (DESIGN section 2)."""
 
@@ -98,12 +103,14 @@ class SFS:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
                                   np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
-                                  st.table, st.bc, st.hashes, new_overlay(st.bc.ref.size))
+                                  st.table, st.bc, st.hashes, _overlay_for(st))
             self.plan2 = StepPlan.new(c)
             self.cap = c
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
-            ov = self.st2.ov if self.st2.ov.bst.size == st.bc.ref.size else new_overlay(st.bc.ref.size)
+            ov = self.st2.ov
+            if ov.bst.size != st.bc.ref.size or ov.hitb.size < st.table.shape[1]:
+                ov = _overlay_for(st)
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
