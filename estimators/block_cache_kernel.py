@@ -690,12 +690,12 @@ def ov_defer(osc, pend, slot, n):
     blocks, most shared by a system prompt, and the gates rarely need them:
     the per-block walk is skipped."""
     k = osc[OV_NPEND]
-    if 2 * k + 1 >= pend.size:
-        return False
-    pend[2 * k] = slot
-    pend[2 * k + 1] = n
-    osc[OV_NPEND] = k + 1
-    return True
+    room = 2 * k + 1 < pend.size
+    if room:
+        pend[2 * k] = slot
+        pend[2 * k + 1] = n
+        osc[OV_NPEND] = k + 1
+    return room
 
 
 @njit(cache=True)

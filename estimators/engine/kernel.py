@@ -141,6 +141,15 @@ def _grow_fast(cfg, req, sc, osc, s, n):
     return False
 
 
+@njit(cache=True, inline="always")
+def _needs_blocks(block, computed, n, blocks):
+    """``n`` more tokens need a new block (decodes: once per ``block``
+    tokens). Scalars only: the grow helpers take arrays, and an inlined
+    helper handed arrays increfs and decrefs each at every call, which the
+    per-resident loops cannot afford."""
+    return cdiv(computed + n, block) > blocks
+
+
 @njit(cache=True)
 def _grow_slow(st, plan, s, n):
     """``_grow_blocks`` out of line: the hot loops stay small."""
@@ -154,13 +163,13 @@ def _register_slow(st, s):
 
 
 @njit(cache=True, inline="always")
-def _fills_block(cfg, req, s):
-    """The tokens scheduled for ``s`` fill a block not registered yet
-    (decodes do once per block): only then is ``register_blocks`` called,
-    which takes the whole state (a reference-count pair per array)."""
-    nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
-    done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
-    return done // cfg[C_BLOCK] > req[s, F_NCACHED]
+def _fills(block, prompt, outputs, computed, ncached):
+    """The tokens scheduled fill a block not registered yet (decodes do once
+    per block): only then is a block registered. Scalars only: an inlined
+    helper handed an array increfs and decrefs it at every call."""
+    nt = prompt + outputs
+    done = computed if computed < nt else nt
+    return done // block > ncached
 
 
 
@@ -225,10 +234,11 @@ def _schedule_v1(st, plan):
         if n <= 0:
             i += 1
             continue
-        if not (_grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n)):
+        if _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) and \
+                not (_grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n)):
             break
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
             _register_slow(st, s)
         budget -= n
@@ -267,7 +277,7 @@ def _schedule_v1(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
             _register_slow(st, s)
         budget -= n
@@ -289,10 +299,11 @@ def _schedule_sarathi(st, plan):
         if remaining != 1 or req[s, F_COMPUTED] < req[s, F_PROMPT]:
             i += 1
             continue
-        if not (_grow_fast(cfg, req, sc, osc, s, 1) or _grow_slow(st, plan, s, 1)):
+        if _needs_blocks(b, req[s, F_COMPUTED], 1, req[s, F_BLOCKS]) and \
+                not (_grow_fast(cfg, req, sc, osc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue  # preempted itself; running shrank, i now points past the end
         k = _put(req, plan, k, s, 1)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
             _register_slow(st, s)
         budget -= 1
@@ -304,9 +315,10 @@ def _schedule_sarathi(st, plan):
         remaining = req[s, F_PROMPT] + req[s, F_OUTPUTS] - req[s, F_COMPUTED]
         if remaining > 0 and not (remaining == 1 and req[s, F_COMPUTED] >= req[s, F_PROMPT]):
             n = remaining if remaining < budget else budget
-            if _grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n):
+            if not _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) or \
+                    _grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n):
                 k = _put(req, plan, k, s, n)
-                if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+                if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                         not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
                     _register_slow(st, s)
                 budget -= n
@@ -337,7 +349,7 @@ def _schedule_sarathi(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
             _register_slow(st, s)
         budget -= n
@@ -387,7 +399,7 @@ def _schedule_v0(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, num_tokens - hit)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
             _register_slow(st, s)
         used += num_tokens - hit
@@ -396,10 +408,11 @@ def _schedule_v0(st, plan):
     i = 0
     while i < sc[S_NR]:
         s = running[i]
-        if not (_grow_fast(cfg, req, sc, osc, s, 1) or _grow_slow(st, plan, s, 1)):
+        if _needs_blocks(b, req[s, F_COMPUTED], 1, req[s, F_BLOCKS]) and \
+                not (_grow_fast(cfg, req, sc, osc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue
         k = _put(req, plan, k, s, 1)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s) and \
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
             _register_slow(st, s)
         i += 1

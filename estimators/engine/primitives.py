@@ -231,20 +231,20 @@ def release_live_holder(cfg, req, sc, osc, pend, s):
     (``block_cache_kernel.ov_defer``); blocks the simulation gave it are
     free now, cached if it registered them. False, and nothing done, if
     ``s`` holds no live blocks or the deferral list is full."""
-    if cfg[C_PREFIX] != PREFIX_OVERLAY or req[s, F_HITB] >= 0:
-        return False
-    live = -req[s, F_HITB] - 1
-    nc = req[s, F_NCACHED]
-    ncl = nc if nc < live else live
-    if not ov_defer(osc, pend, s, ncl):
-        return False
-    sc[S_FREE_BLOCKS] += live - ncl + req[s, F_BLOCKS] - live
-    if nc > live:
-        osc[OV_CACHED_FREE] += nc - live  # registered by the simulation: cached once free
-    req[s, F_HITB] = 0
-    req[s, F_BLOCKS] = 0
-    req[s, F_NCACHED] = 0
-    return True
+    done = False
+    if cfg[C_PREFIX] == PREFIX_OVERLAY and req[s, F_HITB] < 0:  # one exit: Numba then prunes the arrays' refcounts
+        live = -req[s, F_HITB] - 1
+        nc = req[s, F_NCACHED]
+        ncl = nc if nc < live else live
+        done = ov_defer(osc, pend, s, ncl)
+        if done:
+            sc[S_FREE_BLOCKS] += live - ncl + req[s, F_BLOCKS] - live
+            if nc > live:
+                osc[OV_CACHED_FREE] += nc - live  # registered by the simulation: cached once free
+            req[s, F_HITB] = 0
+            req[s, F_BLOCKS] = 0
+            req[s, F_NCACHED] = 0
+    return done
 
 
 @njit(cache=True, inline="always")
