@@ -431,8 +431,12 @@ class Overlay(NamedTuple):
     without copying, forgotten at the next estimate without clearing the
     per-block words (their epoch stops matching):
 
-    - an open-addressing map of the hash ids (>= 0) registered by the
-      simulated steps (value 1), its cells listed for clearing;
+    - the blocks the simulated steps registered, as one range of block
+      positions per request (``rng[s]``: first, end, request id; a
+      request registers its blocks in order, and after a preemption again
+      from where its hit ends, so the union stays one range); a lookup that
+      misses the live cache asks them (``_simulated``). Registering costs
+      O(1) however long the prompt, and the requests that register are few;
     - one word per live block ``b`` (``bst[b]``, dense: a release of a long
       context costs one read-modify-write per block, not a hash probe, and
       nothing to clear afterwards): the estimate's epoch, flags (TOUCHED: a
@@ -453,16 +457,15 @@ class Overlay(NamedTuple):
     the live free queue's end (into blocks it freed itself); then it raises
     ``sc[OV_FALLBACK]`` and SFS reruns on a full copy (``sfs_kernel``)."""
 
-    keys: np.ndarray  # int64[M], EMPTY = free
-    vals: np.ndarray  # int64[M]
-    used: np.ndarray  # int64[M // 2]: cells filled, in order
+    rng: np.ndarray  # int64[S, 3]: per slot, the block positions registered by the simulation [lo, hi) and its rid
+    rslots: np.ndarray  # int64[S]: the slots with a range, in order (hi = 0: none)
     sc: np.ndarray  # OV_* scalars
     bst: np.ndarray  # int64[N]: epoch | flags | biased reference-count change of live block b
     pend: np.ndarray  # int64[2 P]: deferred releases (slot, blocks), see ``ov_defer``
     hitb: np.ndarray  # int64[H]: the live blocks of the last hit looked up (``find_hit_overlay``), -1: simulated
 
 
-OV_USED = 0  # cells used
+OV_NRANGE = 0  # slots with a range of registered blocks
 OV_FALLBACK = 1  # the overlay cannot follow: rerun on a copy
 OV_CACHED_FREE = 2  # free blocks holding a hash, as the simulation goes
 OV_EXACT = 3  # set by the caller: this run is the rerun on a copy
@@ -480,20 +483,20 @@ TF = TOUCHED << FL_SHIFT
 EF = EVICTED << FL_SHIFT
 
 
-def new_overlay(num_blocks: int = 0, size: int = 1 << 15, hit_blocks: int = 0) -> Overlay:
-    """An empty overlay for a cache of ``num_blocks`` blocks, remembering
-    hits of up to ``hit_blocks`` blocks (longer ones are looked up again)."""
-    return Overlay(np.full(size, EMPTY, dtype=np.int64), np.zeros(size, dtype=np.int64),
-                   np.zeros(size // 2, dtype=np.int64), np.zeros(NOV, dtype=np.int64),
+def new_overlay(num_blocks: int = 0, slots: int = 2, hit_blocks: int = 0) -> Overlay:
+    """An empty overlay for a cache of ``num_blocks`` blocks and a state of
+    ``slots`` slots, remembering hits of up to ``hit_blocks`` blocks (longer
+    ones are looked up again)."""
+    return Overlay(np.zeros((slots, 3), dtype=np.int64), np.zeros(slots, dtype=np.int64), np.zeros(NOV, dtype=np.int64),
                    np.zeros(num_blocks, dtype=np.int64), np.zeros(2 * PEND_SLOTS, dtype=np.int64),
                    np.zeros(hit_blocks, dtype=np.int64))
 
 
 @njit(cache=True)
 def ov_clear(ov, bc):
-    for i in range(ov.sc[OV_USED]):
-        ov.keys[ov.used[i]] = EMPTY
-    ov.sc[OV_USED] = 0
+    for j in range(ov.sc[OV_NRANGE]):
+        ov.rng[ov.rslots[j], 1] = 0
+    ov.sc[OV_NRANGE] = 0
     ov.sc[OV_FALLBACK] = 0
     ov.sc[OV_CACHED_FREE] = bc.sc[B_NFREE_CACHED]
     ov.sc[OV_CURSOR] = -1
@@ -550,65 +553,55 @@ def _live_in(keys, vals, mask, dup_next, bst, base, evicting, h):
 
 
 @njit(cache=True, inline="always")
-def _cell_in(okeys, ovals, oused, osc, key, insert):
-    """Index of ``key``'s cell in the overlay's map (inserted with value 0 if asked), or -1."""
-    mask = okeys.size - 1
-    i = _home(key, mask)
-    while True:
-        k = okeys[i]
-        if k == key:
-            return i
-        if k == EMPTY:
-            if not insert:
-                return -1
-            if osc[OV_USED] >= oused.size:
-                osc[OV_FALLBACK] = 1  # full: the overlay can no longer answer
-                return -1
-            okeys[i] = key
-            ovals[i] = 0
-            oused[osc[OV_USED]] = i
-            osc[OV_USED] += 1
-            return i
-        i = (i + 1) & mask
+def ov_register(osc, rng, rslots, s, rid, lo, hi):
+    """The simulation registered request ``rid``'s (slot ``s``) blocks ``lo..hi-1``."""
+    if rng[s, 1] == 0:
+        rslots[osc[OV_NRANGE]] = s
+        osc[OV_NRANGE] += 1
+        rng[s, 0] = lo
+        rng[s, 2] = rid
+    elif lo < rng[s, 0]:
+        rng[s, 0] = lo
+    if hi > rng[s, 1]:
+        rng[s, 1] = hi
 
 
 @njit(cache=True)
-def ov_add(ov, key):
-    """Hash id ``key`` registered by the simulation."""
-    i = _cell_in(ov.keys, ov.vals, ov.used, ov.sc, key, True)
-    if i >= 0:
-        ov.vals[i] = 1
-
-
-@njit(cache=True, inline="always")
-def ov_add_ids(okeys, ovals, oused, osc, hflat, hoff, hn, rid, lo, hi):
-    """Request ``rid``'s blocks ``lo..hi-1`` registered by the simulation
-    (on the overlay's arrays: registration is on the hot path)."""
-    for i in range(lo, hi):
-        c = _cell_in(okeys, ovals, oused, osc, block_hash_at(hflat, hoff, hn, rid, i), True)
-        if c >= 0:
-            ovals[c] = 1
+def _simulated(ov, hashes, k, h):
+    """Block id ``h`` at position ``k`` was registered by the simulation
+    (ids are prefix-chained, so only a block at the same position can
+    carry it)."""
+    rng, rslots = ov.rng, ov.rslots
+    for j in range(ov.sc[OV_NRANGE]):
+        s = rslots[j]
+        if rng[s, 0] <= k < rng[s, 1]:
+            off, n = ids_of(hashes, rng[s, 2])
+            if block_hash_at(hashes.flat, off, n, rng[s, 2], k) == h:
+                return True
+    return False
 
 
 @njit(cache=True)
-def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
-    """``find_hit`` against the live cache (read only) plus the overlay, and
-    how many of the hit blocks are free as the simulation stands (live count
-    plus its changes: ``evictable_in_hit``). One lookup per block: the
-    blocks found are kept in ``ov.hitb`` for ``ov_touch`` (-1: a block only
-    the simulation computed)."""
+def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
+    """``find_hit`` against the live cache (read only), and how many of the
+    hit blocks are free as the simulation stands (live count plus its
+    changes: ``evictable_in_hit``). One lookup per block: the blocks found
+    are kept in ``ov.hitb`` for ``ov_touch``. A hit on a block only the
+    simulation computed falls back (whose block it is is not followed)."""
     keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
-    okeys, ovals, oused, osc, bst, hitb = ov.keys, ov.vals, ov.used, ov.sc, ov.bst, ov.hitb
+    osc, bst, hitb, hflat = ov.sc, ov.bst, ov.hitb, hashes.flat
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
-    simulated = osc[OV_USED] > 0
+    simulated = osc[OV_NRANGE] > 0
     cap = (num_tokens - 1) // block_size
     k = 0
     e = 0
     while k < cap:
         h = block_hash_at(hflat, hoff, hn, rid, k)
         b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, h)
-        if b < 0 and (not simulated or _cell_in(okeys, ovals, oused, osc, h, False) < 0):
+        if b < 0:
+            if simulated and _simulated(ov, hashes, k, h):
+                osc[OV_FALLBACK] = 1
             break
         if b >= 0 and ref[b] + _delta(_word(bst, base, b)) == 0:
             e += 1
@@ -622,8 +615,7 @@ def find_hit_overlay(bc, ov, hflat, hoff, hn, rid, num_tokens, block_size):
 def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     """A simulated admission takes its ``k`` hit blocks, just found by
     ``find_hit_overlay`` (``ov.hitb``; looked up again past its size);
-    returns how many left the free queue. A hit on blocks only the
-    simulation computed falls back (whose blocks they are is not followed)."""
+    returns how many left the free queue."""
     keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
     bst, osc, hitb = ov.bst, ov.sc, ov.hitb
     base = osc[OV_BASE]
@@ -634,9 +626,6 @@ def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
             b = hitb[i]
         else:
             b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
-        if b < 0:
-            osc[OV_FALLBACK] = 1
-            return e
         w = _word(bst, base, b)
         if ref[b] + _delta(w) == 0:
             e += 1

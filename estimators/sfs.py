@@ -15,7 +15,7 @@ from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
 from estimators.profile import BatchTimeProfile
 from estimators.sfs_dist import TTFTDist, as_array, noise_moments, ttft_dist
-from estimators.sfs_kernel import sfs_estimate
+from estimators.sfs_kernel import sfs_estimate_borrowed
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
@@ -41,16 +41,17 @@ def _entry():
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
         core = st.core()
-        _ENTRY = (entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+        _ENTRY = (entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
                               model, st, plan, 0, np.zeros(0)),
-                  entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                  entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
                               model, core, plan, 0, np.zeros(0)))
     return _ENTRY
 
 
 def _overlay_for(st: SchedState):
-    """An overlay over ``st``'s cache, remembering hits as long as a request's table."""
-    return new_overlay(st.bc.ref.size, hit_blocks=st.table.shape[1])
+    """An overlay over ``st``'s cache for a scratch state of one slot more,
+    remembering hits as long as a request's table."""
+    return new_overlay(st.bc.ref.size, slots=st.capacity + 1, hit_blocks=st.table.shape[1])
 
 
 class SFS:
@@ -109,7 +110,7 @@ class SFS:
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
             ov = self.st2.ov
-            if ov.bst.size != st.bc.ref.size or ov.hitb.size < st.table.shape[1]:
+            if ov.bst.size != st.bc.ref.size or ov.hitb.size < st.table.shape[1] or ov.rng.shape[0] < self.cap:
                 ov = _overlay_for(st)
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
 

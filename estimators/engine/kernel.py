@@ -214,7 +214,7 @@ def _admit(st, hit_blocks, blocks, computed):
 @njit(cache=True)
 def _schedule_v1(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
-    okeys, ovals, oused, osc, hashes = ov_register_parts(st)
+    osc, rng, rslots = ov_register_parts(st)
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     max_len = cfg[C_MAX_LEN]
@@ -239,7 +239,7 @@ def _schedule_v1(st, plan):
             break
         k = _put(req, plan, k, s, n)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= n
         i += 1
@@ -278,7 +278,7 @@ def _schedule_v1(st, plan):
             s = _admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
         k = _put(req, plan, k, s, n)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= n
     return k
@@ -287,7 +287,7 @@ def _schedule_v1(st, plan):
 @njit(cache=True)
 def _schedule_sarathi(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
-    okeys, ovals, oused, osc, hashes = ov_register_parts(st)
+    osc, rng, rslots = ov_register_parts(st)
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     k = 0
@@ -304,7 +304,7 @@ def _schedule_sarathi(st, plan):
             continue  # preempted itself; running shrank, i now points past the end
         k = _put(req, plan, k, s, 1)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= 1
         i += 1
@@ -319,7 +319,7 @@ def _schedule_sarathi(st, plan):
                     _grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n):
                 k = _put(req, plan, k, s, n)
                 if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                        not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                        not register_overlay(cfg, req, osc, rng, rslots, s):
                     _register_slow(st, s)
                 budget -= n
             else:
@@ -350,7 +350,7 @@ def _schedule_sarathi(st, plan):
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, n)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= n
     return k
@@ -368,7 +368,7 @@ def _reject_head(st):
 @njit(cache=True)
 def _schedule_v0(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
-    okeys, ovals, oused, osc, hashes = ov_register_parts(st)
+    osc, rng, rslots = ov_register_parts(st)
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     limit = cfg[C_MAX_LEN] if cfg[C_MAX_LEN] < budget else budget
@@ -400,7 +400,7 @@ def _schedule_v0(st, plan):
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, num_tokens - hit)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         used += num_tokens - hit
     if k > 0:
@@ -413,7 +413,7 @@ def _schedule_v0(st, plan):
             continue
         k = _put(req, plan, k, s, 1)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
-                not register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         i += 1
     return k

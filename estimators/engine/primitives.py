@@ -14,7 +14,6 @@ from numba.extending import overload
 from estimators.block_cache_kernel import (
     OV_CACHED_FREE,
     OV_NPEND,
-    RequestHashes,
     allocate,
     cache_full,
     evictable_in_hit,
@@ -23,9 +22,9 @@ from estimators.block_cache_kernel import (
     free_request,
     ids_of,
     num_free,
-    ov_add_ids,
     ov_defer,
     ov_evict,
+    ov_register,
     ov_release_hits,
     ov_settle,
     ov_touch,
@@ -198,28 +197,25 @@ def _register_blocks_cached(st, s):
     if mode == PREFIX_ON:
         req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
         return
-    ov = st.ov
-    register_overlay(st.cfg, req, ov.keys, ov.vals, ov.used, ov.sc, st.hashes, s)
+    register_overlay(st.cfg, req, st.ov.sc, st.ov.rng, st.ov.rslots, s)
 
 
 @njit(cache=True, inline="always")
-def register_overlay(cfg, req, okeys, ovals, oused, osc, hashes, s):
-    """Overlay (SFS): register ``s``'s newly filled blocks in the overlay, on
-    the arrays (a hot path: a decode fills a block every ``block_size``
-    steps); False if not in overlay mode. A live holder's blocks below
-    ``F_NCACHED`` count as cached once freed (``ov_release_live``)."""
-    if cfg[C_PREFIX] != PREFIX_OVERLAY:
-        return False
-    nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
-    done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
-    full = done // cfg[C_BLOCK]
-    lo = req[s, F_NCACHED]
-    if full > lo:
-        rid = req[s, F_RID]
-        off, n = ids_of(hashes, rid)
-        ov_add_ids(okeys, ovals, oused, osc, hashes.flat, off, n, rid, lo, full)
-        req[s, F_NCACHED] = full
-    return True
+def register_overlay(cfg, req, osc, rng, rslots, s):
+    """Overlay (SFS): ``s``'s newly filled blocks are registered, as a range
+    (``block_cache_kernel.ov_register``), on the arrays (a hot path: a
+    decode fills a block every ``block_size`` steps); False if not in
+    overlay mode. A live holder's blocks below ``F_NCACHED`` count as cached
+    once freed (``ov_release_live``)."""
+    on = cfg[C_PREFIX] == PREFIX_OVERLAY
+    if on:
+        nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
+        done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
+        full = done // cfg[C_BLOCK]
+        if full > req[s, F_NCACHED]:
+            ov_register(osc, rng, rslots, s, req[s, F_RID], req[s, F_NCACHED], full)
+            req[s, F_NCACHED] = full
+    return on
 
 
 @njit(cache=True, inline="always")
@@ -301,7 +297,7 @@ def _cached_hit_blocks_cached(st, s, num_tokens):
     if mode == PREFIX_ON:
         k = find_hit(st.bc, st.hashes.flat, off, n, rid, num_tokens, b)
         return k, evictable_in_hit(st.bc, st.hashes.flat, off, n, rid, k)
-    return find_hit_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, num_tokens, b)
+    return find_hit_overlay(st.bc, st.ov, st.hashes, off, n, rid, num_tokens, b)
 
 
 @njit(cache=True, inline="always")
@@ -447,8 +443,8 @@ def ov_lists(st):
 
 def ov_register_parts(st):
     """What ``register_overlay`` reads besides ``cfg`` and ``req``: the
-    overlay's map arrays and the trace's block ids (a ``SchedCore``: its
-    ``sc`` and an empty ``RequestHashes``, never read)."""
+    overlay's scalars and ranges (a ``SchedCore``: arrays of its own, never
+    read)."""
     raise NotImplementedError
 
 
@@ -520,5 +516,5 @@ def _ov_ov_lists(st):
 @overload(ov_register_parts, inline="always")
 def _ov_ov_register_parts(st):
     if _core(st):
-        return lambda st: (st.sc, st.sc, st.sc, st.sc, RequestHashes(st.sc, st.sc, st.sc))
-    return lambda st: (st.ov.keys, st.ov.vals, st.ov.used, st.ov.sc, st.hashes)
+        return lambda st: (st.sc, st.req, st.sc)
+    return lambda st: (st.ov.sc, st.ov.rng, st.ov.rslots)
