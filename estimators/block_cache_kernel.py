@@ -472,7 +472,8 @@ OV_EXACT = 3  # set by the caller: this run is the rerun on a copy
 OV_CURSOR = 4  # next live free block to evict (-1: not found yet)
 OV_BASE = 5  # this estimate's untouched word: epoch << EP_SHIFT | DBIAS
 OV_NPEND = 6  # deferred releases waiting in ``pend``
-NOV = 7
+OV_WORDS = 7  # 1 once this estimate has written a block's word: until then every word reads untouched
+NOV = 8
 PEND_SLOTS = 256  # deferred releases held before they are settled anyway
 TOUCHED, EVICTED = 1, 4  # flag bits
 EP_SHIFT = 24  # a word's epoch: bits 24..62
@@ -501,6 +502,7 @@ def ov_clear(ov, bc):
     ov.sc[OV_CACHED_FREE] = bc.sc[B_NFREE_CACHED]
     ov.sc[OV_CURSOR] = -1
     ov.sc[OV_NPEND] = 0
+    ov.sc[OV_WORDS] = 0
     ov.sc[OV_BASE] = (((ov.sc[OV_BASE] >> EP_SHIFT) + 1) << EP_SHIFT) | DBIAS  # a new epoch: every word untouched
 
 
@@ -535,6 +537,7 @@ def ov_evict(bc, ov, m):
             ov.sc[OV_FALLBACK] = 1  # next come blocks the simulation freed itself
             return
         bst[c] = _word(bst, base, c) | EF
+        ov.sc[OV_WORDS] = 1
         c = fnext[c]
     ov.sc[OV_CURSOR] = c
     ov.sc[OV_CACHED_FREE] -= m
@@ -593,6 +596,7 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     simulated = osc[OV_NRANGE] > 0
+    words = osc[OV_WORDS] != 0  # else no block's word need be read: a cache miss per block saved
     cap = (num_tokens - 1) // block_size
     k = 0
     e = 0
@@ -603,7 +607,10 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
             if simulated and _simulated(ov, hashes, k, h):
                 osc[OV_FALLBACK] = 1
             break
-        if b >= 0 and ref[b] + _delta(_word(bst, base, b)) == 0:
+        r = ref[b]
+        if words:
+            r += _delta(_word(bst, base, b))
+        if r == 0:
             e += 1
         if k < hitb.size:
             hitb[k] = b
@@ -620,16 +627,19 @@ def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     bst, osc, hitb = ov.bst, ov.sc, ov.hitb
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
+    words = osc[OV_WORDS] != 0  # (hit blocks are distinct: this call's writes never meet its reads)
     e = 0
     for i in range(k):
         if i < hitb.size:
             b = hitb[i]
         else:
             b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
-        w = _word(bst, base, b)
+        w = _word(bst, base, b) if words else base
         if ref[b] + _delta(w) == 0:
             e += 1
         bst[b] = (w + 1) | TF
+    if k > 0:
+        osc[OV_WORDS] = 1
     osc[OV_CACHED_FREE] -= e
     return e
 
@@ -657,6 +667,8 @@ def ov_release_live(bc, ov, table_row, held, ncached):
             freed += 1
             if i < ncached:
                 cached += 1
+    if held > 0:
+        osc[OV_WORDS] = 1
     osc[OV_CACHED_FREE] += cached
     return freed
 
@@ -714,5 +726,7 @@ def ov_release_hits(bc, ov, hflat, hoff, hn, rid, k):
         bst[b] = w
         if ref[b] + _delta(w) == 0:
             freed += 1
+    if k > 0:
+        osc[OV_WORDS] = 1
     osc[OV_CACHED_FREE] += freed
     return freed
