@@ -473,7 +473,8 @@ OV_CURSOR = 4  # next live free block to evict (-1: not found yet)
 OV_BASE = 5  # this estimate's untouched word: epoch << EP_SHIFT | DBIAS
 OV_NPEND = 6  # deferred releases waiting in ``pend``
 OV_WORDS = 7  # 1 once this estimate has written a block's word: until then every word reads untouched
-NOV = 8
+OV_SETTLES = 8  # deferred releases a gate needed, over the overlay's life (diagnostics: never cleared)
+NOV = 9
 PEND_SLOTS = 256  # deferred releases held before they are settled anyway
 TOUCHED, EVICTED = 1, 4  # flag bits
 EP_SHIFT = 24  # a word's epoch: bits 24..62
@@ -707,6 +708,7 @@ def ov_settle(bc, ov, table):
     for k in range(ov.sc[OV_NPEND]):
         s, n = ov.pend[2 * k], ov.pend[2 * k + 1]
         freed += ov_release_live(bc, ov, table[s], n, n)
+        ov.sc[OV_SETTLES] += 1
     ov.sc[OV_NPEND] = 0
     return freed
 
