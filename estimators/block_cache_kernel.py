@@ -28,7 +28,8 @@ The rules are vLLM 0.32's own (``vllm/v1/core/block_pool.py``,
   one request, the chain's tail goes first.
 - Free blocks = length of the free queue; evictable cached blocks count.
 
-Why an open-addressing table: lookups and inserts are O(1) with no
+Why an open-addressing table (each cell's key and block side by side: a
+lookup reads one cache line, and a warm cache's table is larger than L2): lookups and inserts are O(1) with no
 allocation inside the kernel, and the table never needs to grow because each
 block holds at most one hash (block size = hash block size), so there are
 never more keys than blocks; a table of 2x the blocks (a power of two) keeps
@@ -75,8 +76,7 @@ class BlockCache(NamedTuple):
     dup_next: np.ndarray  # int64[N]: next block with the same hash (insertion order), -1 = none
     fprev: np.ndarray  # int64[N+2]: free queue links; N = head sentinel, N+1 = tail sentinel
     fnext: np.ndarray  # int64[N+2]
-    keys: np.ndarray  # int64[T]: hash table keys (EMPTY = free)
-    vals: np.ndarray  # int64[T]: oldest block holding the key
+    kv: np.ndarray  # int64[2T]: hash table, cell i = (key, oldest block holding it) at 2i, 2i+1; key EMPTY = free
     sc: np.ndarray  # int64[NB]: scalars
 
 
@@ -100,9 +100,11 @@ def new_block_cache(num_blocks: int) -> BlockCache:
     sc[B_NUM] = n
     sc[B_MASK] = size - 1
     sc[B_HEAD], sc[B_TAIL] = head, tail
+    kv = np.empty(2 * size, dtype=np.int64)
+    kv[0::2] = EMPTY
+    kv[1::2] = -1
     return BlockCache(np.zeros(n, dtype=np.int64), np.full(n, NO_HASH, dtype=np.int64),
-                      np.full(n, -1, dtype=np.int64), fprev, fnext,
-                      np.full(size, EMPTY, dtype=np.int64), np.full(size, -1, dtype=np.int64), sc)
+                      np.full(n, -1, dtype=np.int64), fprev, fnext, kv, sc)
 
 
 def copy_block_cache(bc: BlockCache) -> BlockCache:
@@ -145,11 +147,11 @@ def _home(key, mask):
 # loop over the arrays.
 
 @njit(cache=True, inline="always")
-def _find_in(keys, mask, key):
+def _find_in(kv, mask, key):
     """Table index holding ``key``, or -1."""
     i = _home(key, mask)
     while True:
-        k = keys[i]
+        k = kv[2 * i]
         if k == key:
             return i
         if k == EMPTY:
@@ -158,50 +160,50 @@ def _find_in(keys, mask, key):
 
 
 @njit(cache=True, inline="always")
-def _lookup_in(keys, vals, mask, key):
+def _lookup_in(kv, mask, key):
     """The block a hit on ``key`` gets (the oldest holding it), or -1."""
-    i = _find_in(keys, mask, key)
-    return vals[i] if i >= 0 else -1
+    i = _find_in(kv, mask, key)
+    return kv[2 * i + 1] if i >= 0 else -1
 
 
 @njit(cache=True)
 def lookup(bc, key):
     """The block a hit on ``key`` gets (the oldest holding it), or -1."""
-    return _lookup_in(bc.keys, bc.vals, bc.sc[B_MASK], key)
+    return _lookup_in(bc.kv, bc.sc[B_MASK], key)
 
 
 @njit(cache=True, inline="always")
-def _table_delete_in(keys, vals, mask, i):
+def _table_delete_in(kv, mask, i):
     """Remove table entry ``i``, shifting later entries of its run back."""
     j = i
     while True:
         j = (j + 1) & mask
-        if keys[j] == EMPTY:
+        if kv[2 * j] == EMPTY:
             break
-        h = _home(keys[j], mask)
+        h = _home(kv[2 * j], mask)
         # move j into the hole at i unless its home lies cyclically in (i, j]
         if (j > i and (h <= i or h > j)) or (j < i and (h <= i and h > j)):
-            keys[i] = keys[j]
-            vals[i] = vals[j]
+            kv[2 * i] = kv[2 * j]
+            kv[2 * i + 1] = kv[2 * j + 1]
             i = j
-    keys[i] = EMPTY
-    vals[i] = -1
+    kv[2 * i] = EMPTY
+    kv[2 * i + 1] = -1
 
 
 @njit(cache=True, inline="always")
-def _insert_hash_in(bhash, dup_next, keys, vals, mask, key, b):
+def _insert_hash_in(bhash, dup_next, kv, mask, key, b):
     """Register block ``b`` (without a hash) under ``key``."""
     bhash[b] = key
     dup_next[b] = -1
     i = _home(key, mask)
     while True:
-        k = keys[i]
+        k = kv[2 * i]
         if k == EMPTY:
-            keys[i] = key
-            vals[i] = b
+            kv[2 * i] = key
+            kv[2 * i + 1] = b
             return
         if k == key:
-            c = vals[i]
+            c = kv[2 * i + 1]
             while dup_next[c] >= 0:
                 c = dup_next[c]
             dup_next[c] = b
@@ -212,25 +214,25 @@ def _insert_hash_in(bhash, dup_next, keys, vals, mask, key, b):
 @njit(cache=True)
 def _insert_hash(bc, key, b):
     """Register block ``b`` (without a hash) under ``key``."""
-    _insert_hash_in(bc.bhash, bc.dup_next, bc.keys, bc.vals, bc.sc[B_MASK], key, b)
+    _insert_hash_in(bc.bhash, bc.dup_next, bc.kv, bc.sc[B_MASK], key, b)
 
 
 @njit(cache=True, inline="always")
-def _evict_hash_in(bhash, dup_next, keys, vals, sc, b):
+def _evict_hash_in(bhash, dup_next, kv, sc, b):
     """Drop block ``b``'s hash from the map (it is being reused)."""
     key = bhash[b]
     if key == NO_HASH:
         return
     mask = sc[B_MASK]
-    i = _find_in(keys, mask, key)
+    i = _find_in(kv, mask, key)
     if i >= 0:
-        c = vals[i]
+        c = kv[2 * i + 1]
         if c == b:
             nxt = dup_next[b]
             if nxt >= 0:
-                vals[i] = nxt
+                kv[2 * i + 1] = nxt
             else:
-                _table_delete_in(keys, vals, mask, i)
+                _table_delete_in(kv, mask, i)
         else:
             while c >= 0 and dup_next[c] != b:
                 c = dup_next[c]
@@ -244,7 +246,7 @@ def _evict_hash_in(bhash, dup_next, keys, vals, sc, b):
 @njit(cache=True)
 def _evict_hash(bc, b):
     """Drop block ``b``'s hash from the map (it is being reused)."""
-    _evict_hash_in(bc.bhash, bc.dup_next, bc.keys, bc.vals, bc.sc, b)
+    _evict_hash_in(bc.bhash, bc.dup_next, bc.kv, bc.sc, b)
 
 
 # ----------------------------------------------------------------- free queue
@@ -280,11 +282,11 @@ def num_free(bc):
 def find_hit(bc, hflat, hoff, hn, rid, num_tokens, block_size):
     """Blocks of the longest cached prefix (``get_computed_blocks``), capped
     so that at least one token is computed."""
-    keys, mask = bc.keys, bc.sc[B_MASK]
+    kv, mask = bc.kv, bc.sc[B_MASK]
     cap = (num_tokens - 1) // block_size
     k = 0
     while k < cap:
-        if _find_in(keys, mask, block_hash_at(hflat, hoff, hn, rid, k)) < 0:
+        if _find_in(kv, mask, block_hash_at(hflat, hoff, hn, rid, k)) < 0:
             break
         k += 1
     return k
@@ -294,10 +296,10 @@ def find_hit(bc, hflat, hoff, hn, rid, num_tokens, block_size):
 def evictable_in_hit(bc, hflat, hoff, hn, rid, k):
     """Hit blocks currently in the free queue: touching them takes them out,
     so the admission gate counts them (``_get_num_evictable_blocks``)."""
-    keys, vals, mask, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.ref
+    kv, mask, ref = bc.kv, bc.sc[B_MASK], bc.ref
     e = 0
     for i in range(k):
-        if ref[_lookup_in(keys, vals, mask, block_hash_at(hflat, hoff, hn, rid, i))] == 0:
+        if ref[_lookup_in(kv, mask, block_hash_at(hflat, hoff, hn, rid, i))] == 0:
             e += 1
     return e
 
@@ -305,10 +307,10 @@ def evictable_in_hit(bc, hflat, hoff, hn, rid, k):
 @njit(cache=True)
 def touch_hit(bc, table_row, hflat, hoff, hn, rid, k):
     """Take the ``k`` hit blocks into the request's (empty) block table."""
-    keys, vals, sc, ref, fprev, fnext = bc.keys, bc.vals, bc.sc, bc.ref, bc.fprev, bc.fnext
+    kv, sc, ref, fprev, fnext = bc.kv, bc.sc, bc.ref, bc.fprev, bc.fnext
     mask = sc[B_MASK]
     for i in range(k):
-        b = _lookup_in(keys, vals, mask, block_hash_at(hflat, hoff, hn, rid, i))
+        b = _lookup_in(kv, mask, block_hash_at(hflat, hoff, hn, rid, i))
         if ref[b] == 0:
             _fq_unlink(fprev, fnext, sc, b)
             sc[B_NFREE_CACHED] -= 1
@@ -321,15 +323,14 @@ def allocate(bc, table_row, held, total):
     """Grow the request's table from ``held`` to ``total`` blocks with blocks
     from the head of the free queue (``get_new_blocks``); the caller has
     checked that enough are free. Returns ``total``."""
-    sc, ref, bhash, dup_next, fprev, fnext, keys, vals = (bc.sc, bc.ref, bc.bhash, bc.dup_next, bc.fprev, bc.fnext,
-                                                          bc.keys, bc.vals)
+    sc, ref, bhash, dup_next, fprev, fnext, kv = bc.sc, bc.ref, bc.bhash, bc.dup_next, bc.fprev, bc.fnext, bc.kv
     head = sc[B_HEAD]
     for i in range(held, total):
         b = fnext[head]
         _fq_unlink(fprev, fnext, sc, b)
         if bhash[b] != NO_HASH:
             sc[B_NFREE_CACHED] -= 1
-            _evict_hash_in(bhash, dup_next, keys, vals, sc, b)
+            _evict_hash_in(bhash, dup_next, kv, sc, b)
         ref[b] = 1
         table_row[i] = b
     return total
@@ -339,11 +340,11 @@ def allocate(bc, table_row, held, total):
 def cache_full(bc, table_row, hflat, hoff, hn, rid, n_cached, n_full):
     """Register the request's blocks ``n_cached..n_full-1`` (just filled) in
     the map (``cache_full_blocks``); returns the new cached count."""
-    bhash, dup_next, keys, vals, mask = bc.bhash, bc.dup_next, bc.keys, bc.vals, bc.sc[B_MASK]
+    bhash, dup_next, kv, mask = bc.bhash, bc.dup_next, bc.kv, bc.sc[B_MASK]
     for i in range(n_cached, n_full):
         b = table_row[i]
         if bhash[b] == NO_HASH:  # freshly allocated blocks never hold one
-            _insert_hash_in(bhash, dup_next, keys, vals, mask, block_hash_at(hflat, hoff, hn, rid, i), b)
+            _insert_hash_in(bhash, dup_next, kv, mask, block_hash_at(hflat, hoff, hn, rid, i), b)
     return n_full if n_full > n_cached else n_cached
 
 
@@ -382,12 +383,12 @@ def free_queue_order(bc: BlockCache) -> list[int]:
 def cached_map(bc: BlockCache) -> dict[int, list[int]]:
     """hash id -> blocks holding it, oldest first (tests and diagnostics)."""
     out = {}
-    for i in np.flatnonzero(bc.keys != EMPTY):
-        chain, c = [], int(bc.vals[i])
+    for i in np.flatnonzero(bc.kv[0::2] != EMPTY):
+        chain, c = [], int(bc.kv[2 * i + 1])
         while c >= 0:
             chain.append(c)
             c = int(bc.dup_next[c])
-        out[int(bc.keys[i])] = chain
+        out[int(bc.kv[2 * i])] = chain
     return out
 
 
@@ -545,10 +546,10 @@ def ov_evict(bc, ov, m):
 
 
 @njit(cache=True, inline="always")
-def _live_in(keys, vals, mask, dup_next, bst, base, evicting, h):
+def _live_in(kv, mask, dup_next, bst, base, evicting, h):
     """The block a hit on ``h`` gets in the simulation: the oldest live block
     holding it that the simulation has not evicted, or -1."""
-    b = _lookup_in(keys, vals, mask, h)
+    b = _lookup_in(kv, mask, h)
     if not evicting:
         return b  # nothing evicted yet
     while b >= 0 and _word(bst, base, b) & EF:
@@ -592,7 +593,7 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
     changes: ``evictable_in_hit``). One lookup per block: the blocks found
     are kept in ``ov.hitb`` for ``ov_touch``. A hit on a block only the
     simulation computed falls back (whose block it is is not followed)."""
-    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
     osc, bst, hitb, hflat = ov.sc, ov.bst, ov.hitb, hashes.flat
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
@@ -603,7 +604,7 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
     e = 0
     while k < cap:
         h = block_hash_at(hflat, hoff, hn, rid, k)
-        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, h)
+        b = _live_in(kv, mask, dup_next, bst, base, evicting, h)
         if b < 0:
             if simulated and _simulated(ov, hashes, k, h):
                 osc[OV_FALLBACK] = 1
@@ -624,7 +625,7 @@ def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     """A simulated admission takes its ``k`` hit blocks, just found by
     ``find_hit_overlay`` (``ov.hitb``; looked up again past its size);
     returns how many left the free queue."""
-    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
     bst, osc, hitb = ov.bst, ov.sc, ov.hitb
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
@@ -634,7 +635,7 @@ def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
         if i < hitb.size:
             b = hitb[i]
         else:
-            b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+            b = _live_in(kv, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
         w = _word(bst, base, b) if words else base
         if ref[b] + _delta(w) == 0:
             e += 1
@@ -717,13 +718,13 @@ def ov_settle(bc, ov, table):
 def ov_release_hits(bc, ov, hflat, hoff, hn, rid, k):
     """A request admitted in the simulation lets go of its ``k`` live hit
     blocks (each holds a live hash); returns how many become free."""
-    keys, vals, mask, dup_next, ref = bc.keys, bc.vals, bc.sc[B_MASK], bc.dup_next, bc.ref
+    kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
     bst, osc = ov.bst, ov.sc
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     freed = 0
     for i in range(k):
-        b = _live_in(keys, vals, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
+        b = _live_in(kv, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
         w = (_word(bst, base, b) - 1) | TF
         bst[b] = w
         if ref[b] + _delta(w) == 0:

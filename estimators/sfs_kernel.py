@@ -72,6 +72,8 @@ def _copy_state(st, st2):
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]
+        if overlay and st2.req[s, F_BLOCKS] > 0:  # it holds live blocks: it releases them through the live table
+            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1)
     for i in range(st.sc.size):
         st2.sc[i] = st.sc[i]
     st2.sc[S_CAP] = cap + 1
@@ -83,9 +85,6 @@ def _copy_state(st, st2):
         st2.free_slots[i] = st.free_slots[i]
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
-    if overlay:  # requests holding live blocks release them through the live table
-        for s in range(cap):
-            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1) if st2.req[s, F_BLOCKS] > 0 else 0
 
 
 def _overlay_begin(st, st2):
