@@ -68,6 +68,7 @@ class SFS:
         self.cap = -1
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
+        self._pointed = None  # the state the scratch state reads the cache of
         self._core, self._core_of, self._off = None, None, False  # the last state estimated: its scheduler arrays, caching off
         self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
         self._base = self.model
@@ -113,6 +114,7 @@ class SFS:
             if ov.bst.size != st.bc.ref.size or ov.hitb.size < st.table.shape[1] or ov.rng.shape[0] < self.cap:
                 ov = _overlay_for(st)
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
+        self._pointed = st  # (a state is a tuple: another cache or table comes as another state)
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
                  copy_cache: bool = False) -> float:
@@ -141,18 +143,24 @@ class SFS:
             self.last_steps = steps
             self.last_est = max(est + self.overhead, 0.0)  # never a negative time (a profile's curvature terms
             return self.last_est                            # may go negative outside the batches it was fitted on)
-        self._scratch(st)
-        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model)
-        est, steps, self.last_s1, self.last_s2 = ((-1.0, -1, 0.0, 0.0) if copy_cache else
-                                                  self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS, typ))
+        if self._pointed is not st:
+            self._scratch(st)
+        gap = first_gap(q.t, start, view.wake_s, self.model.gap)
+        if copy_cache:
+            steps = -1
+        else:
+            est, steps, self.last_s1, self.last_s2 = self._run(
+                core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, q.rid,
+                q.prompt, self.model, self.st2, self.plan2, MAX_SIM_STEPS, typ)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache
             exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
                                       bc=copy_block_cache(st.bc))
             exact.ov.sc[OV_EXACT] = 1
             try:
-                est, steps, self.last_s1, self.last_s2 = self._run(core, *args, exact, self.plan2, MAX_SIM_STEPS, typ)
+                est, steps, self.last_s1, self.last_s2 = self._run(
+                    core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total,
+                    q.rid, q.prompt, self.model, exact, self.plan2, MAX_SIM_STEPS, typ)
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
