@@ -475,7 +475,11 @@ OV_BASE = 5  # this estimate's untouched word: epoch << EP_SHIFT | DBIAS
 OV_NPEND = 6  # deferred releases waiting in ``pend``
 OV_WORDS = 7  # 1 once this estimate has written a block's word: until then every word reads untouched
 OV_SETTLES = 8  # deferred releases a gate needed, over the overlay's life (diagnostics: never cleared)
-NOV = 9
+OV_PENDTOUCH = 9  # an admission's hit blocks (``hitb[:k]``) whose words are not written yet (``_flush_touch``)
+OV_HIT_RID = 10  # the last lookup (``find_hit_overlay``): request, hit blocks, of which free
+OV_HIT_K = 11
+OV_HIT_E = 12
+NOV = 13
 PEND_SLOTS = 256  # deferred releases held before they are settled anyway
 TOUCHED, EVICTED = 1, 4  # flag bits
 EP_SHIFT = 24  # a word's epoch: bits 24..62
@@ -505,6 +509,8 @@ def ov_clear(ov, bc):
     ov.sc[OV_CURSOR] = -1
     ov.sc[OV_NPEND] = 0
     ov.sc[OV_WORDS] = 0
+    ov.sc[OV_PENDTOUCH] = 0
+    ov.sc[OV_HIT_RID] = -1
     ov.sc[OV_BASE] = (((ov.sc[OV_BASE] >> EP_SHIFT) + 1) << EP_SHIFT) | DBIAS  # a new epoch: every word untouched
 
 
@@ -521,9 +527,24 @@ def _delta(w):
     return (w & DMASK) - DBIAS
 
 
+@njit(cache=True, inline="always")
+def _flush_touch(osc, bst, hitb):
+    """Write the words of a touch ``ov_touch`` left pending. Every function
+    that reads or writes words (or the lookup's ``hitb``) calls this first,
+    so a pending touch is never observed."""
+    k = osc[OV_PENDTOUCH]
+    if k > 0:
+        w = (osc[OV_BASE] + 1) | TF  # no word had been written: each was untouched
+        for i in range(k):
+            bst[hitb[i]] = w
+        osc[OV_PENDTOUCH] = 0
+        osc[OV_WORDS] = 1
+
+
 @njit(cache=True)
 def ov_evict(bc, ov, m):
     """Evict ``m`` cached free blocks, least recently used first."""
+    _flush_touch(ov.sc, ov.bst, ov.hitb)
     bst, fnext = ov.bst, bc.fnext
     base = ov.sc[OV_BASE]
     tail = bc.sc[B_TAIL]
@@ -595,6 +616,7 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
     simulation computed falls back (whose block it is is not followed)."""
     kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
     osc, bst, hitb, hflat = ov.sc, ov.bst, ov.hitb, hashes.flat
+    _flush_touch(osc, bst, hitb)
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     simulated = osc[OV_NRANGE] > 0
@@ -617,6 +639,9 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
         if k < hitb.size:
             hitb[k] = b
         k += 1
+    osc[OV_HIT_RID] = rid
+    osc[OV_HIT_K] = k
+    osc[OV_HIT_E] = e
     return k, e
 
 
@@ -624,9 +649,21 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
 def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     """A simulated admission takes its ``k`` hit blocks, just found by
     ``find_hit_overlay`` (``ov.hitb``; looked up again past its size);
-    returns how many left the free queue."""
+    returns how many left the free queue.
+
+    While no word has been written in this estimate (the usual case: one
+    admission, the query), the words are left to write (``_flush_touch``)
+    and the lookup's count of free hit blocks is taken: the touch costs
+    O(1), where writing a word per block of a long prompt misses the cache
+    at each."""
     kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
     bst, osc, hitb = ov.bst, ov.sc, ov.hitb
+    _flush_touch(osc, bst, hitb)
+    if osc[OV_WORDS] == 0 and k <= hitb.size and osc[OV_HIT_RID] == rid and osc[OV_HIT_K] == k:
+        osc[OV_PENDTOUCH] = k
+        osc[OV_HIT_RID] = -1
+        osc[OV_CACHED_FREE] -= osc[OV_HIT_E]
+        return osc[OV_HIT_E]
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     words = osc[OV_WORDS] != 0  # (hit blocks are distinct: this call's writes never meet its reads)
@@ -654,6 +691,7 @@ def ov_release_live(bc, ov, table_row, held, ncached):
     context's release cost: one read of the live count and one
     read-modify-write of the block's word."""
     ref, bst, osc = bc.ref, ov.bst, ov.sc
+    _flush_touch(osc, bst, ov.hitb)
     base = osc[OV_BASE]
     ep = base >> EP_SHIFT
     freed = 0
@@ -720,6 +758,7 @@ def ov_release_hits(bc, ov, hflat, hoff, hn, rid, k):
     blocks (each holds a live hash); returns how many become free."""
     kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
     bst, osc = ov.bst, ov.sc
+    _flush_touch(osc, bst, ov.hitb)
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
     freed = 0
