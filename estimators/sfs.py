@@ -16,7 +16,7 @@ from estimators.engine.view import InstanceView, Query, first_gap
 from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
 from estimators.sfs_dist import TTFTDist, as_array, noise_moments, sfs_ttft_dist
-from estimators.sfs_kernel import sfs_estimate
+from estimators.sfs_kernel import sfs_estimate_borrowed
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
@@ -44,9 +44,9 @@ def _entry():
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
         core = st.core()
-        _ENTRY = (entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+        _ENTRY = (entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
                               model, st, plan, 0, np.zeros(0)),
-                  entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                  entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
                               model, core, plan, 0, np.zeros(0)))
     return _ENTRY
 
@@ -61,6 +61,12 @@ def joining_intake(intake: Intake, view: InstanceView, prompt: int) -> float:
     n = view.n_inbox
     tokens = prompt + (int(view.state.req[view.inbox[:n], F_PROMPT].sum()) if n else 0)
     return intake.cost(n + 1, tokens)
+
+
+def _overlay_for(st: SchedState):
+    """An overlay over ``st``'s cache for a scratch state of one slot more,
+    remembering hits as long as a request's table."""
+    return new_overlay(st.bc.ref.size, slots=st.capacity + 1, hit_blocks=st.table.shape[1])
 
 
 class SFS:
@@ -78,6 +84,7 @@ class SFS:
         self.cap = -1
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
+        self._pointed = None  # the state the scratch state reads the cache of
         self._core, self._core_of, self._off = None, None, False  # the last state estimated: its scheduler arrays, caching off
         self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
         self._base = self.model
@@ -119,13 +126,16 @@ class SFS:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
                                   np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
-                                  st.table, st.bc, st.hashes, new_overlay(st.bc.ref.size))
+                                  st.table, st.bc, st.hashes, _overlay_for(st))
             self.plan2 = StepPlan.new(c)
             self.cap = c
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
-            ov = self.st2.ov if self.st2.ov.bst.size == st.bc.ref.size else new_overlay(st.bc.ref.size)
+            ov = self.st2.ov
+            if ov.bst.size != st.bc.ref.size or ov.hitb.size < st.table.shape[1] or ov.rng.shape[0] < self.cap:
+                ov = _overlay_for(st)
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
+        self._pointed = st  # (a state is a tuple: another cache or table comes as another state)
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
                  copy_cache: bool = False) -> float:
@@ -160,18 +170,24 @@ class SFS:
             # never a negative time (a profile's curvature terms may go negative outside the fitted batches)
             self.last_est = max(est + self.overhead + joining_intake(self.intake, view, q.prompt), 0.0)
             return self.last_est
-        self._scratch(st)
-        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model)
-        est, steps, self.last_s1, self.last_s2 = ((-1.0, -1, 0.0, 0.0) if copy_cache else
-                                                  self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS, typ))
+        if self._pointed is not st:
+            self._scratch(st)
+        gap = first_gap(q.t, start, view.wake_s, self.model.gap)
+        if copy_cache:
+            steps = -1
+        else:
+            est, steps, self.last_s1, self.last_s2 = self._run(
+                core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, q.rid,
+                q.prompt, self.model, self.st2, self.plan2, MAX_SIM_STEPS, typ)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache
             exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
                                       bc=copy_block_cache(st.bc))
             exact.ov.sc[OV_EXACT] = 1
             try:
-                est, steps, self.last_s1, self.last_s2 = self._run(core, *args, exact, self.plan2, MAX_SIM_STEPS, typ)
+                est, steps, self.last_s1, self.last_s2 = self._run(
+                    core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total,
+                    q.rid, q.prompt, self.model, exact, self.plan2, MAX_SIM_STEPS, typ)
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps

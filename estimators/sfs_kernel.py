@@ -66,12 +66,16 @@ def _copy_state(st, st2):
     waiting linearised; the extra row is the last free slot; ``st2`` already
     points at the instance's cache)."""
     cap = st.sc[S_CAP]
-    st2.cfg[:] = st.cfg
+    for i in range(st.cfg.size):  # loops, not slices: compiled without the runtime (``sfs_estimate_borrowed``)
+        st2.cfg[i] = st.cfg[i]
     overlay = _overlay_begin(st, st2)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]
-    st2.sc[:] = st.sc
+        if overlay and st2.req[s, F_BLOCKS] > 0:  # it holds live blocks: it releases them through the live table
+            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1)
+    for i in range(st.sc.size):
+        st2.sc[i] = st.sc[i]
     st2.sc[S_CAP] = cap + 1
     for i in range(st.sc[S_NR]):
         st2.running[i] = st.running[i]
@@ -81,9 +85,6 @@ def _copy_state(st, st2):
         st2.free_slots[i] = st.free_slots[i]
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
-    if overlay:  # requests holding live blocks release them through the live table
-        for s in range(cap):
-            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1) if st2.req[s, F_BLOCKS] > 0 else 0
 
 
 def _overlay_begin(st, st2):
@@ -94,7 +95,8 @@ def _overlay_begin(st, st2):
 
 
 def _ov_scalars(st2):
-    """The overlay's scalars (``st2.sc`` for a ``SchedCore``, never read: its mode is never overlay)."""
+    """The overlay's scalars (``st2.sc`` for a ``SchedCore``, never read: its mode is never overlay), in a
+    1-tuple (compiled without the runtime, a function may return an array only if it was an argument)."""
     raise NotImplementedError
 
 
@@ -117,8 +119,8 @@ def _ov_overlay_begin(st, st2):
 @overload(_ov_scalars, inline="always")
 def _ov_ov_scalars(st2):
     if _core(st2):
-        return lambda st2: st2.sc
-    return lambda st2: st2.ov.sc
+        return lambda st2: (st2.sc,)
+    return lambda st2: (st2.ov.sc,)
 
 
 @njit(cache=True, inline="always")
@@ -146,7 +148,8 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``."""
     _copy_state(st, st2)
-    r2, sc2, cfg2, ov_sc = st2.req, st2.sc, st2.cfg, _ov_scalars(st2)
+    r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
+    (ov_sc,) = _ov_scalars(st2)
     # --- residents get predicted output lengths
     for i in range(sc2[S_NR]):
         _predict_target(r2, st2.running[i], pred_total)
@@ -207,3 +210,18 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         if r2[q, F_EVENT] & EV_FIRST:
             return t, steps, s1, s2
     return np.inf, steps, s1, s2
+
+
+@njit(cache=True, _nrt=False)
+def sfs_estimate_borrowed(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
+                          st2, plan, max_steps, typ_out):
+    """``sfs_estimate`` called from Python with the arrays borrowed.
+
+    Why: compiled without Numba's runtime, this entry hands the kernel the
+    caller's arrays without a reference-counted wrapper each (numpy keeps
+    them alive for the call, and nothing here outlives it); every inner
+    call then skips the atomic increment and decrement of each array it
+    takes. A state with the prefix cache holds 24 arrays, and the kernel's
+    non-inlined calls took each of them at every call."""
+    return sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
+                        st2, plan, max_steps, typ_out)
