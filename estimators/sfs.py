@@ -168,7 +168,8 @@ class SFS:
                 self.st2c, self.plan2, MAX_SIM_STEPS, typ)
             self.last_steps = steps
             # never a negative time (a profile's curvature terms may go negative outside the fitted batches)
-            self.last_est = max(est + self.overhead + joining_intake(self.intake, view, q.prompt), 0.0)
+            intake = joining_intake(self.intake, view, q.prompt) * self._speed  # host work: scaled like the gap
+            self.last_est = max(est + self.overhead + intake, 0.0)
             return self.last_est
         if self._pointed is not st:
             self._scratch(st)
@@ -191,7 +192,8 @@ class SFS:
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
-        self.last_est = max(est + self.overhead + joining_intake(self.intake, view, q.prompt), 0.0)  # (as above)
+        intake = joining_intake(self.intake, view, q.prompt) * self._speed
+        self.last_est = max(est + self.overhead + intake, 0.0)  # (as above)
         return self.last_est
 
     @property

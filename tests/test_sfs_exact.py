@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from estimators.batch_fit import NoiseModel, StallAllowance
 from estimators.block_cache_kernel import OV_SETTLES
 from estimators.engine.config import InstanceConfig
+from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
 from estimators.sfs import SFS
 from estimators.snapshot import Query
@@ -34,8 +35,9 @@ def scenarios(draw):
     gap = draw(st.sampled_from([0.0, 0.0004]))
     form = draw(st.sampled_from(["eq9", "six"]))
     coef = np.array([5e-3, 2e-5, 1e-7, 3e-9]) if form == "eq9" else np.array([5e-3, 2e-5, 3e-5, 4e-8, 5e-10, 2e-13])
+    intake = draw(st.sampled_from([Intake(), Intake(1e-3, 2e-6)]))  # request intake: the twin and SFS charge it alike
     prof = BatchTimeProfile("p", form, coef, NoiseModel(log_sigma=0.1, p_stall=0.01, stall_excess_mean=2.0),
-                            step_gap_s=gap, allowance=StallAllowance(0.002, 5.0))
+                            step_gap_s=gap, allowance=StallAllowance(0.002, 5.0), intake=intake)
     return engine, prof, np.cumsum(gaps), prompts, outputs
 
 
