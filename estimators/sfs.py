@@ -11,7 +11,7 @@ from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF
 from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.timing import TimeModel, batch_typical_time
+from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
 from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
@@ -27,9 +27,8 @@ def _dist_entry():
     """``sfs_ttft_dist``'s compiled entry point (typed once per process)."""
     global _DIST
     if _DIST is None:
-        z, zi = np.zeros(2), np.zeros(2, dtype=np.int64)
-        _DIST = entry_point(sfs_ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, 0.0, z, z, 0, z, np.zeros((2, 2), dtype=np.int64),
-                            zi, zi, zi, 0, 0.0, 0.0, True, z)
+        z = np.zeros(2)
+        _DIST = entry_point(sfs_ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, 0.0, z, z, 0.0, 0.0, 0.0, True, z)
     return _DIST
 
 
@@ -89,7 +88,7 @@ class SFS:
         self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
         self._base = self.model
         self._speed = 1.0
-        self.last_s1 = self.last_s2 = 0.0
+        self.last_s1 = self.last_s2 = self._typ0 = 0.0
         self.last_est = np.inf
         self._nm = as_array(noise_moments(self.model))
         self._cv = np.ascontiguousarray(profile.trajectory.common_var, dtype=np.float64)
@@ -162,7 +161,7 @@ class SFS:
             # state is unboxed per call and reference-counted per compiled call that takes it)
             if st.capacity + 1 > self.cap:
                 self._scratch(st)
-            est, steps, self.last_s1, self.last_s2 = self._run_core(
+            est, steps, self.last_s1, self.last_s2, self._typ0 = self._run_core(
                 core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
                 self.st2c, self.plan2, MAX_SIM_STEPS, typ)
@@ -177,7 +176,7 @@ class SFS:
         if copy_cache:
             steps = -1
         else:
-            est, steps, self.last_s1, self.last_s2 = self._run(
+            est, steps, self.last_s1, self.last_s2, self._typ0 = self._run(
                 core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, q.rid,
                 q.prompt, self.model, self.st2, self.plan2, MAX_SIM_STEPS, typ)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
@@ -186,7 +185,7 @@ class SFS:
                                       bc=copy_block_cache(st.bc))
             exact.ov.sc[OV_EXACT] = 1
             try:
-                est, steps, self.last_s1, self.last_s2 = self._run(
+                est, steps, self.last_s1, self.last_s2, self._typ0 = self._run(
                     core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total,
                     q.rid, q.prompt, self.model, exact, self.plan2, MAX_SIM_STEPS, typ)
             finally:
@@ -209,10 +208,8 @@ class SFS:
         if v is None:  # refused by the front end: no trajectory
             self._dist[:] = (self.last_est, self.last_est, self.last_est, self.last_est, float(self.last_est <= slo))
             return self._dist
-        infl = v.inflight
         self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self.dist_scale, self._nm,
-                        self._cv, m.form, m.coef, v.state.req, infl.slot, infl.tokens, infl.computed, v.infl_n,
-                        self._elapsed, float(slo), quantiles, self._dist)
+                        self._cv, self._typ0, self._elapsed, float(slo), quantiles, self._dist)
         return self._dist
 
     def last_parts(self) -> tuple[float, float, float]:
@@ -221,18 +218,13 @@ class SFS:
         step's typical duration (0: none) and its elapsed time: what the
         brute-force check of the distribution draws around."""
         v, m = self._view, self.model
-        typ0 = 0.0
-        if v is not None and v.infl_n > 0:
-            infl = v.inflight
-            typ0 = float(batch_typical_time(m.form, m.coef, v.state.req, infl.slot, infl.tokens, infl.computed,
-                                            v.infl_n))
+        typ0 = self._typ0 if v is not None else 0.0
         rem = max(typ0 * m.mult - self._elapsed, 0.0) if typ0 > 0 else 0.0
         return self.last_est - rem - m.mult * self.last_s1, typ0, self._elapsed
 
     def last_dist(self, slo: float) -> TTFTDist:
         """The last estimate as a distribution: its mean is the noise model's, not the point estimate."""
-        d = self._fill_dist(slo, True)
-        return TTFTDist(d[0], d[1], d[2], d[3], d[4])
+        return TTFTDist(*self._fill_dist(slo, True).tolist())
 
     def p_on_time(self, slo: float) -> float:
         """P(TTFT <= slo) of the last estimate."""

@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from estimators.engine.timing import TimeModel, batch_typical_time, noisy_ratio, rng_normal
+from estimators.engine.timing import TimeModel, noisy_ratio, rng_normal
 from estimators.step_correlation import GRID
 
 LEVELS = (0.5, 0.9, 0.99)
@@ -310,13 +310,12 @@ def ttft_dist(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles, o
 
 
 @njit(cache=True)
-def sfs_ttft_dist(total, s1, s2, n, mult, c, nm, cv, form, coef, req, slot, tok, cb, infl_n, elapsed, slo, quantiles,
-                  out):
+def sfs_ttft_dist(total, s1, s2, n, mult, c, nm, cv, typ0, elapsed, slo, quantiles, out):
     """The distribution of SFS's estimate ``total`` (seconds, as returned:
     gaps, intake and overhead included) whose simulated steps have typical
     sums ``s1``, ``s2`` over ``n`` steps, charged ``mult`` times typical;
-    the in-flight step is the batch ``slot/tok/cb[:infl_n]`` (``infl_n`` 0:
-    none) started ``elapsed`` ago. The point estimate charged it
+    the in-flight step, of typical duration ``typ0`` (0: none; SFS returns
+    it), started ``elapsed`` ago. The point estimate charged it
     max(typical * mult - elapsed, 0) and each simulated step typical * mult:
     both are replaced by their random counterparts (``ttft_dist``)."""
     rw = np.zeros(2)
@@ -325,8 +324,7 @@ def sfs_ttft_dist(total, s1, s2, n, mult, c, nm, cv, form, coef, req, slot, tok,
     rw[0] = 1.0
     rem_point = 0.0
     n_traj = float(n)
-    if infl_n > 0:
-        typ0 = batch_typical_time(form, coef, req, slot, tok, cb, infl_n)
+    if typ0 > 0.0:
         rem_point = max(typ0 * mult - elapsed, 0.0)
         remainder_branches(c * typ0, elapsed, nm, rw, rm, rv)
         n_traj += 1.0

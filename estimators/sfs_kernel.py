@@ -135,9 +135,10 @@ def _lost(cfg2, ov_sc):
 def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
                  st2, plan, max_steps, typ_out):
     """Estimated TTFT (seconds) of a query arriving now, the number of
-    steps simulated, and the sum and sum of squares of the simulated steps'
-    typical durations (``estimators.sfs_dist`` turns them into the TTFT's
-    distribution; the in-flight step's remainder counts as known). The
+    steps simulated, the sum and sum of squares of the simulated steps'
+    typical durations, and the in-flight step's typical duration (0: none)
+    (``estimators.sfs_dist`` turns them into the TTFT's distribution, the
+    in-flight step's remainder a random term of its own). The
     first ``typ_out.size`` typical durations are written to ``typ_out``
     (size 0 in routing; the brute-force check reads them). ``infl_n`` = 0 means the instance is idle (``infl`` is
     the in-flight step's plan; steps = -1: the prefix-cache overlay could
@@ -161,13 +162,15 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     t = 0.0
     s1 = 0.0
     s2 = 0.0
+    typ0 = 0.0
     if infl_n > 0:
-        rem = plan_time(model, r2, infl, infl_n) * model.mult - elapsed
+        typ0 = plan_time(model, r2, infl, infl_n)
+        rem = typ0 * model.mult - elapsed
         if rem > 0.0:
             t = rem
         complete_step(st2, infl, infl_n)
         if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2
+            return -1.0, -1, s1, s2, typ0
     # --- arrivals so far, then the query, join waiting at the boundary
     for i in range(n_inbox):
         s = inbox[i]
@@ -187,15 +190,15 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     while steps < max_steps:
         n = schedule_step(st2, plan)
         if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2
+            return -1.0, -1, s1, s2, typ0
         for r in range(plan.counts[PL_NREJ]):
             if plan.rejected[r] == q:
-                return np.inf, steps, s1, s2  # refused outright (V0: longer than the budget)
+                return np.inf, steps, s1, s2, typ0  # refused outright (V0: longer than the budget)
         if n == 0:
             if sc2[S_NR] == 0 and sc2[S_WN] > 0 and wait_head(sc2, st2.waiting) != q:
                 drop_unservable_head(st2)  # as the twin does: it could never run
                 continue
-            return np.inf, steps, s1, s2  # the query can never be admitted here
+            return np.inf, steps, s1, s2, typ0  # the query can never be admitted here
         typ = plan_time(model, r2, plan, n)
         s1 += typ
         s2 += typ * typ
@@ -205,11 +208,11 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         step_gap = model.gap
         complete_step(st2, plan, n)
         if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2
+            return -1.0, -1, s1, s2, typ0
         steps += 1
         if r2[q, F_EVENT] & EV_FIRST:
-            return t, steps, s1, s2
-    return np.inf, steps, s1, s2
+            return t, steps, s1, s2, typ0
+    return np.inf, steps, s1, s2, typ0
 
 
 @njit(cache=True, _nrt=False)
