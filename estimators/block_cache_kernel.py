@@ -77,6 +77,7 @@ class BlockCache(NamedTuple):
     fprev: np.ndarray  # int64[N+2]: free queue links; N = head sentinel, N+1 = tail sentinel
     fnext: np.ndarray  # int64[N+2]
     kv: np.ndarray  # int64[2T]: hash table, cell i = (key, oldest block holding it) at 2i, 2i+1; key EMPTY = free
+    fbits: np.ndarray  # int64[ceil(N / 64)]: bit b set = block b is in the free queue (its ref count is 0)
     sc: np.ndarray  # int64[NB]: scalars
 
 
@@ -103,8 +104,11 @@ def new_block_cache(num_blocks: int) -> BlockCache:
     kv = np.empty(2 * size, dtype=np.int64)
     kv[0::2] = EMPTY
     kv[1::2] = -1
+    free = np.zeros(((n + 63) // 64) * 64, dtype=bool)
+    free[1:n] = True
+    fbits = np.packbits(free, bitorder="little").view("<i8").copy()  # bit b of word b // 64 = block b
     return BlockCache(np.zeros(n, dtype=np.int64), np.full(n, NO_HASH, dtype=np.int64),
-                      np.full(n, -1, dtype=np.int64), fprev, fnext, kv, sc)
+                      np.full(n, -1, dtype=np.int64), fprev, fnext, kv, fbits, sc)
 
 
 def copy_block_cache(bc: BlockCache) -> BlockCache:
@@ -251,24 +255,33 @@ def _evict_hash(bc, b):
 
 # ----------------------------------------------------------------- free queue
 @njit(cache=True, inline="always")
-def _fq_unlink(fprev, fnext, sc, b):
+def _fq_unlink(fprev, fnext, fbits, sc, b):
     p = fprev[b]
     n = fnext[b]
     fnext[p] = n
     fprev[n] = p
     fprev[b] = -1
     fnext[b] = -1
+    fbits[b >> 6] &= ~(np.int64(1) << (b & 63))
     sc[B_NFREE] -= 1
 
 
 @njit(cache=True, inline="always")
-def _fq_insert_after(fprev, fnext, sc, p, b):
+def _fq_insert_after(fprev, fnext, fbits, sc, p, b):
     n = fnext[p]
     fnext[p] = b
     fprev[b] = p
     fnext[b] = n
     fprev[n] = b
+    fbits[b >> 6] |= np.int64(1) << (b & 63)
     sc[B_NFREE] += 1
+
+
+@njit(cache=True, inline="always")
+def is_free(fbits, b):
+    """Block ``b`` sits in the free queue (a bit per block: the whole map of
+    a 20,000-block pool fits in L1, where its ref counts do not fit in L2)."""
+    return (fbits[b >> 6] >> (b & 63)) & 1 == 1
 
 
 @njit(cache=True, inline="always")
@@ -296,10 +309,10 @@ def find_hit(bc, hflat, hoff, hn, rid, num_tokens, block_size):
 def evictable_in_hit(bc, hflat, hoff, hn, rid, k):
     """Hit blocks currently in the free queue: touching them takes them out,
     so the admission gate counts them (``_get_num_evictable_blocks``)."""
-    kv, mask, ref = bc.kv, bc.sc[B_MASK], bc.ref
+    kv, mask, fbits = bc.kv, bc.sc[B_MASK], bc.fbits
     e = 0
     for i in range(k):
-        if ref[_lookup_in(kv, mask, block_hash_at(hflat, hoff, hn, rid, i))] == 0:
+        if is_free(fbits, _lookup_in(kv, mask, block_hash_at(hflat, hoff, hn, rid, i))):
             e += 1
     return e
 
@@ -307,12 +320,12 @@ def evictable_in_hit(bc, hflat, hoff, hn, rid, k):
 @njit(cache=True)
 def touch_hit(bc, table_row, hflat, hoff, hn, rid, k):
     """Take the ``k`` hit blocks into the request's (empty) block table."""
-    kv, sc, ref, fprev, fnext = bc.kv, bc.sc, bc.ref, bc.fprev, bc.fnext
+    kv, sc, ref, fprev, fnext, fbits = bc.kv, bc.sc, bc.ref, bc.fprev, bc.fnext, bc.fbits
     mask = sc[B_MASK]
     for i in range(k):
         b = _lookup_in(kv, mask, block_hash_at(hflat, hoff, hn, rid, i))
         if ref[b] == 0:
-            _fq_unlink(fprev, fnext, sc, b)
+            _fq_unlink(fprev, fnext, fbits, sc, b)
             sc[B_NFREE_CACHED] -= 1
         ref[b] += 1
         table_row[i] = b
@@ -324,10 +337,11 @@ def allocate(bc, table_row, held, total):
     from the head of the free queue (``get_new_blocks``); the caller has
     checked that enough are free. Returns ``total``."""
     sc, ref, bhash, dup_next, fprev, fnext, kv = bc.sc, bc.ref, bc.bhash, bc.dup_next, bc.fprev, bc.fnext, bc.kv
+    fbits = bc.fbits
     head = sc[B_HEAD]
     for i in range(held, total):
         b = fnext[head]
-        _fq_unlink(fprev, fnext, sc, b)
+        _fq_unlink(fprev, fnext, fbits, sc, b)
         if bhash[b] != NO_HASH:
             sc[B_NFREE_CACHED] -= 1
             _evict_hash_in(bhash, dup_next, kv, sc, b)
@@ -351,7 +365,7 @@ def cache_full(bc, table_row, hflat, hoff, hn, rid, n_cached, n_full):
 @njit(cache=True)
 def free_request(bc, table_row, held):
     """Release a request's ``held`` blocks (finish or preemption)."""
-    sc, ref, bhash, fprev, fnext = bc.sc, bc.ref, bc.bhash, bc.fprev, bc.fnext
+    sc, ref, bhash, fprev, fnext, fbits = bc.sc, bc.ref, bc.bhash, bc.fprev, bc.fnext, bc.fbits
     head = sc[B_HEAD]
     tail = sc[B_TAIL]
     # tail first: cached blocks whose count drops to 0 go to the queue's tail in that order
@@ -359,14 +373,14 @@ def free_request(bc, table_row, held):
         b = table_row[i]
         ref[b] -= 1
         if ref[b] == 0 and bhash[b] != NO_HASH:
-            _fq_insert_after(fprev, fnext, sc, fprev[tail], b)
+            _fq_insert_after(fprev, fnext, fbits, sc, fprev[tail], b)
             sc[B_NFREE_CACHED] += 1
     # blocks without a hash go to the front, keeping the tail-first order
     # (prepend_n of the walk's list = push each to the front, walking head first)
     for i in range(held):
         b = table_row[i]
         if ref[b] == 0 and bhash[b] == NO_HASH and fprev[b] < 0:
-            _fq_insert_after(fprev, fnext, sc, head, b)
+            _fq_insert_after(fprev, fnext, fbits, sc, head, b)
     return 0
 
 
@@ -615,7 +629,7 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
     are kept in ``ov.hitb`` for ``ov_touch``. A hit on a block only the
     simulation computed falls back (whose block it is is not followed)."""
     kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
-    osc, bst, hitb, hflat = ov.sc, ov.bst, ov.hitb, hashes.flat
+    osc, bst, hitb, hflat, fbits = ov.sc, ov.bst, ov.hitb, hashes.flat, bc.fbits
     _flush_touch(osc, bst, hitb)
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
@@ -631,10 +645,7 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
             if simulated and _simulated(ov, hashes, k, h):
                 osc[OV_FALLBACK] = 1
             break
-        r = ref[b]
-        if words:
-            r += _delta(_word(bst, base, b))
-        if r == 0:
+        if (ref[b] + _delta(_word(bst, base, b)) == 0) if words else is_free(fbits, b):
             e += 1
         if k < hitb.size:
             hitb[k] = b
