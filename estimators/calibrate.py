@@ -32,7 +32,10 @@ from estimators.batch_features import design_matrix, step_durations
 from estimators.batch_fit import BatchFit, fit_batch_model, scale_columns
 from estimators.derived import lps_params, pooled_lps, request_params, throughput_params
 from estimators.drift import speed_baseline
+from estimators.intake import fit_intake, join_columns
+from estimators.online_speed import OnlineSpeedConfig, step_log_ratios
 from estimators.profile import BatchTimeProfile, negative_coefficient
+from estimators.step_correlation import TrajectoryNoise, fit_common_var, ordered_groups
 from traces.errors import BadInput
 from traces.store import open_trace
 
@@ -123,6 +126,7 @@ def load_steps(paths: list[str | Path], instance: str | None = None,
             reqs = trace.read("requests")
             if "instance_id" in reqs:
                 reqs = reqs[reqs["instance_id"] == chosen]
+            frames[-1] = join_columns(frames[-1], reqs)  # request intake at step boundaries (estimators.intake)
             if span is not None:
                 reqs = reqs[reqs["arrival_s"].between(*span)]
             lps_parts.append(lps_params(steps, items, reqs))
@@ -254,9 +258,15 @@ def build_profile(name: str, result: FormResult, data: StepData, cfg: Calibratio
         derived=derived,
         step_gap_s=step_gap(data.steps),
         allowance=result.fit.allowance,
+        intake=fit_intake(data.steps),
     )
     # what a speed factor of 1 means for this profile (estimators.drift)
     profile.metrics["speed_baseline"] = speed_baseline(profile, data.steps)
+    typ, act = profile.typical(data.steps), step_durations(data.steps)
+    ok = (typ > 0) & np.isfinite(act)
+    profile.trajectory = TrajectoryNoise(
+        fit_common_var([step_log_ratios(profile, g, OnlineSpeedConfig()) for g in ordered_groups(data.steps)]),
+        float(act[ok].sum() / typ[ok].sum()) if ok.any() else 0.0)
     return profile
 
 

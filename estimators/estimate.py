@@ -24,7 +24,7 @@ from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegativ
 from estimators.calibrate import step_window
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.profile import BatchTimeProfile
-from estimators.sfs import SFS
+from estimators.sfs import SFS, joining_intake
 from estimators.snapshot import Query, RateTracker, RecordedWalk
 from traces.lengths import predicted_lengths
 from traces.store import Trace
@@ -232,7 +232,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                             ref = max(exp_step[k0] * speed - snap.elapsed, 0.0) + (cum[f] - cum[k0]) * speed
                         else:
                             ref = (cum[f] - (cum[k0 - 1] if k0 > 0 else 0.0)) * speed
-                        ref += cfg.frontend_overhead_s
+                        ref += cfg.frontend_overhead_s + joining_intake(profile.intake, snap, q.prompt)
                         attr.append((rid[idx], inst, ttft[idx], value, ref, est.last_steps, f - k0 + 1))
                         floor_parts.append((k0, f, snap.elapsed if snap.infl_start is not None else None))
         if floor_parts:

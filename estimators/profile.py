@@ -12,6 +12,8 @@ Schema (``profile_version`` 1)::
       "noise": {"kind": "lognormal+stalls", "log_mu", "log_sigma", "p_stall",
                 "stall_excess_mean", "stall_excess_quantiles": {q: v}, ...},
       "step_gap_s": float,   # median engine time between consecutive steps
+      "intake": {"per_request_s", "per_prompt_token_s", "boundaries", "rule"},
+      "trajectory_noise": {"steps": [n...], "common_log_var": [v...], "mean_ratio", "rule"},
       "fitted_on": {"traces": [...], "instance", "rows", "split_seed",
                     "holdout", "loss", "stall_pct"},
       "metrics": {"holdout": {...}, "train": {...}, "evaluate_on": {...}},
@@ -30,6 +32,7 @@ the median-like prediction is what minimises absolute percentage error.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ import pandas as pd
 
 from estimators.batch_features import FORMS, design_matrix, term_names
 from estimators.batch_fit import NoiseModel, StallAllowance
+from estimators.intake import Intake
+from estimators.step_correlation import TrajectoryNoise
 from traces.errors import BadInput
 from traces.jsonio import read_json
 from traces.outputs import write_output_json
@@ -82,6 +87,9 @@ class BatchTimeProfile:
     derived: dict[str, Any] = field(default_factory=dict)
     step_gap_s: float = 0.0  # engine time between steps (output handling, request intake)
     allowance: StallAllowance = field(default_factory=StallAllowance)
+    intake: Intake = field(default_factory=Intake)  # request intake at the joining boundary (estimators.intake)
+    # what sums of steps need beyond the per-step noise (estimators.step_correlation)
+    trajectory: TrajectoryNoise = field(default_factory=TrajectoryNoise)
 
     @property
     def expected_multiplier(self) -> float:
@@ -106,6 +114,8 @@ class BatchTimeProfile:
                                  "being the residuals above the stall percentile"},
             "noise": self.noise.to_json(),
             "step_gap_s": self.step_gap_s,
+            "intake": self.intake.to_json(),
+            "trajectory_noise": self.trajectory.to_json(),
             "fitted_on": self.fitted_on,
             "metrics": self.metrics,
             "derived": self.derived,
@@ -142,33 +152,36 @@ class BatchTimeProfile:
             doc = next(t.doc for t in FORMS[form] if t.name == bad[0])
             raise BadInput(source, None, f"coefficients.{bad[0]}",
                            f"{bad[1]:.6g} is negative: the model needs it >= 0 ({doc})")
-        noise = d.get("noise") or {}
-        if not isinstance(noise, dict):
-            raise BadInput(source, None, "noise", "not an object")
-        try:
-            nm = NoiseModel.from_json(noise)
-        except (TypeError, ValueError) as e:
-            raise BadInput(source, None, "noise", str(e)) from None
+        nm = _section(d, "noise", NoiseModel.from_json, source)
         finite = [nm.log_mu, nm.log_sigma, nm.p_stall, nm.stall_excess_mean, *nm.stall_excess_quantiles.values()]
         if not all(np.isfinite(finite)):
             raise BadInput(source, None, "noise", "every value must be a finite number")
         if nm.log_sigma < 0 or not 0 <= nm.p_stall <= 1:
             raise BadInput(source, None, "noise", "log_sigma must be >= 0 and p_stall in [0, 1]")
-        exp = d.get("expected") or {}
-        if not isinstance(exp, dict):
-            raise BadInput(source, None, "expected", "not an object")
-        try:
-            allowance = StallAllowance(float(exp.get("p_stall", 0.0)), float(exp.get("stall_excess_mean", 0.0)))
-        except (TypeError, ValueError) as e:
-            raise BadInput(source, None, "expected", str(e)) from None
+        allowance = _section(d, "expected", lambda e: StallAllowance(float(e.get("p_stall", 0.0)),
+                                                                    float(e.get("stall_excess_mean", 0.0))), source)
         if not 0 <= allowance.p_stall <= 1 or not 0 <= allowance.excess_mean < float("inf"):
             raise BadInput(source, None, "expected", "p_stall must be in [0, 1] and stall_excess_mean >= 0")
         gap = d.get("step_gap_s", 0.0)
         if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 10:
             raise BadInput(source, None, "step_gap_s", f"must be a number of seconds >= 0, got {gap!r}")
+        intake = _section(d, "intake", Intake.from_json, source)
         return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
                    fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {},
-                   step_gap_s=float(gap), allowance=allowance)
+                   step_gap_s=float(gap), allowance=allowance, intake=intake,
+                   trajectory=_section(d, "trajectory_noise", TrajectoryNoise.from_json, source))
+
+
+def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> Any:
+    """``parse`` of the profile's object ``key`` ({} when absent), its
+    refusals reported against that key."""
+    sec = d.get(key) or {}
+    if not isinstance(sec, dict):
+        raise BadInput(source, None, key, "not an object")
+    try:
+        return parse(sec)
+    except (TypeError, ValueError) as e:
+        raise BadInput(source, None, key, str(e)) from None
 
 
 def load_profile(name_or_path: str | Path) -> BatchTimeProfile:

@@ -9,13 +9,14 @@ import numpy as np
 from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import C_MAX_LEN, C_PREFIX, PREFIX_OFF
+from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
+from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
-from estimators.sfs_dist import TTFTDist, as_array, noise_moments, ttft_dist
-from estimators.sfs_kernel import sfs_estimate
+from estimators.sfs_dist import TTFTDist, as_array, noise_moments, sfs_ttft_dist
+from estimators.sfs_kernel import sfs_estimate_borrowed
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
@@ -23,10 +24,11 @@ _DIST = None
 
 
 def _dist_entry():
-    """``ttft_dist``'s compiled entry point (typed once per process)."""
+    """``sfs_ttft_dist``'s compiled entry point (typed once per process)."""
     global _DIST
     if _DIST is None:
-        _DIST = entry_point(ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, np.zeros(6), 0.0, True, np.zeros(5))
+        z = np.zeros(2)
+        _DIST = entry_point(sfs_ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, 0.0, z, z, 0.0, 0.0, 0.0, True, z)
     return _DIST
 
 
@@ -41,11 +43,29 @@ def _entry():
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
         core = st.core()
-        _ENTRY = (entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+        _ENTRY = (entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
                               model, st, plan, 0, np.zeros(0)),
-                  entry_point(sfs_estimate, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                  entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
                               model, core, plan, 0, np.zeros(0)))
     return _ENTRY
+
+
+def joining_intake(intake: Intake, view: InstanceView, prompt: int) -> float:
+    """Request intake at the boundary where the query joins (with the
+    requests already arrived, which join at the same boundary:
+    ``sfs_kernel``): ``estimators.intake``. The engine takes them in before
+    the query's first step can be scheduled, so every TTFT pays it."""
+    if intake.per_request_s == 0.0 and intake.per_prompt_token_s == 0.0:
+        return 0.0
+    n = view.n_inbox
+    tokens = prompt + (int(view.state.req[view.inbox[:n], F_PROMPT].sum()) if n else 0)
+    return intake.cost(n + 1, tokens)
+
+
+def _overlay_for(st: SchedState):
+    """An overlay over ``st``'s cache for a scratch state of one slot more,
+    remembering hits as long as a request's table."""
+    return new_overlay(st.bc.ref.size, slots=st.capacity + 1, hit_blocks=st.table.shape[1])
 
 
 class SFS:
@@ -59,16 +79,23 @@ class SFS:
         self.gap = self.model.gap
         self.pred_total = np.ascontiguousarray(pred_total, dtype=np.int64)
         self.overhead = frontend_overhead_s
+        self.intake = profile.intake
         self.cap = -1
         self.last_steps = 0
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
+        self._pointed = None  # the state the scratch state reads the cache of
         self._core, self._core_of, self._off = None, None, False  # the last state estimated: its scheduler arrays, caching off
         self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
         self._base = self.model
         self._speed = 1.0
-        self.last_s1 = self.last_s2 = 0.0
+        self.last_s1 = self.last_s2 = self._typ0 = 0.0
         self.last_est = np.inf
         self._nm = as_array(noise_moments(self.model))
+        self._cv = np.ascontiguousarray(profile.trajectory.common_var, dtype=np.float64)
+        # the distribution's scale: each step's mean is mean_ratio x typical (the noise model's mean without one)
+        self._scale = profile.trajectory.mean_ratio / self._nm[0] if profile.trajectory.mean_ratio > 0 else 1.0
+        self._view: InstanceView | None = None  # the last estimate's view and in-flight elapsed time (for its distribution)
+        self._elapsed = 0.0
         self._no_typ = np.zeros(0)
         self._dist = np.zeros(5)
         self._ttft_dist = _dist_entry()
@@ -87,7 +114,7 @@ class SFS:
             self._speed = value
             b = self._base
             self.model = TimeModel(b.form, b.coef, b.mult * value, b.gap * value, b.noise, b.stall_q, b.stall_v)
-            # noise moments stay: c = mult / E[r] carries the speed into the spread
+            # noise moments stay: the distribution takes the speed factor as its scale c
 
     def _scratch(self, st: SchedState) -> None:
         """The scratch state: one row more than ``st``; with prefix caching it
@@ -98,71 +125,110 @@ class SFS:
             c = st.capacity + 1
             self.st2 = SchedState(st.cfg.copy(), np.zeros((c, st.req.shape[1]), dtype=np.int64),
                                   np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
-                                  st.table, st.bc, st.hashes, new_overlay(st.bc.ref.size))
+                                  st.table, st.bc, st.hashes, _overlay_for(st))
             self.plan2 = StepPlan.new(c)
             self.cap = c
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
-            ov = self.st2.ov if self.st2.ov.bst.size == st.bc.ref.size else new_overlay(st.bc.ref.size)
+            ov = self.st2.ov
+            if ov.bst.size != st.bc.ref.size or ov.hitb.size < st.table.shape[1] or ov.rng.shape[0] < self.cap:
+                ov = _overlay_for(st)
             self.st2 = self.st2._replace(bc=st.bc, hashes=st.hashes, table=st.table, ov=ov)
+        self._pointed = st  # (a state is a tuple: another cache or table comes as another state)
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
                  copy_cache: bool = False) -> float:
-        """Point estimate (the mean). ``copy_cache``: simulate on a copy of
+        """Point estimate: each step charged DESIGN's expected time (the
+        distribution's own mean, ``last_dist().mean``, is the steps' mean
+        ratio for sums and may differ). ``copy_cache``: simulate on a copy of
         the prefix cache even when the overlay could follow (the reference
         the overlay is tested against); ``typ_out`` receives the simulated
         steps' typical durations (for the brute-force check)."""
         typ = self._no_typ if typ_out is None else typ_out
         st = view.state
+        self._view = None
         if q.prompt >= st.cfg[C_MAX_LEN]:
+            self.last_est, self.last_steps = np.inf, 0
             return np.inf  # the engine's front end refuses it (as the twin does)
         if self._core_of is not st:
             self._core, self._core_of, self._off = st.core(), st, bool(st.cfg[C_PREFIX] == PREFIX_OFF)
         core = self._core
         start = view.infl_start
         elapsed = 0.0 if start is None else q.t - start
+        self._view, self._elapsed = view, elapsed
         if self._off and not copy_cache:
             # no cache to read: the scratch state without the prefix-cache bundles (each array of a
             # state is unboxed per call and reference-counted per compiled call that takes it)
             if st.capacity + 1 > self.cap:
                 self._scratch(st)
-            est, steps, self.last_s1, self.last_s2 = self._run_core(
+            est, steps, self.last_s1, self.last_s2, self._typ0 = self._run_core(
                 core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
                 self.st2c, self.plan2, MAX_SIM_STEPS, typ)
             self.last_steps = steps
-            self.last_est = max(est + self.overhead, 0.0)  # never a negative time (a profile's curvature terms
-            return self.last_est                            # may go negative outside the batches it was fitted on)
-        self._scratch(st)
-        args = (view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-                first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model)
-        est, steps, self.last_s1, self.last_s2 = ((-1.0, -1, 0.0, 0.0) if copy_cache else
-                                                  self._run(core, *args, self.st2, self.plan2, MAX_SIM_STEPS, typ))
+            # never a negative time (a profile's curvature terms may go negative outside the fitted batches)
+            intake = joining_intake(self.intake, view, q.prompt) * self._speed  # host work: scaled like the gap
+            self.last_est = max(est + self.overhead + intake, 0.0)
+            return self.last_est
+        if self._pointed is not st:
+            self._scratch(st)
+        gap = first_gap(q.t, start, view.wake_s, self.model.gap)
+        if copy_cache:
+            steps = -1
+        else:
+            est, steps, self.last_s1, self.last_s2, self._typ0 = self._run(
+                core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, q.rid,
+                q.prompt, self.model, self.st2, self.plan2, MAX_SIM_STEPS, typ)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache
             exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
                                       bc=copy_block_cache(st.bc))
             exact.ov.sc[OV_EXACT] = 1
             try:
-                est, steps, self.last_s1, self.last_s2 = self._run(core, *args, exact, self.plan2, MAX_SIM_STEPS, typ)
+                est, steps, self.last_s1, self.last_s2, self._typ0 = self._run(
+                    core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total,
+                    q.rid, q.prompt, self.model, exact, self.plan2, MAX_SIM_STEPS, typ)
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
-        self.last_est = max(est + self.overhead, 0.0)  # never a negative time (as above)
+        intake = joining_intake(self.intake, view, q.prompt) * self._speed
+        self.last_est = max(est + self.overhead + intake, 0.0)  # (as above)
         return self.last_est
 
+    @property
+    def dist_scale(self) -> float:
+        """c of ``estimators.sfs_dist``: each step of the distribution takes
+        c x typical x the noise ratio (the host speed factor times the
+        profile's mean ratio for sums over the noise model's mean)."""
+        return self._speed * self._scale
+
+    def _fill_dist(self, slo: float, quantiles: bool) -> np.ndarray:
+        """The last estimate's distribution into ``self._dist`` (``estimators.sfs_dist``)."""
+        v, m = self._view, self.model
+        if v is None:  # refused by the front end: no trajectory
+            self._dist[:] = (self.last_est, self.last_est, self.last_est, self.last_est, float(self.last_est <= slo))
+            return self._dist
+        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self.dist_scale, self._nm,
+                        self._cv, self._typ0, self._elapsed, float(slo), quantiles, self._dist)
+        return self._dist
+
+    def last_parts(self) -> tuple[float, float, float]:
+        """The last estimate's known part (everything but the in-flight
+        remainder and the simulated steps' charged times), the in-flight
+        step's typical duration (0: none) and its elapsed time: what the
+        brute-force check of the distribution draws around."""
+        v, m = self._view, self.model
+        typ0 = self._typ0 if v is not None else 0.0
+        rem = max(typ0 * m.mult - self._elapsed, 0.0) if typ0 > 0 else 0.0
+        return self.last_est - rem - m.mult * self.last_s1, typ0, self._elapsed
+
     def last_dist(self, slo: float) -> TTFTDist:
-        """The last estimate as a distribution (``estimators.sfs_dist``)."""
-        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, self.model.mult, self._nm,
-                        float(slo), True, self._dist)
-        d = self._dist
-        return TTFTDist(d[0], d[1], d[2], d[3], d[4])
+        """The last estimate as a distribution: its mean is the noise model's, not the point estimate."""
+        return TTFTDist(*self._fill_dist(slo, True).tolist())
 
     def p_on_time(self, slo: float) -> float:
         """P(TTFT <= slo) of the last estimate."""
-        self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, self.model.mult, self._nm,
-                        float(slo), False, self._dist)
-        return float(self._dist[4])
+        return float(self._fill_dist(slo, False)[4])
 
     def estimate_dist(self, view: InstanceView, q: Query, slo: float) -> TTFTDist:
         self.estimate(view, q)

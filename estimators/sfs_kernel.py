@@ -66,12 +66,16 @@ def _copy_state(st, st2):
     waiting linearised; the extra row is the last free slot; ``st2`` already
     points at the instance's cache)."""
     cap = st.sc[S_CAP]
-    st2.cfg[:] = st.cfg
+    for i in range(st.cfg.size):  # loops, not slices: compiled without the runtime (``sfs_estimate_borrowed``)
+        st2.cfg[i] = st.cfg[i]
     overlay = _overlay_begin(st, st2)
     for s in range(cap):
         for f in range(NF):
             st2.req[s, f] = st.req[s, f]
-    st2.sc[:] = st.sc
+        if overlay and st2.req[s, F_BLOCKS] > 0:  # it holds live blocks: it releases them through the live table
+            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1)
+    for i in range(st.sc.size):
+        st2.sc[i] = st.sc[i]
     st2.sc[S_CAP] = cap + 1
     for i in range(st.sc[S_NR]):
         st2.running[i] = st.running[i]
@@ -81,9 +85,6 @@ def _copy_state(st, st2):
         st2.free_slots[i] = st.free_slots[i]
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
-    if overlay:  # requests holding live blocks release them through the live table
-        for s in range(cap):
-            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1) if st2.req[s, F_BLOCKS] > 0 else 0
 
 
 def _overlay_begin(st, st2):
@@ -94,7 +95,8 @@ def _overlay_begin(st, st2):
 
 
 def _ov_scalars(st2):
-    """The overlay's scalars (``st2.sc`` for a ``SchedCore``, never read: its mode is never overlay)."""
+    """The overlay's scalars (``st2.sc`` for a ``SchedCore``, never read: its mode is never overlay), in a
+    1-tuple (compiled without the runtime, a function may return an array only if it was an argument)."""
     raise NotImplementedError
 
 
@@ -117,8 +119,8 @@ def _ov_overlay_begin(st, st2):
 @overload(_ov_scalars, inline="always")
 def _ov_ov_scalars(st2):
     if _core(st2):
-        return lambda st2: st2.sc
-    return lambda st2: st2.ov.sc
+        return lambda st2: (st2.sc,)
+    return lambda st2: (st2.ov.sc,)
 
 
 @njit(cache=True, inline="always")
@@ -133,9 +135,10 @@ def _lost(cfg2, ov_sc):
 def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
                  st2, plan, max_steps, typ_out):
     """Estimated TTFT (seconds) of a query arriving now, the number of
-    steps simulated, and the sum and sum of squares of the simulated steps'
-    typical durations (``estimators.sfs_dist`` turns them into the TTFT's
-    distribution; the in-flight step's remainder counts as known). The
+    steps simulated, the sum and sum of squares of the simulated steps'
+    typical durations, and the in-flight step's typical duration (0: none)
+    (``estimators.sfs_dist`` turns them into the TTFT's distribution, the
+    in-flight step's remainder a random term of its own). The
     first ``typ_out.size`` typical durations are written to ``typ_out``
     (size 0 in routing; the brute-force check reads them). ``infl_n`` = 0 means the instance is idle (``infl`` is
     the in-flight step's plan; steps = -1: the prefix-cache overlay could
@@ -146,7 +149,8 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``."""
     _copy_state(st, st2)
-    r2, sc2, cfg2, ov_sc = st2.req, st2.sc, st2.cfg, _ov_scalars(st2)
+    r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
+    (ov_sc,) = _ov_scalars(st2)
     # --- residents get predicted output lengths
     for i in range(sc2[S_NR]):
         _predict_target(r2, st2.running[i], pred_total)
@@ -158,13 +162,15 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     t = 0.0
     s1 = 0.0
     s2 = 0.0
+    typ0 = 0.0
     if infl_n > 0:
-        rem = plan_time(model, r2, infl, infl_n) * model.mult - elapsed
+        typ0 = plan_time(model, r2, infl, infl_n)
+        rem = typ0 * model.mult - elapsed
         if rem > 0.0:
             t = rem
         complete_step(st2, infl, infl_n)
         if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2
+            return -1.0, -1, s1, s2, typ0
     # --- arrivals so far, then the query, join waiting at the boundary
     for i in range(n_inbox):
         s = inbox[i]
@@ -184,15 +190,15 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     while steps < max_steps:
         n = schedule_step(st2, plan)
         if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2
+            return -1.0, -1, s1, s2, typ0
         for r in range(plan.counts[PL_NREJ]):
             if plan.rejected[r] == q:
-                return np.inf, steps, s1, s2  # refused outright (V0: longer than the budget)
+                return np.inf, steps, s1, s2, typ0  # refused outright (V0: longer than the budget)
         if n == 0:
             if sc2[S_NR] == 0 and sc2[S_WN] > 0 and wait_head(sc2, st2.waiting) != q:
                 drop_unservable_head(st2)  # as the twin does: it could never run
                 continue
-            return np.inf, steps, s1, s2  # the query can never be admitted here
+            return np.inf, steps, s1, s2, typ0  # the query can never be admitted here
         typ = plan_time(model, r2, plan, n)
         s1 += typ
         s2 += typ * typ
@@ -202,8 +208,23 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         step_gap = model.gap
         complete_step(st2, plan, n)
         if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2
+            return -1.0, -1, s1, s2, typ0
         steps += 1
         if r2[q, F_EVENT] & EV_FIRST:
-            return t, steps, s1, s2
-    return np.inf, steps, s1, s2
+            return t, steps, s1, s2, typ0
+    return np.inf, steps, s1, s2, typ0
+
+
+@njit(cache=True, _nrt=False)
+def sfs_estimate_borrowed(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
+                          st2, plan, max_steps, typ_out):
+    """``sfs_estimate`` called from Python with the arrays borrowed.
+
+    Why: compiled without Numba's runtime, this entry hands the kernel the
+    caller's arrays without a reference-counted wrapper each (numpy keeps
+    them alive for the call, and nothing here outlives it); every inner
+    call then skips the atomic increment and decrement of each array it
+    takes. A state with the prefix cache holds 24 arrays, and the kernel's
+    non-inlined calls took each of them at every call."""
+    return sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
+                        st2, plan, max_steps, typ_out)

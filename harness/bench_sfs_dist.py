@@ -63,11 +63,12 @@ def run(queries: int = 1000, draws: int = 4000, seed: int = 0) -> dict:
             for i in range(6):
                 typ = np.zeros(100_000)
                 q = Query(len(pred) - 1, 0.0, int(lengths[0][i]))
-                total = sfs.estimate(snap, q, typ)
+                sfs.estimate(snap, q, typ)
                 typ = typ[: sfs.last_steps].copy()
                 samples = np.empty(draws)
-                mc_ttft(total, typ, sfs.model.mult, sfs._nm[0], sfs.model.noise, sfs.model.stall_q, sfs.model.stall_v,
-                        draws, rng_state(seed * 1000 + n * 10 + i), samples)
+                known, typ0, elapsed = sfs.last_parts()
+                mc_ttft(known, typ, sfs.dist_scale, sfs.model.noise, sfs.model.stall_q, sfs.model.stall_v, sfs._cv, typ0,
+                        elapsed, draws, rng_state(seed * 1000 + n * 10 + i), samples)
                 d = sfs.last_dist(np.inf)
                 for lv, v in (("p50", d.p50), ("p90", d.p90), ("p99", d.p99)):
                     cover[lv].append(float(np.mean(samples <= v)))

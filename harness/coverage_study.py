@@ -8,8 +8,9 @@ Recordings whose decision agreement with the kernel is below 100% (the
 prefix-cache ones before the prefix-cache kernel lands) are reported as
 pending, not scored.
 
-``python -m harness.coverage_study RECORDINGS_DIR OUT.json [--online-speed]`` (recordings
-imported with ``latroute trace import vllm-record``).
+``python -m harness.coverage_study RECORDINGS_DIR OUT.json [--online-speed] [--in-sample]``
+(recordings imported with ``latroute trace import vllm-record``; ``--in-sample``: each recording
+calibrated on itself, the ceiling when the profile comes from the same run and host).
 """
 from __future__ import annotations
 
@@ -47,7 +48,10 @@ def _own_profile(path: Path, inst: str):
     return build_profile(f"{path.name}-first30", res[best_form(res)], data, cfg), float(cut["end_s"].max())
 
 
-def study(root: Path, online_speed: bool = False) -> dict:
+def study(root: Path, online_speed: bool = False, in_sample: bool = False) -> dict:
+    """Coverage per recording; ``in_sample``: each calibrated on itself
+    (all its steps, every query scored), the ceiling a profile of the
+    recording's own run and host gives."""
     out = {}
     for path in sorted(p for p in root.iterdir() if p.is_dir()):
         trace = open_trace(path)
@@ -60,7 +64,10 @@ def study(root: Path, online_speed: bool = False) -> dict:
             out[path.name] = row
             continue
         after = -np.inf
-        if prefix is not None:
+        if in_sample:
+            prof = calibrate_instance(path, inst)
+            row["calibrated_on"] = "itself (in-sample)"
+        elif prefix is not None:
             src = _match(root, CALIBRATE_ON[prefix])
             prof = calibrate_instance(src, inst)
             row["calibrated_on"] = src.name
@@ -75,18 +82,21 @@ def study(root: Path, online_speed: bool = False) -> dict:
         arrival = trace.read("requests").set_index("request_id")["arrival_s"]
         est = est[arrival.loc[est["request_id"]].to_numpy() > after]
         row.update(coverage(est) or {})
+        ok = np.isfinite(est["est_s"].to_numpy())
+        row["sfs_mape"] = float(np.mean(np.abs(est["est_s"].to_numpy()[ok] / est["true_s"].to_numpy()[ok] - 1.0)))
         row["status"] = "scored"
         out[path.name] = row
     return out
 
 
 def main(argv: list[str]) -> None:  # pragma: no cover
-    res = study(Path(argv[1]), online_speed="--online-speed" in argv)
+    res = study(Path(argv[1]), online_speed="--online-speed" in argv, in_sample="--in-sample" in argv)
     Path(argv[2]).write_text(json.dumps(res, indent=1))
     for name, r in res.items():
         if r["status"] == "scored":
             print(f"{name:<34} n {r['n']:>4}  p50 {100 * r['p50']:5.1f}%  p90 {100 * r['p90']:5.1f}%  "
-                  f"p99 {100 * r['p99']:5.1f}%  (calibrated on {r['calibrated_on']}; agreement {r['decision_agreement']:.3f})")
+                  f"p99 {100 * r['p99']:5.1f}%  SFS MAPE {100 * r['sfs_mape']:5.1f}%  (calibrated on {r['calibrated_on']}; "
+                  f"agreement {r['decision_agreement']:.3f})")
         else:
             print(f"{name:<34} {r['status']} (agreement {r['decision_agreement']:.3f})")
 

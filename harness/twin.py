@@ -120,6 +120,8 @@ class Instance:
         params = np.zeros(tk.NP_, dtype=np.float64)
         params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
         params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
+        params[tk.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
+        params[tk.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
         self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), np.zeros(tk.NM, dtype=np.int64),
                                 np.zeros(2, dtype=np.float64), params,
                                 rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])),

@@ -50,8 +50,8 @@ M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE = 0, 1, 2, 
 IDLE, RUNNING, GAP = 0, 1, 2
 NM = 8
 # params (float64) fields
-P_NOISE_ON, P_LOG_ON = 0, 1
-NP_ = 2
+P_NOISE_ON, P_LOG_ON, P_INTAKE_REQ, P_INTAKE_TOK = 0, 1, 2, 3  # intake: s per joining request and prompt token
+NP_ = 4
 # times (float64): in-flight step start (or, between steps, the next schedule) and end (hidden from routers)
 T_START, T_END = 0, 1
 # speed (float64): the running host-speed factor learned from completed steps (estimators.online_speed):
@@ -96,12 +96,17 @@ class LogBuffers(NamedTuple):
 
 @njit(cache=True)
 def _start_step(t, st, plan, tw, model, out):
-    """schedule() at time ``t``: take in the inbox, schedule, draw the duration."""
+    """schedule() at time ``t``: take in the inbox, schedule, draw the
+    duration. The step starts once the engine has taken in the joining
+    requests (``estimators.intake``: vLLM's ``add_request`` before
+    ``schedule()``); requests arriving meanwhile join the next boundary."""
     meta = tw.meta
+    intake = 0.0
     for i in range(meta[M_INBOX_N]):
         s = tw.inbox[i]
         st.req[s, F_STATUS] = ST_WAITING
         wait_push_back(st.sc, st.waiting, s)
+        intake += tw.params[P_INTAKE_REQ] + tw.params[P_INTAKE_TOK] * st.req[s, F_PROMPT]
     meta[M_INBOX_N] = 0
     while True:
         n = schedule_step(st, plan)
@@ -129,8 +134,8 @@ def _start_step(t, st, plan, tw, model, out):
         dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
     else:
         dur = typical * model.mult
-    tw.times[T_START] = t
-    tw.times[T_END] = t + dur
+    tw.times[T_START] = t + intake
+    tw.times[T_END] = t + intake + dur
     meta[M_BUSY] = RUNNING
     meta[M_N] = n
     meta[M_STEPS] += 1

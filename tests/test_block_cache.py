@@ -42,6 +42,9 @@ def check_same(bc, ref):
     cached = [b for b in queue if ref.hash[b] is not None]
     assert int(bc.sc[bk.B_NFREE_CACHED]) == len(cached)
     assert queue[len(queue) - len(cached):] == cached  # blocks without a hash always come first
+    n = len(ref.ref)
+    bits = [bool((int(bc.fbits[b >> 6]) >> (b & 63)) & 1) for b in range(n)]
+    assert bits == [b in set(queue) for b in range(n)]  # the free-block bitmap is the free queue's membership
 
 
 def admit(bc, ref, r, chunk):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from numba import njit
 
+from estimators.block_cache_kernel import OV_CACHED_FREE
 from estimators.engine.layout import (
     C_BLOCK,
     C_BUDGET,
@@ -61,6 +62,8 @@ from estimators.engine.layout import (
     F_TARGET,
     PL_N,
     PL_NREJ,
+    PREFIX_OFF,
+    PREFIX_OVERLAY,
     S_FREE_BLOCKS,
     S_NPREEMPT,
     S_NR,
@@ -76,9 +79,15 @@ from estimators.engine.primitives import (
     compact_running,
     finish,
     finish_uncached,
+    finished_slot,
     more_blocks,
+    ov_lists,
+    ov_register_parts,
     preempt,
     register_blocks,
+    register_overlay,
+    release_live_holder,
+    settle,
     wait_head,
     wait_pop_front,
 )
@@ -100,6 +109,8 @@ def _grow_blocks(st, plan, s, n):
     req, sc = st.req, st.sc
     need = cdiv(req[s, F_COMPUTED] + n, st.cfg[C_BLOCK]) - req[s, F_BLOCKS]
     while need > sc[S_FREE_BLOCKS]:
+        if settle(st):  # deferred releases first (SFS's overlay): they may be enough
+            continue
         v = _preempt_tail(st, plan)
         if v == s:
             return False
@@ -109,10 +120,11 @@ def _grow_blocks(st, plan, s, n):
 
 
 @njit(cache=True, inline="always")
-def _grow_fast(cfg, req, sc, s, n):
+def _grow_fast(cfg, req, sc, osc, s, n):
     """``_grow_blocks`` without ``st`` in the usual cases: no block needed,
-    or caching off and the blocks fit. False: the caller runs
-    ``_grow_slow``.
+    or the blocks fit with caching off, or in SFS's overlay without
+    reaching a cached block (no eviction: only counts move). False: the
+    caller runs ``_grow_slow``.
 
     The hot paths call only array-taking helpers with caching off: an
     inlined helper taking ``st`` copies the tuple, an incref and decref of
@@ -121,11 +133,21 @@ def _grow_fast(cfg, req, sc, s, n):
     need = cdiv(req[s, F_COMPUTED] + n, cfg[C_BLOCK]) - req[s, F_BLOCKS]
     if need <= 0:
         return True
-    if cfg[C_PREFIX] == 0 and need <= sc[S_FREE_BLOCKS]:
+    if need <= sc[S_FREE_BLOCKS] and (cfg[C_PREFIX] == PREFIX_OFF or (
+            cfg[C_PREFIX] == PREFIX_OVERLAY and osc[OV_CACHED_FREE] <= sc[S_FREE_BLOCKS] - need)):
         sc[S_FREE_BLOCKS] -= need
         req[s, F_BLOCKS] += need
         return True
     return False
+
+
+@njit(cache=True, inline="always")
+def _needs_blocks(block, computed, n, blocks):
+    """``n`` more tokens need a new block (decodes: once per ``block``
+    tokens). Scalars only: the grow helpers take arrays, and an inlined
+    helper handed arrays increfs and decrefs each at every call, which the
+    per-resident loops cannot afford."""
+    return cdiv(computed + n, block) > blocks
 
 
 @njit(cache=True)
@@ -141,13 +163,13 @@ def _register_slow(st, s):
 
 
 @njit(cache=True, inline="always")
-def _fills_block(cfg, req, s):
-    """The tokens scheduled for ``s`` fill a block not registered yet
-    (decodes do once per block): only then is ``register_blocks`` called,
-    which takes the whole state (a reference-count pair per array)."""
-    nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
-    done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
-    return done // cfg[C_BLOCK] > req[s, F_NCACHED]
+def _fills(block, prompt, outputs, computed, ncached):
+    """The tokens scheduled fill a block not registered yet (decodes do once
+    per block): only then is a block registered. Scalars only: an inlined
+    helper handed an array increfs and decrefs it at every call."""
+    nt = prompt + outputs
+    done = computed if computed < nt else nt
+    return done // block > ncached
 
 
 
@@ -192,6 +214,7 @@ def _admit(st, hit_blocks, blocks, computed):
 @njit(cache=True)
 def _schedule_v1(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
+    osc, rng, rslots = ov_register_parts(st)
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     max_len = cfg[C_MAX_LEN]
@@ -211,10 +234,12 @@ def _schedule_v1(st, plan):
         if n <= 0:
             i += 1
             continue
-        if not (_grow_fast(cfg, req, sc, s, n) or _grow_slow(st, plan, s, n)):
+        if _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) and \
+                not (_grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n)):
             break
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= n
         i += 1
@@ -244,13 +269,16 @@ def _schedule_v1(st, plan):
         # the head is tried
         need = cdiv(full, b) if ev < 0 else cdiv(full, b) - hb + ev
         if need + watermark > sc[S_FREE_BLOCKS]:
+            if settle(st):
+                continue  # deferred releases (SFS's overlay) freed blocks: look again (hits may have become free)
             break
         if cfg[C_PREFIX] == 0:
             s = admit_uncached(req, sc, running, waiting, cdiv(hit + n, b), hit)
         else:
             s = _admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= n
     return k
@@ -259,6 +287,7 @@ def _schedule_v1(st, plan):
 @njit(cache=True)
 def _schedule_sarathi(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
+    osc, rng, rslots = ov_register_parts(st)
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     k = 0
@@ -270,10 +299,12 @@ def _schedule_sarathi(st, plan):
         if remaining != 1 or req[s, F_COMPUTED] < req[s, F_PROMPT]:
             i += 1
             continue
-        if not (_grow_fast(cfg, req, sc, s, 1) or _grow_slow(st, plan, s, 1)):
+        if _needs_blocks(b, req[s, F_COMPUTED], 1, req[s, F_BLOCKS]) and \
+                not (_grow_fast(cfg, req, sc, osc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue  # preempted itself; running shrank, i now points past the end
         k = _put(req, plan, k, s, 1)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= 1
         i += 1
@@ -284,9 +315,11 @@ def _schedule_sarathi(st, plan):
         remaining = req[s, F_PROMPT] + req[s, F_OUTPUTS] - req[s, F_COMPUTED]
         if remaining > 0 and not (remaining == 1 and req[s, F_COMPUTED] >= req[s, F_PROMPT]):
             n = remaining if remaining < budget else budget
-            if _grow_fast(cfg, req, sc, s, n) or _grow_slow(st, plan, s, n):
+            if not _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) or \
+                    _grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n):
                 k = _put(req, plan, k, s, n)
-                if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+                if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                        not register_overlay(cfg, req, osc, rng, rslots, s):
                     _register_slow(st, s)
                 budget -= n
             else:
@@ -300,6 +333,8 @@ def _schedule_sarathi(st, plan):
         num_tokens = req[s, F_PROMPT] + req[s, F_OUTPUTS]
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
+            if settle(st):
+                continue  # deferred releases (SFS's overlay) freed blocks: look again
             break
         if cfg[C_PREFIX] == 0:
             hb, ev = _given_hit(cfg, req, s, num_tokens)
@@ -314,7 +349,8 @@ def _schedule_sarathi(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, n)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         budget -= n
     return k
@@ -332,6 +368,7 @@ def _reject_head(st):
 @njit(cache=True)
 def _schedule_v0(st, plan):
     cfg, req, sc, running, waiting = st.cfg, st.req, st.sc, st.running, st.waiting
+    osc, rng, rslots = ov_register_parts(st)
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     limit = cfg[C_MAX_LEN] if cfg[C_MAX_LEN] < budget else budget
@@ -349,6 +386,8 @@ def _schedule_v0(st, plan):
             break
         full = cdiv(num_tokens, b)
         if sc[S_FREE_BLOCKS] - full < cfg[C_WATERMARK]:
+            if settle(st):
+                continue  # deferred releases (SFS's overlay) freed blocks: look again
             break
         if cfg[C_PREFIX] == 0:
             hb, ev = _given_hit(cfg, req, s, num_tokens)
@@ -360,7 +399,8 @@ def _schedule_v0(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, full, hit)
         k = _put(req, plan, k, s, num_tokens - hit)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         used += num_tokens - hit
     if k > 0:
@@ -368,10 +408,12 @@ def _schedule_v0(st, plan):
     i = 0
     while i < sc[S_NR]:
         s = running[i]
-        if not (_grow_fast(cfg, req, sc, s, 1) or _grow_slow(st, plan, s, 1)):
+        if _needs_blocks(b, req[s, F_COMPUTED], 1, req[s, F_BLOCKS]) and \
+                not (_grow_fast(cfg, req, sc, osc, s, 1) or _grow_slow(st, plan, s, 1)):
             continue
         k = _put(req, plan, k, s, 1)
-        if cfg[C_PREFIX] != 0 and _fills_block(cfg, req, s):
+        if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
+                not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
         i += 1
     return k
@@ -406,8 +448,9 @@ def complete_step(st, plan, n):
     recycled (their rows stay readable until the slot is reused). A request
     finishes at its target output length, or (EV_LENGTH) as soon as its
     prompt + outputs reach max_model_len, as vLLM's ``check_stop`` does."""
-    req = st.req
-    max_len = st.cfg[C_MAX_LEN]
+    req, sc, cfg = st.req, st.sc, st.cfg
+    osc, pend = ov_lists(st)
+    max_len = cfg[C_MAX_LEN]
     finished = 0
     for j in range(n):
         s = plan.slot[j]
@@ -421,8 +464,10 @@ def complete_step(st, plan, n):
             elif req[s, F_PROMPT] + req[s, F_OUTPUTS] >= max_len:
                 req[s, F_EVENT] |= EV_FINISH | EV_LENGTH
             if req[s, F_EVENT] & EV_FINISH:
-                if st.cfg[C_PREFIX] == 0:
-                    finish_uncached(req, st.sc, st.free_slots, s)
+                if cfg[C_PREFIX] == PREFIX_OFF:
+                    finish_uncached(req, sc, st.free_slots, s)
+                elif release_live_holder(cfg, req, sc, osc, pend, s):  # SFS: a resident holding live blocks
+                    finished_slot(req, sc, st.free_slots, s)
                 else:
                     finish(st, s)
                 finished += 1

@@ -13,19 +13,20 @@ from numba.extending import overload
 
 from estimators.block_cache_kernel import (
     OV_CACHED_FREE,
+    OV_NPEND,
     allocate,
     cache_full,
     evictable_in_hit,
-    evictable_overlay,
     find_hit,
     find_hit_overlay,
     free_request,
     ids_of,
     num_free,
-    ov_add_ids,
+    ov_defer,
     ov_evict,
+    ov_register,
     ov_release_hits,
-    ov_release_live,
+    ov_settle,
     ov_touch,
     touch_hit,
 )
@@ -196,12 +197,50 @@ def _register_blocks_cached(st, s):
     if mode == PREFIX_ON:
         req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
         return
-    lo = req[s, F_NCACHED]
-    if full <= lo:
-        return
-    # a live holder's blocks below F_NCACHED count as cached once freed (``ov_release_live``)
-    ov_add_ids(st.ov, st.hashes.flat, off, n, rid, lo, full)
-    req[s, F_NCACHED] = full
+    register_overlay(st.cfg, req, st.ov.sc, st.ov.rng, st.ov.rslots, s)
+
+
+@njit(cache=True, inline="always")
+def register_overlay(cfg, req, osc, rng, rslots, s):
+    """Overlay (SFS): ``s``'s newly filled blocks are registered, as a range
+    (``block_cache_kernel.ov_register``), on the arrays (a hot path: a
+    decode fills a block every ``block_size`` steps); False if not in
+    overlay mode. A live holder's blocks below ``F_NCACHED`` count as cached
+    once freed (``ov_release_live``)."""
+    on = cfg[C_PREFIX] == PREFIX_OVERLAY
+    if on:
+        nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
+        done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
+        full = done // cfg[C_BLOCK]
+        if full > req[s, F_NCACHED]:
+            ov_register(osc, rng, rslots, s, req[s, F_RID], req[s, F_NCACHED], full)
+            req[s, F_NCACHED] = full
+    return on
+
+
+@njit(cache=True, inline="always")
+def release_live_holder(cfg, req, sc, osc, pend, s):
+    """Overlay (SFS): free a request that holds live blocks, as counts, on
+    the arrays (a hot path: a finishing resident). Its live blocks past its
+    cached ones hold no hash and only it has them: free now; the ones
+    before may be shared: their release waits until a gate needs it
+    (``block_cache_kernel.ov_defer``); blocks the simulation gave it are
+    free now, cached if it registered them. False, and nothing done, if
+    ``s`` holds no live blocks or the deferral list is full."""
+    done = False
+    if cfg[C_PREFIX] == PREFIX_OVERLAY and req[s, F_HITB] < 0:  # one exit: Numba then prunes the arrays' refcounts
+        live = -req[s, F_HITB] - 1
+        nc = req[s, F_NCACHED]
+        ncl = nc if nc < live else live
+        done = ov_defer(osc, pend, s, ncl)
+        if done:
+            sc[S_FREE_BLOCKS] += live - ncl + req[s, F_BLOCKS] - live
+            if nc > live:
+                osc[OV_CACHED_FREE] += nc - live  # registered by the simulation: cached once free
+            req[s, F_HITB] = 0
+            req[s, F_BLOCKS] = 0
+            req[s, F_NCACHED] = 0
+    return done
 
 
 @njit(cache=True, inline="always")
@@ -215,17 +254,15 @@ def _release_blocks_cached(st, s):
         st.sc[S_FREE_BLOCKS] = num_free(st.bc)
     elif mode == PREFIX_OVERLAY:
         if req[s, F_HITB] < 0:  # held live blocks (its table), and perhaps more since
-            live = -req[s, F_HITB] - 1
-            nc = req[s, F_NCACHED]
-            freed = ov_release_live(st.bc, st.ov, st.table[s], live, nc if nc < live else live) \
-                + req[s, F_BLOCKS] - live
-            own = nc - live
-        else:
-            rid = req[s, F_RID]
-            off, n = ids_of(st.hashes, rid)
-            k = req[s, F_HITB]
-            freed = ov_release_hits(st.bc, st.ov, st.hashes.flat, off, n, rid, k) + req[s, F_BLOCKS] - k
-            own = req[s, F_NCACHED] - k
+            if not release_live_holder(st.cfg, req, st.sc, st.ov.sc, st.ov.pend, s):
+                st.sc[S_FREE_BLOCKS] += ov_settle(st.bc, st.ov, st.table)  # the deferral list is full
+                release_live_holder(st.cfg, req, st.sc, st.ov.sc, st.ov.pend, s)
+            return
+        rid = req[s, F_RID]  # admitted in the simulation: its hits are live blocks, the rest its own
+        off, n = ids_of(st.hashes, rid)
+        k = req[s, F_HITB]
+        freed = ov_release_hits(st.bc, st.ov, st.hashes.flat, off, n, rid, k) + req[s, F_BLOCKS] - k
+        own = req[s, F_NCACHED] - k
         if own > 0:
             st.ov.sc[OV_CACHED_FREE] += own  # registered by the simulation: cached once free
         st.sc[S_FREE_BLOCKS] += freed
@@ -234,6 +271,15 @@ def _release_blocks_cached(st, s):
         st.sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
     req[s, F_BLOCKS] = 0
     req[s, F_NCACHED] = 0
+
+
+@njit(cache=True)
+def _settle_cached(st):
+    """Overlay: carry out the deferred releases (``block_cache_kernel.ov_defer``); False if there were none."""
+    if st.cfg[C_PREFIX] != PREFIX_OVERLAY or st.ov.sc[OV_NPEND] == 0:
+        return False
+    st.sc[S_FREE_BLOCKS] += ov_settle(st.bc, st.ov, st.table)
+    return True
 
 
 @njit(cache=True, inline="always")
@@ -251,8 +297,7 @@ def _cached_hit_blocks_cached(st, s, num_tokens):
     if mode == PREFIX_ON:
         k = find_hit(st.bc, st.hashes.flat, off, n, rid, num_tokens, b)
         return k, evictable_in_hit(st.bc, st.hashes.flat, off, n, rid, k)
-    k = find_hit_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, num_tokens, b)
-    return k, evictable_overlay(st.bc, st.ov, st.hashes.flat, off, n, rid, k)
+    return find_hit_overlay(st.bc, st.ov, st.hashes, off, n, rid, num_tokens, b)
 
 
 @njit(cache=True, inline="always")
@@ -318,16 +363,22 @@ def finish(st, s):
 
 
 @njit(cache=True, inline="always")
+def finished_slot(req, sc, free_slots, s):
+    """``s`` is done and its blocks released: mark it and recycle its slot."""
+    req[s, F_STATUS] = ST_FINISHED
+    free_slots[sc[S_NFREE_SLOTS]] = s
+    sc[S_NFREE_SLOTS] += 1
+
+
+@njit(cache=True, inline="always")
 def finish_uncached(req, sc, free_slots, s):
     """``finish`` with prefix caching off, on the arrays (hot loops: an
     inlined helper taking ``st`` copies the whole tuple, a reference-count
     increment and decrement per array)."""
-    req[s, F_STATUS] = ST_FINISHED
     sc[S_FREE_BLOCKS] += req[s, F_BLOCKS]
     req[s, F_BLOCKS] = 0
     req[s, F_NCACHED] = 0
-    free_slots[sc[S_NFREE_SLOTS]] = s
-    sc[S_NFREE_SLOTS] += 1
+    finished_slot(req, sc, free_slots, s)
 
 
 @njit(cache=True, inline="always")
@@ -383,6 +434,26 @@ def cached_hit_blocks(st, s, num_tokens):
     raise NotImplementedError
 
 
+def ov_lists(st):
+    """The overlay's scalars and deferral list, for the hot loops that take
+    arrays (a ``SchedCore`` has none: its ``sc`` twice, never read, since
+    its caching is off)."""
+    raise NotImplementedError
+
+
+def ov_register_parts(st):
+    """What ``register_overlay`` reads besides ``cfg`` and ``req``: the
+    overlay's scalars and ranges (a ``SchedCore``: arrays of its own, never
+    read)."""
+    raise NotImplementedError
+
+
+def settle(st):
+    """Before a KV gate refuses: carry out deferred releases; True if there
+    were any (the caller checks again). ``_settle_cached``."""
+    raise NotImplementedError
+
+
 @overload(take_blocks, inline="always")
 def _ov_take_blocks(st, s, hit_blocks, total):
     if _core(st):
@@ -426,3 +497,24 @@ def _ov_cached_hit_blocks(st, s, num_tokens):
     if _core(st):
         return lambda st, s, num_tokens: (0, 0)
     return lambda st, s, num_tokens: _cached_hit_blocks_cached(st, s, num_tokens)
+
+
+@overload(settle)
+def _ov_settle(st):
+    if _core(st):
+        return lambda st: False
+    return lambda st: _settle_cached(st)
+
+
+@overload(ov_lists, inline="always")
+def _ov_ov_lists(st):
+    if _core(st):
+        return lambda st: (st.sc, st.sc)
+    return lambda st: (st.ov.sc, st.ov.pend)
+
+
+@overload(ov_register_parts, inline="always")
+def _ov_ov_register_parts(st):
+    if _core(st):
+        return lambda st: (st.sc, st.req, st.sc)
+    return lambda st: (st.ov.sc, st.ov.rng, st.ov.rslots)
