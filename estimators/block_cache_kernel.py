@@ -477,7 +477,7 @@ class Overlay(NamedTuple):
     sc: np.ndarray  # OV_* scalars
     bst: np.ndarray  # int64[N]: epoch | flags | biased reference-count change of live block b
     pend: np.ndarray  # int64[2 P]: deferred releases (slot, blocks), see ``ov_defer``
-    hitb: np.ndarray  # int64[H]: the live blocks of the last hit looked up (``find_hit_overlay``), -1: simulated
+    hitb: np.ndarray  # int64[H]: the live blocks of the last hit looked up (``find_hit_overlay``)
 
 
 OV_NRANGE = 0  # slots with a range of registered blocks
@@ -659,38 +659,38 @@ def find_hit_overlay(bc, ov, hashes, hoff, hn, rid, num_tokens, block_size):
 @njit(cache=True)
 def ov_touch(bc, ov, hflat, hoff, hn, rid, k):
     """A simulated admission takes its ``k`` hit blocks, just found by
-    ``find_hit_overlay`` (``ov.hitb``; looked up again past its size);
-    returns how many left the free queue.
+    ``find_hit_overlay`` (``ov.hitb``; looked up again past its size), and
+    returns how many left the free queue: the lookup's count (nothing moved
+    in between: a gate that settles deferred releases looks again). Called
+    other than right after its own lookup, it falls back to the copy.
 
     While no word has been written in this estimate (the usual case: one
-    admission, the query), the words are left to write (``_flush_touch``)
-    and the lookup's count of free hit blocks is taken: the touch costs
-    O(1), where writing a word per block of a long prompt misses the cache
-    at each."""
-    kv, mask, dup_next, ref = bc.kv, bc.sc[B_MASK], bc.dup_next, bc.ref
+    admission, the query), the words are left to write (``_flush_touch``):
+    the touch costs O(1), where writing a word per block of a long prompt
+    misses the cache at each."""
+    kv, mask, dup_next = bc.kv, bc.sc[B_MASK], bc.dup_next
     bst, osc, hitb = ov.bst, ov.sc, ov.hitb
     _flush_touch(osc, bst, hitb)
-    if osc[OV_WORDS] == 0 and k <= hitb.size and osc[OV_HIT_RID] == rid and osc[OV_HIT_K] == k:
+    if k == 0:
+        return 0
+    if osc[OV_HIT_RID] != rid or osc[OV_HIT_K] != k:
+        osc[OV_FALLBACK] = 1
+        return 0
+    e = osc[OV_HIT_E]
+    osc[OV_HIT_RID] = -1
+    osc[OV_CACHED_FREE] -= e
+    if osc[OV_WORDS] == 0 and k <= hitb.size:
         osc[OV_PENDTOUCH] = k
-        osc[OV_HIT_RID] = -1
-        osc[OV_CACHED_FREE] -= osc[OV_HIT_E]
-        return osc[OV_HIT_E]
+        return e
     base = osc[OV_BASE]
     evicting = osc[OV_CURSOR] >= 0
-    words = osc[OV_WORDS] != 0  # (hit blocks are distinct: this call's writes never meet its reads)
-    e = 0
-    for i in range(k):
+    for i in range(k):  # (hit blocks are distinct: these writes never meet these reads)
         if i < hitb.size:
             b = hitb[i]
         else:
             b = _live_in(kv, mask, dup_next, bst, base, evicting, block_hash_at(hflat, hoff, hn, rid, i))
-        w = _word(bst, base, b) if words else base
-        if ref[b] + _delta(w) == 0:
-            e += 1
-        bst[b] = (w + 1) | TF
-    if k > 0:
-        osc[OV_WORDS] = 1
-    osc[OV_CACHED_FREE] -= e
+        bst[b] = (_word(bst, base, b) + 1) | TF
+    osc[OV_WORDS] = 1
     return e
 
 

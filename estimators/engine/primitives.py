@@ -189,15 +189,15 @@ def _register_blocks_cached(st, s):
     if mode == 0:
         return
     req = st.req
+    if mode == PREFIX_OVERLAY:
+        register_overlay(st.cfg, req, st.ov.sc, st.ov.rng, st.ov.rslots, s)
+        return
     nt = req[s, F_PROMPT] + req[s, F_OUTPUTS]
     done = req[s, F_COMPUTED] if req[s, F_COMPUTED] < nt else nt
     full = done // st.cfg[C_BLOCK]
     rid = req[s, F_RID]
     off, n = ids_of(st.hashes, rid)
-    if mode == PREFIX_ON:
-        req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
-        return
-    register_overlay(st.cfg, req, st.ov.sc, st.ov.rng, st.ov.rslots, s)
+    req[s, F_NCACHED] = cache_full(st.bc, st.table[s], st.hashes.flat, off, n, rid, req[s, F_NCACHED], full)
 
 
 @njit(cache=True, inline="always")
