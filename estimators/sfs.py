@@ -15,7 +15,7 @@ from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
 from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
-from estimators.sfs_dist import TTFTDist, as_array, noise_moments, sfs_ttft_dist
+from estimators.sfs_dist import TTFTDist, as_array, known_part, noise_moments, sfs_ttft_dist
 from estimators.sfs_kernel import sfs_estimate_borrowed
 
 MAX_SIM_STEPS = 1_000_000
@@ -217,10 +217,8 @@ class SFS:
         remainder and the simulated steps' charged times), the in-flight
         step's typical duration (0: none) and its elapsed time: what the
         brute-force check of the distribution draws around."""
-        v, m = self._view, self.model
-        typ0 = self._typ0 if v is not None else 0.0
-        rem = max(typ0 * m.mult - self._elapsed, 0.0) if typ0 > 0 else 0.0
-        return self.last_est - rem - m.mult * self.last_s1, typ0, self._elapsed
+        typ0 = self._typ0 if self._view is not None else 0.0
+        return known_part(self.last_est, self.last_s1, self.model.mult, typ0, self._elapsed), typ0, self._elapsed
 
     def last_dist(self, slo: float) -> TTFTDist:
         """The last estimate as a distribution: its mean is the noise model's, not the point estimate."""

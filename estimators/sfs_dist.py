@@ -322,13 +322,21 @@ def sfs_ttft_dist(total, s1, s2, n, mult, c, nm, cv, typ0, elapsed, slo, quantil
     rm = np.zeros(2)
     rv = np.zeros(2)
     rw[0] = 1.0
-    rem_point = 0.0
     n_traj = float(n)
     if typ0 > 0.0:
-        rem_point = max(typ0 * mult - elapsed, 0.0)
         remainder_branches(c * typ0, elapsed, nm, rw, rm, rv)
         n_traj += 1.0
-    ttft_dist(total - rem_point - mult * s1, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles, out)
+    ttft_dist(known_part(total, s1, mult, typ0, elapsed), s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles,
+              out)
+
+
+@njit(cache=True)
+def known_part(total, s1, mult, typ0, elapsed):
+    """What SFS's estimate ``total`` holds besides the random parts: less
+    the in-flight step's charge (max(typical * mult - elapsed, 0); none
+    when ``typ0`` is 0) and the simulated steps' (mult * their typical sum)."""
+    rem_point = max(typ0 * mult - elapsed, 0.0) if typ0 > 0.0 else 0.0
+    return total - rem_point - mult * s1
 
 
 @njit(cache=True)
