@@ -27,7 +27,7 @@ import pandas as pd
 
 from harness.pools import load_pool
 from harness.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
-from harness.sweep_backends import run_cells
+from harness.sweep_backends import latched_interrupts, run_cells
 from harness.sweep_stats import mean_ci, paired
 from harness.sweep_store import SweepStore, cell_key, check_sweep_out
 from harness.twin import InstanceSpec
@@ -157,14 +157,16 @@ def run_sweep(spec: SweepSpec, cells: list[Cell], workers: int = 1,
     done = store.done() if store is not None else set()
     todo = [c for c in cells if cell_key(c) not in done]
     rows, timings = [], []
-    for cell, row, timing in run_cells(run_cell, spec, todo, workers, backend, address):
-        key = cell_key(cell)
-        if store is not None:
-            store.write_cell(key, row, timing)
-        rows.append(row)
-        timings.append({"cell": key, **timing})
-        if progress:
-            progress()
+    with latched_interrupts() as check_interrupt:
+        for cell, row, timing in run_cells(run_cell, spec, todo, workers, backend, address):
+            key = cell_key(cell)
+            if store is not None:
+                store.write_cell(key, row, timing)
+            rows.append(row)
+            timings.append({"cell": key, **timing})
+            if progress:
+                progress()
+            check_interrupt()
     if store is not None:
         df, tim = store.rows()
     else:

@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 
 BACKENDS = ("local", "ray")
@@ -174,6 +175,37 @@ def run_ray(task: Callable, spec, cells: list, workers: int, address: str | None
         if reaper is not None:
             reaper.stdin.close()  # the reaper kills whatever of this Ray is still running
             reaper.wait()
+
+
+@contextmanager
+def latched_interrupts() -> Iterator[Callable[[], None]]:
+    """Ctrl-C that cannot be lost: while the cells run, SIGINT is recorded
+    as well as raised, and the ``check`` this yields raises it again after a
+    cell if anything under the cell (a C extension's signal handling, a
+    cleanup swallowing exceptions) consumed the KeyboardInterrupt. A sweep
+    that was once seen running to its end and exiting 0 after a Ctrl-C is
+    why. An ignored SIGINT (a background job's) stays ignored."""
+    import threading
+
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield lambda: None
+        return
+    seen: list[int] = []
+
+    def record_and_raise(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    def check() -> None:
+        if seen:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, record_and_raise)
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_cells(task: Callable, spec, cells: list, workers: int, backend: str = "local",

@@ -242,3 +242,29 @@ def test_report_draws_bands_over_seeds(tmp_path):
     res = run_cli("report", out, "--out", tmp_path / "rep")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "rep" / "ontime_utility_vs_rate.png").stat().st_size > 0
+
+
+def test_a_ctrl_c_swallowed_under_a_cell_still_stops_the_sweep(monkeypatch):
+    """Something under a cell (a C extension's signal handling, a cleanup)
+    may consume the KeyboardInterrupt of a Ctrl-C; the sweep still stops
+    after that cell instead of running on to the end and exiting 0."""
+    from harness import sweep
+
+    calls = []
+
+    def cell_that_swallows(spec, cell):
+        calls.append(cell)
+        if len(calls) == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs here
+            except KeyboardInterrupt:
+                pass
+        return {"rate": cell.rate}, {"wall_s": 0.0}
+
+    monkeypatch.setattr(sweep, "run_cell", cell_that_swallows)
+    cells = [sweep.Cell(rate=float(r), router="shortest-queue") for r in range(1, 11)]
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(sweep.SweepSpec(), cells, workers=1)
+    assert len(calls) == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
