@@ -24,6 +24,7 @@ from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegativ
 from estimators.calibrate import step_window
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.profile import BatchTimeProfile
+from estimators.recalibration import RecalibrationConfig, recalibrate
 from estimators.sfs import SFS, joining_intake
 from estimators.snapshot import Query, RateTracker, RecordedWalk
 from traces.lengths import predicted_lengths
@@ -80,6 +81,9 @@ class EstimateConfig:
     # state still follows every step): with ``calibrate --steps-window``, a profile fitted on the first 30% of a
     # recording is scored on the rest
     score_window: tuple[float, float] | None = None
+    # quantiles recalibrated online from the measured TTFTs of requests whose first token came before each
+    # arrival (estimators.recalibration); None: the distribution as the model gives it
+    recalibration: RecalibrationConfig | None = None
 
 
 @dataclass
@@ -242,7 +246,16 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                                          "waiting", "est_us", "p50_s", "p90_s", "p99_s", "cached_share"])
     att_df = pd.DataFrame(attr, columns=["request_id", "instance_id", "true_s", "sfs_s", "reference_s",
                                          "sim_steps", "real_steps"])
+    raw_coverage = None
+    if cfg.recalibration is not None:
+        raw_coverage = {str(n): c for n, g in est_df.groupby("estimator", sort=False)
+                        if (c := coverage(g)) is not None}
+        est_df = recalibrated(est_df, reqs.set_index("request_id")["arrival_s"], cfg.recalibration)
     metrics = summarize(est_df, att_df)
+    if raw_coverage is not None:
+        metrics["recalibration"] = {"step": cfg.recalibration.step, "learns_from": "first tokens before each arrival"}
+        for name, c in raw_coverage.items():
+            metrics["estimators"][name]["coverage_raw"] = c
     metrics["lengths"] = lengths.policy
     if cfg.score_window is not None:
         metrics["score_window"] = list(cfg.score_window)
@@ -253,6 +266,25 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     for name, us in warmup_us.items():
         metrics["estimators"].setdefault(name, {})["warmup_us"] = us
     return EstimateResult(est_df, att_df, metrics)
+
+
+QUANTILE_COLUMNS = ["p50_s", "p90_s", "p99_s"]
+
+
+def recalibrated(est: pd.DataFrame, arrival_s: pd.Series, cfg: RecalibrationConfig) -> pd.DataFrame:
+    """The estimates with each distribution's quantiles recalibrated online,
+    per instance and estimator, from the requests whose first token came
+    before each arrival; the model's own quantiles kept as ``p50_raw_s``..."""
+    out = est.copy()
+    for col in QUANTILE_COLUMNS:
+        out[col.replace("_s", "_raw_s")] = est[col]
+    arrival = arrival_s.loc[est["request_id"]].to_numpy(dtype=np.float64)
+    for _, idx in est.groupby(["instance_id", "estimator"], sort=False).indices.items():
+        q = est[QUANTILE_COLUMNS].to_numpy(dtype=np.float64)[idx]
+        if np.isfinite(q).all(axis=1).any():
+            out.loc[out.index[idx], QUANTILE_COLUMNS] = recalibrate(arrival[idx], est["true_s"].to_numpy()[idx], q,
+                                                                    cfg)
+    return out
 
 
 def score_span(start: np.ndarray, end: np.ndarray, window: tuple[float, float] | None) -> tuple[float, float]:

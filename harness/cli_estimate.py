@@ -12,6 +12,7 @@ from estimators.drift import trace_drift
 from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
+from estimators.recalibration import STEP, RecalibrationConfig
 from harness.cli_types import AT_LEAST_1, POSITIVE, EngineSetting, Window
 from reports.results import result_header
 from reports.serving import tidy_estimates
@@ -60,11 +61,15 @@ def format_metrics(m: dict) -> str:
                      f"{100 * s['p90_ape']:7.1f}% {100 * s['p99_ape']:7.1f}% {s['mean_us']:9.1f} "
                      f"{s['median_us']:10.1f}")
     for name, s in m["estimators"].items():
-        c = s.get("coverage")
+        c, raw = s.get("coverage"), s.get("coverage_raw")
         if c:
-            lines.append(f"{name} coverage (share of measured TTFTs below the predicted quantile, n {c['n']}): "
+            what = "recalibrated " if raw else ""
+            lines.append(f"{name} coverage (share of measured TTFTs below the {what}predicted quantile, n {c['n']}): "
                          f"p50 {100 * c['p50']:.1f}%, p90 {100 * c['p90']:.1f}%, p99 {100 * c['p99']:.1f}% "
                          "(nominal 50/90/99)")
+        if raw:
+            lines.append(f"{name} coverage before recalibration: p50 {100 * raw['p50']:.1f}%, "
+                         f"p90 {100 * raw['p90']:.1f}%, p99 {100 * raw['p99']:.1f}%")
     a = m.get("sfs_attribution")
     if a:
         lines.append(f"SFS error split: trajectory {100 * a['trajectory_error']:.1f}% (simulation and lengths), "
@@ -94,6 +99,12 @@ def format_metrics(m: dict) -> str:
                    "(every estimator alike).")
 @click.option("--speed-half-life", type=AT_LEAST_1, default=HALF_LIFE_STEPS, show_default=True,
               help="Half-life, in completed steps, of the online speed factor.")
+@click.option("--recalibrate", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="Recalibrate each distribution's quantiles online from the measured TTFTs of requests whose "
+                   "first token came before each arrival (estimators.recalibration); the model's own are kept "
+                   "as p50_raw_s..p99_raw_s.")
+@click.option("--recalibration-step", type=POSITIVE, default=STEP, show_default=True,
+              help="Step (log time) of the online recalibration's quantile offsets.")
 @click.option("--cache-blind", is_flag=True,
               help="Ignore the instances' prefix cache (SFS computes every prompt token): what ignoring it costs.")
 @click.option("--cache-aware", is_flag=True,
@@ -111,8 +122,8 @@ def format_metrics(m: dict) -> str:
               help="`latroute trace join` output of this recording: also score each estimator against the "
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
-             ewma_tau: float, online_speed: str, speed_half_life: float, cache_blind: bool, cache_aware: bool,
-             out: Path, force: bool,
+             ewma_tau: float, online_speed: str, speed_half_life: float, recalibrate: str,
+             recalibration_step: float, cache_blind: bool, cache_aware: bool, out: Path, force: bool,
              engine_opts: tuple[str, ...], prefix_cache: str, score_window: tuple[float, float] | None,
              join_dir: Path | None) -> None:
     """Estimate every measured request's TTFT with each estimator, from
@@ -168,7 +179,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     speed_cfg = OnlineSpeedConfig(half_life_steps=speed_half_life) if online_speed == "on" else None
     cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead,
                          online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware,
-                         score_window=score_window)
+                         score_window=score_window,
+                         recalibration=RecalibrationConfig(recalibration_step) if recalibrate == "on" else None)
     drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
@@ -213,6 +225,9 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         click.echo("\n".join(d.lines()))
     if speed_cfg is not None:
         click.echo(f"online speed correction on (half-life {speed_half_life:g} completed steps)")
+    if cfg.recalibration is not None:
+        click.echo(f"online recalibration of the quantiles on (step {recalibration_step:g}; learned from the "
+                   "measured TTFTs of requests whose first token came before each arrival)")
     for name, c in (m.get("client") or {}).items():
         if c["n"]:
             o = c["overhead"]
