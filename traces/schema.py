@@ -101,6 +101,9 @@ REQUESTS = TableSchema(
         Column("itl_p50_s", F64, required=False, nullable=True, nonneg=True, doc="median inter-token latency"),
         Column("itl_p90_s", F64, required=False, nullable=True, nonneg=True, doc="p90 inter-token latency"),
         Column("itl_max_s", F64, required=False, nullable=True, nonneg=True, doc="largest inter-token latency"),
+        Column("itls_s", pa.list_(F64), required=False, nullable=True,
+               doc="every inter-token latency in order, client side (vllm bench serving's itls): where the "
+                   "request's tokens fell, so calibration can see the steps other requests joined"),
     ),
     sorted_by="arrival_s",
     doc="one row per request",

@@ -210,8 +210,11 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
     if pa.types.is_boolean(expected):
         return pa.types.is_boolean(actual) or pa.types.is_null(actual)
     if pa.types.is_list(expected):
-        return ((pa.types.is_list(actual) or pa.types.is_large_list(actual))
-                and pa.types.is_integer(actual.value_type)) or pa.types.is_null(actual)
+        if not (pa.types.is_list(actual) or pa.types.is_large_list(actual)):
+            return pa.types.is_null(actual)
+        if pa.types.is_integer(expected.value_type):  # ids: no whole-number check inside lists, so integers only
+            return pa.types.is_integer(actual.value_type)
+        return _compatible(actual.value_type, expected.value_type)
     return actual == expected
 
 

@@ -1,7 +1,8 @@
 """Result JSON of ``vllm bench serve`` / ``benchmark_serving.py --save-result``.
 
 Per-request arrays: ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
-(list per request, s) and ``errors``. The file saves no send times in most
+(list per request, s; kept whole in ``itls_s``: calibration reads the steps
+other requests joined from them) and ``errors``. The file saves no send times in most
 versions, so arrival times come from, in order of preference:
 
 1. ``start_times`` when the file has them (measured);
@@ -114,13 +115,18 @@ def _numbers(values: list, key: str, src: Path, integer: bool, allow_null: bool 
                      for i, v in enumerate(values)], dtype=np.float64)
 
 
-def _itl_sums(itls: list, src: Path) -> np.ndarray:
-    """Per request, the sum of its inter-token latencies (NaN where the
-    entry is not a list, as for a failed request)."""
-    out = np.full(len(itls), np.nan)
+def _itl_lists(itls: list, src: Path) -> list:
+    """Per request, its inter-token latencies (None where the entry is not
+    a list, as for a failed request); each a number >= 0."""
+    out: list = []
     for i, x in enumerate(itls):
-        if isinstance(x, list):
-            out[i] = float(sum(json_number(v, "itls", src, i + 1) for v in x))
+        if not isinstance(x, list):
+            out.append(None)
+            continue
+        values = [json_number(v, "itls", src, i + 1) for v in x]
+        if any(v < 0 for v in values):
+            raise BadInput(src, i + 1, "itls", "an inter-token latency below 0")
+        out.append([float(v) for v in values])
     return out
 
 
@@ -143,10 +149,10 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
         raise BadInput(src, None, "errors", f"has {len(errors)} entries but input_lens has {n}")
     failed = np.array([bool(e) for e in errors])
     ttft[failed] = np.nan
-    itl_sum = None
+    itl_sum = itl_lists = None
     if isinstance(doc.get("itls"), list):
-        itls = _array(doc, "itls", src, n)
-        itl_sum = _itl_sums(itls, src)
+        itl_lists = _itl_lists(_array(doc, "itls", src, n), src)
+        itl_sum = np.array([np.nan if x is None else float(sum(x)) for x in itl_lists])
 
     notes: list[str] = []
     rate = _rate(doc.get("request_rate"), src)
@@ -188,6 +194,7 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
         "output_tokens": output,
         "ttft_s": ttft,
         "finish_s": finish,
+        **({"itls_s": pd.Series(itl_lists, dtype=object)} if itl_lists is not None else {}),
     }).iloc[order].reset_index(drop=True)
     if failed.any():
         notes.append(f"{int(failed.sum())} failed requests kept with ttft_s null")
