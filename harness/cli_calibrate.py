@@ -102,6 +102,9 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--frontend-per-output", "frontend_out_ms", type=Finite(0.0, 1e4), metavar="MS",
               help="--from-requests: the serial front end's cost per delivered token in ms (replaces --frontend's; "
                    "0 = deliveries not modelled).")
+@click.option("--frontend-accept-share", "frontend_accept", type=Finite(0.0, 1.0), metavar="SHARE",
+              help="--from-requests: the share of the per-request cost the front end does for every waiting "
+                   "request before handling any (replaces --frontend's; 0 = one FIFO queue).")
 @click.option("--steps-window", "steps_window", type=Window(),
               help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
                    "`estimate --score-window 0.3:1` then scores on the rest.")
@@ -110,7 +113,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
               virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
               steps_window: tuple[float, float] | None, frontend: str, frontend_ms: float | None,
-              frontend_out_ms: float | None) -> None:
+              frontend_out_ms: float | None, frontend_accept: float | None) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -139,6 +142,8 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
             fe = replace(fe, per_request_s=frontend_ms / 1e3, source="given (--frontend-per-request)")
         if frontend_out_ms is not None:
             fe = replace(fe, per_output_s=frontend_out_ms / 1e3, output_source="given (--frontend-per-output)")
+        if frontend_accept is not None:
+            fe = replace(fe, accept_share=frontend_accept, accept_source="given (--frontend-accept-share)")
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
                                 virtual_engines, parse_search_options(search_opts), warm, fe)
         return

@@ -323,7 +323,9 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
          + ("  (searched)" if search_engine or grid else ""))
     if frontend is not None and frontend.on:
         echo(f"front end: {1e3 * frontend.per_request_s:.2f} ms per admitted request ({frontend.source}), "
-             f"{1e3 * frontend.per_output_s:.3f} ms per delivered token ({frontend.output_source}), one FIFO queue")
+             f"{1e3 * frontend.per_output_s:.3f} ms per delivered token ({frontend.output_source}), "
+             + (f"{100 * frontend.accept_share:.0f}% of a request's cost accepted before any waiting handling "
+                f"({frontend.accept_source})" if frontend.accept_share > 0 else "one FIFO queue"))
     per_trace = {}
     for p, rt in zip(paths, rts):
         v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False, virtual_engines=virtual_engines,

@@ -11,7 +11,16 @@ import pandas as pd
 import pytest
 
 from harness.engine_options import REQUEST_TRACE_DEFAULTS
-from harness.frontend import MEASURED_PER_OUTPUT_S, MEASURED_PER_REQUEST_S, FrontEnd, burst_admission, fifo_done
+from harness.frontend import (
+    MEASURED_ACCEPT_SHARE,
+    MEASURED_PER_OUTPUT_S,
+    MEASURED_PER_REQUEST_S,
+    FrontEnd,
+    burst_admission,
+    fifo_done,
+    measured,
+    two_phase_done,
+)
 from harness.frontend_burst import fit_output_cost, held_delays, predicted_delays
 from harness.request_cache import WARM_LEAD_S, warm_input
 from harness.request_delivery import MAX_ROUNDS
@@ -47,15 +56,53 @@ def test_measured_cost_is_the_median_of_the_recorded_bursts():
     """The constant in harness.frontend is what its own method gives on the
     stored measurement (five bursts on a real vLLM 0.32 server)."""
     d = pd.read_csv(BURSTS)
-    costs = []
+    costs, shares = [], []
     for _, g in d.groupby("burst"):
         c = g[["client_id", "arrival_s_client", "ttft_s"]].rename(columns={"arrival_s_client": "arrival_s"})
         s = g[["client_id", "arrival_s_server"]].rename(columns={"arrival_s_server": "arrival_s"})
         r = burst_admission(c, s)
         assert r["requests"] == 200 and r["admission_s"] > r["send_spread_s"] > 0
         costs.append(r["per_request_s"])
+        shares.append(r["accept_share"])
     assert len(costs) == 5
     assert abs(float(np.median(costs)) - MEASURED_PER_REQUEST_S) < 0.01e-3
+    assert abs(float(np.median(shares)) - MEASURED_ACCEPT_SHARE) < 0.001 and min(shares) > 0.5
+
+
+def test_two_phases_with_no_accept_are_one_fifo():
+    """accept share 0 (the two-phase server with accepts of no cost) gives
+    exactly the one-FIFO schedule, over random admissions and deliveries."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        a = np.sort(rng.uniform(0, 0.1, rng.integers(1, 40)))
+        ot, n = rng.uniform(0, 0.1, rng.integers(0, 30)), rng.integers(1, 20, 30)
+        fe = FrontEnd(0.001, "x", 1e-4)
+        n = n[: ot.size]
+        done_h, done_o = two_phase_done(a, 0.0, 0.001, ot, 1e-4 * n)
+        e, d = fe.schedule(a, ot, n)
+        assert np.allclose(np.maximum(done_h - 0.001, a), e) and np.allclose(done_o, d)
+
+
+def test_a_burst_is_accepted_before_any_is_handled():
+    """200 requests at once: every accept (share s of c) first, then the
+    handlings in order, so request i reaches the engine (N - 1) a + i b
+    after its arrival (queueing only); the first waits for all the accepts,
+    as the measured stamps did. Spaced arrivals are untouched, and a
+    delivery that comes with a burst is served after its accepts."""
+    c, share, n = 1e-3, 0.7, 200
+    fe = FrontEnd(c, "x", accept_share=share)
+    a, b = share * c, (1 - share) * c
+    e = fe.engine_arrivals(np.zeros(n))
+    assert np.allclose(e, (n - 1) * a + np.arange(n) * b)
+    assert np.allclose(fe.engine_arrivals(np.arange(5) * 0.01), np.arange(5) * 0.01)
+    assert e[-1] == pytest.approx(FrontEnd(c, "x").engine_arrivals(np.zeros(n))[-1])  # the same total work
+    _, done = FrontEnd(c, "x", 1e-4, accept_share=share).schedule(np.zeros(3), np.array([0.0]), np.array([10]))
+    assert done[0] == pytest.approx(3 * a + 3 * b + 10 * 1e-4)  # accepts, then handlings and output by arrival
+    assert measured().accept_share == MEASURED_ACCEPT_SHARE
+    assert FrontEnd.from_json(measured().to_json()) == measured()
+    assert FrontEnd.from_json({"per_request_s": c}).accept_share == 0.0  # profiles before it: one FIFO
+    with pytest.raises(ValueError, match="accept share"):
+        FrontEnd(c, accept_share=1.5)
 
 
 def test_one_fifo_server_takes_admissions_and_deliveries_in_time_order():
