@@ -93,38 +93,16 @@ def two_phase_done(arrival: np.ndarray, accept_s: float, handle_s: float, out_t:
     order (a request's arrival; at equal times the request first) once its
     accept is done. Returns when each request's handling and each output job
     are done. With ``accept_s`` = 0 this is ``fifo_done`` over all jobs."""
-    import heapq
+    from harness.frontend_kernel import two_phase_loop
 
-    a = np.asarray(arrival, dtype=np.float64)
+    a = np.ascontiguousarray(arrival, dtype=np.float64)
     ot = np.asarray(out_t, dtype=np.float64)
-    oc = np.asarray(out_cost, dtype=np.float64)
-    oorder = np.argsort(ot, kind="stable")
-    done_h, done_o = np.empty(a.size), np.empty(ot.size)
-    ready: list = []  # (arrival, kind 0 = handling / 1 = output, index)
-    t, ia, io, left = -np.inf, 0, 0, a.size + ot.size
-    while left:
-        nxt = min(a[ia] if ia < a.size else np.inf, ot[oorder[io]] if io < ot.size else np.inf)
-        if ia < a.size and a[ia] <= t:  # an accept is waiting: it goes first
-            t += accept_s
-            heapq.heappush(ready, (a[ia], 0, ia))  # then queued by its arrival, as in one FIFO
-            ia += 1
-            continue
-        while io < ot.size and ot[oorder[io]] <= t:
-            k = oorder[io]
-            heapq.heappush(ready, (ot[k], 1, k))
-            io += 1
-        if ready:
-            r, kind, k = heapq.heappop(ready)
-            t = max(t, r)
-            if kind == 0:
-                t += handle_s
-                done_h[k] = t
-            else:
-                t += oc[k]
-                done_o[k] = t
-            left -= 1
-        else:
-            t = nxt  # idle until the next arrival
+    order = np.argsort(ot, kind="stable")
+    done_h, done_sorted = np.empty(a.size), np.empty(ot.size)
+    two_phase_loop(a, float(accept_s), float(handle_s), np.ascontiguousarray(ot[order]),
+                   np.ascontiguousarray(np.asarray(out_cost, dtype=np.float64)[order]), done_h, done_sorted)
+    done_o = np.empty(ot.size)
+    done_o[order] = done_sorted
     return done_h, done_o
 
 
