@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from harness.frontend import FrontEnd
+from harness.request_delivery import job_of
 
 GRID_S = np.round(np.arange(0.0, 0.60001e-3, 0.01e-3), 9)  # 0 to 0.6 ms per token, 0.01 ms apart
 _MATCH_S = 2e-6  # the stored times are rounded to the microsecond
@@ -80,8 +81,8 @@ def _predict(send: np.ndarray, idle: float, made: np.ndarray, steps: pd.DataFram
     st = steps.sort_values("end_s", kind="stable")
     ends = st["end_s"].to_numpy(dtype=np.float64)
     n = st["outputs"].to_numpy(dtype=np.float64)
-    k = np.clip(np.searchsorted(ends, made - _MATCH_S), 0, max(ends.size - 1, 0))
-    if ends.size == 0 or np.any(np.abs(ends[k] - made) > _MATCH_S):
+    k = job_of(ends, made, _MATCH_S)
+    if np.any(k < 0):
         raise ValueError("burst deliveries: a token matches no step in the steps table")
     _, done = fe.schedule(np.sort(send, kind="stable"), ends, n)
     return done[k] - fe.per_output_s + idle - made  # the probe's own token is inside its idle delay

@@ -64,13 +64,14 @@ def _steps(res: TwinResult, shift_s: float, after_s: float) -> tuple[np.ndarray,
     return ends[order], decodes[order]
 
 
-def job_of(ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The output job (index into ``ends``) of tokens made at ``t``; -1 for NaN."""
+def job_of(ends: np.ndarray, t: np.ndarray, match_s: float = _MATCH_S) -> np.ndarray:
+    """The output job (index into ``ends``) of tokens made at ``t``; -1 for
+    NaN (and for every token when there are no steps)."""
     job = np.full(t.size, -1, dtype=np.int64)
     ok = np.isfinite(t)
     if ends.size and ok.any():
-        k = np.clip(np.searchsorted(ends, t[ok] - _MATCH_S), 0, ends.size - 1)
-        if not (np.abs(ends[k] - t[ok]) <= _MATCH_S).all():
+        k = np.clip(np.searchsorted(ends, t[ok] - match_s), 0, ends.size - 1)
+        if not (np.abs(ends[k] - t[ok]) <= match_s).all():
             raise ValueError("deliveries: a token matches no recorded step")
         job[ok] = k
     return job
