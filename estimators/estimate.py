@@ -269,21 +269,22 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
 
 
 QUANTILE_COLUMNS = ["p50_s", "p90_s", "p99_s"]
+RAW_QUANTILE_COLUMNS = ["p50_raw_s", "p90_raw_s", "p99_raw_s"]  # the model's own, beside recalibrated ones
 
 
 def recalibrated(est: pd.DataFrame, arrival_s: pd.Series, cfg: RecalibrationConfig) -> pd.DataFrame:
     """The estimates with each distribution's quantiles recalibrated online,
     per instance and estimator, from the requests whose first token came
-    before each arrival; the model's own quantiles kept as ``p50_raw_s``..."""
+    before each arrival; the model's own quantiles kept as ``RAW_QUANTILE_COLUMNS``."""
     out = est.copy()
-    for col in QUANTILE_COLUMNS:
-        out[col.replace("_s", "_raw_s")] = est[col]
+    out[RAW_QUANTILE_COLUMNS] = est[QUANTILE_COLUMNS].to_numpy()
     arrival = arrival_s.loc[est["request_id"]].to_numpy(dtype=np.float64)
+    quantiles = est[QUANTILE_COLUMNS].to_numpy(dtype=np.float64)
+    true = est["true_s"].to_numpy(dtype=np.float64)
     for _, idx in est.groupby(["instance_id", "estimator"], sort=False).indices.items():
-        q = est[QUANTILE_COLUMNS].to_numpy(dtype=np.float64)[idx]
+        q = quantiles[idx]
         if np.isfinite(q).all(axis=1).any():
-            out.loc[out.index[idx], QUANTILE_COLUMNS] = recalibrate(arrival[idx], est["true_s"].to_numpy()[idx], q,
-                                                                    cfg)
+            out.loc[out.index[idx], QUANTILE_COLUMNS] = recalibrate(arrival[idx], true[idx], q, cfg)
     return out
 
 

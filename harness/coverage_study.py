@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, calibrate_instance, fit_forms, load_steps
-from estimators.estimate import EstimateConfig, coverage, estimate_trace
+from estimators.estimate import QUANTILE_COLUMNS, RAW_QUANTILE_COLUMNS, EstimateConfig, coverage, estimate_trace
 from estimators.online_speed import OnlineSpeedConfig
 from estimators.recalibration import RecalibrationConfig, recalibrate
 from harness.decisions import decision_agreement
@@ -97,7 +97,7 @@ def study(root: Path, online_speed: bool = False, in_sample: bool = False,
         row.update(coverage(est) or {})
         row["pinball"] = pinball(est, QUANTILES)
         if recalibration is not None:
-            raw = est[["true_s"]].assign(**{c: est[c.replace("_s", "_raw_s")] for c in QUANTILES})
+            raw = est[["true_s"]].assign(**dict(zip(QUANTILES, (est[k] for k in RAW_QUANTILE_COLUMNS))))
             row["raw"] = {**coverage(raw), "pinball": pinball(raw, QUANTILES)}
             c = est[["true_s"]].assign(**dict(zip(QUANTILES, (est[k] for k in CONSTANT))))
             row["constant_recalibrated"] = {**coverage(c), "pinball": pinball(c, QUANTILES),
@@ -110,7 +110,7 @@ def study(root: Path, online_speed: bool = False, in_sample: bool = False,
     return out
 
 
-QUANTILES = ("p50_s", "p90_s", "p99_s")
+QUANTILES = tuple(QUANTILE_COLUMNS)
 CONSTANT = ("c50_s", "c90_s", "c99_s")
 
 
