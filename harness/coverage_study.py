@@ -81,7 +81,7 @@ def study(root: Path, online_speed: bool = False, in_sample: bool = False,
         else:
             prof, after = _own_profile(path, inst)
             row["calibrated_on"] = f"own first {int(OWN_SHARE * 100)}% of steps (scored after {after:.1f} s)"
-            seen = reqs["ttft_s"][reqs["arrival_s"] <= after]
+            seen = reqs["ttft_s"][reqs["arrival_s"] + reqs["ttft_s"] <= after]  # first tokens back by then
         overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
         res = estimate_trace(trace, {inst: (prof, None)},
                              EstimateConfig(estimators=("sfs",), lengths="oracle", frontend_overhead_s=overhead,
