@@ -18,9 +18,9 @@ import sys
 import numpy as np
 
 from estimators.profile import load_profile
-from harness.engine_options import parse_engine_options, request_engine
-from harness.frontend import FrontEnd
-from harness.request_validate import RequestTrace, replay_requests
+from harness.requestlevel.engine_options import parse_engine_options, request_engine
+from harness.requestlevel.frontend import FrontEnd
+from harness.requestlevel.validate import RequestTrace, replay_requests
 from traces.store import open_trace
 
 

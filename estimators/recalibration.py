@@ -33,7 +33,7 @@ Step: 0.1 (log units). A level error of 10-30% is absorbed within a few
 completions at the median (each moves E_50 by 0.05 on average) and within
 tens at p90, and the bound above is under 1.5 points after 200 completions
 for offsets up to 0.3. A smaller step is quieter but slower: the coverage
-study reports 0.05 and 0.2 beside it (``harness.coverage_study``).
+study reports 0.05 and 0.2 beside it (``harness.studies.coverage``).
 """
 from __future__ import annotations
 

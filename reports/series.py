@@ -225,7 +225,7 @@ def _delta_routers(r: Result) -> set[str]:
 
 def _half_ci(x) -> float:
     """Half-width of the 95% t-interval over seeds (0 with one seed)."""
-    from harness.sweep_stats import mean_ci
+    from reports.paired_stats import mean_ci
 
     ci = mean_ci(x)["ci95"]
     return (ci[1] - ci[0]) / 2 if ci else 0.0

@@ -2,7 +2,7 @@
 
 A router is called by the twin at each arrival as ``router(i, t, insts)``
 and returns an instance index. It sees only honest views of the instances
-(``harness.twin.Instance``: state after the last completed step, the
+(``harness.twin.simulation.Instance``: state after the last completed step, the
 in-flight step's start and composition, arrivals not yet scheduled) and
 the query's own predicted quantities; never true output lengths or step
 end times.

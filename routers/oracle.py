@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from harness import twin_kernel as tk
+from harness.twin import kernel as tk
 from routers.base import RouteInputs, Router
 
 HORIZON_GROWTH = 4.0  # run a fork to the SLO first, then to 4x, 16x, ... the SLO until the first token

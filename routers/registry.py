@@ -28,7 +28,7 @@ class BuildContext:
     """Everything a router may be built from (all honest)."""
 
     inputs: RouteInputs
-    specs: list  # harness.twin.InstanceSpec per instance
+    specs: list  # harness.twin.simulation.InstanceSpec per instance
     frontend_overhead_s: float
     delta_per_us: float = 0.0
     seed: int = 0

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli_types import MAX_COUNT, MAX_SEED, cores
+from harness.cli.params import MAX_COUNT, MAX_SEED, cores
 from tests.adversarial import refused_cleanly
 from tests.conftest import REPO, run_cli
 
@@ -175,7 +175,7 @@ def test_bad_keyed_value_is_refused(tmp_path, monkeypatch, args, opt):
 def test_replay_nan_delta_and_lambda_refused_by_the_library_too():
     """``--delta nan`` routed every request to instance 0 (every comparison
     with NaN is false); the config refuses it whoever builds it."""
-    from harness.replay import ReplayConfig
+    from harness.twin.replay import ReplayConfig
 
     for kw in ({"delta_per_us": float("nan")}, {"lam": float("nan")}, {"lam": float("inf")}, {"delta_per_us": -1.0},
                {"epsilon": 1.0}, {"epsilon": float("nan")}, {"view_interval_ms": float("nan")}, {"seed": -1},
@@ -186,7 +186,7 @@ def test_replay_nan_delta_and_lambda_refused_by_the_library_too():
 
 
 def test_loadgen_config_refuses_what_would_hang():
-    from harness.loadgen import LoadgenConfig, generated_workload
+    from harness.live.loadgen import LoadgenConfig, generated_workload
 
     for kw in ({"request_timeout_s": float("nan")}, {"time_limit_s": 0.0}, {"request_rate": float("nan")},
                {"burstiness": float("inf")}, {"max_concurrency": 0}, {"prompt_format": "bytes"}):
@@ -295,7 +295,7 @@ def _one_line(stderr: str) -> str:
 
 def test_internal_error_is_one_line_and_exit_1(tmp_path, monkeypatch):
     monkeypatch.delenv("LATROUTE_DEBUG", raising=False)
-    monkeypatch.setattr("harness.cli_trace.open_trace", _boom(RuntimeError("kaboom\nsecond line")))
+    monkeypatch.setattr("harness.cli.trace.open_trace", _boom(RuntimeError("kaboom\nsecond line")))
     res = run_cli("trace", "info", tmp_path)
     assert res.exit_code == 1, res.output
     line = _one_line(res.stderr)
@@ -306,7 +306,7 @@ def test_internal_error_is_one_line_and_exit_1(tmp_path, monkeypatch):
 @pytest.mark.parametrize("how", ["--debug", "env"])
 def test_debug_keeps_the_traceback(tmp_path, monkeypatch, how):
     monkeypatch.delenv("LATROUTE_DEBUG", raising=False)
-    monkeypatch.setattr("harness.cli_trace.open_trace", _boom(RuntimeError("kaboom")))
+    monkeypatch.setattr("harness.cli.trace.open_trace", _boom(RuntimeError("kaboom")))
     if how == "env":
         monkeypatch.setenv("LATROUTE_DEBUG", "1")
         res = run_cli("trace", "info", tmp_path)
@@ -319,7 +319,7 @@ def test_debug_keeps_the_traceback(tmp_path, monkeypatch, how):
 
 def test_latroute_debug_0_is_off(tmp_path, monkeypatch):
     monkeypatch.setenv("LATROUTE_DEBUG", "0")
-    monkeypatch.setattr("harness.cli_trace.open_trace", _boom(ValueError("bad")))
+    monkeypatch.setattr("harness.cli.trace.open_trace", _boom(ValueError("bad")))
     res = run_cli("trace", "info", tmp_path)
     assert res.exit_code == 1 and "Traceback" not in res.stderr and _one_line(res.stderr).startswith("error: internal")
 
@@ -329,7 +329,7 @@ def test_debug_does_not_change_a_bad_input_refusal(tmp_path):
 
 
 def test_keyboard_interrupt_is_130_and_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.cli_trace.open_trace", _boom(KeyboardInterrupt()))
+    monkeypatch.setattr("harness.cli.trace.open_trace", _boom(KeyboardInterrupt()))
     res = run_cli("trace", "info", tmp_path)
     assert res.exit_code == 130, res.output
     assert _one_line(res.stderr) == "interrupted" and "Aborted" not in res.output
@@ -337,14 +337,14 @@ def test_keyboard_interrupt_is_130_and_one_line(tmp_path, monkeypatch):
 
 def test_failed_check_still_exits_1(tmp_path, monkeypatch):
     """A command's own exit status (check: 1 = regression) passes through."""
-    monkeypatch.setattr("harness.cli_report.load_result", _boom(SystemExit(1)))
+    monkeypatch.setattr("harness.cli.report.load_result", _boom(SystemExit(1)))
     assert run_cli("check", tmp_path, "--baseline", tmp_path / "b.json").exit_code == 1
 
 
 def test_click_exception_keeps_its_status_in_one_line(tmp_path, monkeypatch):
     import click
 
-    monkeypatch.setattr("harness.cli_trace.open_trace", _boom(click.ClickException("fit failed\nbadly")))
+    monkeypatch.setattr("harness.cli.trace.open_trace", _boom(click.ClickException("fit failed\nbadly")))
     res = run_cli("trace", "info", tmp_path)
     assert res.exit_code == 1 and _one_line(res.stderr) == "error: fit failed badly"
 

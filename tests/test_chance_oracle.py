@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, replay
 from routers.base import RouteInputs
 from routers.chance import ChanceRouter, LognormalError
 from routers.oracle import Oracle
@@ -58,7 +58,7 @@ def test_oracle_fork_predicts_the_true_ttft():
             seen[i] = (j, self.true_ttft(insts[j], i, t, 3600.0))
             return j
 
-    from harness.twin import Twin, TwinConfig
+    from harness.twin.simulation import Twin, TwinConfig
     specs = Twin.from_pool(pool).specs
     inputs = RouteInputs(wl["prompt_tokens"].to_numpy(), np.full(len(wl), 2.0), np.zeros((len(wl), len(specs))),
                          wl["output_tokens"].to_numpy())
@@ -87,7 +87,7 @@ def test_oracle_and_chance_replays_are_deterministic():
 
 
 def test_sweep_reports_oracle_share_and_best_other():
-    from harness.sweep import summarize_sweep
+    from harness.sweep.driver import summarize_sweep
     rows = []
     for seed in (0, 1):
         for router, level in (("oracle", 1.0), ("sfs-cc", 0.9), ("sfs-hard", 0.8), ("latency-agnostic", 0.5)):

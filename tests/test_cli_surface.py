@@ -43,7 +43,7 @@ def test_every_registered_command_resolves():
 
 
 def test_chunk_rows_default_mirrors_importers():
-    from harness.cli_trace import DEFAULT_CHUNK_ROWS
+    from harness.cli.trace import DEFAULT_CHUNK_ROWS
     from traces.importers.common import DEFAULT_CHUNK_ROWS as IMPORTERS
 
     assert DEFAULT_CHUNK_ROWS == IMPORTERS

@@ -13,9 +13,9 @@ from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.view import Query
 from estimators.sfs import SFS
 from estimators.snapshot import Snapshot
-from harness.decisions import decision_agreement
-from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
-from harness.validate import validate
+from harness.twin.decisions import decision_agreement
+from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
+from harness.twin.validate import validate
 from tests.test_twin import toy_profile
 from traces.store import TraceWriter, open_trace
 

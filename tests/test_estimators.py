@@ -104,8 +104,8 @@ def test_recorded_walk_snapshots_are_honest():
 def test_estimate_cli_on_a_twin_trace(tmp_path):
     res = run_cli("trace", "generate", "--requests", 300, "--rate", 6, "--out", tmp_path / "wl")
     assert res.exit_code == 0
-    from harness.pools import load_pool
-    from harness.twin import Twin, TwinConfig, shortest_queue_router
+    from harness.twin.pools import load_pool
+    from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
     r = Twin.from_pool(load_pool("qwen3-h100"), TwinConfig(noise=False)).run(
         open_trace(tmp_path / "wl").read("requests"), shortest_queue_router)
     with TraceWriter(tmp_path / "served") as tw:

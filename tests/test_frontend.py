@@ -1,5 +1,5 @@
-"""The serial API front end (``harness.frontend``) and the warm prefix cache of
-a request-level replay (``harness.request_cache``), on a slice of a real
+"""The serial API front end (``harness.requestlevel.frontend``) and the warm prefix cache of
+a request-level replay (``harness.requestlevel.cache``), on a slice of a real
 A100 run."""
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.engine_options import REQUEST_TRACE_DEFAULTS
-from harness.frontend import (
+from harness.requestlevel.cache import WARM_LEAD_S, warm_input
+from harness.requestlevel.delivery import MAX_ROUNDS
+from harness.requestlevel.engine_options import REQUEST_TRACE_DEFAULTS
+from harness.requestlevel.fit import profile_of
+from harness.requestlevel.frontend import (
     MEASURED_ACCEPT_SHARE,
     MEASURED_PER_OUTPUT_S,
     MEASURED_PER_REQUEST_S,
@@ -21,11 +24,8 @@ from harness.frontend import (
     measured,
     two_phase_done,
 )
-from harness.frontend_burst import fit_output_cost, held_delays, predicted_delays
-from harness.request_cache import WARM_LEAD_S, warm_input
-from harness.request_delivery import MAX_ROUNDS
-from harness.request_fit import profile_of
-from harness.request_validate import RequestTrace, replay_requests
+from harness.requestlevel.frontend_burst import fit_output_cost, held_delays, predicted_delays
+from harness.requestlevel.validate import RequestTrace, replay_requests
 from tests.conftest import run_cli
 from tests.test_request_level import slice_trace  # noqa: F401  (the fixture: 60 requests of the 16 q/s run)
 from traces.store import open_trace
@@ -53,7 +53,7 @@ def test_serial_front_end_queues_a_burst_and_leaves_spaced_arrivals_alone():
 
 
 def test_measured_cost_is_the_median_of_the_recorded_bursts():
-    """The constant in harness.frontend is what its own method gives on the
+    """The constant in harness.requestlevel.frontend is what its own method gives on the
     stored measurement (five bursts on a real vLLM 0.32 server)."""
     d = pd.read_csv(BURSTS)
     costs, shares = [], []
@@ -134,7 +134,7 @@ def test_fifo_done_is_the_server_recursion():
 
 
 def test_measured_delivery_cost_is_the_median_of_the_recorded_bursts():
-    """The per-token constant in harness.frontend is what fit_output_cost
+    """The per-token constant in harness.requestlevel.frontend is what fit_output_cost
     gives on the stored bursts, each with its own measured admission cost;
     and at that cost the serial server explains the bursts' delivery delays
     (median error under 5 ms on delays of 18-45 ms), which no delivery cost

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios, steps_to_converge
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay
-from harness.twin import Twin, TwinConfig, shortest_queue_router
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, replay
+from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from tests.conftest import run_cli
 from traces.arrivals import ArrivalSpec
 from traces.workload import WorkloadConfig, generate_workload

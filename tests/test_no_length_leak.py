@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from estimators.engine.layout import F_OUTPUTS, F_RID, F_TARGET
-from harness.pool_baselines import pool_baselines
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, workload_inputs
-from harness.twin import Twin, TwinConfig, shortest_queue_router
+from harness.twin.pool_baselines import pool_baselines
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, workload_inputs
+from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from routers.registry import REGISTRY, make_router
 from traces.arrivals import ArrivalSpec
 from traces.lengths import trace_median_output
@@ -112,7 +112,7 @@ def test_decisions_do_not_depend_on_true_lengths(setup, has_column, lengths, see
 def test_the_property_catches_the_old_replay_leak(setup, monkeypatch):
     """Not vacuous: replay's old fallback (true output_tokens when a trace
     has no predicted_output_tokens) breaks the property."""
-    import harness.replay
+    import harness.twin.replay
     from traces.lengths import PredictedLengths, predicted_lengths
 
     def old_fallback(requests, policy=None):
@@ -120,6 +120,6 @@ def test_the_property_catches_the_old_replay_leak(setup, monkeypatch):
             return predicted_lengths(requests, policy)
         return PredictedLengths(np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1), "median", "")
 
-    monkeypatch.setattr(harness.replay, "predicted_lengths", old_fallback)
+    monkeypatch.setattr(harness.twin.replay, "predicted_lengths", old_fallback)
     bad = mismatches(setup, False, None, 0)
     assert {name for name, _ in bad} >= {"least-tokens", "sfs-hard"}, bad

@@ -133,7 +133,7 @@ def test_burstiness_means_gamma_and_is_refused_where_it_cannot_apply(tmp_path):
 
 
 def test_readme_documents_every_option_of_replay_and_sweep():
-    from harness.cli_replay import replay, sweep
+    from harness.cli.replay import replay, sweep
     from tests.conftest import REPO
 
     readme = (REPO / "README.md").read_text()

@@ -55,7 +55,7 @@ def test_mooncake_ids_replay_on_a_twin_with_caching(tmp_path):
     from estimators.batch_fit import NoiseModel
     from estimators.engine.config import InstanceConfig
     from estimators.profile import BatchTimeProfile
-    from harness.twin import InstanceSpec, Twin, TwinConfig
+    from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
     from tests.conftest import run_cli
     from traces.store import open_trace
 

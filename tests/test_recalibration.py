@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from estimators.recalibration import LEVELS, QuantileRecalibrator, RecalibrationConfig, recalibrate
-from harness.coverage_study import study, within
+from harness.studies.coverage import study, within
 from tests.conftest import run_cli
 
 Z = np.array([0.0, 1.2816, 2.3263])  # standard normal quantiles at 0.5, 0.9, 0.99

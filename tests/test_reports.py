@@ -15,8 +15,8 @@ from traces.store import TraceWriter
 def results(tmp_path_factory):
     d = tmp_path_factory.mktemp("results")
     # a twin trace to estimate on and to validate against
-    from harness.pools import load_pool
-    from harness.twin import Twin, TwinConfig, shortest_queue_router
+    from harness.twin.pools import load_pool
+    from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload
 

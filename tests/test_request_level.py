@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.engine_options import REQUEST_TRACE_DEFAULTS, parse_engine_options, request_engine
-from harness.request_fit import RequestFitConfig, TraceTargets, initial_guess, loss, nelder_mead, profile_of
-from harness.request_validate import RequestTrace, ks_statistic, replay_requests
+from harness.requestlevel.engine_options import REQUEST_TRACE_DEFAULTS, parse_engine_options, request_engine
+from harness.requestlevel.fit import RequestFitConfig, TraceTargets, initial_guess, loss, nelder_mead, profile_of
+from harness.requestlevel.validate import RequestTrace, ks_statistic, replay_requests
 from tests.conftest import assert_refused, run_cli, shared
 from traces.errors import BadInput, BadOption
 from traces.store import TraceWriter, open_trace
@@ -144,7 +144,7 @@ def test_virtual_engines_split_requests_and_run_in_parallel(slice_trace):
 
 
 def test_search_options_grid():
-    from harness.engine_options import parse_search_options
+    from harness.requestlevel.engine_options import parse_search_options
 
     assert parse_search_options(["num_kv_blocks=500,1000", "max_num_seqs=64"]) == {
         "num_kv_blocks": (500, 1000), "max_num_seqs": (64,)}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sweep import auc
+from harness.sweep.driver import auc
 from routers.base import RouteInputs
 from routers.latency_aware import LatencyAware
 from routers.rules import hard_rule, soft_rule

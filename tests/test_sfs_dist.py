@@ -9,8 +9,8 @@ from estimators.sfs import SFS
 from estimators.sfs_dist import mc_ttft, remainder_moments
 from estimators.snapshot import Query
 from estimators.step_correlation import GRID, TrajectoryNoise
-from harness.bench_sfs import busy_state
-from harness.bench_sfs_dist import _profile
+from harness.bench.sfs import busy_state
+from harness.bench.sfs_dist import _profile
 
 
 def _case(p_stall, n=16, prompt=3000, seed=1, common=0.0, elapsed=None, mean_ratio=0.0):

@@ -15,7 +15,7 @@ from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
 from estimators.sfs import SFS
 from estimators.snapshot import Query
-from harness.twin import InstanceSpec, Twin, TwinConfig
+from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
 
 
 @st.composite

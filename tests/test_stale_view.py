@@ -1,8 +1,8 @@
 """Stale views: state published at an interval, with or without the ledger."""
 import pandas as pd
 
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, replay
 from traces.arrivals import ArrivalSpec
 from traces.workload import WorkloadConfig, generate_workload
 

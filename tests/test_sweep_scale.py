@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.sweep_stats import mean_ci, paired, t975
+from reports.paired_stats import mean_ci, paired, t975
 from tests.conftest import REPO, assert_refused, run_cli
 
 TINY = ["--requests", "30", "--noise", "off"]
@@ -248,7 +248,7 @@ def test_a_ctrl_c_swallowed_under_a_cell_still_stops_the_sweep(monkeypatch):
     """Something under a cell (a C extension's signal handling, a cleanup)
     may consume the KeyboardInterrupt of a Ctrl-C; the sweep still stops
     after that cell instead of running on to the end and exiting 0."""
-    from harness import sweep
+    from harness.sweep import driver as sweep
 
     calls = []
 

@@ -18,7 +18,7 @@ from estimators.step_correlation import (
     common_var_table,
     fit_common_var,
 )
-from harness.bench_sfs import busy_state
+from harness.bench.sfs import busy_state
 from traces.errors import BadInput
 
 

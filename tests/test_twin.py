@@ -11,8 +11,15 @@ import pytest
 from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile, load_profile
-from harness.pools import load_pool
-from harness.twin import InstanceSpec, Twin, TwinConfig, fixed_router, round_robin_router, shortest_queue_router
+from harness.twin.pools import load_pool
+from harness.twin.simulation import (
+    InstanceSpec,
+    Twin,
+    TwinConfig,
+    fixed_router,
+    round_robin_router,
+    shortest_queue_router,
+)
 from tests.conftest import run_cli, shared
 from traces.store import TraceWriter, open_trace
 from traces.workload import WorkloadConfig, generate_workload

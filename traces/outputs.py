@@ -2,7 +2,7 @@
 
 Every output is built beside its final place and renamed into it only when
 complete, so a crash or a refused input never leaves a half-written result
-behind (sweeps are the one resumable output: ``harness/sweep_store.py``).
+behind (sweeps are the one resumable output: ``harness/sweep/store.py``).
 
 What latroute may replace is what it wrote: every output directory carries
 a marker file (``.latroute``, holding its kind) and every JSON file output

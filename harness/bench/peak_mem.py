@@ -1,5 +1,5 @@
 """Run a module as ``python -m`` would and report the process's own peak
-resident memory: ``python -m harness.peak_mem MODULE ARGS...``.
+resident memory: ``python -m harness.bench.peak_mem MODULE ARGS...``.
 
 The peak is read from /proc/self/status (VmHWM), which belongs to the
 process image after exec; getrusage's maxrss can carry the forking

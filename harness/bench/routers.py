@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 
-from harness.pool_baselines import pool_baselines
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay, warm_up
+from harness.twin.pool_baselines import pool_baselines
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, replay, warm_up
 from routers.registry import ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.workload import WorkloadConfig, generate_workload

@@ -25,8 +25,8 @@ import numpy as np
 from estimators.engine.layout import C_PREFIX
 from estimators.sfs import SFS
 from estimators.snapshot import Query
-from harness.pools import Pool, load_pool
-from harness.twin import Twin, TwinConfig, shortest_queue_router
+from harness.twin.pools import Pool, load_pool
+from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from traces.sessions import SessionConfig, generate_sessions
 
 INSTANCE = "qwen3-0.6b"

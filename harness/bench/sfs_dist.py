@@ -1,6 +1,6 @@
 """Probabilistic SFS: cost and accuracy (``latroute bench --only sfs``).
 
-Cost: at a busy 64-resident qwen3-8b H100 state (``harness.bench_sfs``),
+Cost: at a busy 64-resident qwen3-8b H100 state (``harness.bench.sfs``),
 the point estimate, the probabilistic one (mean, p50/p90/p99 and
 P(TTFT <= SLO)) and the probabilistic one with its quantiles recalibrated
 online (``estimators.recalibration``, after 50 completions) are timed
@@ -23,7 +23,7 @@ from estimators.recalibration import QuantileRecalibrator
 from estimators.sfs import SFS
 from estimators.sfs_dist import mc_ttft
 from estimators.snapshot import Query
-from harness.bench_sfs import busy_state
+from harness.bench.sfs import busy_state
 from traces.workload import WorkloadConfig, generate_workload
 
 

@@ -1,9 +1,9 @@
 """Twin replay benchmark, run as a child process by ``latroute bench`` so
-its peak memory is its own: ``python -m harness.bench_twin N RATE ROUTER``.
+its peak memory is its own: ``python -m harness.bench.twin N RATE ROUTER``.
 
 Prints one JSON object: warm-up (compile or cache load) apart, then the
 replay's wall time, simulated span and the router's mean decision time
-(``latroute bench`` runs it under ``harness.peak_mem`` for its peak memory)."""
+(``latroute bench`` runs it under ``harness.bench.peak_mem`` for its peak memory)."""
 from __future__ import annotations
 
 import json
@@ -13,9 +13,9 @@ import time
 
 def run(n: int, rate: float, router_name: str, seed: int = 0) -> dict:
     t0 = time.perf_counter()
-    from harness.pool_baselines import pool_baselines
-    from harness.pools import load_pool
-    from harness.replay import ReplayConfig, replay, warm_up
+    from harness.twin.pool_baselines import pool_baselines
+    from harness.twin.pools import load_pool
+    from harness.twin.replay import ReplayConfig, replay, warm_up
     from routers.registry import needs_baselines
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload

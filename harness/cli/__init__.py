@@ -1,5 +1,10 @@
 """The ``latroute`` command line, and its one error path.
 
+This room holds one module per command (``trace``, ``replay`` and ``sweep``,
+``estimate``, ...), the click parameter types (``params``) and the options
+that several commands share; a command module may import anything in
+latroute, nothing imports the command line but its own modules and tests.
+
 Every command ends in one of four ways, so CI jobs and scripts can tell
 them apart from the status alone:
 
@@ -227,25 +232,22 @@ def add_vllm_aliases(cmd: click.Command) -> None:
 # Commands by import path, imported only when invoked (``latroute --help``
 # must not pay for numba, pandas or matplotlib). name: ("module:attr", one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "trace": ("harness.cli_trace:trace", "Generate, import, inspect and query traces (Parquet + DuckDB)."),
-    "demo": ("harness.cli_demo:demo", "Run the pipeline on built-in defaults and say where the results are."),
-    "bench": ("harness.cli_bench:bench", "Measure speed and memory of latroute's heavy paths."),
-    "calibrate": ("harness.cli_calibrate:calibrate", "Fit a batch-time profile from the steps of traces."),
-    "validate": ("harness.cli_validate:validate", "Replay a recorded trace on the engine twin and compare with vLLM."),
-    "estimate": ("harness.cli_estimate:estimate", "Estimate every measured request's TTFT with each estimator."),
-    "replay": ("harness.cli_replay:replay", "Replay a workload through one router on the engine twin of a pool."),
-    "sweep": ("harness.cli_replay:sweep", "Replay routers over arrival rates (and deltas, lambdas, seeds)."),
-    "report": ("harness.cli_report:report", "Build an HTML and Markdown report from results."),
-    "list": ("harness.cli_list:list_", "List the built-in pools, profiles, routers or estimators."),
-    "check": ("harness.cli_report:check", "Regression gate for CI: compare a result's metrics with a baseline."),
-    "record": ("harness.cli_record:record", "Record a real vLLM engine's every step (in vLLM's own environment)."),
-    "loadgen": ("harness.cli_loadgen:loadgen", "Open-loop streaming load on an OpenAI-compatible endpoint."),
+    "trace": ("harness.cli.trace:trace", "Generate, import, inspect and query traces (Parquet + DuckDB)."),
+    "demo": ("harness.cli.demo:demo", "Run the pipeline on built-in defaults and say where the results are."),
+    "bench": ("harness.cli.bench:bench", "Measure speed and memory of latroute's heavy paths."),
+    "calibrate": ("harness.cli.calibrate:calibrate", "Fit a batch-time profile from the steps of traces."),
+    "validate": ("harness.cli.validate:validate", "Replay a recorded trace on the engine twin and compare with vLLM."),
+    "estimate": ("harness.cli.estimate:estimate", "Estimate every measured request's TTFT with each estimator."),
+    "replay": ("harness.cli.replay:replay", "Replay a workload through one router on the engine twin of a pool."),
+    "sweep": ("harness.cli.replay:sweep", "Replay routers over arrival rates (and deltas, lambdas, seeds)."),
+    "report": ("harness.cli.report:report", "Build an HTML and Markdown report from results."),
+    "list": ("harness.cli.listing:list_", "List the built-in pools, profiles, routers or estimators."),
+    "check": ("harness.cli.report:check", "Regression gate for CI: compare a result's metrics with a baseline."),
+    "record": ("harness.cli.record:record", "Record a real vLLM engine's every step (in vLLM's own environment)."),
+    "loadgen": ("harness.cli.loadgen:loadgen", "Open-loop streaming load on an OpenAI-compatible endpoint."),
 }
 
 
 def main() -> None:
     cli(prog_name="latroute")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import click
 
-from harness.cli_types import COUNT, POSITIVE
+from harness.cli.params import COUNT, POSITIVE
 
 SECTIONS = ("generate", "import", "twin", "replay", "routers", "sfs", "sfs-cache")
 
 
 def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``python -m MODULE ARGS`` in a child under ``harness.peak_mem``;
+    """Run ``python -m MODULE ARGS`` in a child under ``harness.bench.peak_mem``;
     return (the finished process, wall seconds, its own peak RSS in MB)."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "harness.peak_mem", module, *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "harness.bench.peak_mem", module, *args], capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise click.ClickException(f"{module} {' '.join(args)} failed:\n{proc.stderr.strip()}")
@@ -32,7 +32,7 @@ def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess,
 
 
 def _peak_from(stderr: str) -> float:
-    from harness.peak_mem import MARKER
+    from harness.bench.peak_mem import MARKER
 
     for line in reversed(stderr.splitlines()):
         if line.startswith(MARKER):
@@ -67,7 +67,7 @@ def bench_import(rows: int, workdir: Path) -> dict:
 
 
 def bench_twin(requests: int, rate: float, router: str) -> dict:
-    proc, _, peak_mb = _run_measured("harness.bench_twin", str(requests), str(rate), router)
+    proc, _, peak_mb = _run_measured("harness.bench.twin", str(requests), str(rate), router)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["peak_rss_mb"] = peak_mb
     return out
@@ -141,7 +141,7 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                            f"{r['mean_decision_us']:.1f} us; warm-up (compile or cache load) {r['warmup_s']:.2f} s "
                            f"apart; peak memory {r['peak_rss_mb']:.0f} MB")
         if "routers" in sections:
-            from harness.bench_routers import run as run_routers
+            from harness.bench.routers import run as run_routers
 
             results["routers"] = r = run_routers()
             if not as_json:
@@ -152,7 +152,7 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                     click.echo(f"          {name:<18} {v['mean_decision_us']:9.1f} us   replay {v['speedup']:,.0f}x "
                                f"real time   OnTimeUtility {v['ontime_utility']:.4f}")
         if "sfs" in sections:
-            from harness.bench_sfs import run as run_sfs
+            from harness.bench.sfs import run as run_sfs
 
             results["sfs"] = r = run_sfs()
             if not as_json:
@@ -165,7 +165,7 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 click.echo("          64 residents, longer queues: " + ", ".join(
                     f"{p['steps']:.0f} steps {p['median_us']:.0f} us" for p in lin["points"])
                            + f" -> {lin['us_per_step']:.1f} us per simulated step (linear fit R^2 {lin['r2']:.3f})")
-            from harness.bench_sfs_dist import run as run_dist
+            from harness.bench.sfs_dist import run as run_dist
 
             results["sfs_dist"] = r = run_dist()
             if not as_json:
@@ -181,7 +181,7 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                                f"{sh['p90']:.3f}/{sh['p99']:.3f}, max |P(on time) error| "
                                f"{a['max_abs_p_on_time_error']:.3f}")
         if "sfs-cache" in sections:
-            from harness.bench_sfs_cache import run as run_sfs_cache
+            from harness.bench.sfs_cache import run as run_sfs_cache
 
             results["sfs-cache"] = r = run_sfs_cache()
             if not as_json:

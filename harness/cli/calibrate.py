@@ -20,7 +20,7 @@ from estimators.calibrate import (
 from estimators.drift import speed_drift
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.recalibrate import format_curve, learning_curve, update_profile
-from harness.cli_types import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window
+from harness.cli.params import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window
 from traces.outputs import check_out
 
 
@@ -95,7 +95,7 @@ def format_profile(p: BatchTimeProfile) -> str:
               help="--from-requests: vLLM V0 pipeline parallelism (one scheduler per pipeline stage).")
 @click.option("--frontend", "frontend", type=click.Choice(["none", "measured"]), default="none", show_default=True,
               help="--from-requests: the API server as one serial queue of admissions and output deliveries "
-                   "(harness.frontend); measured = vLLM 0.32's costs per admitted request and per delivered "
+                   "(harness.requestlevel.frontend); measured = vLLM 0.32's costs per admitted request and per delivered "
                    "token, measured on a real server under bursts.")
 @click.option("--frontend-per-request", "frontend_ms", type=Finite(0.0, 1e4), metavar="MS",
               help="--from-requests: the serial front end's cost per admitted request in ms (replaces --frontend's).")
@@ -133,9 +133,9 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
     if from_requests:
         from dataclasses import replace
 
-        from harness.engine_options import parse_search_options
-        from harness.frontend import FrontEnd, measured
-        from harness.request_fit import calibrate_from_requests
+        from harness.requestlevel.engine_options import parse_search_options
+        from harness.requestlevel.fit import calibrate_from_requests
+        from harness.requestlevel.frontend import FrontEnd, measured
 
         fe = measured() if frontend == "measured" else FrontEnd()
         if frontend_ms is not None:

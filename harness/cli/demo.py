@@ -19,14 +19,14 @@ import click
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, calibrate_instance, fit_forms, load_steps
 from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
 from estimators.profile import load_profile
-from harness.cli_calibrate import format_profile, format_results
-from harness.cli_estimate import format_metrics
-from harness.cli_replay import format_sweep, write_replay_result
-from harness.cli_types import SEED
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, replay
-from harness.sweep import Cell, SweepSpec, default_workers, run_and_write_sweep
-from harness.twin import Twin, TwinConfig, shortest_queue_router, write_twin_trace
+from harness.cli.calibrate import format_profile, format_results
+from harness.cli.estimate import format_metrics
+from harness.cli.params import SEED
+from harness.cli.replay import format_sweep, write_replay_result
+from harness.sweep.driver import Cell, SweepSpec, default_workers, run_and_write_sweep
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, replay
+from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from reports.render import build_report
 from reports.results import command_line, load_result, result_header
 from reports.serving import tidy_estimates

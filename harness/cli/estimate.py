@@ -13,7 +13,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, esti
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
-from harness.cli_types import AT_LEAST_1, POSITIVE, EngineSetting, Window
+from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -164,7 +164,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     trace = open_trace(trace_dir)
     recon = None
     if not trace.has("steps") and not trace.has("instances"):
-        from harness.request_reconstruct import reconstruct_for_estimate
+        from harness.requestlevel.reconstruct import reconstruct_for_estimate
 
         recon = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts, prefix_cache)
         trace = recon.trace

@@ -12,7 +12,7 @@ KINDS = ("pools", "profiles", "routers", "estimators")
 def list_rows(kind: str) -> list[tuple[str, str]]:
     """(name, one-line description) of every built-in of ``kind``."""
     if kind == "pools":
-        from harness.pools import BUILTIN_POOLS
+        from harness.twin.pools import BUILTIN_POOLS
 
         rows = []
         for name, make in BUILTIN_POOLS.items():

@@ -9,9 +9,16 @@ from pathlib import Path
 import click
 import numpy as np
 
-from harness.cli_types import COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
-from harness.loadgen import LoadgenConfig, bench_result, check_base_url, generated_workload, requests_frame, run_loadgen
-from harness.record import RunFailed, read_workload
+from harness.cli.params import COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
+from harness.live.loadgen import (
+    LoadgenConfig,
+    bench_result,
+    check_base_url,
+    generated_workload,
+    requests_frame,
+    run_loadgen,
+)
+from harness.live.record import RunFailed, read_workload
 from traces.errors import BadInput
 from traces.outputs import check_out, write_json
 from traces.store import TraceWriter, open_trace

@@ -187,7 +187,7 @@ class KeyFraction(click.ParamType):
 
 class EngineSetting(click.ParamType):
     """``--engine KEY=VALUE`` (or, with ``grid``, ``--search KEY=V1,V2``)
-    checked while parsing by ``harness.engine_options`` itself (imported
+    checked while parsing by ``harness.requestlevel.engine_options`` itself (imported
     only when the option is given: it loads numpy); returns the text
     unchanged for the command to parse again."""
 
@@ -197,7 +197,7 @@ class EngineSetting(click.ParamType):
         self.grid = grid
 
     def convert(self, value, param, ctx) -> str:
-        from harness.engine_options import parse_engine_options, parse_search_options
+        from harness.requestlevel.engine_options import parse_engine_options, parse_search_options
         from traces.errors import BadInput
 
         try:

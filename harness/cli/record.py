@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from harness.cli_types import POSITIVE, SEED, TOKENS, Finite, IntIn
-from harness.record import EngineOptions, RunFailed, finish, record_engine, vllm_python
+from harness.cli.params import POSITIVE, SEED, TOKENS, Finite, IntIn
+from harness.live.record import EngineOptions, RunFailed, finish, record_engine, vllm_python
 from traces.outputs import check_out
 from traces.store import open_trace
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli_serving import parse_serving, served_serving_metrics, serving_options
-from harness.cli_types import (
+from harness.cli.params import (
     AT_LEAST_1,
     COUNT,
     MAX_SEED,
@@ -20,10 +19,9 @@ from harness.cli_types import (
     IntIn,
     cores,
 )
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, workload_inputs
-from harness.replay import replay as run_replay
-from harness.sweep import (
+from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
+from harness.sweep.backends import BACKENDS, Progress
+from harness.sweep.driver import (
     Cell,
     SweepSpec,
     check_sweep_run,
@@ -33,9 +31,11 @@ from harness.sweep import (
     sweep_result,
     write_sweep_result,
 )
-from harness.sweep_backends import BACKENDS, Progress
-from harness.sweep_store import SweepStore, cell_key
-from harness.twin import InstanceSpec
+from harness.sweep.store import SweepStore, cell_key
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, workload_inputs
+from harness.twin.replay import replay as run_replay
+from harness.twin.simulation import InstanceSpec
 from reports.results import command_line, result_header
 from routers.chance import DEFAULT_EPSILON
 from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
@@ -130,7 +130,7 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
     """A replay result directory: metrics.json (with vLLM-style serving
     metrics), metrics.parquet (the same, long format) and the served trace
     (with the quality table the replay used)."""
-    from harness.twin import write_twin_trace
+    from harness.twin.simulation import write_twin_trace
     from reports.serving import DEFAULT_PERCENTILES, tidy
 
     quality = res.extra.get("quality", quality)

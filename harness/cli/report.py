@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli_types import NON_NEGATIVE, KeyFraction
+from harness.cli.params import NON_NEGATIVE, KeyFraction
 from reports.check import (
     baseline_doc,
     check_kind,

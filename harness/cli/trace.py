@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli_types import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, IntIn
+from harness.cli.params import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, IntIn
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
 from traces.outputs import check_out
@@ -253,7 +253,7 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
 
 
 def _add_join() -> None:
-    from harness.cli_join import join
+    from harness.cli.join import join
 
     trace.add_command(join)
 

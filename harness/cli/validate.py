@@ -9,10 +9,10 @@ import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
-from harness.cli_serving import parse_serving, served_serving_metrics, serving_options
-from harness.cli_types import SEED, EngineSetting
-from harness.twin import write_twin_trace
-from harness.validate import validate as run_validation
+from harness.cli.params import SEED, EngineSetting
+from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
+from harness.twin.simulation import write_twin_trace
+from harness.twin.validate import validate as run_validation
 from reports.results import result_header
 from reports.serving import format_serving, tidy
 from traces.client_join import client_ttft_check
@@ -62,7 +62,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
 
     A request-level TRACE (measured TTFT, no steps or instances) is replayed
     on one twin instance with the engine the profile's calibration fitted
-    (``--engine`` overrides); see ``harness.request_validate``.
+    (``--engine`` overrides); see ``harness.requestlevel.validate``.
     """
     check_out(out, force, inputs=[trace_dir, profile_ref, join_dir])  # before any work
     if (profile_ref is None) == (not self_calibrate):
@@ -72,7 +72,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
         raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
     trace = open_trace(trace_dir)
     if not trace.has("instances") and not trace.has("steps"):
-        from harness.request_validate import validate_request_trace
+        from harness.requestlevel.validate import validate_request_trace
 
         if self_calibrate:
             raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")

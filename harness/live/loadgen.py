@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
-from harness.record import RunFailed, Workload
+from harness.live.record import RunFailed, Workload
 from traces.errors import BadInput
 from traces.importers.vllm_bench import reconstruct_schedule
 from traces.vllm_recorder.prompts import as_words, prompt_token_ids

@@ -3,7 +3,7 @@
 Why: under a burst, vLLM's API process spends its one event loop both
 admitting requests and streaming every running request's new tokens, so a
 first token reaches the client later than the engine made it, and
-admissions wait behind deliveries (``harness.frontend``: one FIFO server
+admissions wait behind deliveries (``harness.requestlevel.frontend``: one FIFO server
 for both). The engine's steps are what the front end is handed: each step
 ends with one new token per request that decoded in it and one per request
 whose prompt it finished (its first token). The twin records those steps;
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.frontend import FrontEnd
-from harness.twin import TwinResult
+from harness.requestlevel.frontend import FrontEnd
+from harness.twin.simulation import TwinResult
 
 MAX_ROUNDS = 4
 SETTLED_S = 1e-6  # engine arrivals moving less than this between replays have settled

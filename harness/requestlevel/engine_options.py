@@ -41,7 +41,7 @@ scheduler flags, and the image of mid-April 2025 is vLLM 0.8.x):
 
 Unknown settings (the budget, ``max_num_seqs``) can be searched by
 ``calibrate --from-requests --search-engine``. The front end in front of
-the engine (``harness.frontend``: a constant overhead, fitted, and one
+the engine (``harness.requestlevel.frontend``: a constant overhead, fitted, and one
 serial queue of admissions and output deliveries at measured costs per
 request and per delivered token) travels in the profile too.
 """
@@ -52,7 +52,7 @@ from dataclasses import fields, replace
 
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.frontend import FrontEnd
+from harness.requestlevel.frontend import FrontEnd
 from traces.errors import BadOption
 
 # prefix_caching off in the twin: a request-level trace names no prompt blocks, so the cache vLLM had is
@@ -143,7 +143,7 @@ def frontend_overhead(profile: BatchTimeProfile | None) -> float:
 
 
 def frontend_of(profile: BatchTimeProfile | None) -> FrontEnd:
-    """The serial front end (``harness.frontend``) the calibration assumed; none without one."""
+    """The serial front end (``harness.requestlevel.frontend``) the calibration assumed; none without one."""
     if profile is None:
         return FrontEnd()
     return FrontEnd.from_json((profile.fitted_on.get("request_fit") or {}).get("frontend"))

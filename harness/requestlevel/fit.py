@@ -42,8 +42,8 @@ from estimators.batch_features import term_names
 from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.frontend import FrontEnd
-from harness.request_validate import RequestTrace, replay_requests, tpot_of
+from harness.requestlevel.frontend import FrontEnd
+from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
 
 FORM = "six"
 PARAMS = ("const", "P", "D", "sum_ctx", "frontend_overhead_s")
@@ -283,9 +283,9 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
 
-    from harness.engine_options import engine_settings, parse_engine_options, request_engine
-    from harness.request_reconstruct import baseline_params
-    from harness.request_validate import format_request_metrics, validate_requests
+    from harness.requestlevel.engine_options import engine_settings, parse_engine_options, request_engine
+    from harness.requestlevel.reconstruct import baseline_params
+    from harness.requestlevel.validate import format_request_metrics, validate_requests
     from traces.store import open_trace
 
     engine = request_engine(None, parse_engine_options(engine_opts))

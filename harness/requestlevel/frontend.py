@@ -37,7 +37,7 @@ Where ``c`` comes from (it must not be tuned on held-out runs): the 1 and
 overlap in the front end); ``MEASURED_PER_REQUEST_S`` is measured on a real
 vLLM 0.32 OpenAI server (see ``burst_admission`` and the README's
 request-level section); ``MEASURED_PER_OUTPUT_S`` likewise, from the same
-bursts' delivery delays (``harness.frontend_burst``). The values travel in
+bursts' delivery delays (``harness.requestlevel.frontend_burst``). The values travel in
 the profile (``fitted_on.request_fit.frontend``).
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ MEASURED_PER_REQUEST_S = 0.98e-3
 MEASURED_SOURCE = ("measured: vLLM 0.32.0 OpenAI server, 200-request bursts, median of 5 "
                    "(last arrival_time - first client send) / 200")
 # The same five bursts: the cost per delivered token that best explains when each first token
-# reached the client after the engine made it (harness.frontend_burst.fit_output_cost: 0.13-0.27 ms
+# reached the client after the engine made it (harness.requestlevel.frontend_burst.fit_output_cost: 0.13-0.27 ms
 # per burst); the median. docs/frontend_burst_steps.csv holds each step's end and outputs.
 MEASURED_PER_OUTPUT_S = 0.15e-3
 MEASURED_OUTPUT_SOURCE = ("measured: vLLM 0.32.0 OpenAI server, the same bursts, median of 5 per-burst fits "
@@ -93,7 +93,7 @@ def two_phase_done(arrival: np.ndarray, accept_s: float, handle_s: float, out_t:
     order (a request's arrival; at equal times the request first) once its
     accept is done. Returns when each request's handling and each output job
     are done. With ``accept_s`` = 0 this is ``fifo_done`` over all jobs."""
-    from harness.frontend_kernel import two_phase_loop
+    from harness.requestlevel.frontend_kernel import two_phase_loop
 
     a = np.ascontiguousarray(arrival, dtype=np.float64)
     ot = np.asarray(out_t, dtype=np.float64)

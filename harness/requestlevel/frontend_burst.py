@@ -1,6 +1,6 @@
 """The front end's cost per delivered token, measured on a real vLLM server's bursts.
 
-Why: ``harness.frontend``'s serial server delivers every engine step's new
+Why: ``harness.requestlevel.frontend``'s serial server delivers every engine step's new
 tokens, and its cost per token (``c_out``) must come from a measurement, not
 from the held-out runs it is judged on. A burst on a real server (the
 README's request-level section: a lone probe, then 200 requests at once,
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness.frontend import FrontEnd
-from harness.request_delivery import job_of
+from harness.requestlevel.delivery import job_of
+from harness.requestlevel.frontend import FrontEnd
 
 GRID_S = np.round(np.arange(0.0, 0.60001e-3, 0.01e-3), 9)  # 0 to 0.6 ms per token, 0.01 ms apart
 _MATCH_S = 2e-6  # the stored times are rounded to the microsecond

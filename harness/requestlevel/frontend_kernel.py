@@ -1,4 +1,4 @@
-"""The two-phase front-end server's loop (``harness.frontend.two_phase_done``),
+"""The two-phase front-end server's loop (``harness.requestlevel.frontend.two_phase_done``),
 compiled: calibration replays it hundreds of times per trace, over every
 engine step's deliveries.
 

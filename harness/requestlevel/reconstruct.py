@@ -22,10 +22,10 @@ from estimators.calibrate import load_steps
 from estimators.derived import throughput_params
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile, load_profile
-from harness.frontend import FrontEnd
-from harness.request_cache import WARM_LEAD_S
-from harness.request_validate import RequestTrace, replay_requests
-from harness.twin import write_twin_trace
+from harness.requestlevel.cache import WARM_LEAD_S
+from harness.requestlevel.frontend import FrontEnd
+from harness.requestlevel.validate import RequestTrace, replay_requests
+from harness.twin.simulation import write_twin_trace
 from traces.store import TraceWriter
 
 RECONSTRUCTED_NOTE = ("snapshots are RECONSTRUCTED: the trace has no engine steps, so the twin replayed its "
@@ -110,7 +110,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
                              prefix_cache: str = "cold") -> Reconstruction:
     """``estimate`` on a request-level trace: the twin's reconstruction (in a
     temporary directory) with the measured TTFTs, ready for the estimators."""
-    from harness.engine_options import (
+    from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
         parse_engine_options,

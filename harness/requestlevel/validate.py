@@ -1,9 +1,9 @@
 """Twin fidelity on a request-level trace (no steps, no instances table).
 
 The trace's arrivals are replayed on one twin instance configured by
-``harness.engine_options`` and timed by the profile, with the profile's
+``harness.requestlevel.engine_options`` and timed by the profile, with the profile's
 fitted front-end overhead added to every TTFT and, when the profile names
-one, the serial API front end (``harness.frontend``) between the client's
+one, the serial API front end (``harness.requestlevel.frontend``) between the client's
 arrivals and the engine's. The twin's per-request TTFT
 is compared with the measured one (per-request APE) and the two
 distributions are compared (mean, p50, p90, p99 and the two-sample KS
@@ -20,10 +20,10 @@ import pandas as pd
 from estimators.accuracy import error_summary
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.frontend import FrontEnd
-from harness.request_cache import given_hits, warm_fits, warm_input
-from harness.request_delivery import replay_with_deliveries
-from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
+from harness.requestlevel.cache import given_hits, warm_fits, warm_input
+from harness.requestlevel.delivery import replay_with_deliveries
+from harness.requestlevel.frontend import FrontEnd
+from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 from traces.errors import BadInput
 from traces.store import Trace
 
@@ -88,12 +88,12 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
                     virtual_engines: int = 1, frontend: FrontEnd | None = None) -> TwinResult:
     """Replay the arrivals on one instance (every request to it).
 
-    ``frontend`` (``harness.frontend``) turns the client's arrivals into
+    ``frontend`` (``harness.requestlevel.frontend``) turns the client's arrivals into
     the engine's; TTFTs are from the client's arrival, as measured, and
     ``added_s`` is when the engine got the request. With a delivery cost
-    (``harness.request_delivery``) ``ttft_s`` and ``finish_s`` are when the
+    (``harness.requestlevel.delivery``) ``ttft_s`` and ``finish_s`` are when the
     client gets the first and the last token, as measured. A warm trace replays
-    its prompts' warm-up first (``harness.request_cache``; hits handed
+    its prompts' warm-up first (``harness.requestlevel.cache``; hits handed
     over outright when they cannot all fit in the cache); the result's
     ``requests`` are the trace's rows only, on the trace's clock (the
     warm-up is in ``extra["warmup"]``, and it and the log are on the
@@ -257,14 +257,14 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     import time
     from pathlib import Path
 
-    from harness.engine_options import (
+    from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
         parse_engine_options,
         request_engine,
         virtual_engines,
     )
-    from harness.twin import write_twin_trace
+    from harness.twin.simulation import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
     from traces.outputs import StagedDir, write_json, write_parquet

@@ -8,7 +8,7 @@ Recordings whose decision agreement with the kernel is below 100% (the
 prefix-cache ones before the prefix-cache kernel lands) are reported as
 pending, not scored.
 
-``python -m harness.coverage_study RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate[=STEP]]``
+``python -m harness.studies.coverage RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate[=STEP]]``
 (recordings imported with ``latroute trace import vllm-record``; ``--in-sample``: each recording
 calibrated on itself, the ceiling when the profile comes from the same run and host; ``--recalibrate``:
 the quantiles recalibrated online from earlier first tokens, ``estimators.recalibration``, and the
@@ -26,7 +26,7 @@ from estimators.calibrate import CalibrationConfig, best_form, build_profile, ca
 from estimators.estimate import QUANTILE_COLUMNS, RAW_QUANTILE_COLUMNS, EstimateConfig, coverage, estimate_trace
 from estimators.online_speed import OnlineSpeedConfig
 from estimators.recalibration import RecalibrationConfig, recalibrate
-from harness.decisions import decision_agreement
+from harness.twin.decisions import decision_agreement
 from traces.store import open_trace
 
 CALIBRATE_ON = {"d1_": "d2_", "d2_": "d1_", "d4_": "d1_", "d5_": "d1_", "d6_": "d1_", "d7_": "d1_",

@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.pools import load_pool
-from harness.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
-from harness.sweep_backends import latched_interrupts, run_cells
-from harness.sweep_stats import mean_ci, paired
-from harness.sweep_store import SweepStore, cell_key, check_sweep_out
-from harness.twin import InstanceSpec
+from harness.sweep.backends import latched_interrupts, run_cells
+from harness.sweep.store import SweepStore, cell_key, check_sweep_out
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
+from harness.twin.simulation import InstanceSpec
+from reports.paired_stats import mean_ci, paired
 from reports.serving import serving_metrics, tidy
 from routers.chance import DEFAULT_EPSILON
 from routers.registry import capabilities

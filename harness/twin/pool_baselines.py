@@ -16,8 +16,8 @@ import numpy as np
 from estimators.calibrate import load_steps
 from estimators.derived import throughput_params
 from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
-from harness.pools import load_pool
-from harness.twin import InstanceSpec, Twin, TwinConfig, shortest_queue_router, write_twin_trace
+from harness.twin.pools import load_pool
+from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from traces.arrivals import ArrivalSpec
 from traces.store import TraceWriter, open_trace
 from traces.workload import WorkloadConfig, generate_workload

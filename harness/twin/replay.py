@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness.pool_baselines import pool_baselines
-from harness.pools import Pool
-from harness.stale_view import StaleViews, ViewConfig
-from harness.twin import Twin, TwinConfig, TwinResult
+from harness.twin.pool_baselines import pool_baselines
+from harness.twin.pools import Pool
+from harness.twin.simulation import Twin, TwinConfig, TwinResult
+from harness.twin.stale_view import StaleViews, ViewConfig
 from routers.base import RouteInputs
 from routers.chance import DEFAULT_EPSILON
 from routers.registry import capabilities, make_router, needs_baselines, router_entry
@@ -108,7 +108,7 @@ def warm_up() -> float:
     from estimators.batch_fit import NoiseModel
     from estimators.engine.config import InstanceConfig
     from estimators.profile import BatchTimeProfile
-    from harness.twin import InstanceSpec
+    from harness.twin.simulation import InstanceSpec
 
     prof = BatchTimeProfile("warm", "eq9", np.array([1e-3, 1e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.01))
     specs = [InstanceSpec(InstanceConfig(instance_id="w", max_num_batched_tokens=256, max_num_seqs=8,

@@ -34,8 +34,8 @@ from estimators.engine.timing import TimeModel, rng_state
 from estimators.online_speed import CLIP_LOG, HALF_LIFE_STEPS, baseline_log_ratio
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.snapshot import RateTracker, Snapshot
-from harness import twin_kernel as tk
-from harness.pools import Pool
+from harness.twin import kernel as tk
+from harness.twin.pools import Pool
 from traces.store import TraceWriter
 
 LOG_STEPS = 1 << 15
@@ -368,7 +368,7 @@ class Twin:
         blocks by ``hash_ids`` (one per ``hash_block_tokens`` tokens, the
         trace's meta.json); without ids every block is the request's own.
         ``hits`` gives hits outright to instances without caching. ``views``:
-        a ``harness.stale_view.StaleViews`` (routers then see the state
+        a ``harness.twin.stale_view.StaleViews`` (routers then see the state
         published at an interval, not the live instances)."""
         n = len(requests)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)

@@ -17,8 +17,8 @@ from estimators.accuracy import error_by_cached_share, error_summary
 from estimators.drift import trace_drift
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.decisions import decision_agreement
-from harness.twin import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router
+from harness.twin.decisions import decision_agreement
+from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router
 from traces.errors import BadInput
 from traces.store import Trace
 

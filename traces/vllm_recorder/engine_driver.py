@@ -2,7 +2,7 @@
 
 Run by ``latroute record engine`` in vLLM's interpreter:
 ``python -m traces.vllm_recorder.engine_driver SPEC.json``. The spec (written
-by ``harness/record.py``) names the model, the engine arguments and the
+by ``harness/live/record.py``) names the model, the engine arguments and the
 requests (id, arrival_s, prompt_tokens, output_tokens, hash_ids).
 
 The loop is a serving front end's, without HTTP: between two engine steps
