@@ -33,6 +33,7 @@ class FakeServer:
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.runner = None
         self.port = 0
+        self.dead = False  # set by a kill: from then on every stream dies at once, before cleanup() has run
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -55,17 +56,24 @@ class FakeServer:
         body = await request.json()
         self.seen[rid] = body
         mode = self.mode(rid)
+        if self.dead:
+            request.transport.close()
+            return web.Response(status=503)
         if mode == "500":
             return web.Response(status=500, text="internal error")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for i in range(body["max_tokens"]):
             await asyncio.sleep(self.gap_s)
+            if self.dead:
+                request.transport.close()
+                return resp
             if mode == "malformed" and i == 1:
                 await resp.write(b"data: {not json\n\n")
                 continue
             if mode in ("cut", "kill") and i == 2:
                 if mode == "kill":
+                    self.dead = True
                     asyncio.get_running_loop().create_task(self.runner.cleanup())
                 request.transport.close()
                 return resp
