@@ -39,16 +39,29 @@ def bash_blocks(text: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r"^```bash\n(.*?)^```\s*$", text, re.S | re.M)]
 
 
+def clone_entries() -> list[str]:
+    """The top-level names a fresh clone has: the tracked ones (git), else every non-hidden entry
+    but build outputs."""
+    try:
+        files = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True,
+                               check=True).stdout.split()
+        names = sorted({f.split("/")[0] for f in files} - {".ci", ".gitignore"})
+        if names:
+            return [n for n in names if (REPO / n).exists()]
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return sorted(e.name for e in REPO.iterdir() if not e.name.startswith(".")
+                  and e.name not in ("site", "build", "dist", "latroute-demo") and not e.name.endswith(".egg-info"))
+
+
 def fake_clone(tmp: Path) -> tuple[Path, dict]:
     """tmp/work (the clone), tmp/shared/data, and the environment a user's
     shell has after ``pip install -e .``: returns (cwd, env)."""
     work, shared, site, bindir = tmp / "work", tmp / "shared", tmp / "site", tmp / "bin"
     for d in (work, shared, site, bindir):
         d.mkdir()
-    for entry in REPO.iterdir():
-        if entry.name.startswith(".") or entry.name in ("site", "build", "dist") or entry.name.endswith(".egg-info"):
-            continue
-        (work / entry.name).symlink_to(entry)
+    for name in clone_entries():
+        (work / name).symlink_to(REPO / name)
     (shared / "data").symlink_to(SHARED_DATA.resolve())
     models = SHARED_DATA.resolve().parent / "models"
     if models.is_dir():
