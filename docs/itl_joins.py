@@ -1,5 +1,5 @@
 """What a joining request costs the running ones, from a vllm-bench trace's
-ITLs and from the twin's replay of it (README, request-level section: why
+ITLs and from the twin's replay of it (docs/results/request-level.md: why
 no engine intake is charged on the A100 host). Analysis script, not part of
 latroute's commands:
 
