@@ -192,16 +192,19 @@ def cli(debug: bool) -> None:
     """latroute: replay vLLM traces through TTFT estimators and routers.
 
     \b
-    Start here:
+    Start here (from the clone's root, the shared data beside it; the README
+    walks through the same steps):
       latroute demo                                    # the whole story
-      latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
+      latroute trace import azure ../shared/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv --out azconv
       latroute trace info azconv
-      latroute trace import vllm-record RECORDING_DIR --out d1
+      latroute trace import vllm-record ../shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
+      latroute trace import vllm-record ../shared/data/vllm_cpu/d2_tinya_poisson_r5 --out d2
       latroute calibrate d1 --out d1.json              # batch-time model from recorded steps
       latroute validate d1 --profile d1.json --out val # does the twin reproduce vLLM?
       latroute estimate d1 --calibrate-on d2 --out est # SFS vs baselines against measured TTFT
-      latroute sweep --rates 4,6,8 --out sweep         # routers on pool qwen3-h100
+      latroute sweep --rates 4,6,8 --requests 1000 --out sweep   # routers on pool qwen3-h100
       latroute report est sweep --out report           # report/index.html
+      latroute check est --baseline ci/est.json --write-baseline   # once: the CI gate's baseline
       latroute check est --baseline ci/est.json        # CI regression gate
     """
 
