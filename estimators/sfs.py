@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
+from estimators.engine.block_overlay import OV_EXACT, new_overlay
+from estimators.engine.block_pool import copy_block_cache
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF

@@ -1,5 +1,10 @@
 """The engine model: one vLLM-like instance, once.
 
+The bottom layer: it imports nothing of latroute but itself (the
+``[tool.importlinter]`` contracts in pyproject.toml; ``lint-imports``).
+Traces, fitted profiles and the twin are converted to its plain arrays
+above it (``estimators.time_model``, ``estimators.trace_blocks``).
+
 - ``config``: ``InstanceConfig``, the one engine configuration (defaults,
   validation, ``instances`` rows, pool entries, the kernel's ``cfg`` array);
 - ``state``: the state layout as named bundles of arrays (``SchedState``,
@@ -10,6 +15,7 @@
 - ``timing``: the batch-time model in Numba (typical time and noise);
 - ``recorded``: advancing a state by a batch someone else chose;
 - ``view``: ``InstanceView``, what an estimator may read of an instance;
-- ``steplog``: ``StepLog``, the steps / step_items / preemptions tables;
+- ``block_pool``, ``block_ids``, ``block_overlay``: vLLM's block pool with
+  its prefix cache, the blocks' hash ids, and SFS's overlay over a live pool;
 - ``fastcall``: calling a compiled kernel without Numba's per-call typing.
 """

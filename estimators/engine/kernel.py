@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from estimators.block_cache_kernel import OV_CACHED_FREE
+from estimators.engine.block_overlay import OV_CACHED_FREE
 from estimators.engine.layout import (
     C_BLOCK,
     C_BUDGET,

@@ -11,23 +11,25 @@ from numba import njit
 from numba.core import types
 from numba.extending import overload
 
-from estimators.block_cache_kernel import (
+from estimators.engine.block_ids import ids_of
+from estimators.engine.block_overlay import (
     OV_CACHED_FREE,
     OV_NPEND,
-    allocate,
-    cache_full,
-    evictable_in_hit,
-    find_hit,
     find_hit_overlay,
-    free_request,
-    ids_of,
-    num_free,
     ov_defer,
     ov_evict,
     ov_register,
     ov_release_hits,
     ov_settle,
     ov_touch,
+)
+from estimators.engine.block_pool import (
+    allocate,
+    cache_full,
+    evictable_in_hit,
+    find_hit,
+    free_request,
+    num_free,
     touch_hit,
 )
 from estimators.engine.layout import (
@@ -127,7 +129,7 @@ def running_remove(sc, running, s):
     sc[S_NR] = w
 
 
-# --- KV blocks: a free count, or vLLM's block pool with its prefix cache (``block_cache_kernel``)
+# --- KV blocks: a free count, or vLLM's block pool with its prefix cache (``block_pool``)
 
 @njit(cache=True, inline="always")
 def _take_blocks_cached(st, s, hit_blocks, total):
@@ -136,7 +138,7 @@ def _take_blocks_cached(st, s, hit_blocks, total):
     they fit. With caching the hit blocks are touched (vLLM:
     ``allocate_new_computed_blocks``), then new ones taken from the head of
     the free queue. In overlay mode (SFS) only counts move, over the live
-    cache (``block_cache_kernel.Overlay``)."""
+    cache (``block_overlay.Overlay``)."""
     req, sc, mode = st.req, st.sc, st.cfg[C_PREFIX]
     if mode == PREFIX_ON:
         rid = req[s, F_RID]
@@ -203,7 +205,7 @@ def _register_blocks_cached(st, s):
 @njit(cache=True, inline="always")
 def register_overlay(cfg, req, osc, rng, rslots, s):
     """Overlay (SFS): ``s``'s newly filled blocks are registered, as a range
-    (``block_cache_kernel.ov_register``), on the arrays (a hot path: a
+    (``block_overlay.ov_register``), on the arrays (a hot path: a
     decode fills a block every ``block_size`` steps); False if not in
     overlay mode. A live holder's blocks below ``F_NCACHED`` count as cached
     once freed (``ov_release_live``)."""
@@ -224,7 +226,7 @@ def release_live_holder(cfg, req, sc, osc, pend, s):
     the arrays (a hot path: a finishing resident). Its live blocks past its
     cached ones hold no hash and only it has them: free now; the ones
     before may be shared: their release waits until a gate needs it
-    (``block_cache_kernel.ov_defer``); blocks the simulation gave it are
+    (``block_overlay.ov_defer``); blocks the simulation gave it are
     free now, cached if it registered them. False, and nothing done, if
     ``s`` holds no live blocks or the deferral list is full."""
     done = False
@@ -275,7 +277,7 @@ def _release_blocks_cached(st, s):
 
 @njit(cache=True)
 def _settle_cached(st):
-    """Overlay: carry out the deferred releases (``block_cache_kernel.ov_defer``); False if there were none."""
+    """Overlay: carry out the deferred releases (``block_overlay.ov_defer``); False if there were none."""
     if st.cfg[C_PREFIX] != PREFIX_OVERLAY or st.ov.sc[OV_NPEND] == 0:
         return False
     st.sc[S_FREE_BLOCKS] += ov_settle(st.bc, st.ov, st.table)

@@ -24,18 +24,19 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from estimators.block_cache_kernel import RequestHashes, request_hashes
+from estimators.engine.block_ids import RequestHashes
 from estimators.engine.config import InstanceConfig, instances_table
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import FINISH_REASONS, S_NR, S_WN, ST_PENDING
 from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.steplog import StepLog
 from estimators.engine.timing import TimeModel, rng_state
 from estimators.online_speed import CLIP_LOG, HALF_LIFE_STEPS, baseline_log_ratio
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.snapshot import RateTracker, Snapshot
+from estimators.trace_blocks import request_hashes
 from harness.twin import kernel as tk
 from harness.twin.pools import Pool
+from traces.steplog import StepLog
 from traces.store import TraceWriter
 
 LOG_STEPS = 1 << 15

@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from estimators.engine.config import InstanceConfig, instances_table
-from estimators.engine.steplog import StepLog
 from traces.errors import BadInput
 from traces.importers.common import (
     ImportOptions,
@@ -41,6 +40,7 @@ from traces.jsonio import read_json
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.prefix_blocks import parse_id_list
 from traces.schema import REQUESTS, first_true, validate_frame
+from traces.steplog import StepLog
 from traces.store import TraceWriter
 
 CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
