@@ -29,10 +29,12 @@ from estimators.engine.config import InstanceConfig, instances_table
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import FINISH_REASONS, S_NR, S_WN, ST_PENDING
 from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.timing import TimeModel, rng_state
-from estimators.online_speed import CLIP_LOG, HALF_LIFE_STEPS, baseline_log_ratio
+from estimators.engine.timing import rng_state
+from estimators.online_speed import HALF_LIFE_STEPS, baseline_log_ratio
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.snapshot import RateTracker, Snapshot
+from estimators.step_ratios import CLIP_LOG
+from estimators.time_model import time_model
 from estimators.trace_blocks import request_hashes
 from harness.twin import kernel as tk
 from harness.twin.pools import Pool
@@ -109,7 +111,7 @@ class Instance:
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)
         # the ground truth: the profile at the host's true speed (estimators keep the profile itself)
-        base = TimeModel.of(spec.profile)
+        base = time_model(spec.profile)
         hs = spec.config.speed
         self.model = base if hs == 1.0 else base._replace(coef=base.coef * hs, gap=base.gap * hs)
         speed = np.zeros(tk.NSP, dtype=np.float64)
