@@ -68,6 +68,9 @@ class Snapshot:
         st = self.state
         return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox[: self.n_inbox]])
 
+    def resident_progress(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.state.progress(self.resident_slots())
+
 
 class RateTracker:
     """Exponentially decayed arrival count: rate(t) = sum_j exp(-(t - t_j)/tau) / tau."""

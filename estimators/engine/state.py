@@ -218,6 +218,13 @@ class SchedState(NamedTuple):
     def rids(self, slots: np.ndarray) -> list[int]:
         return [int(self.req[s, F_RID]) for s in slots]
 
+    def progress(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: request id, prompt tokens, tokens computed and outputs
+        produced (what a router may read of residents without the ``F_*``
+        layout)."""
+        r = self.req[slots]
+        return r[:, F_RID], r[:, F_PROMPT], r[:, F_COMPUTED], r[:, F_OUTPUTS]
+
     @property
     def free_blocks(self) -> int:
         return int(self.sc[S_FREE_BLOCKS])

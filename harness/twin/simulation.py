@@ -103,8 +103,9 @@ class Instance:
     stream and step log. It is an ``InstanceView``: routers and estimators
     read it through the honest accessors."""
 
-    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig):
+    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig, fork_outcomes: ForkOutcomes | None = None):
         self.index = index
+        self.fork_outcomes = fork_outcomes if fork_outcomes is not None else ForkOutcomes(0)
         self.spec = spec
         self.instance_id = spec.instance_id
         self.state = SchedState.new(spec.config, capacity=256)
@@ -204,6 +205,9 @@ class Instance:
         st = self.state
         return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox_slots()])
 
+    def resident_progress(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.state.progress(self.resident_slots())
+
     @property
     def residents(self) -> int:
         """Requests on the instance: running, waiting and not yet taken in."""
@@ -247,6 +251,23 @@ class Instance:
         self.tw.inbox[meta[tk.M_INBOX_N]] = slot
         meta[tk.M_INBOX_N] += 1
         self.rate.observe(self._now)
+
+    def true_first_token(self, rid: int, prompt: int, output: int, t: float, until: float) -> float:
+        """Clairvoyant, for the ``oracle`` router only (no production router
+        can know it): on a fork of this instance's future (``fork``), the
+        query ``rid`` added at ``t`` with its true output length, the time of
+        its first token if it comes by ``until``, else NaN."""
+        f = self.fork()
+        f.add(rid, prompt, output)
+        if f.idle:
+            f.kick(t)
+        if not 0 <= rid < self.fork_outcomes.n:
+            raise ValueError(f"request {rid} is not one of this run's {self.fork_outcomes.n}")
+        out = self.fork_outcomes.get()
+        out.first_t[rid] = np.nan
+        out.reject_t[rid] = np.nan
+        f.advance(until, out)
+        return out.first_t[rid]
 
     def fork(self) -> Instance:
         """A private copy of this instance's future: state, in-flight step
@@ -296,6 +317,28 @@ class Instance:
                                   np.repeat(step, npre), rid_map[pre])
 
 
+def new_outcomes(n: int) -> tk.Outcomes:
+    nan = lambda: np.full(n, np.nan)  # noqa: E731
+    return tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                       np.full(n, -1, dtype=np.int64))
+
+
+class ForkOutcomes:
+    """The outcomes clairvoyant forks write into (``Instance.true_first_token``):
+    one set per run of ``n`` requests, shared by its instances, made on first
+    use. The kernel only writes outcomes, so what earlier forks left in them
+    never changes a fork's result."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.out: tk.Outcomes | None = None
+
+    def get(self) -> tk.Outcomes:
+        if self.out is None:
+            self.out = new_outcomes(self.n)
+        return self.out
+
+
 class Router(Protocol):
     def __call__(self, i: int, t: float, instances: list[Instance]) -> int: ...
 
@@ -309,10 +352,7 @@ class Events:
 
     @classmethod
     def new(cls, n: int) -> Events:
-        nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                               np.full(n, -1, dtype=np.int64)),
-                   np.full(n, -1, dtype=np.int64))
+        return cls(new_outcomes(n), np.full(n, -1, dtype=np.int64))
 
 
 @dataclass
@@ -380,7 +420,8 @@ class Twin:
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1)
         ev = Events.new(n)
-        insts = [Instance(i, s, self.cfg) for i, s in enumerate(self.specs)]
+        fork_outcomes = ForkOutcomes(n)
+        insts = [Instance(i, s, self.cfg, fork_outcomes) for i, s in enumerate(self.specs)]
         by_block: dict[int, RequestHashes] = {}
         for inst in insts:
             if inst.spec.config.caching:
