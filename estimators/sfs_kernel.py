@@ -27,6 +27,7 @@ from numba.extending import overload
 
 from estimators.engine.block_overlay import OV_EXACT, OV_FALLBACK, ov_clear
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
+from estimators.engine.kv_blocks import _core
 from estimators.engine.layout import (
     C_PREFIX,
     EV_FIRST,
@@ -49,7 +50,7 @@ from estimators.engine.layout import (
     S_WN,
     ST_WAITING,
 )
-from estimators.engine.primitives import _core, wait_head, wait_linear, wait_push_back
+from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
 
 

@@ -10,8 +10,10 @@ above it (``estimators.time_model``, ``estimators.trace_blocks``).
 - ``state``: the state layout as named bundles of arrays (``SchedState``,
   ``StepPlan``) and their Python-side helpers;
 - ``primitives``: the waiting-queue, admission and preemption moves, in
-  Numba, written once and used by every kernel;
-- ``kernel``: the scheduler (one step's decisions and its outputs);
+  Numba, written once and used by every kernel; ``kv_blocks``: the KV-block
+  moves they make (a free count, or the block pool);
+- ``kernel``: the scheduler (one step's decisions and its outputs), written
+  in ``sched_moves``' per-request moves;
 - ``timing``: the batch-time model in Numba (typical time and noise);
 - ``recorded``: advancing a state by a batch someone else chose;
 - ``view``: ``InstanceView``, what an estimator may read of an instance;
