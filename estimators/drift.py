@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from estimators.batch_features import step_durations
 from estimators.profile import BatchTimeProfile
+from estimators.step_ratios import CLIP_LOG, typical_ratios
 from traces.store import Trace
 
 STEP_CLASSES = ("all", "prefill-heavy", "decode-only", "mixed")
@@ -64,21 +64,9 @@ def median_ci(x: np.ndarray, z: float = Z_CI) -> tuple[float, float, float]:
     return float(np.median(s)), float(s[lo]), float(s[hi])
 
 
-def typical_ratios(profile: BatchTimeProfile, steps: pd.DataFrame) -> np.ndarray:
-    """actual / typical per step (steps whose typical time is not positive dropped)."""
-    typ = profile.typical(steps)
-    act = step_durations(steps)
-    ok = (typ > 0) & np.isfinite(act) & (act > 0)
-    out = np.full(len(steps), np.nan)
-    out[ok] = act[ok] / typ[ok]
-    return out
-
-
 def speed_baseline(profile: BatchTimeProfile, steps: pd.DataFrame) -> dict[str, dict]:
     """Median actual/typical per class on the profile's own calibration steps:
     what a factor of 1 means. Stored in the profile by ``calibrate``."""
-    from estimators.online_speed import CLIP_LOG
-
     ratio = typical_ratios(profile, steps)
     out = {}
     for name, m in class_masks(steps).items():

@@ -31,11 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimators.drift import typical_ratios
 from estimators.profile import BatchTimeProfile
+from estimators.step_ratios import CLIP_LOG, typical_ratios
 
 HALF_LIFE_STEPS = 100.0
-CLIP_LOG = 1.0  # a step counts as at most e (2.7x) slower or faster than typical
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from estimators.accuracy import mape
 from estimators.batch_features import design_matrix, step_durations
 from estimators.batch_fit import fit_batch_model
 from estimators.calibrate import step_gap
-from estimators.drift import speed_baseline, typical_ratios
+from estimators.drift import speed_baseline
 from estimators.profile import BatchTimeProfile
+from estimators.step_ratios import typical_ratios
 
 FULL_REFIT_MIN_STEPS = 2000  # d1->d1c, d2->d1b, d1->d2: a refit matched the scale only from ~1,600 steps
 CURVE_SIZES = (25, 50, 100, 200, 400, 800, 1600, 3200)

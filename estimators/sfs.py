@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.block_cache_kernel import OV_EXACT, copy_block_cache, new_overlay
+from estimators.engine.block_overlay import OV_EXACT, new_overlay
+from estimators.engine.block_pool import copy_block_cache
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF
@@ -17,6 +18,7 @@ from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
 from estimators.sfs_dist import TTFTDist, as_array, known_part, noise_moments, sfs_ttft_dist
 from estimators.sfs_kernel import sfs_estimate_borrowed
+from estimators.time_model import time_model
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
@@ -75,7 +77,7 @@ class SFS:
 
     def __init__(self, profile: BatchTimeProfile, pred_total: np.ndarray, frontend_overhead_s: float = 0.0):
         self.profile = profile
-        self.model = TimeModel.of(profile)
+        self.model = time_model(profile)
         self.gap = self.model.gap
         self.pred_total = np.ascontiguousarray(pred_total, dtype=np.int64)
         self.overhead = frontend_overhead_s

@@ -10,7 +10,7 @@ step charged the inter-step gap plus its expected duration, until the step
 that computes the query's last prompt token. No future arrivals.
 
 With prefix caching the copy does not include the instance's cache (20,000
-blocks on a GPU): the kernel runs in overlay mode (``block_cache_kernel.
+blocks on a GPU): the kernel runs in overlay mode (``block_overlay.
 Overlay``): hits are looked up in the live cache read-only, blocks are
 counted rather than named, and the few live blocks the simulated steps
 touch or release carry their reference-count change in the overlay, so
@@ -25,8 +25,9 @@ import numpy as np
 from numba import njit
 from numba.extending import overload
 
-from estimators.block_cache_kernel import OV_EXACT, OV_FALLBACK, ov_clear
+from estimators.engine.block_overlay import OV_EXACT, OV_FALLBACK, ov_clear
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
+from estimators.engine.kv_blocks import _core
 from estimators.engine.layout import (
     C_PREFIX,
     EV_FIRST,
@@ -49,7 +50,7 @@ from estimators.engine.layout import (
     S_WN,
     ST_WAITING,
 )
-from estimators.engine.primitives import _core, wait_head, wait_linear, wait_push_back
+from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
 
 

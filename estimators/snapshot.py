@@ -19,15 +19,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from estimators.block_cache_kernel import request_hashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import F_STATUS, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.recorded import apply_batch
 from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.steplog import StepLog
 from estimators.engine.view import Query, first_gap  # noqa: F401  (re-exported: estimators import Query here)
+from estimators.trace_blocks import request_hashes
+from traces.steplog import StepLog
 from traces.store import Trace
 
 
@@ -67,6 +67,9 @@ class Snapshot:
     def resident_slots(self) -> np.ndarray:
         st = self.state
         return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox[: self.n_inbox]])
+
+    def resident_progress(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.state.progress(self.resident_slots())
 
 
 class RateTracker:

@@ -2,17 +2,37 @@
 
 A router is called by the twin at each arrival as ``router(i, t, insts)``
 and returns an instance index. It sees only honest views of the instances
-(``harness.twin.simulation.Instance``: state after the last completed step, the
-in-flight step's start and composition, arrivals not yet scheduled) and
-the query's own predicted quantities; never true output lengths or step
-end times.
+(``estimators.engine.view.InstanceView``: state after the last completed
+step, the in-flight step's start and composition, arrivals not yet
+scheduled, each resident's progress through ``resident_progress``) and the
+query's own predicted quantities; never true output lengths or step end
+times. Routers import no harness (the twin hands them its instances) and
+no engine module (``lint-imports``); a clairvoyant reference router asks
+the view itself (``ClairvoyantView``).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+@runtime_checkable
+class ClairvoyantView(Protocol):
+    """What the twin's live instances offer beyond an honest view, for the
+    ``oracle`` router only: a fork of the instance's true future."""
+
+    max_model_len: int
+
+    @property
+    def residents(self) -> int: ...
+
+    def true_first_token(self, rid: int, prompt: int, output: int, t: float, until: float) -> float:
+        """First-token time of ``rid`` added at ``t`` with its true output
+        length, on a fork of the instance, if by ``until``; else NaN."""
+        ...
 
 
 @dataclass

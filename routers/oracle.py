@@ -2,13 +2,17 @@
 
 At each arrival it forks every instance's future in the twin (the state,
 the in-flight step's true end, the true output lengths of its residents and
-its noise stream: ``Instance.fork``), adds the query with its true output
-length and runs the fork until the query's first token: the query's true
+its noise stream), adds the query with its true output length and runs
+the fork until the query's first token: the query's true
 TTFT there, given the arrivals so far (later arrivals are not routed yet,
 so a fork is exact unless a later arrival changes the instance's batches
 before the query's first token). It picks the highest utility among the
 instances where the query is on time, else the fastest. Greedy per query,
 so a strong reference, not a proven bound: a router may beat it.
+
+The fork is the twin's: the instances it hands to routers offer it as
+``true_first_token`` (``routers.base.ClairvoyantView``); the router never
+imports the twin.
 """
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ import math
 
 import numpy as np
 
-from harness.twin import kernel as tk
 from routers.base import RouteInputs, Router
 
 HORIZON_GROWTH = 4.0  # run a fork to the SLO first, then to 4x, 16x, ... the SLO until the first token
@@ -30,10 +33,6 @@ class Oracle(Router):
         super().__init__(inputs)
         self.outputs = np.maximum(np.asarray(true_outputs, dtype=np.int64), 1)
         self.overhead = frontend_overhead_s
-        n = len(self.outputs)
-        nan = lambda: np.full(n, np.nan)  # noqa: E731
-        self.scratch = tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                                   np.full(n, -1, dtype=np.int64))
         self.ttft = np.zeros(0)
 
     def true_ttft(self, inst, i: int, t: float, horizon: float) -> float:
@@ -41,16 +40,9 @@ class Oracle(Router):
         p = int(self.inputs.prompt[i])
         if p >= inst.max_model_len:
             return math.inf
-        f = inst.fork()
-        f.add(i, p, int(self.outputs[i]))
-        if f.idle:
-            f.kick(t)
-        out = self.scratch
-        out.first_t[i] = np.nan
-        out.reject_t[i] = np.nan
-        f.advance(t + horizon, out)
-        if not math.isnan(out.first_t[i]):
-            return out.first_t[i] - t + self.overhead
+        first = inst.true_first_token(i, p, int(self.outputs[i]), t, t + horizon)
+        if not math.isnan(first):
+            return first - t + self.overhead
         return math.inf
 
     def choose(self, i, t, insts) -> int:

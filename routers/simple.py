@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.engine.layout import F_COMPUTED, F_OUTPUTS, F_PROMPT, F_RID
 from routers.base import RouteInputs, Router
 
 
@@ -34,13 +33,11 @@ class ShortestQueue(Router):
 def outstanding_tokens(inst, pred_total: np.ndarray) -> int:
     """Prompt tokens not yet computed plus predicted decode tokens not yet
     produced, over an instance's residents."""
-    st = inst.state
-    slots = np.concatenate([st.running_slots(), st.waiting_slots(), inst.inbox_slots()])
-    if slots.size == 0:
+    rid, prompt, computed, outputs = inst.resident_progress()
+    if rid.size == 0:
         return 0
-    r = st.req[slots]
-    prefill = np.maximum(r[:, F_PROMPT] - r[:, F_COMPUTED], 0)
-    decode = np.maximum(pred_total[r[:, F_RID]] - r[:, F_OUTPUTS], 1)
+    prefill = np.maximum(prompt - computed, 0)
+    decode = np.maximum(pred_total[rid] - outputs, 1)
     return int(prefill.sum() + decode.sum())
 
 

@@ -1,6 +1,6 @@
 """A small pure-Python transcription of vLLM 0.32's ``BlockPool`` (full
 attention, block size = hash block size), written independently of
-``estimators.block_cache_kernel`` to check it: lists and dicts, no cleverness.
+``estimators.engine.block_pool`` to check it: lists and dicts, no cleverness.
 
 vLLM source it follows: ``block_pool.py`` (``BlockHashToBlockMap``,
 ``get_new_blocks``, ``touch``, ``free_blocks``, ``cache_full_blocks``),

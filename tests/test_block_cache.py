@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from estimators import block_cache_kernel as bk
+from estimators.engine import block_pool as bk
+from estimators.engine.block_ids import OWN_BASE, OWN_BLOCK_BITS
 from tests.block_pool_reference import RefBlockPool
 
 B = 4  # tokens per block: small, so that sequences span many blocks
@@ -28,7 +29,7 @@ class Req:
 
     def hashes(self):
         n = self.length // B
-        return [int(self.shared[i]) if i < len(self.shared) else bk.OWN_BASE + (self.rid << bk.OWN_BLOCK_BITS) + i
+        return [int(self.shared[i]) if i < len(self.shared) else OWN_BASE + (self.rid << OWN_BLOCK_BITS) + i
                 for i in range(n)]
 
 

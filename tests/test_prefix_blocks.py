@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from estimators.block_cache_kernel import OWN_BASE
+from estimators.engine.block_ids import OWN_BASE
 from traces.prefix_blocks import MAX_TRACE_ID, engine_block_ids, flat_block_ids, ideal_hit_tokens, parse_id_list
 
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from estimators.batch_fit import NoiseModel, StallAllowance
-from estimators.block_cache_kernel import OV_SETTLES
+from estimators.engine.block_overlay import OV_SETTLES
 from estimators.engine.config import InstanceConfig
 from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
@@ -187,7 +187,7 @@ def test_overlay_follows_evictions_and_shared_prefixes(seed, kv):
 
 def test_deferred_releases_settled_when_a_gate_needs_them():
     """Finishing residents' shared blocks are released only when a KV gate
-    would refuse without them (``block_cache_kernel.ov_defer``): with KV this
+    would refuse without them (``block_overlay.ov_defer``): with KV this
     tight the gates do need them, and every estimate still equals the one
     on a copy of the cache, where every release happens at once."""
     settles = 0

@@ -4,7 +4,8 @@ Every output is built beside its final place and renamed into it only when
 complete, so a crash or a refused input never leaves a half-written result
 behind (sweeps are the one resumable output: ``harness/sweep/store.py``).
 
-What latroute may replace is what it wrote: every output directory carries
+What latroute may replace is what it wrote (the checks are
+``traces.output_checks``): every output directory carries
 a marker file (``.latroute``, holding its kind) and every JSON file output
 (profiles, baselines) a marker key (``"latroute_output": KIND``). ``--force``
 replaces only a path that carries the marker and refuses everything else
@@ -26,14 +27,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import json
 import os
 import re
 import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,179 +45,11 @@ from traces.errors import BadInput
 if TYPE_CHECKING:
     import pandas as pd
 
-MARKER = ".latroute"  # in every output directory latroute writes; holds the kind
-LEGACY_MARKERS = (".latroute-sweep",)  # sweeps written before the general marker
-JSON_MARKER = "latroute_output"  # key of every JSON file output; value: the kind
-FORBIDDEN_ROOTS = ("/proc", "/sys", "/dev")  # kernel and device file systems: never outputs
-NAME_MAX = 255  # bytes per path component (Linux, every common file system)
-PATH_MAX = 4095  # bytes per path
-_MARKED_JSON_MAX_BYTES = 64 << 20  # a larger "profile" is not one latroute wrote
-
-
-# ---------------------------------------------------------------- checking
-
-def _refuse(out: str | Path, reason: str, option: str) -> BadInput:
-    return BadInput(out, None, option, reason)
-
-
-def _kind_of(mode: int) -> str | None:
-    """The name of a special file's kind (None for files and directories)."""
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return name
-    return None
-
-
-def dir_marked(path: Path) -> bool:
-    """Whether ``path`` is a directory latroute wrote (its marker file, not a link, is there)."""
-    for name in (MARKER, *LEGACY_MARKERS):
-        try:
-            if stat.S_ISREG(os.lstat(Path(path) / name).st_mode):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def dir_kind(path: Path) -> str | None:
-    """The kind a marked directory records (``sweep``, ``trace``, ...), None if unmarked."""
-    try:
-        return (Path(path) / MARKER).read_text().strip() or "output"
-    except OSError:
-        return "sweep" if dir_marked(path) else None
-
-
-def file_marked(path: Path) -> bool:
-    """Whether a regular file is a JSON document carrying latroute's marker key."""
-    try:
-        if os.lstat(path).st_size > _MARKED_JSON_MAX_BYTES:
-            return False
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and isinstance(doc.get(JSON_MARKER), str)
-
-
-def _path_text_ok(out: str | Path, option: str) -> None:
-    raw = os.fsencode(out)
-    if not raw:
-        raise _refuse(out, "is empty", option)
-    if b"\0" in raw:
-        raise _refuse(out, "contains a NUL byte", option)
-    if len(raw) > PATH_MAX:
-        raise _refuse(out, f"is longer than {PATH_MAX} bytes (file name too long)", option)
-    for part in raw.split(b"/"):
-        if len(part) > NAME_MAX:
-            raise _refuse(out, f"has a component longer than {NAME_MAX} bytes (file name too long)", option)
-
-
-def _inside(a: Path, b: Path) -> bool:
-    """Whether ``a`` is ``b`` or lies under it (both resolved)."""
-    return a == b or b in a.parents
-
-
-def _check_parent(out: str | Path, parent: Path, option: str) -> None:
-    anc = parent
-    while not os.path.lexists(anc):
-        anc = anc.parent
-    if not os.path.isdir(anc):
-        raise _refuse(out, f"{anc} is not a directory", option)
-    if not os.access(anc, os.W_OK | os.X_OK):
-        raise _refuse(out, f"cannot write in {anc} (permission denied)", option)
-    try:
-        if os.statvfs(anc).f_flag & os.ST_RDONLY:
-            raise _refuse(out, f"{anc} is on a read-only file system", option)
-    except OSError:
-        pass
-
-
-def _check_not_locked(out: Path, option: str) -> None:
-    """Refuse at once, not after the work, an output another run is writing."""
-    path = out.with_name(f".{out.name}.lock")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        raise _refuse(out, f"another latroute run is writing {out} (pid {holder})", option) from None
-    finally:
-        os.close(fd)
-
-
-def check_out(out: str | Path, force: bool = False, *, kind: str = "dir", inputs: Iterable[Any] = (),
-              option: str = "--out", owner: str = "latroute", held: bool = False) -> Path:
-    """Refuse (BadInput) an output path latroute must not write or replace,
-    before any work starts; returns it as a Path.
-
-    ``kind`` is ``dir`` (a result or trace directory) or ``file`` (a JSON
-    file such as a profile or baseline). ``inputs`` are the command's input
-    paths: the output may be none of them, contain none, lie inside none.
-    An empty plain directory may be written into without ``force``;
-    ``owner`` names the writer in the refusal of a foreign directory;
-    ``held``: the caller holds the output's lock (no probe of it).
-    """
-    _path_text_ok(out, option)
-    out = Path(out)
-    absolute = Path(os.path.abspath(out))
-    real = Path(os.path.realpath(absolute.parent)) / absolute.name if absolute.name else absolute
-    for root in FORBIDDEN_ROOTS:
-        if _inside(real, Path(root)) or _inside(absolute, Path(root)):
-            raise _refuse(out, f"is under {root}: not a place for latroute's outputs", option)
-    cwd = Path(os.path.realpath(os.getcwd()))
-    if _inside(cwd, real):
-        raise _refuse(out, "is the working directory or one of its parents: latroute never replaces it", option)
-    for inp in inputs:
-        if inp is None:
-            continue
-        rin = Path(os.path.realpath(os.path.abspath(inp)))
-        if _inside(real, rin) or _inside(rin, real):
-            what = "is" if real == rin else ("lies inside" if _inside(real, rin) else "contains")
-            raise _refuse(out, f"{what} the input {inp}: an output never replaces what the command reads", option)
-    _check_parent(out, absolute.parent, option)
-    if not held:
-        _check_not_locked(out, option)
-    try:
-        st = os.lstat(out)
-    except FileNotFoundError:
-        return out
-    except OSError as e:
-        raise _refuse(out, f"cannot be examined ({e.strerror})", option) from None
-    special = _kind_of(st.st_mode)
-    if special is not None:
-        raise _refuse(out, f"is {special}: latroute never writes into or replaces it", option)
-    if stat.S_ISDIR(st.st_mode):
-        if kind == "file":
-            raise _refuse(out, "is a directory (a file is written here)", option)
-        try:
-            empty = not any(os.scandir(out))
-        except OSError as e:
-            raise _refuse(out, f"cannot be read ({e.strerror})", option) from None
-        if empty:
-            return out
-        return _replaceable(out, force, lambda: dir_marked(out), f"{owner} (no {MARKER} marker)", option)
-    if kind == "dir":
-        raise _refuse(out, "is a file, not a directory latroute wrote" + ("" if force else " (nothing replaced)"),
-                      option)
-    return _replaceable(out, force, lambda: file_marked(out), f'latroute (no "{JSON_MARKER}" key)', option)
-
-
-def _replaceable(out: Path, force: bool, marked: Callable[[], bool], writer: str, option: str) -> Path:
-    """An existing output may be replaced only with ``force``, and only if
-    latroute wrote it (``marked``)."""
-    if not force:
-        raise _refuse(out, "already exists (pass --force to replace it)", option)
-    if not marked():
-        raise _refuse(out, f"exists and was not written by {writer}: --force replaces only latroute's own outputs",
-                      option)
-    return out
-
+# the checks, also importable from here (where callers have always found them)
+from traces.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out
+from traces.output_checks import dir_kind as dir_kind
+from traces.output_checks import dir_marked as dir_marked
+from traces.output_checks import file_marked as file_marked
 
 # ---------------------------------------------------------------- permissions
 

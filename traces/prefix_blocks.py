@@ -16,14 +16,14 @@ i exactly when they share the id covering it:
 Only full engine blocks of the prompt get an id (vLLM hashes full blocks
 only): a partial last hash block yields its full engine blocks and no more.
 Blocks past those (the prompt's partial tail, outputs) are the request's own;
-the kernel gives them ids at or above ``block_cache_kernel.OWN_BASE``, which
+the kernel gives them ids at or above ``estimators.engine.block_ids.OWN_BASE``, which
 no trace id reaches (trace ids are checked to lie below ``MAX_TRACE_ID``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-MAX_TRACE_ID = (1 << 62) - 1  # = block_cache_kernel.OWN_BASE - 1 (kept import-free for the importers)
+MAX_TRACE_ID = (1 << 62) - 1  # = estimators.engine.block_ids.OWN_BASE - 1 (the data layer imports no engine; tests/test_layers.py checks they agree)
 
 
 def parse_id_list(text: str) -> list[int] | None:

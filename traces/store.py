@@ -18,9 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces.errors import BadInput
+from traces.frame_checks import to_arrow, validate_frame
 from traces.jsonio import dump_json, read_json
 from traces.outputs import StagedDir
-from traces.schema import SCHEMA_VERSION, TABLES, TableSchema, to_arrow, validate_frame
+from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
 
 if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)
     import pandas as pd

@@ -2,11 +2,13 @@
 
 Everything that describes an instance lives here once: the engine settings
 the scheduler kernel reads (``to_array``), the identity and prices a pool
-gives it, its defaults, its ``instances`` row (``to_row`` / ``from_row``,
-and the row's columns, which ``traces.schema`` builds its ``instances``
-table from) and its pool-file entry (``load_pool`` accepts exactly these
-fields). Adding an engine setting is one field here (with its ``meta``)
-plus its use in the kernel.
+gives it, its defaults, its ``instances`` row (``to_row`` / ``from_row``;
+the data layer, which imports no engine, spells the same columns out in
+``traces.schema.INSTANCES``, and tests/test_layers.py checks that they
+agree with ``instance_fields``) and its pool-file entry (``load_pool``
+accepts exactly these fields). Adding an engine setting is one field here
+(with its ``meta``), its column in ``traces.schema`` and its use in the
+kernel.
 
 Defaults are vLLM 0.32's for ``vllm serve`` on a GPU without a special
 case in ``EngineArgs`` (``_set_default_max_num_seqs_and_batched_tokens``:
@@ -40,7 +42,17 @@ from estimators.engine.layout import (
     C_WATERMARK,
     NC,
 )
-from traces.limits import MAX_ENGINE, shown
+
+# engine settings are int64 in the kernel, which multiplies blocks by block size: the data layer
+# refuses the same (traces.limits.MAX_ENGINE; tests/test_layers.py checks they agree)
+MAX_ENGINE = 2**31 - 1
+
+
+def shown(cell: object, width: int = 40) -> str:
+    """A value for an error message: repr, cut to ``width`` characters."""
+    text = repr(cell)
+    return text if len(text) <= width else f"{text[:width - 8]}...({len(text)} chars)"
+
 
 POLICIES = {"vllm-v1": 0, "sarathi": 1, "vllm-v0": 2}
 DEFAULT_WATERMARK = {"vllm-v1": 0.0, "sarathi": 0.01, "vllm-v0": 0.01}
@@ -194,9 +206,9 @@ class InstanceConfig:
 
 
 def instance_fields() -> list[tuple[str, str, dict]]:
-    """(name, kind, column metadata) of every field: ``traces.schema`` builds
-    the ``instances`` table from this, so a new field is a new column. Kind
-    is int, float, str or bool."""
+    """(name, kind, column metadata) of every field: ``traces.schema.INSTANCES``
+    has one column per field, as this says (tests/test_layers.py). Kind is
+    int, float, str or bool."""
     out = []
     for f in fields(InstanceConfig):
         kind = f.type if isinstance(f.type, str) else f.type.__name__

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from numba import njit
 
+from estimators.engine.kv_blocks import cached_hit_blocks, more_blocks, register_blocks, take_blocks
 from estimators.engine.layout import (
     C_BLOCK,
     F_BLOCKS,
@@ -20,15 +21,7 @@ from estimators.engine.layout import (
     ST_RUNNING,
     ST_WAITING,
 )
-from estimators.engine.primitives import (
-    cached_hit_blocks,
-    cdiv,
-    more_blocks,
-    preempt,
-    register_blocks,
-    take_blocks,
-    wait_remove,
-)
+from estimators.engine.primitives import cdiv, preempt, wait_remove
 
 
 @njit(cache=True)

@@ -19,7 +19,7 @@ estimate cheap.
 
 Per-instance arrays of new engine features are further fields of
 ``SchedState``: ``new``, ``copy`` and ``grown`` are the only places that
-build one. Prefix caching (``block_cache_kernel``) adds ``table`` (each
+build one. Prefix caching (``block_pool``) adds ``table`` (each
 slot's KV block ids, no columns when caching is off), ``bc`` (vLLM's block
 pool: ref counts, hash map, free queue), ``hashes`` (every request's block
 ids, shared) and ``ov`` (SFS's overlay over a live cache it does not copy).
@@ -36,17 +36,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from estimators.block_cache_kernel import (
-    BlockCache,
-    Overlay,
-    RequestHashes,
-    copy_block_cache,
-    find_hit,
-    ids_of,
-    new_block_cache,
-    new_overlay,
-    no_request_hashes,
-)
+from estimators.engine.block_ids import RequestHashes, ids_of, no_request_hashes
+from estimators.engine.block_overlay import Overlay, new_overlay
+from estimators.engine.block_pool import BlockCache, copy_block_cache, find_hit, new_block_cache
 from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import (
     C_BLOCK,
@@ -225,6 +217,13 @@ class SchedState(NamedTuple):
 
     def rids(self, slots: np.ndarray) -> list[int]:
         return [int(self.req[s, F_RID]) for s in slots]
+
+    def progress(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: request id, prompt tokens, tokens computed and outputs
+        produced (what a router may read of residents without the ``F_*``
+        layout)."""
+        r = self.req[slots]
+        return r[:, F_RID], r[:, F_PROMPT], r[:, F_COMPUTED], r[:, F_OUTPUTS]
 
     @property
     def free_blocks(self) -> int:

@@ -3,7 +3,8 @@ time from the batch's items, and its noise (for the twin's ground truth).
 
 Shared by the engine twin (true durations) and SFS (expected durations), so
 both charge a batch exactly the same way. ``TimeModel`` is a profile as the
-kernels take it.
+kernels take it: plain numbers and arrays; a fitted ``BatchTimeProfile``
+becomes one above the engine (``estimators.time_model``).
 """
 from __future__ import annotations
 
@@ -12,28 +13,22 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from estimators.batch_features import FORMS
 from estimators.engine.layout import F_PROMPT
-from estimators.profile import BatchTimeProfile
 
-FORM_IDS = {name: i for i, name in enumerate(FORMS)}  # eq9 = 0, six = 1
+# batch-time forms (``estimators.batch_features.FORMS``) as the kernel knows them
+FORM_EQ9, FORM_SIX = 0, 1
 
 
 class TimeModel(NamedTuple):
     """A batch-time profile as the kernels take it."""
 
-    form: int  # FORM_IDS
+    form: int  # FORM_EQ9 | FORM_SIX
     coef: np.ndarray
     mult: float  # expected / typical
     gap: float  # inter-step gap (s)
     noise: np.ndarray  # [log_mu, log_sigma, p_stall, excess_mean]
     stall_q: np.ndarray
     stall_v: np.ndarray
-
-    @classmethod
-    def of(cls, p: BatchTimeProfile) -> TimeModel:
-        form, coef, noise, qs, vs = profile_arrays(p)
-        return cls(form, coef, float(p.expected_multiplier), float(p.step_gap_s), noise, qs, vs)
 
 
 @njit(cache=True)
@@ -66,7 +61,7 @@ def batch_typical_time(form_id, coef, req, out_slot, out_tok, out_cb, n):
             P += t
             sp2 += t * t
             spa += t * c + t * (t + 1.0) / 2.0
-    if form_id == 0:
+    if form_id == FORM_EQ9:
         return coef[0] + coef[1] * tokens + coef[2] * sdc + coef[3] * spa
     return coef[0] + coef[1] * P + coef[2] * D + coef[3] * sc + coef[4] * sp2 + coef[5] * sc2
 
@@ -126,10 +121,3 @@ def noisy_ratio(noise, stall_q, stall_v, s):
             r += noise[3]
     return r
 
-
-def profile_arrays(p: BatchTimeProfile) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(form id, coefficients, noise vector, stall quantile levels, values)."""
-    qs = sorted((float(k), float(v)) for k, v in p.noise.stall_excess_quantiles.items())
-    return (FORM_IDS[p.form], np.asarray(p.coefficients, dtype=np.float64),
-            np.array([p.noise.log_mu, p.noise.log_sigma, p.noise.p_stall, p.noise.stall_excess_mean]),
-            np.array([q for q, _ in qs], dtype=np.float64), np.array([v for _, v in qs], dtype=np.float64))

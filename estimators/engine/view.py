@@ -44,6 +44,11 @@ class InstanceView(Protocol):
 
     def resident_slots(self) -> np.ndarray: ...
 
+    def resident_progress(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per resident (``resident_slots`` order): request id, prompt tokens,
+        tokens computed, outputs produced (``SchedState.progress``)."""
+        ...
+
 
 def first_gap(t: float, infl_start: float | None, wake_s: float | None, gap: float) -> float:
     """Time until the next schedule() after the in-flight step (or from now):

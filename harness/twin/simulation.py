@@ -24,273 +24,15 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from estimators.block_cache_kernel import RequestHashes, request_hashes
-from estimators.engine.config import InstanceConfig, instances_table
-from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import FINISH_REASONS, S_NR, S_WN, ST_PENDING
-from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.steplog import StepLog
-from estimators.engine.timing import TimeModel, rng_state
-from estimators.online_speed import CLIP_LOG, HALF_LIFE_STEPS, baseline_log_ratio
-from estimators.profile import BatchTimeProfile, load_profile
-from estimators.snapshot import RateTracker, Snapshot
+from estimators.engine.block_ids import RequestHashes
+from estimators.engine.config import instances_table
+from estimators.engine.layout import FINISH_REASONS
+from estimators.trace_blocks import request_hashes
 from harness.twin import kernel as tk
+from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
 from harness.twin.pools import Pool
+from traces.steplog import StepLog
 from traces.store import TraceWriter
-
-LOG_STEPS = 1 << 15
-LOG_ITEMS = 1 << 20
-LOG_PRE = 1 << 14
-
-
-@dataclass(frozen=True)
-class InstanceSpec:
-    """An instance's configuration with its batch-time profile loaded."""
-
-    config: InstanceConfig
-    profile: BatchTimeProfile
-
-    @classmethod
-    def from_config(cls, c: InstanceConfig) -> InstanceSpec:
-        return cls(c, load_profile(c.profile))
-
-    @property
-    def instance_id(self) -> str:
-        return self.config.instance_id
-
-    @property
-    def model(self) -> str:
-        return self.config.model or self.config.instance_id
-
-    @property
-    def price_in(self) -> float:
-        return self.config.price_in
-
-    @property
-    def price_out(self) -> float:
-        return self.config.price_out
-
-    def row_config(self) -> InstanceConfig:
-        """The configuration as the ``instances`` row records it (the
-        profile named even when it was given as an object)."""
-        return replace(self.config, model=self.model, profile=self.config.profile or self.profile.name)
-
-
-@dataclass(frozen=True)
-class TwinConfig:
-    seed: int = 0
-    noise: bool = True
-    record_steps: bool = True
-    frontend_overhead_s: float | None = None  # added to every TTFT; None = the pool's (0 without a pool)
-
-
-_ADVANCE = None
-
-
-def _advance_entry(inst: Instance, out: tk.Outcomes):
-    """The compiled ``twin_kernel.advance`` (typed once per process)."""
-    global _ADVANCE
-    if _ADVANCE is None:
-        _ADVANCE = entry_point(tk.advance, 0.0, inst.state, inst.plan, inst.tw, inst.model, out, inst.log)
-    return _ADVANCE
-
-
-class Instance:
-    """One simulated instance: scheduler state, in-flight step, inbox, noise
-    stream and step log. It is an ``InstanceView``: routers and estimators
-    read it through the honest accessors."""
-
-    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig):
-        self.index = index
-        self.spec = spec
-        self.instance_id = spec.instance_id
-        self.state = SchedState.new(spec.config, capacity=256)
-        cap = self.state.capacity
-        self.plan = StepPlan.new(cap)
-        # the ground truth: the profile at the host's true speed (estimators keep the profile itself)
-        base = TimeModel.of(spec.profile)
-        hs = spec.config.speed
-        self.model = base if hs == 1.0 else base._replace(coef=base.coef * hs, gap=base.gap * hs)
-        speed = np.zeros(tk.NSP, dtype=np.float64)
-        speed[tk.SP_LAM] = 0.5 ** (1.0 / HALF_LIFE_STEPS)
-        speed[tk.SP_BASE] = baseline_log_ratio(spec.profile)
-        speed[tk.SP_CLIP] = CLIP_LOG
-        speed[tk.SP_HOST] = hs
-        speed[tk.SP_FACTOR] = 1.0
-        params = np.zeros(tk.NP_, dtype=np.float64)
-        params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
-        params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
-        params[tk.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
-        params[tk.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
-        self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), np.zeros(tk.NM, dtype=np.int64),
-                                np.zeros(2, dtype=np.float64), params,
-                                rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])),
-                                speed)
-        k = LOG_STEPS if cfg.record_steps else 1
-        self.log = tk.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
-                                 np.zeros(k, dtype=np.int64),
-                                 np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64),
-                                 np.zeros(LOG_PRE if cfg.record_steps else 1, dtype=np.int64))
-        self.meta, self.times = self.tw.meta, self.tw.times  # never replaced (plain attributes: routers read them)
-        self.max_model_len = spec.config.max_model_len
-        self.log_parts: list[tuple[np.ndarray, ...]] = []
-        self.rate = RateTracker()
-        self._now = 0.0
-
-    # --- honest view for routers and estimators (InstanceView)
-    @property
-    def inbox(self) -> np.ndarray:
-        return self.tw.inbox
-
-    @property
-    def n_inbox(self) -> int:
-        return int(self.meta[tk.M_INBOX_N])
-
-    @property
-    def busy(self) -> bool:
-        """A step is in flight."""
-        return self.meta[tk.M_BUSY] == tk.RUNNING
-
-    @property
-    def idle(self) -> bool:
-        return self.meta[tk.M_BUSY] == tk.IDLE
-
-    @property
-    def inflight(self) -> StepPlan:
-        return self.plan
-
-    @property
-    def infl_n(self) -> int:
-        return int(self.meta[tk.M_N]) if self.busy else 0
-
-    @property
-    def infl_start(self) -> float | None:
-        return float(self.times[tk.T_START]) if self.busy else None
-
-    @property
-    def wake_s(self) -> float | None:
-        """Between steps: when the engine finished its last step or woke up."""
-        if self.meta[tk.M_BUSY] == tk.GAP:
-            return float(self.times[tk.T_START] - self.model.gap)
-        return None
-
-    @property
-    def arrival_rate(self) -> float:
-        return self.rate.rate(self._now)
-
-    @property
-    def speed_factor(self) -> float:
-        """The host speed learned from the steps completed so far (honest:
-        their starts and ends are known; 1 before any step)."""
-        return self.tw.speed[tk.SP_FACTOR]
-
-    @property
-    def speed_steps(self) -> int:
-        """Completed steps (the online factor's evidence)."""
-        return int(self.tw.meta[tk.M_STEPS]) - (1 if self.busy else 0)
-
-    def snapshot(self, t: float) -> Snapshot:
-        """The honest view at time ``t`` as a Snapshot (live arrays)."""
-        return Snapshot(t, self.instance_id, self.state, self.inbox, self.n_inbox, self.plan, self.infl_n,
-                        self.infl_start, self.rate.rate(t), self.wake_s)
-
-    def inbox_slots(self) -> np.ndarray:
-        return self.inbox[: self.n_inbox]
-
-    def resident_slots(self) -> np.ndarray:
-        st = self.state
-        return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox_slots()])
-
-    @property
-    def residents(self) -> int:
-        """Requests on the instance: running, waiting and not yet taken in."""
-        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
-
-    def cached_prefix_tokens(self, rid: int, prompt: int) -> int:
-        """The query's longest cached prefix here, in tokens (read only; an
-        engine-side router knows it, llm-d's tracks it through KV events)."""
-        return self.state.cached_prefix_tokens(rid, prompt)
-
-    def kv_usage(self) -> float:
-        return self.state.kv_usage()
-
-    @property
-    def queued(self) -> int:
-        return int(self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
-
-    # --- driving
-    def advance(self, t: float, out: tk.Outcomes) -> None:
-        self._now = t
-        busy, times = self.meta[tk.M_BUSY], self.times
-        if busy == tk.IDLE or (busy == tk.RUNNING and times[tk.T_END] > t) or \
-                (busy == tk.GAP and times[tk.T_START] > t):
-            return  # nothing happens on this instance before t
-        run = _advance_entry(self, out)
-        while run(t, self.state, self.plan, self.tw, self.model, out, self.log):
-            self.flush_log()
-
-    def kick(self, t: float) -> None:
-        """An arrival woke an idle instance: it will schedule after the gap."""
-        if self.meta[tk.M_BUSY] == tk.IDLE:
-            self.meta[tk.M_BUSY] = tk.GAP
-            self.times[tk.T_START] = t + self.model.gap
-
-    def add(self, rid: int, prompt: int, output: int, hit: int = 0) -> None:
-        st = self.state.with_room()
-        if st is not self.state:
-            self._grow(st)
-        slot = self.state.add(rid, prompt, output, hit=hit, status=ST_PENDING)
-        meta = self.meta
-        self.tw.inbox[meta[tk.M_INBOX_N]] = slot
-        meta[tk.M_INBOX_N] += 1
-        self.rate.observe(self._now)
-
-    def fork(self) -> Instance:
-        """A private copy of this instance's future: state, in-flight step
-        (its true end included), inbox and noise stream, no step log. Only
-        the oracle router uses it (it sees what no production router can)."""
-        f = Instance.__new__(Instance)
-        f.__dict__.update(self.__dict__)
-        f.state = self.state.copy()
-        f.plan = StepPlan(*(a.copy() for a in self.plan))
-        tw = self.tw
-        params = tw.params.copy()
-        params[tk.P_LOG_ON] = 0.0
-        f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy())
-        f.meta, f.times = f.tw.meta, f.tw.times
-        f.rate = RateTracker()
-        f.log_parts = []
-        return f
-
-    def _grow(self, st: SchedState) -> None:
-        cap = st.capacity
-        self.state = st
-        self.plan = self.plan.grown(cap)
-        inbox = np.zeros(cap, dtype=np.int64)
-        inbox[: self.tw.inbox.size] = self.tw.inbox
-        self.tw = self.tw._replace(inbox=inbox)
-
-    def flush_log(self) -> None:
-        meta = self.meta
-        k, m, p = int(meta[tk.M_LOG_STEPS]), int(meta[tk.M_LOG_ITEMS]), int(meta[tk.M_LOG_PRE])
-        if k:
-            lg = self.log
-            self.log_parts.append((lg.t[:k].copy(), lg.n[:k].copy(), lg.items[:m].copy(), lg.npre[:k].copy(),
-                                   lg.pre[:p].copy()))
-        meta[tk.M_LOG_STEPS] = 0
-        meta[tk.M_LOG_ITEMS] = 0
-        meta[tk.M_LOG_PRE] = 0
-
-    def step_log(self, rid_map: np.ndarray) -> StepLog | None:
-        """This instance's flushed log as a ``StepLog`` (request ids from
-        ``rid_map``, indexed by trace position)."""
-        if not self.log_parts:
-            return None
-        t, cnt, items, npre, pre = (np.concatenate([part[i] for part in self.log_parts]) for i in range(5))
-        step = np.arange(len(cnt), dtype=np.int64)
-        return StepLog.from_items(self.instance_id, step, t[:, 0], t[:, 1], np.repeat(step, cnt),
-                                  rid_map[items[:, 0]], items[:, 1], items[:, 2], items[:, 3],
-                                  np.repeat(step, npre), rid_map[pre])
 
 
 class Router(Protocol):
@@ -306,10 +48,7 @@ class Events:
 
     @classmethod
     def new(cls, n: int) -> Events:
-        nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                               np.full(n, -1, dtype=np.int64)),
-                   np.full(n, -1, dtype=np.int64))
+        return cls(new_outcomes(n), np.full(n, -1, dtype=np.int64))
 
 
 @dataclass
@@ -348,7 +87,7 @@ def write_twin_trace(w: TraceWriter, res: TwinResult, requests: pd.DataFrame | N
 class Twin:
     """Replays a trace's arrivals on a pool of simulated instances."""
 
-    def __init__(self, specs: list[InstanceSpec], cfg: TwinConfig = TwinConfig()):
+    def __init__(self, specs: list[InstanceSpec], cfg: TwinConfig = TwinConfig()):  # noqa: B008 (frozen)
         if not specs:
             raise ValueError("a twin needs at least one instance")
         self.specs = specs
@@ -377,7 +116,8 @@ class Twin:
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1)
         ev = Events.new(n)
-        insts = [Instance(i, s, self.cfg) for i, s in enumerate(self.specs)]
+        fork_outcomes = ForkOutcomes(n)
+        insts = [Instance(i, s, self.cfg, fork_outcomes) for i, s in enumerate(self.specs)]
         by_block: dict[int, RequestHashes] = {}
         for inst in insts:
             if inst.spec.config.caching:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.block_cache_kernel import RequestHashes
+from estimators.engine.block_ids import RequestHashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, schedule_step
 from estimators.engine.layout import EV_FINISH, F_EVENT, F_PREEMPTIONS, F_RID

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
+from traces.frame_checks import validate_frame
 from traces.jsonio import parse_json
 from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
-from traces.schema import REQUESTS, validate_frame
+from traces.schema import REQUESTS
 from traces.store import TableWriter
 
 DEFAULT_CHUNK_ROWS = 500_000

@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimators.engine.config import InstanceConfig, instances_table
-from estimators.engine.steplog import StepLog
 from traces.errors import BadInput
+from traces.frame_checks import first_true, validate_frame
 from traces.importers.common import (
     ImportOptions,
     csv_chunks,
@@ -40,7 +39,8 @@ from traces.importers.common import (
 from traces.jsonio import read_json
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.prefix_blocks import parse_id_list
-from traces.schema import REQUESTS, first_true, validate_frame
+from traces.schema import REQUESTS
+from traces.steplog import StepLog
 from traces.store import TraceWriter
 
 CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
@@ -48,6 +48,7 @@ REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens
 ENGINE_KEYS = ("budget", "max_seqs", "block_size", "num_kv_blocks", "model")
 FINISHED_STATUSES = ("finished_stopped", "finished_length_capped")  # vLLM's RequestStatus, as the recorder writes it
 _ID_RE = re.compile(r"^[A-Za-z_-]*(\d+)$")
+DEFAULT_MAX_MODEL_LEN = 40960  # InstanceConfig's (the data layer imports no engine: tests/test_layers.py checks)
 
 
 def _engine(path: Path) -> dict:
@@ -68,6 +69,20 @@ def _engine(path: Path) -> dict:
     if not isinstance(eng["model"], str) or not eng["model"].strip():
         raise BadInput(path, None, "model", f"must be a non-empty string, got {shown(eng['model'])}")
     return eng
+
+
+def instance_row(eng: dict, instance: str) -> dict:
+    """The recording's one ``instances`` row (``traces.schema.INSTANCES``) from
+    its checked engine.json: vLLM V1 with chunked prefill, no prices, the
+    defaults of ``estimators.engine.config.InstanceConfig`` where the recording
+    does not say (NaN for an empty float cell)."""
+    return {"instance_id": instance, "model": instance, "gpus": 0, "policy": "vllm-v1",
+            "max_num_batched_tokens": eng["budget"], "max_num_seqs": eng["max_seqs"], "block_size": eng["block_size"],
+            "num_kv_blocks": eng["num_kv_blocks"], "price_in": np.nan, "price_out": np.nan, "profile": "",
+            "long_prefill_token_threshold": int(eng.get("long_prefill", 0) or 0),
+            "max_model_len": int(eng["max_model_len"]) if eng.get("max_model_len") else DEFAULT_MAX_MODEL_LEN,
+            "chunked_prefill": True, "watermark": np.nan, "prefix_caching": bool(eng.get("prefix_caching", False)),
+            "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None, "host_speed": np.nan}
 
 
 def _request_ids(raw: list[str]) -> dict[str, int]:
@@ -197,13 +212,7 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
     with writer.table("requests") as tw:
         tw.write(requests)
     log.write(writer, source=str(src / "steps.jsonl"))
-    config = InstanceConfig(
-        instance_id=instance, model=instance, gpus=0, policy="vllm-v1", max_num_batched_tokens=eng["budget"],
-        max_num_seqs=eng["max_seqs"], block_size=eng["block_size"], num_kv_blocks=eng["num_kv_blocks"],
-        price_in=np.nan, price_out=np.nan, long_prefill_token_threshold=int(eng.get("long_prefill", 0) or 0),
-        chunked_prefill=True, prefix_caching=bool(eng.get("prefix_caching", False)), device="cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
-        **({"max_model_len": int(eng["max_model_len"])} if eng.get("max_model_len") else {}))
-    table = instances_table([config])
+    table = pd.DataFrame([instance_row(eng, instance)])
     table["profile"] = None  # a recording names no profile
     writer.write_table("instances", table, source=str(src / "engine.json"))
     writer.meta["source"] = {"kind": "vllm-record", "dir": str(src), "vllm_version": eng.get("vllm_version"),
