@@ -322,6 +322,21 @@ def coverage(g: pd.DataFrame) -> dict | None:
                                   for lv in ("p50", "p90", "p99")}}
 
 
+def coinciding_quantiles(est: pd.DataFrame) -> set[str]:
+    """Estimators whose predicted p50 and p99 are the same on every request
+    (no spread: a profile without a noise model), so that their coverage
+    shares are one number."""
+    if "p50_s" not in est:
+        return set()
+    out = set()
+    for name, g in est.groupby("estimator", sort=False):
+        p50, p99 = g["p50_s"].to_numpy(dtype=np.float64), g["p99_s"].to_numpy(dtype=np.float64)
+        m = np.isfinite(p50)
+        if m.any() and np.array_equal(p50[m], p99[m]):
+            out.add(str(name))
+    return out
+
+
 def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
     out: dict = {"estimators": {}, "requests": int(est["request_id"].nunique()) if len(est) else 0}
     for name, g in est.groupby("estimator", sort=False):
