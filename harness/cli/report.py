@@ -8,6 +8,7 @@ import click
 
 from harness.cli.params import NON_NEGATIVE, KeyFraction
 from reports.check import (
+    a_kind,
     baseline_doc,
     check_kind,
     compare,
@@ -92,7 +93,7 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     current = flatten(res)
     if write_baseline and not current:
         raise BadInput(res.path / "metrics.json", None, "metrics",
-                       f"no metric of a {res.kind} result to gate: a baseline of it would be refused")
+                       f"no metric of {a_kind(res.kind)} result to gate: a baseline of it would be refused")
     if write_baseline:
         parse_tolerances(tolerances, set(current))
         write_output_json(baseline, baseline_doc(res), "baseline", force=force, option="--baseline")
