@@ -30,7 +30,7 @@ from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router, wri
 from reports.render import build_report
 from reports.results import command_line, load_result, result_header
 from reports.serving import tidy_estimates
-from routers.registry import MAIN_ROUTERS, router_entry
+from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.outputs import MARKER, StagedDir, check_out, dir_marked, write_json, write_parquet
 from traces.store import TraceWriter, open_trace
@@ -155,7 +155,7 @@ def demo(out: Path, seed: int) -> None:
                    f"{100 * m['slo_attainment']:5.1f}%  TTFT mean {m['ttft_mean_s']:.3f} s  p90 {m['ttft_p90_s']:.3f} s")
     with StagedDir(out / "report", force=True) as tmp:
         info = build_report([load_result(p) for p in [out / "estimates", out / "sweep", out / "frontier",
-                                                       *replay_dirs]], tmp)
+                                                       *replay_dirs]], tmp, router_order=ROUTERS)
     click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}"
                + (f"\ninteractive (hover, zoom, toggle): {(out / 'report' / 'interactive.html').resolve()}"
                   if info.get("interactive") else ""))

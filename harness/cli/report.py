@@ -20,6 +20,7 @@ from reports.check import (
 )
 from reports.render import build_report
 from reports.results import load_result
+from routers.registry import ROUTERS
 from traces.errors import BadInput, BadOption
 from traces.jsonio import dump_json
 from traces.outputs import StagedDir, check_out, write_output_json
@@ -41,7 +42,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
     check_out(out, force, inputs=results)  # before any work
     loaded = [load_result(p) for p in results]
     with StagedDir(out, force) as tmp:
-        info = build_report(loaded, tmp)
+        info = build_report(loaded, tmp, router_order=ROUTERS)  # colours in registry order
     click.echo(f"{len(info['figures'])} figures: {', '.join(info['figures']) or 'none'}")
     click.echo(f"wrote {out / 'index.html'}")
     if info.get("interactive"):
