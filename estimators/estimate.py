@@ -27,7 +27,7 @@ from estimators.profile import BatchTimeProfile
 from estimators.recalibration import RecalibrationConfig, recalibrate
 from estimators.sfs import SFS, joining_intake
 from estimators.snapshot import Query, RateTracker, RecordedWalk
-from traces.lengths import predicted_lengths
+from traces.lengths import PredictedLengths, predicted_lengths
 from traces.store import Trace
 
 ESTIMATORS = ("sfs", "throughput", "lps", "lps-mg", "queue")
@@ -173,6 +173,15 @@ def jitter_floor(profile: BatchTimeProfile, steps: pd.DataFrame, parts: list[tup
     return out / draws
 
 
+def trace_lengths(trace: Trace, reqs: pd.DataFrame, policy: str | None) -> PredictedLengths:
+    """The predicted lengths of ``reqs`` (the trace's requests) under
+    ``policy``, the median taken over the trace's own requests: a
+    reconstruction's warm-up copies (``meta.warm_prefix.warmup_requests``
+    rows first, one output token each) are left out of it."""
+    n_warm = int((trace.meta.get("warm_prefix") or {}).get("warmup_requests", 0) or 0)
+    return predicted_lengths(reqs, policy, history=reqs.iloc[n_warm:] if n_warm else None)
+
+
 def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, BaselineParams | None]],
                    cfg: EstimateConfig, progress=None) -> EstimateResult:
     """``models`` maps each instance id to its batch-time profile and
@@ -182,7 +191,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         raise ValueError(f"{trace.path}: requests have no measured ttft_s to compare with")
     if not (trace.has("steps") and trace.has("step_items") and trace.has("instances")):
         raise ValueError(f"{trace.path}: needs steps, step_items and instances tables to build snapshots")
-    lengths = predicted_lengths(reqs, cfg.lengths)
+    lengths = trace_lengths(trace, reqs, cfg.lengths)
     pred_total = lengths.tokens
     ttft = reqs["ttft_s"].to_numpy(dtype=np.float64)
     rows, attr, floor_parts, floors = [], [], [], []
@@ -311,6 +320,21 @@ def coverage(g: pd.DataFrame) -> dict | None:
     true = g["true_s"][m].to_numpy()
     return {"n": int(m.sum()), **{lv: float(np.mean(true <= g[f"{lv}_s"][m].to_numpy()))
                                   for lv in ("p50", "p90", "p99")}}
+
+
+def coinciding_quantiles(est: pd.DataFrame) -> set[str]:
+    """Estimators whose predicted p50 and p99 are the same on every request
+    (no spread: a profile without a noise model), so that their coverage
+    shares are one number."""
+    if "p50_s" not in est:
+        return set()
+    out = set()
+    for name, g in est.groupby("estimator", sort=False):
+        p50, p99 = g["p50_s"].to_numpy(dtype=np.float64), g["p99_s"].to_numpy(dtype=np.float64)
+        m = np.isfinite(p50)
+        if m.any() and np.array_equal(p50[m], p99[m]):
+            out.add(str(name))
+    return out
 
 
 def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:

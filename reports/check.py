@@ -54,6 +54,11 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+def a_kind(kind: str) -> str:
+    """The kind with its article: "an estimate", "a sweep"."""
+    return ("an " if str(kind)[:1].lower() in "aeiou" else "a ") + str(kind)
+
+
 def _type(v: Any) -> str:
     return "null" if v is None else {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(v), type(v).__name__)
@@ -259,7 +264,7 @@ def load_baseline(path: Path) -> dict:
                        "rewrite the baseline with --write-baseline")
     for k in metrics:
         if kind not in _kind_of_name(k):
-            raise BadInput(path, None, f"metrics.{k}", f"not a metric of a {kind} result")
+            raise BadInput(path, None, f"metrics.{k}", f"not a metric of {a_kind(kind)} result")
     return doc
 
 
@@ -267,7 +272,8 @@ def check_kind(baseline: dict, r: Result, baseline_path: Path) -> None:
     """A baseline compares only with a result of its own kind."""
     kind = baseline.get("kind")
     if kind != r.kind:
-        raise BadInput(baseline_path, None, "kind", f"a {kind} baseline cannot check a {r.kind} result ({r.path})")
+        raise BadInput(baseline_path, None, "kind", f"{a_kind(kind)} baseline cannot check "
+                       f"{a_kind(r.kind)} result ({r.path})")
 
 
 def baseline_doc(r: Result) -> dict:

@@ -1,5 +1,5 @@
 """The report's static figures: Matplotlib (Agg) drawings of the specs in
-``reports.series``. Matplotlib is imported here only, when a report is
+``reports.spec``. Matplotlib is imported here only, when a report is
 written, so the CLI starts fast."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.series import FigureSpec, Panel, Series
+from reports.spec import FigureSpec, Panel, Series
 
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-.", "longdash": (0, (8, 3)),
             "longdashdot": (0, (8, 3, 2, 3))}
@@ -93,20 +93,30 @@ def _draw_panel(ax, p: Panel) -> None:
         ax.legend(fontsize=7, loc="lower right" if bars else "best")
 
 
+SQUARE_PER_ROW = 3  # square (equal-axes) panels per row: each at least 300 px wide at DPI
+SQUARE_IN = 4.4  # inches per square panel, labels included
+DPI = 110
+
+
 def draw_png(spec: FigureSpec, path: Path) -> None:
     plt = _plt()
     n = len(spec.panels)
     square = any(p.equal for p in spec.panels)
     bar_rows = max((len(s.y) for p in spec.panels for s in p.series if s.mode == "barh"), default=0)
-    if square:
-        size = (3.4 * n, 3.6)
+    rows, cols = 1, n
+    if square:  # a strip of n squares would shrink each below readable: wrap into rows
+        cols = min(n, SQUARE_PER_ROW)
+        rows = -(-n // cols)
+        size = (SQUARE_IN * cols, SQUARE_IN * rows)
     elif bar_rows:
         size = (6.5 * n, 0.38 * bar_rows + 1.6)
     else:
         size = (6.4 * n if n > 1 else 6.4, 4)
-    fig, axes = plt.subplots(1, n, figsize=size, squeeze=False)
-    for ax, p in zip(axes[0], spec.panels):
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_axis_off()
+    for ax, p in zip(axes.flat, spec.panels):
         _draw_panel(ax, p)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)

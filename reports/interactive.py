@@ -1,5 +1,5 @@
 """The interactive report: the same figure specs as the static PNGs
-(``reports.series``) drawn with Plotly (hover, zoom, click a legend entry to
+(``reports.spec``) drawn with Plotly (hover, zoom, click a legend entry to
 hide a series) in one self-contained HTML page: plotly.js is inlined, so the
 page opens offline and can be mailed or attached to CI artifacts.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import json
 
-from reports.series import FigureSpec, Panel
+from reports.spec import FigureSpec, Panel
 
 PLOTLY_DASH = {"solid": "solid", "dash": "dash", "dot": "dot", "dashdot": "dashdot", "longdash": "longdash",
                "longdashdot": "longdashdot"}
@@ -88,7 +88,7 @@ def plotly_figure(spec: FigureSpec):
     return fig
 
 
-def build_interactive(specs: list[FigureSpec], tables: list[tuple[str, tuple[list[str], list[list[str]]]]],
+def build_interactive(specs: list[FigureSpec], tables: list[tuple[str, tuple[list[str], list[list[str]]], str]],
                       sources: str, table_html) -> str:
     """The whole page as one string (plotly.js inlined once)."""
     from plotly.offline import get_plotlyjs
@@ -103,11 +103,12 @@ def build_interactive(specs: list[FigureSpec], tables: list[tuple[str, tuple[lis
                     f"<figcaption>{html.escape(spec.caption)}</figcaption></figure>")
         scripts.append(f"(function(f){{Plotly.newPlot({json.dumps(div)}, f.data, f.layout, "
                        f"{{responsive: true, displaylogo: false}});}})({fig.to_json()});")
-    for title, (head, rows) in tables:
-        body.append(f"<h2>{html.escape(title)}</h2>{table_html(head, rows)}")
+    for title, (head, rows), note in tables:
+        body.append(f"<h2>{html.escape(title)}</h2>{table_html(head, rows, note)}")
     css = ("body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}"
            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 8px}"
-           "th{background:#f3f3f3}figure{margin:1.5em 0}figcaption{color:#444;font-size:0.95em}")
+           "th{background:#f3f3f3}figure{margin:1.5em 0}figcaption{color:#444;font-size:0.95em}"
+           ".note{color:#444;font-size:0.9em;margin-top:-0.5em}")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>latroute report (interactive)</title>"
             f"<style>{css}</style><script>{get_plotlyjs()}</script></head><body>{''.join(body)}"
             f"<script>{''.join(scripts)}</script></body></html>\n")

@@ -70,8 +70,11 @@ def trace_median_output(requests: pd.DataFrame) -> int:
     return int(round(float(np.median(true)))) if true.size else 1
 
 
-def predicted_lengths(requests: pd.DataFrame, policy: str | None = None) -> PredictedLengths:
-    """Predicted total output lengths under ``policy`` (None: the default)."""
+def predicted_lengths(requests: pd.DataFrame, policy: str | None = None,
+                      history: pd.DataFrame | None = None) -> PredictedLengths:
+    """Predicted total output lengths under ``policy`` (None: the default).
+    ``history``: the requests whose output lengths make the median (default
+    ``requests``; a reconstruction's warm-up copies are not the trace's own)."""
     check_length_policy(policy)
     chosen = policy or default_length_policy(requests)
     n = len(requests)
@@ -81,7 +84,7 @@ def predicted_lengths(requests: pd.DataFrame, policy: str | None = None) -> Pred
     if chosen.startswith("constant:"):
         k = int(chosen.split(":", 1)[1])
         return PredictedLengths(np.full(n, k, dtype=np.int64), chosen, f"lengths constant:{k} (every request {k} tokens)")
-    median = trace_median_output(requests)
+    median = trace_median_output(requests if history is None else history)
     if chosen == "median":
         return PredictedLengths(np.full(n, median, dtype=np.int64), "median",
                                 f"lengths median (the trace's median output length, {median} tokens, for every request)")

@@ -9,7 +9,7 @@ import click
 
 from estimators.calibrate import calibrate_instance
 from estimators.drift import trace_drift
-from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, estimate_trace
+from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, coinciding_quantiles, estimate_trace
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
@@ -53,7 +53,9 @@ def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, ne
     return models
 
 
-def format_metrics(m: dict) -> str:
+def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
+    """The estimate's summary lines; ``coinciding``: estimators whose
+    predicted quantiles coincide on every request (``coinciding_quantiles``)."""
     lines = [f"{'estimator':<11} {'n':>6} {'MAPE':>8} {'median APE':>11} {'p90 APE':>8} {'p99 APE':>8} "
              f"{'mean us':>9} {'median us':>10}"]
     for name, s in m["estimators"].items():
@@ -64,9 +66,12 @@ def format_metrics(m: dict) -> str:
         c, raw = s.get("coverage"), s.get("coverage_raw")
         if c:
             what = "recalibrated " if raw else ""
+            why = ("; they coincide: the profile has no noise model (a request-level profile, from calibrate "
+                   "--from-requests, carries none), so every predicted quantile is the point estimate"
+                   if name in coinciding else "")
             lines.append(f"{name} coverage (share of measured TTFTs below the {what}predicted quantile, n {c['n']}): "
                          f"p50 {100 * c['p50']:.1f}%, p90 {100 * c['p90']:.1f}%, p99 {100 * c['p99']:.1f}% "
-                         "(nominal 50/90/99)")
+                         f"(nominal 50/90/99{why})")
         if raw:
             lines.append(f"{name} coverage before recalibration: p50 {100 * raw['p50']:.1f}%, "
                          f"p90 {100 * raw['p90']:.1f}%, p99 {100 * raw['p99']:.1f}%")
@@ -220,7 +225,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     click.echo(note)
     if recon is not None:
         click.echo(recon.note)
-    click.echo(format_metrics(m))
+    click.echo(format_metrics(m, coinciding_quantiles(res.estimates)))
     for d in drift.values():
         click.echo("\n".join(d.lines()))
     if speed_cfg is not None:

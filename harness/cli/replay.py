@@ -435,13 +435,17 @@ def format_sweep(s: dict) -> str:
         lines.append(f"ORACLE: {s['oracle']['router']} is clairvoyant (forks the twin's future: true lengths and "
                      "noise); 'of oracle' is each AUC as a share of its AUC")
     rates = [f"{r:g}" for r in s["rates"]]
-    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8} {'of oracle':>9}  " + " ".join(f"{r:>7}" for r in rates))
+    oracle = "oracle" in s  # the 'of oracle' column only when an oracle ran (else it would be all '-')
+    lines.append("AUC: OnTimeUtility over the rates; vs best: AUC / the best baseline's"
+                 + ("; of oracle: AUC / the oracle's" if oracle else "") + "; then OnTimeUtility at each rate")
+    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8} " + (f"{'of oracle':>9} " if oracle else "") + " "
+                 + " ".join(f"{r + ' q/s':>9}" for r in rates))
     for key, v in s["routers"].items():
         ratio = v.get("auc_ratio_to_best_baseline")
         share = v.get("oracle_share")
         lines.append(f"{key:<28} {v['auc_ontime_utility']:8.4f} {'-' if ratio is None else f'{ratio:.3f}':>8} "
-                     f"{'-' if share is None else f'{share:.3f}':>9}  "
-                     + " ".join(f"{v['by_rate'][r]['ontime_utility']:7.4f}" for r in rates))
+                     + (f"{'-' if share is None else f'{share:.3f}':>9} " if oracle else "") + " "
+                     + " ".join(f"{v['by_rate'][r]['ontime_utility']:9.4f}" for r in rates))
     if "best_baseline" in s:
         lines.append(f"best baseline: {s['best_baseline']['router']} (OnTimeUtility AUC "
                      f"{s['best_baseline']['auc_ontime_utility']:.4f})")

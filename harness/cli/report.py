@@ -8,6 +8,7 @@ import click
 
 from harness.cli.params import NON_NEGATIVE, KeyFraction
 from reports.check import (
+    a_kind,
     baseline_doc,
     check_kind,
     compare,
@@ -19,6 +20,7 @@ from reports.check import (
 )
 from reports.render import build_report
 from reports.results import load_result
+from routers.registry import ROUTERS
 from traces.errors import BadInput, BadOption
 from traces.jsonio import dump_json
 from traces.outputs import StagedDir, check_out, write_output_json
@@ -40,7 +42,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
     check_out(out, force, inputs=results)  # before any work
     loaded = [load_result(p) for p in results]
     with StagedDir(out, force) as tmp:
-        info = build_report(loaded, tmp)
+        info = build_report(loaded, tmp, router_order=ROUTERS)  # colours in registry order
     click.echo(f"{len(info['figures'])} figures: {', '.join(info['figures']) or 'none'}")
     click.echo(f"wrote {out / 'index.html'}")
     if info.get("interactive"):
@@ -92,7 +94,7 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     current = flatten(res)
     if write_baseline and not current:
         raise BadInput(res.path / "metrics.json", None, "metrics",
-                       f"no metric of a {res.kind} result to gate: a baseline of it would be refused")
+                       f"no metric of {a_kind(res.kind)} result to gate: a baseline of it would be refused")
     if write_baseline:
         parse_tolerances(tolerances, set(current))
         write_output_json(baseline, baseline_doc(res), "baseline", force=force, option="--baseline")
