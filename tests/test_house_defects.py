@@ -120,7 +120,7 @@ def test_sweep_summary_has_no_empty_oracle_column_and_labels_its_rates(results):
 
 
 def test_sweep_summary_labels_the_oracle_share_when_an_oracle_ran(results):
-    from harness.cli.replay import format_sweep
+    from harness.cli.sweep import format_sweep
 
     s = json.loads((results / "sweep" / "metrics.json").read_text())
     s["oracle"] = {"router": "oracle", "auc_ontime_utility": 1.0}

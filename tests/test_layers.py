@@ -149,9 +149,6 @@ def test_no_dynamic_imports_outside_the_plugin_loaders():
     assert found == [], f"dynamic imports outside the plug-in loaders: {found}"
 
 
-@pytest.mark.xfail(strict=True, reason="harness/cli/__init__.py still loads its own command modules with "
-                                       "importlib.import_module (COMMANDS); remove this mark once it imports them "
-                                       "with literal imports the linter sees")
 def test_the_cli_loads_its_commands_with_imports_the_linter_sees():
     assert "harness/cli/__init__.py" not in _dynamic_importers()
 

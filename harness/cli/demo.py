@@ -22,7 +22,8 @@ from estimators.profile import load_profile
 from harness.cli.calibrate import format_profile, format_results
 from harness.cli.estimate import format_metrics
 from harness.cli.params import SEED
-from harness.cli.replay import format_sweep, write_replay_result
+from harness.cli.replay import write_replay_result
+from harness.cli.sweep import format_sweep
 from harness.sweep.driver import Cell, SweepSpec, default_workers, run_and_write_sweep
 from harness.twin.pools import load_pool
 from harness.twin.replay import ReplayConfig, replay, warm_up

@@ -1,0 +1,93 @@
+"""Options and checks that ``replay`` and ``sweep`` share: the policies that fill
+what a trace lacks, the stale view, the arrival process, router names."""
+from __future__ import annotations
+
+import click
+
+from harness.cli.params import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY_BELOW_1,
+)
+from routers.chance import DEFAULT_EPSILON
+from routers.registry import router_entry
+from traces.arrivals import ARRIVAL_KINDS, resolve_arrival
+from traces.errors import BadOption
+from traces.lengths import LENGTH_POLICIES, check_length_policy
+from traces.quality import QUALITY_POLICIES
+from traces.slo import SLO_POLICIES
+
+
+def parse_routers(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise click.BadParameter("no router given", param_hint="--router(s)")
+    for n in names:  # built-in names, or plug-ins as module:Class (routers.registry.plugin_entry)
+        try:
+            router_entry(n)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--router(s)") from None
+    return names
+
+
+def policy_options(f):
+    """--lengths, --slo and --quality: what routers are told where a trace
+    lacks it (shared by replay and sweep)."""
+    f = click.option("--quality", "quality_policy", type=click.Choice(QUALITY_POLICIES),
+                     help="Per-model accuracy: the trace's quality table, or the generator's accuracy model with "
+                          "the requests as one task. Default: table if the trace has one, else model.")(f)
+    f = click.option("--slo", "slo_policy", type=click.Choice(SLO_POLICIES),
+                     help="TTFT SLOs: the trace's slo_ttft_s, DESIGN's rule on the prompt length, or none "
+                          "(every served request on time). Default: column if present, else rule.")(f)
+    f = click.option("--lengths", "lengths_policy", metavar="|".join(LENGTH_POLICIES),
+                     help="Predicted output lengths routers see. Default: column (predicted_output_tokens) if "
+                          "present, else median (of the trace's output lengths). oracle = true lengths.")(f)
+    return f
+
+
+def view_options(f):
+    """--epsilon, --view-interval, --ledger (replay and sweep)."""
+    f = click.option("--ledger", type=click.Choice(["on", "off"]), default="on", show_default=True,
+                     help="With --view-interval: requests dispatched since the last refresh join the stale view.")(f)
+    f = click.option("--view-interval", "view_interval_ms", type=NON_NEGATIVE, default=0.0, show_default=True,
+                     help="Routers see engine state refreshed every MS milliseconds (0: every step, live). "
+                          "The oracle always forks the live twin.")(f)
+    return click.option("--epsilon", type=PROBABILITY_BELOW_1, default=DEFAULT_EPSILON, show_default=True,
+                        help="Chance-constrained routers (sfs-cc, throughput-cc): allowed P(TTFT > SLO), one "
+                             "value for every rate. On qwen3-h100 (Poisson 3-9 q/s) sfs-cc's AUC is flat from 0.02 "
+                             "to 0.3, within the seed spread; 0.1 sits in the middle of it.")(f)
+
+
+def arrival_options(f):
+    f = click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+                     help="Gamma shape: inter-arrival CV^2 = 1/burstiness (vllm bench serve's meaning); other than "
+                          "1 implies --arrival gamma.")(f)
+    f = click.option("--burst-ratio", type=AT_LEAST_1, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")(f)
+    f = click.option("--arrival", type=click.Choice(ARRIVAL_KINDS),
+                     help="Arrival process of generated workloads. Default: poisson, or gamma when --burstiness "
+                          "is not 1.")(f)
+    return f
+
+
+def arrival_kind(arrival: str | None, burstiness: float) -> str:
+    try:
+        return resolve_arrival(arrival, burstiness)
+    except ValueError as e:
+        raise BadOption("--burstiness", str(e)) from None
+
+
+def check_lengths_option(text: str | None) -> None:
+    try:
+        check_length_policy(text)
+    except ValueError as e:
+        raise BadOption("--lengths", str(e)) from None
+
+
+def echo_policies(inputs) -> None:
+    """Say which policies filled what the trace lacks (oracle lengths
+    loudly, on stderr too)."""
+    for note in inputs.notes():
+        click.echo(note)
+    if inputs.lengths.oracle:
+        click.echo(inputs.lengths.note, err=True)

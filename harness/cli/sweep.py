@@ -1,0 +1,251 @@
+"""``latroute sweep``: many twin replays (rates x routers x deltas x lambdas x
+seeds), their summary table, and sweep spec files."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from harness.cli.params import (
+    COUNT,
+    MAX_SEED,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    FloatList,
+    IntIn,
+    cores,
+)
+from harness.cli.replay_options import (
+    arrival_kind,
+    arrival_options,
+    check_lengths_option,
+    echo_policies,
+    parse_routers,
+    policy_options,
+    view_options,
+)
+from harness.cli.serving_options import parse_serving, serving_options
+from harness.sweep.backends import BACKENDS, Progress
+from harness.sweep.driver import (
+    Cell,
+    SweepSpec,
+    check_sweep_run,
+    default_workers,
+    spec_doc,
+    sweep_inputs,
+    sweep_result,
+    write_sweep_result,
+)
+from harness.sweep.store import SweepStore, cell_key
+from harness.twin.pools import load_pool
+from reports.results import command_line
+from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
+from routers.utility import DEFAULT_LAMBDA
+from traces.errors import BadInput, BadOption
+from traces.store import open_trace
+
+SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
+                   "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "metric_percentiles", "goodput", "noise", "backend", "address",
+                   "online_speed", "epsilon", "view_interval", "ledger")
+
+
+def _spec_file(ctx: click.Context, param, path: Path | None):
+    """Fill options from a TOML sweep specification; flags given on the
+    command line win."""
+    if path is None:
+        return None
+    import tomllib
+
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(path, None, "--spec", "does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(path, None, "--spec", f"not valid TOML ({e})") from None
+    sweep_doc = doc.get("sweep", doc)
+    unknown = sorted(set(sweep_doc) - set(SWEEP_SPEC_KEYS))
+    if unknown:
+        raise BadInput(path, None, unknown[0], f"unknown key (known: {', '.join(SWEEP_SPEC_KEYS)})")
+    defaults = ctx.default_map or {}
+    for key, value in sweep_doc.items():
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
+                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
+                "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text",
+                "view_interval": "view_interval_ms"
+                }.get(key, key)
+        defaults[name] = value
+    ctx.default_map = defaults
+    return path
+
+
+@click.command()
+@click.option("--spec", "spec_path", type=click.Path(path_type=Path), callback=_spec_file, is_eager=True,
+              expose_value=False, help="TOML file with the sweep's options (a [sweep] table or top-level keys named "
+                                       "like the flags: rates = [3, 4, 5], routers = [...]); flags override it.")
+@click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True,
+              help="Pool name or POOL.json (latroute list pools).")
+@click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
+              help="Replay this trace's requests, arrival times rescaled to each rate, instead of generating.")
+@click.option("--rates", type=FloatList(POSITIVE), default="3,4,5,6,7,8,9", show_default=True, help="Arrival rates (q/s).")
+@click.option("--routers", "router_names", default=",".join(MAIN_ROUTERS), show_default=True,
+              help=f"Comma-separated routers, of: {', '.join(ROUTERS)} (latroute list routers), or plug-ins "
+                   "as module:Class.")
+@click.option("--deltas", type=FloatList(NON_NEGATIVE), default="1e-6", show_default=True,
+              help="Deltas for routers that use one (the soft rule: utility per µs of estimated TTFT; "
+                   "0 = latency-agnostic).")
+@click.option("--lambdas", type=FloatList(NON_NEGATIVE), default=str(DEFAULT_LAMBDA), show_default=True,
+              help="Cost weights lambda in U = acc - lambda * cost (cost in micro-dollars), comma-separated.")
+@arrival_options
+@policy_options
+@click.option("--requests", "n_requests", type=COUNT, default=16000, show_default=True, help="Requests per cell.")
+@serving_options
+@click.option("--seeds", type=IntIn(1, 10**4), default=1, show_default=True,
+              help="Number of paired seeds SEED..SEED+K-1 (the same workloads and noise for every router); "
+                   "K >= 2 gives 95% intervals.")
+@click.option("--seed", "first_seed", type=SEED, default=0, show_default=True,
+              help="First seed (as in replay and trace generate).")
+@click.option("--workers", type=IntIn(1, cores()), default=default_workers(), show_default=True,
+              help="Worker processes (local) or CPUs of a local Ray; at most the machine's cores.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="local", show_default=True,
+              help="local: a process pool here; ray: each cell a Ray task (pip install 'latroute[ray]').")
+@click.option("--address", help="With --backend ray: an existing cluster (e.g. 127.0.0.1:6379); default a local Ray "
+                                "started for the run.")
+@click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="Latency-aware routers' estimators learn each instance's host speed from its completed steps "
+                   "(half-life 100 steps) and scale their profile by it.")
+@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
+@view_options
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Result directory: cells/, results.parquet, metrics.json, metrics.parquet.")
+@click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
+                                             "specification must be the same).")
+@click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
+def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
+          lengths_policy, slo_policy, quality_policy, n_requests, percentiles_text, goodput_text, seeds, first_seed,
+          workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, out, resume,
+          force) -> None:
+    """Replay routers over arrival rates (and deltas, lambdas, seeds).
+
+    Every finished cell is written at once under --out (cells/), so Ctrl-C
+    or a crash loses only the cells in flight and --resume finishes the
+    sweep. When done: results.parquet (one row per cell, with the
+    inter-arrival CV^2 it replayed), timings.parquet (wall time per cell)
+    and metrics.json: per router the OnTimeUtility AUC over the rates
+    (trapezoid) with its 95% interval over seeds, its ratio to the best
+    baseline (round-robin, shortest-queue, latency-agnostic) with a paired
+    interval, with several --deltas the utility vs mean-TTFT frontier, and
+    the length, SLO and quality policies used.
+
+    \b
+    Examples:
+      latroute sweep --out sweep-poisson
+      latroute sweep --rates 6,7,8 --arrival mmpp --burst-ratio 6 --out sweep-mmpp6
+      latroute sweep --rates 6,8 --arrival gamma --burstiness 0.25 --out sweep-gamma   # CV^2 = 4
+      latroute sweep --rates 8 --routers sfs-soft --deltas 0,1e-7,1e-6,1e-5,1e-4,1e-3,1e9 --out frontier
+      latroute sweep --trace azconv --rates 4,8 --requests 4000 --out sweep-az   # SLO rule, quality model
+      latroute sweep --seeds 5 --out sweep-5seeds          # intervals over paired seeds
+      latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
+      latroute sweep --spec study.toml --out study --resume
+    """
+    check_sweep_run(out, workers, backend, address, resume, force, trace_dir)  # before any work
+    rate_list, delta_list, lam_list = list(rates), list(deltas), list(lambdas)  # range-checked by their types
+    names = parse_routers(router_names)
+    percentiles, goodput = parse_serving(percentiles_text, goodput_text)
+    if first_seed + seeds - 1 > MAX_SEED:
+        raise BadOption("--seeds", f"seeds {first_seed}..{first_seed + seeds - 1} go past {MAX_SEED}")
+    check_lengths_option(lengths_policy)
+    if address is not None and backend != "ray":
+        raise click.UsageError("--address goes with --backend ray")
+    if resume and force:
+        raise click.UsageError("--resume and --force exclude each other")
+    if trace_dir is not None and (arrival is not None or burstiness != 1.0):
+        raise BadOption("--arrival" if arrival is not None else "--burstiness",
+                        "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
+    if trace_dir is not None:
+        from traces.arrivals import check_replay_arrivals
+
+        t = open_trace(trace_dir)
+        check_replay_arrivals(t, t.read("requests", ["arrival_s"]).iloc[:n_requests])
+    kind = arrival_kind(arrival, burstiness)
+    cells = [Cell(r, name, d, lam, s)
+             for s in range(first_seed, first_seed + seeds) for lam in lam_list for name in names
+             for d in (delta_list if router_entry(name).uses_delta else [0.0]) for r in rate_list]
+    spec = SweepSpec(pool=pool_ref, requests=n_requests, arrival="trace" if trace_dir else kind,
+                     burst_ratio=burst_ratio, burstiness=burstiness, noise=noise == "on",
+                     trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
+                     quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
+                     online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
+                     ledger=ledger == "on")
+    load_pool(pool_ref)  # refuse a bad pool before starting workers
+    try:  # and a policy the workload cannot serve
+        echo_policies(sweep_inputs(spec, cells[0]))
+    except ValueError as e:
+        raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
+    t = time.perf_counter()
+    store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force, inputs=[trace_dir])
+    already = len(store.done() & {cell_key(c) for c in cells})
+    bar = Progress(len(cells), backend, lambda line: click.echo(line, err=True), already)
+    try:
+        df, timings, summary = sweep_result(spec, cells, workers, bar.step, backend, address, store)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: {len(store.done())} of {len(cells)} cells are in {out}; finish with --resume",
+                   err=True)
+        sys.exit(130)
+    except RuntimeError as e:
+        raise click.UsageError(str(e)) from None
+    summary["wall_s"] = time.perf_counter() - t
+    summary["backend"] = backend
+    write_sweep_result(store, df, timings, summary, command_line())
+    click.echo(format_sweep(summary))
+    click.echo(f"wrote {out}")
+
+
+def format_sweep(s: dict) -> str:
+    arrival = s["arrival"] + (f", burstiness {s['burstiness']:g}" if s.get("burstiness", 1.0) != 1.0 else "")
+    lines = [f"{s['cells']} cells, rates {s['rate_range'][0]:g}-{s['rate_range'][1]:g} q/s ({arrival}, inter-arrival "
+             f"CV^2 {s.get('interarrival_cv2', float('nan')):.2f}), {s['requests']} requests per cell, "
+             f"{s.get('seeds', 1)} seed(s)"]
+    if s.get("policies", {}).get("lengths", {}).get("oracle"):
+        lines.insert(0, "ORACLE LENGTHS: routers saw true output lengths")
+    if "oracle" in s:
+        lines.append(f"ORACLE: {s['oracle']['router']} is clairvoyant (forks the twin's future: true lengths and "
+                     "noise); 'of oracle' is each AUC as a share of its AUC")
+    rates = [f"{r:g}" for r in s["rates"]]
+    oracle = "oracle" in s  # the 'of oracle' column only when an oracle ran (else it would be all '-')
+    lines.append("AUC: OnTimeUtility over the rates; vs best: AUC / the best baseline's"
+                 + ("; of oracle: AUC / the oracle's" if oracle else "") + "; then OnTimeUtility at each rate")
+    lines.append(f"{'router':<28} {'AUC':>8} {'vs best':>8} " + (f"{'of oracle':>9} " if oracle else "") + " "
+                 + " ".join(f"{r + ' q/s':>9}" for r in rates))
+    for key, v in s["routers"].items():
+        ratio = v.get("auc_ratio_to_best_baseline")
+        share = v.get("oracle_share")
+        lines.append(f"{key:<28} {v['auc_ontime_utility']:8.4f} {'-' if ratio is None else f'{ratio:.3f}':>8} "
+                     + (f"{'-' if share is None else f'{share:.3f}':>9} " if oracle else "") + " "
+                     + " ".join(f"{v['by_rate'][r]['ontime_utility']:9.4f}" for r in rates))
+    if "best_baseline" in s:
+        lines.append(f"best baseline: {s['best_baseline']['router']} (OnTimeUtility AUC "
+                     f"{s['best_baseline']['auc_ontime_utility']:.4f})")
+    for key, v in s["routers"].items():
+        bo = v.get("best_other")
+        if bo and bo["ratio"] is not None:
+            r = bo["paired"]["ratio"]
+            lines.append(f"{key}: {bo['ratio']:.3f}x the best other non-oracle router ({bo['router']})"
+                         + (_ci(r["ci95"]) if s.get("seeds", 1) > 1 else ""))
+    if s.get("seeds", 1) > 1:
+        lines.append("95% intervals over paired seeds: AUC; AUC ratio to the best baseline")
+        for key, v in s["routers"].items():
+            ci = v["auc_ontime_utility_ci"]
+            vs = (v.get("vs_best_baseline") or {}).get("ratio") or {}
+            lines.append(f"  {key:<26} {ci['mean']:.4f}{_ci(ci['ci95'])}"
+                         + (f"; ratio {vs['mean']:.3f}{_ci(vs['ci95'])}" if vs else ""))
+    return "\n".join(lines)
+
+
+def _ci(ci) -> str:
+    return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
