@@ -187,6 +187,8 @@ def test_non_finite_baseline_metric_is_refused(gate, literal):
 @pytest.mark.parametrize("base_kind", KINDS)
 @pytest.mark.parametrize("result_kind", KINDS)
 def test_a_baseline_checks_only_its_own_kind(tmp_path, base_kind, result_kind):
+    from reports.check import a_kind
+
     res = write_result(tmp_path / "res" / result_kind, result_kind)
     (tmp_path / "ci").mkdir()
     base = write_baseline(tmp_path / "ci" / "b.json", base_kind)
@@ -196,7 +198,7 @@ def test_a_baseline_checks_only_its_own_kind(tmp_path, base_kind, result_kind):
         assert r.exit_code == 0 and "no regression" in r.stdout, r.output
     else:
         refused_cleanly(args, [tmp_path / "res", tmp_path / "ci"], "kind",
-                        f"{base_kind} baseline cannot check a {result_kind} result")
+                        f"{base_kind} baseline cannot check {a_kind(result_kind)} result")
 
 
 @pytest.mark.parametrize("changes,column", [
