@@ -9,11 +9,10 @@ of the white page (a test checks both). A delta E of about 2 is the
 smallest difference people notice side by side; 20 is a clearly different
 colour in a legend and on a thin line.
 
-A report colours the routers it shows, in the order its caller gives
-(registry order: ``harness.cli.report`` passes it), with the first colours
-of ``PALETTE``: so any report of up to ``len(PALETTE)`` routers has them
-all distinguishable, and the same routers get the same colours in every
-report. Past ``len(PALETTE)`` names, colours repeat.
+A report colours each built-in router by its place in the registry's order
+(``harness.cli.report`` passes it): a router has the same colour in every
+report and all of them are distinguishable at once; a plug-in takes a colour
+after them (see ``Palette``). Past ``len(PALETTE)`` names, colours repeat.
 """
 from __future__ import annotations
 
@@ -21,13 +20,15 @@ import math
 
 MIN_DELTA_E = 20.0
 
-# Tableau 10 without its brown and pink (16 and 17 from red and purple),
-# then colours added one at a time, each the one of a 15-step grid of the
-# sRGB cube (lightness 25-75, at least 25 from white) furthest from every
-# colour already in: the 20 it gives are pairwise at least 20.1 apart.
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#7f7f7f", "#bcbd22", "#17becf",
-           "#004b2d", "#5a3c00", "#78004b", "#ff96a5", "#0000d2", "#a5b4ff", "#3c3c4b", "#96780f", "#f00087",
-           "#008778", "#ff87ff", "#96b496")
+# Chosen greedily from a 18-step grid of the sRGB cube, kept to colours of
+# lightness at most 80 and at least 30 from white (thin lines stay visible on
+# the page): each colour the one furthest from every colour already in,
+# starting from matplotlib's first blue, until none is 20.5 away. The 23 it
+# gives are pairwise at least 20.6 apart: one for each built-in router (22),
+# and one more for a plug-in.
+PALETTE = ("#1f77b4", "#b4d200", "#ff5a00", "#1e4b00", "#3c000f", "#ff00e1", "#00c3b4", "#5a00b4", "#784b00",
+           "#968787", "#d2004b", "#ffb40f", "#0f1e1e", "#009600", "#a596f0", "#007869", "#96873c", "#5a4b4b",
+           "#ff87a5", "#00003c", "#870f00", "#875a96", "#1eb4e1")
 
 
 def _linear(c: float) -> float:
@@ -97,14 +98,22 @@ def delta_e2000(hex1: str, hex2: str) -> float:
 
 
 class Palette:
-    """A fixed colour per name: the names in ``order`` (the caller's, e.g.
-    the router registry's) that the report shows first, then the others in
-    name order; each takes the next colour of ``PALETTE``."""
+    """A fixed colour per name. While the names in ``order`` (the caller's:
+    the router registry's, every built-in router) and the others shown fit
+    in ``PALETTE``, a name of ``order`` takes the colour of its place there,
+    so a router has the same colour in every report, and the others (plug-ins)
+    take the colours after; otherwise the names shown take the colours in
+    turn, ``order``'s first."""
 
     def __init__(self, names, order=()):
         names = set(names)
-        known = [n for n in order if n in names]
-        self.order = known + sorted(names - set(known))
+        order = list(dict.fromkeys(order))
+        extra = sorted(names - set(order))
+        if len(order) + len(extra) <= len(PALETTE):
+            self.order = order + extra
+        else:
+            known = [n for n in order if n in names]
+            self.order = known + extra
 
     def __call__(self, name: str) -> str:
         if name not in self.order:

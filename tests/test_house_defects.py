@@ -229,10 +229,26 @@ def test_every_pair_of_router_colours_is_at_least_20_apart(results):
 
 def test_palette_colours_are_pairwise_distinct_and_read_on_white():
     from reports.colours import MIN_DELTA_E, PALETTE, delta_e2000
+    from routers.registry import ROUTERS
 
-    assert len(PALETTE) >= 20
+    assert len(PALETTE) > len(ROUTERS)  # every built-in router its own colour, one more for a plug-in
     assert min(delta_e2000(a, b) for a, b in itertools.combinations(PALETTE, 2)) >= MIN_DELTA_E
     assert min(delta_e2000(a, "#ffffff") for a in PALETTE) >= MIN_DELTA_E
+
+
+def test_every_built_in_router_has_its_own_colour_in_every_report():
+    """All 22 routers at once are pairwise at least 20 apart, and a router's
+    colour does not depend on which others a report shows (a plug-in takes
+    one of its own)."""
+    from reports.colours import Palette, delta_e2000
+    from routers.registry import ROUTERS
+
+    everyone = Palette(list(ROUTERS) + ["my.plugin:Router"], ROUTERS)
+    colours = {r: everyone(r) for r in [*ROUTERS, "my.plugin:Router"]}
+    close = [(a, b) for a, b in itertools.combinations(colours, 2) if delta_e2000(colours[a], colours[b]) < 20]
+    assert not close, close
+    few = Palette(["sfs-cc", "shortest-queue"], ROUTERS)
+    assert few("sfs-cc") == colours["sfs-cc"] and few("shortest-queue") == colours["shortest-queue"]
 
 
 # -- 7. the static scatter strip ----------------------------------------------------
