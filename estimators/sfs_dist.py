@@ -31,6 +31,12 @@ R, moments matched). A few erfc calls replace hundreds of noise draws per
 estimate, and ``tests/test_sfs_dist.py`` / ``latroute bench --only sfs``
 check it against a brute-force Monte Carlo on the twin's own noise draws
 with the trajectory fixed.
+
+The noise draws and the step-time model are the engine's
+(``estimators.engine.timing``: plain arrays; a fitted profile becomes a
+``TimeModel`` in ``estimators.time_model``). Numba's on-disk cache of this
+module is keyed by this file's own stamp, not by the engine's: a change to
+the engine's timing that keeps its signatures needs this file touched too.
 """
 from __future__ import annotations
 
