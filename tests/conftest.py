@@ -30,6 +30,26 @@ def run_cli(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+def served_twin_trace(out: Path) -> Path:
+    """A twin trace with steps and TTFTs (300 requests at 6 q/s on qwen3-h100,
+    seed 1), written as a recording would be: what the report tests estimate
+    on and validate against."""
+    from harness.twin.pools import load_pool
+    from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
+    from traces.arrivals import ArrivalSpec
+    from traces.store import TraceWriter
+    from traces.workload import WorkloadConfig, generate_workload
+
+    wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 6.0), seed=1))
+    r = Twin.from_pool(load_pool("qwen3-h100"), TwinConfig(seed=1)).run(wl.requests, shortest_queue_router)
+    with TraceWriter(out) as w:
+        w.meta["frontend_overhead_s"] = 0.005
+        for name, df in (("requests", r.requests), ("steps", r.steps), ("step_items", r.step_items),
+                         ("instances", r.instances)):
+            w.write_table(name, df)
+    return out
+
+
 def assert_refused(result, out: Path | None, *fragments: str) -> None:
     """A refusal: exit 2, one line on stderr naming what is wrong, nothing written."""
     assert result.exit_code == 2, (result.exit_code, result.output)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import assert_refused, run_cli, shared
+from tests.conftest import assert_refused, run_cli, served_twin_trace, shared
 from traces.store import TraceWriter, open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,18 +26,7 @@ def results(tmp_path_factory):
     """An estimate of every estimator, a sweep of the demo's six routers
     (the four SFS routers among them) and a replay."""
     d = tmp_path_factory.mktemp("house")
-    from harness.twin.pools import load_pool
-    from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
-
-    wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 6.0), seed=1))
-    r = Twin.from_pool(load_pool("qwen3-h100"), TwinConfig(seed=1)).run(wl.requests, shortest_queue_router)
-    with TraceWriter(d / "served") as w:
-        w.meta["frontend_overhead_s"] = 0.005
-        for name, df in (("requests", r.requests), ("steps", r.steps), ("step_items", r.step_items),
-                         ("instances", r.instances)):
-            w.write_table(name, df)
+    served_twin_trace(d / "served")
     assert run_cli("estimate", d / "served", "--calibrate-on", d / "served", "--out", d / "est").exit_code == 0
     assert run_cli("replay", "--rate", 6, "--requests", 200, "--router", "sfs-hard", "--out", d / "rep").exit_code == 0
     res = run_cli("sweep", "--rates", "5,7", "--requests", 100, "--routers", DEMO_ROUTERS, "--deltas", "1e-6",

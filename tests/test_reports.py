@@ -7,26 +7,14 @@ import re
 
 import pytest
 
-from tests.conftest import assert_refused, run_cli
-from traces.store import TraceWriter
+from tests.conftest import assert_refused, run_cli, served_twin_trace
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     d = tmp_path_factory.mktemp("results")
     # a twin trace to estimate on and to validate against
-    from harness.twin.pools import load_pool
-    from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
-
-    wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 6.0), seed=1))
-    r = Twin.from_pool(load_pool("qwen3-h100"), TwinConfig(seed=1)).run(wl.requests, shortest_queue_router)
-    with TraceWriter(d / "served") as w:
-        w.meta["frontend_overhead_s"] = 0.005
-        for name, df in (("requests", r.requests), ("steps", r.steps), ("step_items", r.step_items),
-                         ("instances", r.instances)):
-            w.write_table(name, df)
+    served_twin_trace(d / "served")
     assert run_cli("estimate", d / "served", "--calibrate-on", d / "served", "--out", d / "est").exit_code == 0
     assert run_cli("validate", d / "served", "--profile", "qwen3-8b-h100", "--out", d / "val").exit_code == 0
     for router in ("shortest-queue", "sfs-hard"):
