@@ -17,10 +17,13 @@ SHARED_DATA = Path(os.environ.get("LATROUTE_SHARED_DATA", REPO.parent / "shared"
 
 
 def shared(*parts: str) -> Path:
-    """Path under the shared data directory; skips the test if it is missing."""
+    """Path under the shared data directory; skips the test if it is missing
+    (the whole module when called at import, as two modules do for their run
+    list: without ``allow_module_level`` that was a collection error, not a
+    skip, on a machine without ../shared)."""
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"shared data not available: {path}")
+        pytest.skip(f"shared data not available: {path}", allow_module_level=True)
     return path
 
 
