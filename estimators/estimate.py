@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from estimators import plugins
 from estimators.accuracy import error_by_cached_share, error_summary
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegative
 from estimators.calibrate import step_window
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
+from estimators.plugins import PluginEstimator
 from estimators.profile import BatchTimeProfile
 from estimators.recalibration import RecalibrationConfig, recalibrate
 from estimators.sfs import SFS, joining_intake
@@ -115,24 +117,42 @@ def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, p
 
 
 def plugin_estimator(path: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
-                     overhead: float):
+                     overhead: float) -> PluginEstimator:
     """A TTFT estimator named by import path ``module:Class``, built as
     ``Class(profile, params, pred_total, frontend_overhead_s)``. It must
     offer ``estimate(snapshot, query) -> seconds`` over the same honest
     snapshot as the built-ins (``estimators.engine.view``) and a settable
-    ``speed`` (host speed factor, 1.0 unless online correction is on)."""
-    import importlib
+    ``speed`` (host speed factor, 1.0 unless online correction is on). It is
+    foreign code (``estimators.plugins``): its failures and wrong answers are
+    refused as ``error: plug-in 'module:Class' ...``."""
+    return PluginEstimator(path, plugins.load(path, "estimator"), profile, params, pred_total, overhead)
 
-    module_name, _, attr = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"estimator plug-in {path!r} cannot be loaded ({e})") from None
-    est = cls(profile, params, pred_total, overhead)
-    if not callable(getattr(est, "estimate", None)):
-        raise ValueError(f"estimator plug-in {path!r} has no estimate(snapshot, query) method")
-    est.name, est.speed = path, getattr(est, "speed", 1.0)
-    return est
+
+def check_plugin_estimator(path: str) -> None:
+    """Load an estimator plug-in and check it is a class, without building
+    it (a CLI calls this before any work or output; building needs the
+    profile)."""
+    obj = plugins.load(path, "estimator")
+    if not isinstance(obj, type):
+        raise plugins.PluginError(path, f"is a {type(obj).__name__}, not an estimator class")
+
+
+def timed_estimate(est, snap, q: Query, speed: float, warm: set, warmup_us: dict) -> tuple[float, float, tuple]:
+    """One estimate, its wall time (us) and its (p50, p90, p99) if the
+    estimator gives a distribution; an estimator's first call compiles or
+    loads the JIT cache, so it is timed apart (``warmup_us``)."""
+    est.speed = speed
+    if est.name not in warm:
+        t0 = time.perf_counter_ns()
+        est.estimate(snap, q)
+        warmup_us[est.name] = warmup_us.get(est.name, 0.0) + (time.perf_counter_ns() - t0) / 1e3
+        warm.add(est.name)
+    t0 = time.perf_counter_ns()
+    value = nonnegative(est.estimate(snap, q))  # SFS and plug-ins included
+    dt = (time.perf_counter_ns() - t0) / 1e3
+    qs = (tuple(nonnegative(v) for v in est.last_dist(np.inf)[1:4]) if hasattr(est, "last_dist")
+          else (np.nan, np.nan, np.nan))
+    return value, dt, qs
 
 
 def first_token_steps(walk: RecordedWalk, n_requests: int) -> np.ndarray:
@@ -203,7 +223,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         if inst not in models:
             raise ValueError(f"no profile for instance {inst!r}")
         profile, params = models[inst]
-        walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None)
+        walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None, predicted=pred_total)
         ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, cache_aware=cfg.cache_aware)
                 for n in cfg.estimators]
         rate = RateTracker(cfg.ewma_tau_s)
@@ -225,17 +245,10 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             residents, waiting = snap.residents, snap.queued
             speed = 1.0 if speeds is None else float(speeds[walk.k])  # steps 0..k-1 have completed
             for est in ests:
-                est.speed = speed
-                if est.name not in warm:  # first call compiles or loads the JIT cache: timed apart
-                    t0 = time.perf_counter_ns()
-                    est.estimate(snap, q)
-                    warmup_us[est.name] = warmup_us.get(est.name, 0.0) + (time.perf_counter_ns() - t0) / 1e3
-                    warm.add(est.name)
-                t0 = time.perf_counter_ns()
-                value = nonnegative(est.estimate(snap, q))  # SFS and plug-ins included
-                dt = (time.perf_counter_ns() - t0) / 1e3
-                qs = (tuple(nonnegative(v) for v in est.last_dist(np.inf)[1:4]) if hasattr(est, "last_dist")
-                      else (np.nan, np.nan, np.nan))
+                try:
+                    value, dt, qs = timed_estimate(est, snap, q, speed, warm, warmup_us)
+                except plugins.PluginError as e:  # a plug-in failed: say at which request
+                    raise e.at_request(rid[idx]) from None
                 rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt, *qs, share[idx]))
                 if est.name == "sfs":
                     f = ft[idx]

@@ -9,7 +9,15 @@ estimator brings its own prediction).
 
 ``RecordedWalk`` rebuilds such snapshots from a trace's ``steps`` and
 ``step_items`` (recorded or simulated) by applying the recorded batches in
-order; the twin hands over its live state the same way.
+order; the twin hands routers views of its live state the same way
+(``harness.twin.honest_view``).
+
+The walk must know each request's true output length (a request finishes
+when it has produced them), yet the snapshots it hands out share its
+state, and code that walks a snapshot's arrays would read whatever they
+hold. So the truth is in the state only while a recorded step completes
+(``complete_revealing``): at rest every resident's ``F_TARGET`` is the
+predicted length the estimators were given (``predicted``), or 1.
 """
 from __future__ import annotations
 
@@ -18,10 +26,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
-from estimators.engine.layout import F_STATUS, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
+from estimators.engine.layout import F_RID, F_STATUS, F_TARGET, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.recorded import apply_batch
 from estimators.engine.state import SchedState, StepPlan
@@ -90,16 +99,34 @@ class RateTracker:
         self.last = t
 
 
+@njit(cache=True)
+def complete_revealing(st, plan, n, true_target, rest_target):
+    """``complete_step`` with the batch's true targets in the state for
+    that call only (the module docstring says why); rows are keyed by
+    ``F_RID``, the request's position in the trace."""
+    req = st.req
+    for j in range(n):
+        s = plan.slot[j]
+        req[s, F_TARGET] = true_target[req[s, F_RID]]
+    done = complete_step(st, plan, n)
+    for j in range(n):
+        s = plan.slot[j]
+        req[s, F_TARGET] = rest_target[req[s, F_RID]]
+    return done
+
+
 class RecordedWalk:
     """Replays one instance's recorded steps, yielding pre-step states and
     honest snapshots. Request keys (``F_RID``) are row positions in the
     trace's ``requests`` table."""
 
     def __init__(self, trace: Trace, instance_id: str, requests: pd.DataFrame | None = None,
-                 caching: bool | None = None):
+                 caching: bool | None = None, predicted: np.ndarray | None = None):
         """``caching``: override the instance's prefix caching (False: a
         cache-blind observer, whose state follows the recorded batches but
-        who knows no cache contents)."""
+        who knows no cache contents). ``predicted``: the output lengths the
+        observers were told (per trace row), what the snapshots show as
+        targets (1 without)."""
         reqs = trace.read("requests") if requests is None else requests
         self.instance_id = instance_id
         self.engine = InstanceConfig.from_table(trace.read("instances"), instance_id)
@@ -114,6 +141,8 @@ class RecordedWalk:
         self.arrival, self.join = arrival, np.where(np.isnan(join), arrival, join)
         self.prompt = reqs["prompt_tokens"].to_numpy(dtype=np.int64)
         self.output = np.maximum(reqs["output_tokens"].to_numpy(dtype=np.int64), 1)
+        self.rest = (np.ones(len(reqs), dtype=np.int64) if predicted is None
+                     else np.maximum(np.asarray(predicted, dtype=np.int64), 1))  # targets at rest (see module doc)
         pos = pd.Series(np.arange(len(reqs)), index=reqs["request_id"].to_numpy())
 
         log = StepLog.read(trace, instance_id)
@@ -164,7 +193,7 @@ class RecordedWalk:
             self.next_arrival += 1
             if self.prompt[idx] >= self.engine.max_model_len:
                 continue  # refused by the engine's front end: it never reaches the scheduler
-            self.slot_of[idx] = self.state.add(idx, int(self.prompt[idx]), int(self.output[idx]), status=ST_PENDING)
+            self.slot_of[idx] = self.state.add(idx, int(self.prompt[idx]), int(self.rest[idx]), status=ST_PENDING)
             self.inbox_req.append(idx)
 
     def join_until(self, t: float) -> None:
@@ -216,7 +245,7 @@ class RecordedWalk:
         apply_batch(self.state, self.plan, n, self.preempted(k))
 
     def complete(self, k: int) -> None:
-        complete_step(self.state, self.plan, self.batch(k))
+        complete_revealing(self.state, self.plan, self.batch(k), self.output, self.rest)
 
     def step_through(self, k: int) -> None:
         if not self.applied:

@@ -6,9 +6,15 @@ and returns an instance index. It sees only honest views of the instances
 step, the in-flight step's start and composition, arrivals not yet
 scheduled, each resident's progress through ``resident_progress``) and the
 query's own predicted quantities; never true output lengths or step end
-times. Routers import no harness (the twin hands them its instances) and
-no engine module (``lint-imports``); a clairvoyant reference router asks
-the view itself (``ClairvoyantView``).
+times. Routers import no harness and no engine module (``lint-imports``).
+
+The views hold no more than that, whatever a router reads: the twin hands
+routers ``harness.twin.honest_view.HonestView`` objects that keep no
+reference to the instance (a plug-in that walks every attribute and array
+finds no true length and no step end: ``tests/test_r25_views_truth.py``).
+The one explicit path to the truth is ``oracle``: a router whose class (or
+registry entry) says ``oracle = True`` is handed the live instances, which
+offer ``ClairvoyantView``; results record it as an oracle.
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ class Router:
     """Base class: times every decision."""
 
     name = "router"
+    oracle = False  # True: handed the live instances (ClairvoyantView), recorded as an oracle
 
     def __init__(self, inputs: RouteInputs):
         self.inputs = inputs

@@ -28,6 +28,7 @@ MAX_HORIZON_S = 3600.0
 
 class Oracle(Router):
     name = "oracle"
+    oracle = True  # the twin hands it the live instances (their forks), not honest views
 
     def __init__(self, inputs: RouteInputs, true_outputs: np.ndarray, frontend_overhead_s: float = 0.0):
         super().__init__(inputs)

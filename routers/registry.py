@@ -15,9 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
+from estimators import plugins
 from estimators.estimate import ESTIMATORS, BaselineParams, build
+from estimators.plugins import PluginError
 from routers.base import RouteInputs, Router
 from routers.chance import DEFAULT_EPSILON, ChanceRouter, LognormalError
+from routers.foreign import PluginRouter
 from routers.latency_aware import LatencyAware
 from routers.prefix_affinity import PrefixAffinity, PrefixLoad
 from routers.simple import LatencyAgnostic, LeastTokens, PowerOfTwo, RoundRobin, ShortestQueue
@@ -157,25 +162,37 @@ def plugin_entry(path: str) -> RouterEntry:
     ``cls(inputs)`` and described by its class attributes ``summary``,
     ``uses_delta``, ``uses_lambda``, ``seeded`` and ``oracle`` (all
     optional; a seeded class is built as ``cls(inputs, seed)``). A plug-in
-    sees what built-in routers see, nothing more (``routers.base``).
+    sees what built-in routers see, nothing more (``routers.base``), and is
+    foreign code: the entry builds it behind a guard (``routers.foreign``),
+    and every failure -- it cannot be imported, is of the wrong type, its
+    constructor or ``choose`` raises, it answers something that is not an
+    instance index -- is a ``PluginError`` (bad input, exit 2).
     """
-    import importlib
-
-    module_name, _, attr = path.partition(":")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"router plug-in {path!r} cannot be loaded ({e})") from None
+    obj = plugins.load(path, "router")
     if isinstance(obj, RouterEntry):
-        return RouterEntry(**{**obj.__dict__, "name": path})
+        entry = obj
+        if not callable(entry.make):
+            raise PluginError(path, "is a RouterEntry whose make is not callable")
+
+        def make(c: BuildContext) -> Router:
+            return PluginRouter(plugins.call(path, "make()", entry.make, c), path, entry.oracle)
+
+        return RouterEntry(**{**entry.__dict__, "name": path, "make": make})
     if not (isinstance(obj, type) and issubclass(obj, Router)):
-        raise ValueError(f"router plug-in {path!r} is neither a RouterEntry nor a routers.base.Router subclass")
-    seeded = bool(getattr(obj, "seeded", False))
-    return RouterEntry(path, getattr(obj, "summary", (obj.__doc__ or path).strip().splitlines()[0]),
-                       (lambda c: obj(c.inputs, c.seed)) if seeded else (lambda c: obj(c.inputs)),
-                       uses_delta=bool(getattr(obj, "uses_delta", False)),
-                       uses_lambda=bool(getattr(obj, "uses_lambda", False)),
-                       oracle=bool(getattr(obj, "oracle", False)), seeded=seeded)
+        raise PluginError(path, f"is a {type(obj).__name__}, neither a RouterEntry nor a routers.base.Router "
+                                f"subclass")
+    try:
+        flags = {k: bool(getattr(obj, k, False)) for k in ("seeded", "uses_delta", "uses_lambda", "oracle")}
+        summary = getattr(obj, "summary", None) or (obj.__doc__ or path).strip().splitlines()[0]
+    except Exception as e:  # noqa: BLE001 - a foreign class's attributes may be anything
+        raise PluginError(path, f"its class attributes cannot be read: {type(e).__name__}: {e}") from e
+
+    def build(c: BuildContext) -> Router:
+        args = (c.inputs, c.seed) if flags["seeded"] else (c.inputs,)
+        return PluginRouter(plugins.call(path, "__init__", obj, *args), path, flags["oracle"])
+
+    return RouterEntry(path, str(summary), build, uses_delta=flags["uses_delta"], uses_lambda=flags["uses_lambda"],
+                       oracle=flags["oracle"], seeded=flags["seeded"])
 
 
 def needs_baselines(name: str) -> bool:
@@ -184,6 +201,22 @@ def needs_baselines(name: str) -> bool:
 
 def capabilities(names) -> dict[str, dict]:
     return {n: router_entry(n).capabilities() for n in dict.fromkeys(names)}
+
+
+def probe_router(name: str, specs, overhead: float = 0.0, seed: int = 0,
+                 baselines: dict[str, BaselineParams] | None = None, epsilon: float = DEFAULT_EPSILON) -> None:
+    """Build router ``name`` for ``specs`` on a one-request placeholder
+    workload without running it: for a plug-in, this imports it, checks its
+    type and runs its constructor (``PluginError`` if any fails). A command
+    that runs many replays (``sweep``) calls it before it creates anything;
+    a single replay builds its router before any output anyway."""
+    e = router_entry(name)  # a built-in's name is checked here; building one needs no more than its entry
+    if ":" not in name:
+        return
+    inputs = RouteInputs(prompt=np.ones(1, dtype=np.int64), slo=np.ones(1), utility=np.zeros((1, len(specs))),
+                         pred_total=np.ones(1, dtype=np.int64))
+    e.make(BuildContext(inputs, list(specs), overhead, 0.0, seed, baselines, False, epsilon,
+                        np.ones(1, dtype=np.int64) if e.oracle else None))
 
 
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,

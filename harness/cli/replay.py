@@ -125,7 +125,10 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
     """
     check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
-    parse_routers(router_name)
+    names = parse_routers(router_name)
+    if len(names) != 1:
+        raise BadOption("--router", f"takes one router, got {len(names)} ({', '.join(names)}); to compare "
+                                    f"routers, latroute sweep --routers {','.join(names)}")
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     if delta != 0.0 and not router_entry(router_name).uses_delta:
         raise BadOption("--delta", f"{router_name} does not use a delta (routers that do: "

@@ -1,8 +1,10 @@
 """One simulated vLLM instance of the twin (``Instance``): its scheduler
 state, in-flight step, inbox, noise stream, learned host speed and step log,
-driven by ``harness.twin.kernel``; the honest ``InstanceView`` routers and
-estimators read; and, for the oracle router only, a clairvoyant fork of its
-true future (``true_first_token``). The pool-wide replay is
+driven by ``harness.twin.kernel``; the ``HonestView`` it keeps for routers
+(``harness.twin.honest_view``: refreshed by ``sync_view`` before each
+decision, it holds no reference to the instance, so nothing a router walks
+reaches the truth); and, for the oracle router only, a clairvoyant fork of
+its true future (``true_first_token``). The pool-wide replay is
 ``harness.twin.simulation``.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import S_NR, S_WN, ST_PENDING
+from estimators.engine.layout import F_RID, F_TARGET, S_NR, S_WN, ST_PENDING
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import rng_state
 from estimators.online_speed import HALF_LIFE_STEPS, baseline_log_ratio
@@ -22,6 +24,7 @@ from estimators.snapshot import RateTracker, Snapshot
 from estimators.step_ratios import CLIP_LOG
 from estimators.time_model import time_model
 from harness.twin import kernel as tk
+from harness.twin.honest_view import HonestView
 from traces.steplog import StepLog
 
 LOG_STEPS = 1 << 15
@@ -83,8 +86,9 @@ def _advance_entry(inst: Instance, out: tk.Outcomes):
 
 class Instance:
     """One simulated instance: scheduler state, in-flight step, inbox, noise
-    stream and step log. It is an ``InstanceView``: routers and estimators
-    read it through the honest accessors."""
+    stream and step log. It is an ``InstanceView`` for the twin's own probes
+    (``Twin.run``'s ``on_arrival``) and the oracle; every other router is
+    handed its ``view`` (``sync_view``)."""
 
     def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig, fork_outcomes: ForkOutcomes | None = None):
         self.index = index
@@ -123,6 +127,40 @@ class Instance:
         self.log_parts: list[tuple[np.ndarray, ...]] = []
         self.rate = RateTracker()
         self._now = 0.0
+        self.view = HonestView(index, self.instance_id, self.max_model_len)
+        self.predicted: np.ndarray | None = None  # output lengths routers were told (their views' F_TARGET)
+        self._view_of: SchedState | None = None  # the state the view's arrays were taken from
+        self._shadow = np.zeros((0, 0), dtype=np.int64)  # the view's request table
+
+    def sync_view(self) -> HonestView:
+        """Bring ``view`` to this instance's present: the live scheduler
+        arrays (re-taken when the instance grew), a fresh copy of the request
+        table with the predicted lengths as targets, and the scalars. The
+        expressions are the honest accessors' below, so a router decides the
+        same on the view as on the instance."""
+        v, st = self.view, self.state
+        if self._view_of is not st:
+            self._shadow = np.zeros_like(st.req)
+            v.state = st._replace(req=self._shadow)
+            v.inbox, v.inflight = self.tw.inbox, self.plan
+            self._view_of = st
+        sh = self._shadow
+        np.copyto(sh, st.req)
+        if self.predicted is None:
+            sh[:, F_TARGET] = 0
+        else:
+            sh[:, F_TARGET] = self.predicted[sh[:, F_RID]]
+        meta, busy = self.meta, self.meta[tk.M_BUSY]
+        running = busy == tk.RUNNING
+        v.busy, v.idle = bool(running), bool(busy == tk.IDLE)
+        v.n_inbox = int(meta[tk.M_INBOX_N])
+        v.infl_n = int(meta[tk.M_N]) if running else 0
+        v.infl_start = float(self.times[tk.T_START]) if running else None
+        v.wake_s = float(self.times[tk.T_START] - self.model.gap) if busy == tk.GAP else None
+        v.arrival_rate = self.rate.rate(self._now)
+        v.speed_factor = self.tw.speed[tk.SP_FACTOR]
+        v.speed_steps = int(meta[tk.M_STEPS]) - (1 if running else 0)
+        return v
 
     # --- honest view for routers and estimators (InstanceView)
     @property
@@ -267,6 +305,7 @@ class Instance:
         f.meta, f.times = f.tw.meta, f.tw.times
         f.rate = RateTracker()
         f.log_parts = []
+        f.view, f._view_of = HonestView(self.index, self.instance_id, self.max_model_len), None
         return f
 
     def _grow(self, st: SchedState) -> None:

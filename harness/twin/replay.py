@@ -137,7 +137,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     oracle = router_entry(cfg.router).oracle
     views = StaleViews(ViewConfig(cfg.view_interval_ms, cfg.ledger)) if cfg.view_interval_ms > 0 and not oracle \
         else None  # the oracle forks the live twin: staleness does not apply to it
-    res = twin.run(requests, router, views=views, hash_block_tokens=cfg.hash_block_tokens)
+    res = twin.run(requests, router, views=views, hash_block_tokens=cfg.hash_block_tokens,
+                   predicted=inputs.pred_total)  # what the router's views show as residents' targets
     wall = time.perf_counter() - t0
     out = res.requests.copy()
     idx = {s.instance_id: k for k, s in enumerate(specs)}

@@ -27,6 +27,7 @@ import pandas as pd
 from estimators.engine.block_ids import RequestHashes
 from estimators.engine.config import instances_table
 from estimators.engine.layout import FINISH_REASONS
+from estimators.plugins import PluginError
 from estimators.trace_blocks import request_hashes
 from harness.twin import kernel as tk
 from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
@@ -102,13 +103,21 @@ class Twin:
 
     def run(self, requests: pd.DataFrame, router: Router, hits: np.ndarray | None = None,
             on_arrival: Callable[[int, float, list[Instance]], None] | None = None, views=None,
-            hash_block_tokens: int | None = None) -> TwinResult:
+            hash_block_tokens: int | None = None, predicted: np.ndarray | None = None) -> TwinResult:
         """Replay ``requests``. With prefix caching, requests name their prompt
         blocks by ``hash_ids`` (one per ``hash_block_tokens`` tokens, the
         trace's meta.json); without ids every block is the request's own.
         ``hits`` gives hits outright to instances without caching. ``views``:
         a ``harness.twin.stale_view.StaleViews`` (routers then see the state
-        published at an interval, not the live instances)."""
+        published at an interval, not the live instances).
+
+        The router is handed each instance's ``HonestView``
+        (``harness.twin.honest_view``), never the instance, unless it
+        declares itself an oracle (``router.oracle is True``: the
+        ``oracle`` router and plug-ins whose entry says so). ``predicted``:
+        the output lengths the router was told (``RouteInputs.pred_total``),
+        shown as its views' residents' targets. ``on_arrival`` is the
+        harness's own probe: it sees the live instances."""
         n = len(requests)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
         if n and (np.isnan(arrival).any() or np.any(np.diff(arrival) < 0)):
@@ -118,6 +127,14 @@ class Twin:
         ev = Events.new(n)
         fork_outcomes = ForkOutcomes(n)
         insts = [Instance(i, s, self.cfg, fork_outcomes) for i, s in enumerate(self.specs)]
+        pred = None if predicted is None else np.ascontiguousarray(predicted, dtype=np.int64)
+        if pred is not None and pred.shape != (n,):
+            raise ValueError(f"predicted lengths: {pred.shape} for {n} requests")
+        for inst in insts:
+            inst.predicted = pred
+        honest = None if getattr(router, "oracle", False) is True else [inst.view for inst in insts]
+        n_inst = len(insts)
+        rid_map = requests["request_id"].to_numpy()
         by_block: dict[int, RequestHashes] = {}
         for inst in insts:
             if inst.spec.config.caching:
@@ -135,7 +152,23 @@ class Twin:
                 inst.advance(t, out)
             if on_arrival is not None:
                 on_arrival(i, t, insts)
-            j = router(i, t, insts if views is None else views.views)
+            if views is not None:
+                seen = views.views
+            elif honest is None:
+                seen = insts
+            else:
+                for inst in insts:
+                    inst.sync_view()
+                seen = honest
+            try:
+                j = router(i, t, seen)
+            except PluginError as e:
+                raise e.at_request(rid_map[i]) from None
+            if type(j) is not int:
+                j = checked_index(j, n_inst)
+            elif not 0 <= j < n_inst:
+                raise ValueError(f"router returned instance {j} for request {rid_map[i]!r}: "
+                                 f"not in 0..{n_inst - 1}")
             if views is not None:
                 views.dispatched(j, i, int(prompt[i]))
             inst = insts[j]
@@ -150,6 +183,7 @@ class Twin:
         for inst in insts:
             inst.advance(np.inf, out)
             inst.flush_log()
+            inst.sync_view()  # a router that kept its views sees the run's end
         return self._result(requests, ev, insts)
 
     def _result(self, requests: pd.DataFrame, ev: Events, insts: list[Instance]) -> TwinResult:
@@ -176,6 +210,15 @@ class Twin:
             steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
             extra={"rejected": int(np.isfinite(o.reject_t).sum())},
         )
+
+
+def checked_index(j, n: int) -> int:
+    """A router's answer that is not a plain ``int``: a NumPy integer in
+    range is taken; anything else (a bool, a float, NaN, None, a string)
+    is a router's bug, refused rather than indexed with."""
+    if isinstance(j, np.integer) and 0 <= j < n:
+        return int(j)
+    raise ValueError(f"router returned {j!r} ({type(j).__name__}): not an instance index in 0..{n - 1}")
 
 
 def fixed_router(assignment: np.ndarray) -> Router:

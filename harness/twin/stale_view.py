@@ -5,8 +5,11 @@ router has dispatched since that boundary, added to each stale view as
 arrivals not yet taken in (the router knows what it sent, not what the
 engine did with it).
 
-interval 0 means no staleness: routers read the live instances (today's
-behaviour), and the twin never builds these views.
+interval 0 means no staleness: routers read each instance's live
+``HonestView`` (``harness.twin.honest_view``), and the twin never builds
+these views. A published view is a copy and carries no more truth than a
+live one: its residents' targets are the predicted lengths routers were
+told (0 without), and it keeps no reference to its instance.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimators.engine.layout import ST_PENDING
+from estimators.engine.layout import F_RID, F_TARGET, ST_PENDING
 from estimators.engine.state import StepPlan
 from estimators.snapshot import Snapshot
 
@@ -45,7 +48,9 @@ def publish(inst, t: float) -> StaleView:
     n_in = inst.n_inbox
     inbox = np.zeros(max(inst.inbox.size, 8), dtype=np.int64)
     inbox[:n_in] = inst.inbox[:n_in]
-    return StaleView(t, inst.instance_id, inst.state.copy(), inbox, n_in, StepPlan(*(a.copy() for a in inst.plan)),
+    st = inst.state.copy()
+    st.req[:, F_TARGET] = 0 if inst.predicted is None else inst.predicted[st.req[:, F_RID]]
+    return StaleView(t, inst.instance_id, st, inbox, n_in, StepPlan(*(a.copy() for a in inst.plan)),
                      inst.infl_n, inst.infl_start, inst.arrival_rate, inst.wake_s)
 
 
@@ -60,6 +65,7 @@ class StaleViews:
         self.views: list[StaleView] | None = None
         self.boundary = -math.inf
         self.refreshes = 0
+        self.predicted: np.ndarray | None = None  # the lengths routers were told (the ledger's targets)
 
     def refresh(self, t: float, insts, out) -> None:
         """If a publication boundary passed since the last one, advance
@@ -70,6 +76,7 @@ class StaleViews:
         for inst in insts:
             inst.advance(b, out)
         self.views = [publish(inst, b) for inst in insts]
+        self.predicted = insts[0].predicted if insts else None
         self.boundary = b
         self.refreshes += 1
 
@@ -83,7 +90,7 @@ class StaleViews:
         if st is not v.state:
             v.state = st
             v.inflight = v.inflight.grown(st.capacity)
-        slot = v.state.add(rid, prompt, 1, status=ST_PENDING)
+        slot = v.state.add(rid, prompt, 1 if self.predicted is None else int(self.predicted[rid]), status=ST_PENDING)
         if v.n_inbox >= v.inbox.size:
             v.inbox = np.concatenate([v.inbox, np.zeros(v.inbox.size, dtype=np.int64)])
         v.inbox[v.n_inbox] = slot

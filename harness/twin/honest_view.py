@@ -1,0 +1,80 @@
+"""``HonestView``: what a router is handed for one twin instance.
+
+Why a separate object and not the instance itself: a Python object hides
+nothing from code that walks its attributes, and the live ``Instance``
+holds the truth (each resident's true output length in
+``state.req[:, F_TARGET]``, the in-flight step's true end in its times, the
+host's true speed, its noise stream). Routers, built-in or plug-in, are
+handed these views instead: they hold references only to arrays that carry
+nothing a production router could not know (the scheduler's queues and
+counters, the in-flight plan, the inbox, the prefix cache) and a private
+copy of the request table whose ``F_TARGET`` column holds the *predicted*
+output length the router was told (``RouteInputs.pred_total``), or 0 when
+the twin was told none. The scalars (in-flight start, wake-up, arrival
+rate, learned speed) are plain numbers.
+
+The twin refreshes every view before each routing decision
+(``Instance.sync_view``: one copy of the request table per instance that
+changed since the last decision). Only a router that declares itself an
+``oracle`` is handed the live instances (``routers.base.ClairvoyantView``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from estimators.engine.layout import S_NR, S_WN
+from estimators.engine.state import SchedState, StepPlan
+from estimators.snapshot import Snapshot
+
+
+class HonestView:
+    """One instance as a router sees it (an ``InstanceView``); see the
+    module docstring for what it holds and why."""
+
+    def __init__(self, index: int, instance_id: str, max_model_len: int):
+        self.index = index
+        self.instance_id = instance_id
+        self.max_model_len = max_model_len
+        self.state: SchedState | None = None  # the live scheduler arrays, with a private, predicted request table
+        self.inbox = np.zeros(0, dtype=np.int64)  # slots arrived but not yet taken in (first n_inbox)
+        self.inflight: StepPlan | None = None  # the in-flight step's plan (first infl_n items)
+        self.n_inbox = 0
+        self.infl_n = 0
+        self.infl_start: float | None = None
+        self.wake_s: float | None = None
+        self.arrival_rate = 0.0
+        self.speed_factor = 1.0  # the host speed learned from completed steps
+        self.speed_steps = 0
+        self.busy = False
+        self.idle = True
+
+    @property
+    def residents(self) -> int:
+        """Requests on the instance: running, waiting and not yet taken in."""
+        sc = self.state.sc
+        return int(sc[S_NR] + sc[S_WN]) + self.n_inbox
+
+    @property
+    def queued(self) -> int:
+        return int(self.state.sc[S_WN]) + self.n_inbox
+
+    def inbox_slots(self) -> np.ndarray:
+        return self.inbox[: self.n_inbox]
+
+    def resident_slots(self) -> np.ndarray:
+        st = self.state
+        return np.concatenate([st.running_slots(), st.waiting_slots(), self.inbox_slots()])
+
+    def resident_progress(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.state.progress(self.resident_slots())
+
+    def cached_prefix_tokens(self, rid: int, prompt: int) -> int:
+        return self.state.cached_prefix_tokens(rid, prompt)
+
+    def kv_usage(self) -> float:
+        return self.state.kv_usage()
+
+    def snapshot(self, t: float) -> Snapshot:
+        """This view at time ``t`` as a ``Snapshot`` (live arrays)."""
+        return Snapshot(t, self.instance_id, self.state, self.inbox, self.n_inbox, self.inflight, self.infl_n,
+                        self.infl_start, self.arrival_rate, self.wake_s)
