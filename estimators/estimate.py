@@ -212,7 +212,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     if not (trace.has("steps") and trace.has("step_items") and trace.has("instances")):
         raise ValueError(f"{trace.path}: needs steps, step_items and instances tables to build snapshots")
     lengths = trace_lengths(trace, reqs, cfg.lengths)
-    pred_total = lengths.tokens
+    pred_total = np.array(lengths.tokens, dtype=np.int64)  # own copy: a column's array may view the true lengths
     ttft = reqs["ttft_s"].to_numpy(dtype=np.float64)
     rows, attr, floor_parts, floors = [], [], [], []
     warmup_us: dict[str, float] = {}

@@ -58,15 +58,15 @@ def load(path: str, kind: str) -> Any:
     for the error). Anything its import raises is the plug-in's failure."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr or ":" in attr:
-        raise PluginError(path, f"a {kind} plug-in is named module:attr")
+        raise PluginError(path, f"cannot be loaded: a {kind} plug-in is named module:attr")
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001 - foreign code: its import may raise anything
-        raise PluginError(path, f"cannot be imported: {type(e).__name__}: {e}") from e
+        raise PluginError(path, f"cannot be loaded: importing it raised {type(e).__name__}: {e}") from e
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise PluginError(path, f"module {module_name!r} has no attribute {attr!r}") from None
+        raise PluginError(path, f"cannot be loaded: module {module_name!r} has no attribute {attr!r}") from None
 
 
 def call(path: str, what: str, fn: Callable, *args) -> Any:

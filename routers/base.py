@@ -50,6 +50,13 @@ class RouteInputs:
     utility: np.ndarray  # (N, J) predicted utility
     pred_total: np.ndarray  # (N,) predicted output length (for residents' remaining work)
 
+    def __post_init__(self) -> None:
+        """Own copies: an array taken from a DataFrame column is often a view
+        of a block holding other columns too (``output_tokens``!), reachable
+        through its ``base``."""
+        for name in ("prompt", "slo", "utility", "pred_total"):
+            setattr(self, name, np.array(getattr(self, name)))
+
 
 class Router:
     """Base class: times every decision."""

@@ -2,6 +2,8 @@
 last instance (the pool's largest model)."""
 from __future__ import annotations
 
+import numpy as np
+
 from routers.base import Router
 
 
@@ -23,3 +25,188 @@ class TwiceThroughput:
 
     def estimate(self, snap, q) -> float:
         return 2.0 * q.prompt / self.theta * self.speed + self.overhead
+
+
+# --- issue 25: plug-ins that look at everything they are given, and plug-ins that misbehave
+
+SEEN: list = []  # per call of a walking plug-in: (time, the ints it reached in BAND, every float it reached)
+BAND = (1_000_000, 2_000_000)  # the tests make true lengths distinct numbers in here (kept: the rest is dropped)
+WALK_LIMIT = 200_000  # objects visited per call at most (bounded, whatever it is given)
+
+
+def walk_numbers(*roots) -> tuple:
+    """Every number reachable from ``roots`` by attribute walking: object
+    attributes (``vars``, ``__slots__``, properties), containers, NumPy
+    arrays and their bases, closures and defaults of functions, bound
+    methods' objects. (Modules and classes are not entered: through them
+    everything in the process is reachable.)"""
+    import types
+
+    import numpy as np
+
+    ints, floats, arrays = [], [], []
+    seen, stack, visits = set(), list(roots), 0
+    while stack and visits < WALK_LIMIT:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, types.ModuleType | type | str | bytes) or o is None:
+            continue
+        seen.add(id(o))
+        visits += 1
+        if isinstance(o, bool):
+            continue
+        if isinstance(o, int | np.integer):
+            ints.append(int(o))
+        elif isinstance(o, float | np.floating):
+            floats.append(float(o))
+        elif isinstance(o, np.ndarray):
+            if o.dtype.kind in "iu":
+                arrays.append(("i", o.ravel()))
+            elif o.dtype.kind == "f":
+                arrays.append(("f", o.ravel()))
+            elif o.dtype == object:
+                stack.extend(o.ravel().tolist())
+            if o.base is not None:
+                stack.append(o.base)
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list | tuple | set | frozenset):
+            stack.extend(o)
+        elif isinstance(o, types.MethodType):
+            stack.extend((o.__self__, o.__func__))
+        elif isinstance(o, types.FunctionType):
+            stack.extend(c.cell_contents for c in (o.__closure__ or ()) if c.cell_contents is not None)
+            stack.extend(o.__defaults__ or ())
+        elif isinstance(o, types.BuiltinFunctionType | types.WrapperDescriptorType):
+            continue
+        else:
+            for name in dir(o):
+                if name.startswith("__") and name not in ("__dict__", "__slots__"):
+                    continue
+                try:
+                    stack.append(getattr(o, name))
+                except Exception:  # noqa: BLE001 - a property may refuse: nothing to read there
+                    pass
+    i = np.concatenate([np.asarray(ints, dtype=np.int64)] + [a.astype(np.int64) for k, a in arrays if k == "i"])
+    f = np.concatenate([np.asarray(floats, dtype=np.float64)] + [a for k, a in arrays if k == "f"])
+    return i, f
+
+
+class Walker(Router):
+    """reads everything it is given (its inputs, the time, every view), then routes like shortest-queue"""
+
+    def choose(self, i: int, t: float, insts) -> int:
+        ints, floats = walk_numbers(insts, self.inputs, self.__dict__)
+        SEEN.append((t, np.unique(ints[(ints >= BAND[0]) & (ints < BAND[1])]), np.unique(floats)))
+        return min(range(len(insts)), key=lambda j: (insts[j].residents, j))
+
+
+class OracleWalker(Walker):
+    """the same walker, declared an oracle: it is handed the live instances"""
+
+    oracle = True
+
+
+class SnapshotWalker:
+    """A TTFT estimator plug-in that reads everything in its snapshot."""
+
+    def __init__(self, profile, params, pred_total, frontend_overhead_s):
+        self.pred_total = pred_total
+
+    def estimate(self, snap, q) -> float:
+        ints, floats = walk_numbers(snap, q, self.pred_total)
+        SEEN.append((q.t, np.unique(ints[(ints >= BAND[0]) & (ints < BAND[1])]), np.unique(floats)))
+        return 0.01
+
+
+class RaisesInInit(Router):
+    """its constructor raises"""
+
+    def __init__(self, inputs):
+        raise RuntimeError("no config file for this router")
+
+
+class RaisesInChoose(Router):
+    """choose raises"""
+
+    def choose(self, i: int, t: float, insts) -> int:
+        return 1 // 0
+
+
+class _Answers(Router):
+    """answers ANSWER whatever it is asked"""
+
+    ANSWER: object = 0
+
+    def choose(self, i: int, t: float, insts):
+        return self.ANSWER
+
+
+class AnswersOutOfRange(_Answers):
+    ANSWER = 99
+
+
+class AnswersNegative(_Answers):
+    ANSWER = -1
+
+
+class AnswersNaN(_Answers):
+    ANSWER = float("nan")
+
+
+class AnswersFloat(_Answers):
+    ANSWER = 1.0
+
+
+class AnswersNone(_Answers):
+    ANSWER = None
+
+
+class AnswersBool(_Answers):
+    ANSWER = True
+
+
+class AnswersString(_Answers):
+    ANSWER = "1"
+
+
+NOT_A_ROUTER = 42
+
+
+class EstimatorAnswers:
+    """A TTFT estimator plug-in answering ANSWER (or raising it, if an exception)."""
+
+    ANSWER: object = 0.1
+
+    def __init__(self, profile, params, pred_total, frontend_overhead_s):
+        pass
+
+    def estimate(self, snap, q):
+        if isinstance(self.ANSWER, BaseException):
+            raise self.ANSWER
+        return self.ANSWER
+
+
+class EstimatorRaises(EstimatorAnswers):
+    ANSWER = KeyError("F_TARGET")
+
+
+class EstimatorNaN(EstimatorAnswers):
+    ANSWER = float("nan")
+
+
+class EstimatorNegative(EstimatorAnswers):
+    ANSWER = -0.5
+
+
+class EstimatorInfinite(EstimatorAnswers):
+    ANSWER = float("inf")
+
+
+class EstimatorArray(EstimatorAnswers):
+    ANSWER = np.array([0.1, 0.2])
+
+
+class EstimatorRaisesInInit(EstimatorAnswers):
+    def __init__(self, profile, params, pred_total, frontend_overhead_s):
+        raise ValueError("needs a GPU")
