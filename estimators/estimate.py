@@ -13,6 +13,7 @@ recordings' jitter).
 """
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass, field
 
@@ -125,14 +126,14 @@ def plugin_estimator(path: str, profile: BatchTimeProfile, params: BaselineParam
     ``speed`` (host speed factor, 1.0 unless online correction is on). It is
     foreign code (``estimators.plugins``): its failures and wrong answers are
     refused as ``error: plug-in 'module:Class' ...``."""
-    return PluginEstimator(path, plugins.load(path, "estimator"), profile, params, pred_total, overhead)
+    return PluginEstimator(path, plugins.load(path, "estimator", importlib.import_module), profile, params, pred_total, overhead)
 
 
 def check_plugin_estimator(path: str) -> None:
     """Load an estimator plug-in and check it is a class, without building
     it (a CLI calls this before any work or output; building needs the
     profile)."""
-    obj = plugins.load(path, "estimator")
+    obj = plugins.load(path, "estimator", importlib.import_module)
     if not isinstance(obj, type):
         raise plugins.PluginError(path, f"is a {type(obj).__name__}, not an estimator class")
 

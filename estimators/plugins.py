@@ -14,7 +14,6 @@ ZeroDivisionError: division by zero``. This module sits under both users
 """
 from __future__ import annotations
 
-import importlib
 import math
 import reprlib
 from collections.abc import Callable
@@ -43,6 +42,10 @@ class PluginError(BadInput):
         self.path, self.request = path, request
         super().__init__(path, None, "plug-in", reason)
 
+    def __reduce__(self):
+        """Pickled by its fields: a sweep's worker process raises it, the parent reports it."""
+        return (PluginError, (self.path, self.reason, self.request))
+
     def at_request(self, request: object) -> PluginError:
         """The same error, naming the request being decided (the caller knows
         its id; the plug-in's wrapper knows only its position)."""
@@ -53,14 +56,17 @@ class PluginError(BadInput):
         return f"plug-in {self.path!r}{at}: {self.reason}"
 
 
-def load(path: str, kind: str) -> Any:
+def load(path: str, kind: str, importer: Callable[[str], Any]) -> Any:
     """The object named by ``module:attr`` (``kind`` says what it should be,
-    for the error). Anything its import raises is the plug-in's failure."""
+    for the error). Anything its import raises is the plug-in's failure.
+    ``importer`` is the standard library's import-by-name, passed by the plug-in
+    loaders themselves (``tests/test_layers.py`` keeps imports by name to
+    them)."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr or ":" in attr:
         raise PluginError(path, f"cannot be loaded: a {kind} plug-in is named module:attr")
     try:
-        module = importlib.import_module(module_name)
+        module = importer(module_name)
     except Exception as e:  # noqa: BLE001 - foreign code: its import may raise anything
         raise PluginError(path, f"cannot be loaded: importing it raised {type(e).__name__}: {e}") from e
     try:

@@ -12,6 +12,7 @@ read them from the result, not from this module.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -168,7 +169,7 @@ def plugin_entry(path: str) -> RouterEntry:
     constructor or ``choose`` raises, it answers something that is not an
     instance index -- is a ``PluginError`` (bad input, exit 2).
     """
-    obj = plugins.load(path, "router")
+    obj = plugins.load(path, "router", importlib.import_module)
     if isinstance(obj, RouterEntry):
         entry = obj
         if not callable(entry.make):

@@ -133,6 +133,7 @@ class Twin:
         for inst in insts:
             inst.predicted = pred
         honest = None if getattr(router, "oracle", False) is True else [inst.view for inst in insts]
+        blind = getattr(router, "blind", False) is True  # decides without looking: its views need no refresh
         n_inst = len(insts)
         rid_map = requests["request_id"].to_numpy()
         by_block: dict[int, RequestHashes] = {}
@@ -157,8 +158,9 @@ class Twin:
             elif honest is None:
                 seen = insts
             else:
-                for inst in insts:
-                    inst.sync_view()
+                if not blind:
+                    for inst in insts:
+                        inst.sync_view()
                 seen = honest
             try:
                 j = router(i, t, seen)
@@ -222,8 +224,13 @@ def checked_index(j, n: int) -> int:
 
 
 def fixed_router(assignment: np.ndarray) -> Router:
-    """Send request i to instance ``assignment[i]`` (replaying a recording)."""
-    return lambda i, t, insts: int(assignment[i])
+    """Send request i to instance ``assignment[i]`` (replaying a recording;
+    ``blind``: the twin does not refresh views it never reads)."""
+    def route(i: int, t: float, insts) -> int:
+        return int(assignment[i])
+
+    route.blind = True
+    return route
 
 
 def round_robin_router() -> Router:
