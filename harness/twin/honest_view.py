@@ -21,10 +21,25 @@ changed since the last decision). Only a router that declares itself an
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-from estimators.engine.layout import S_NR, S_WN
+from estimators.engine.layout import F_RID, F_TARGET, S_NR, S_WN
 from estimators.engine.state import SchedState, StepPlan
 from estimators.snapshot import Snapshot
+
+
+@njit(cache=True)
+def copy_predicted(dst, src, predicted):
+    """``dst[:] = src`` with ``F_TARGET`` replaced by ``predicted[F_RID]`` (0
+    when ``predicted`` is empty), in one pass. Compiled: NumPy's copy into a
+    preallocated table beside the instance's own ran 10x slower when the two
+    were 4 KiB apart (cache aliasing), and this runs before every decision."""
+    n, m = src.shape
+    have = predicted.size > 0
+    for i in range(n):
+        for j in range(m):
+            dst[i, j] = src[i, j]
+        dst[i, F_TARGET] = predicted[src[i, F_RID]] if have else 0
 
 
 class HonestView:
@@ -42,11 +57,19 @@ class HonestView:
         self.infl_n = 0
         self.infl_start: float | None = None
         self.wake_s: float | None = None
-        self.arrival_rate = 0.0
+        self.rate_state: tuple = (0.0, None, 1.0, 0.0)  # the instance's RateTracker (level, last, tau) and now
         self.speed_factor = 1.0  # the host speed learned from completed steps
         self.speed_steps = 0
         self.busy = False
         self.idle = True
+
+    @property
+    def arrival_rate(self) -> float:
+        """EWMA of arrivals, per second (``RateTracker.rate``'s expression, evaluated only when read)."""
+        level, last, tau, now = self.rate_state
+        if last is None:
+            return 0.0
+        return level * np.exp(-(now - last) / tau) / tau
 
     @property
     def residents(self) -> int:

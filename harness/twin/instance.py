@@ -15,7 +15,7 @@ import numpy as np
 
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import F_RID, F_TARGET, S_NR, S_WN, ST_PENDING
+from estimators.engine.layout import S_NR, S_WN, ST_PENDING
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import rng_state
 from estimators.online_speed import HALF_LIFE_STEPS, baseline_log_ratio
@@ -24,12 +24,13 @@ from estimators.snapshot import RateTracker, Snapshot
 from estimators.step_ratios import CLIP_LOG
 from estimators.time_model import time_model
 from harness.twin import kernel as tk
-from harness.twin.honest_view import HonestView
+from harness.twin.honest_view import HonestView, copy_predicted
 from traces.steplog import StepLog
 
 LOG_STEPS = 1 << 15
 LOG_ITEMS = 1 << 20
 LOG_PRE = 1 << 14
+_NONE = np.zeros(0, dtype=np.int64)  # no predicted lengths: the views' targets are 0
 
 
 @dataclass(frozen=True)
@@ -144,12 +145,7 @@ class Instance:
             v.state = st._replace(req=self._shadow)
             v.inbox, v.inflight = self.tw.inbox, self.plan
             self._view_of = st
-        sh = self._shadow
-        np.copyto(sh, st.req)
-        if self.predicted is None:
-            sh[:, F_TARGET] = 0
-        else:
-            sh[:, F_TARGET] = self.predicted[sh[:, F_RID]]
+        copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted)
         meta, busy = self.meta, self.meta[tk.M_BUSY]
         running = busy == tk.RUNNING
         v.busy, v.idle = bool(running), bool(busy == tk.IDLE)
@@ -157,7 +153,8 @@ class Instance:
         v.infl_n = int(meta[tk.M_N]) if running else 0
         v.infl_start = float(self.times[tk.T_START]) if running else None
         v.wake_s = float(self.times[tk.T_START] - self.model.gap) if busy == tk.GAP else None
-        v.arrival_rate = self.rate.rate(self._now)
+        r = self.rate
+        v.rate_state = (r.level, r.last, r.tau, self._now)
         v.speed_factor = self.tw.speed[tk.SP_FACTOR]
         v.speed_steps = int(meta[tk.M_STEPS]) - (1 if running else 0)
         return v
