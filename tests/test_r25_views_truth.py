@@ -78,9 +78,7 @@ def leaks(seen, steps, secret) -> tuple[int, int]:
     return lengths, ends
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(12, 30), rate=st.floats(20.0, 80.0), instances=st.integers(1, 3), seed=st.integers(0, 2**16))
-def test_a_router_plugin_that_reads_everything_finds_no_truth(n, rate, instances, seed):
+def check_router_walk(n: int, rate: float, instances: int, seed: int) -> None:
     reqs = workload(n, rate, seed)
     res, told, seen = route("tests.plugin_router:Walker", reqs, instances, seed)
     assert len(seen) == n
@@ -90,8 +88,28 @@ def test_a_router_plugin_that_reads_everything_finds_no_truth(n, rate, instances
     assert leaks(seen, res.steps, truths(reqs, told)) == (0, 0)
 
 
-def test_an_oracle_router_plugin_is_handed_the_truth():
-    reqs = workload(8, 40.0, 3)
+CASES = dict(n=st.integers(12, 30), rate=st.floats(20.0, 80.0), instances=st.integers(1, 3), seed=st.integers(0, 2**16))
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(**CASES)
+def test_a_router_plugin_that_reads_everything_finds_no_truth(n, rate, instances, seed):
+    check_router_walk(n, rate, instances, seed)
+
+
+@pytest.mark.fuzz
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(**CASES)
+def test_a_router_plugin_that_reads_everything_finds_no_truth_campaign(n, rate, instances, seed):
+    check_router_walk(n, rate, instances, seed)
+
+
+def test_an_oracle_router_plugin_is_handed_the_truth(monkeypatch):
+    import harness.twin.instance as hi
+
+    for name, size in (("LOG_STEPS", 1 << 10), ("LOG_ITEMS", 1 << 12), ("LOG_PRE", 1 << 8)):
+        monkeypatch.setattr(hi, name, size)  # small step-log buffers (flushed more often): less for it to walk
+    reqs = workload(12, 40.0, 3)
     res, told, seen = route("tests.plugin_router:OracleWalker", reqs, 2, 3)
     lengths, ends = leaks(seen, res.steps, truths(reqs, told))
     assert lengths >= len(seen) - 1 and ends > 0  # every call but the first (nothing resident yet)
