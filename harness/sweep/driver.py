@@ -289,7 +289,49 @@ def check_sweep_run(out, workers: int, backend: str = "local", address: str | No
     """Everything a sweep refuses before any work: the worker count and
     the output directory (``sweep_store.check_sweep_out``)."""
     check_workers(workers, backend, address)
+    if backend == "ray":
+        check_ray()
     check_sweep_out(out, resume, force, inputs=[trace])
+
+
+def check_ray() -> None:
+    """Refuse ``--backend ray`` where Ray cannot be imported, before the
+    sweep directory exists (not after it was created and left behind)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise BadOption("--backend", "ray needs Ray, which is not installed here: pip install 'latroute[ray]' "
+                        "(or --backend local)") from None
+
+
+def check_routers(spec: SweepSpec, cells: list[Cell]) -> WorkloadInputs:
+    """Build every plug-in router of the sweep once on the first cell's
+    workload, before the sweep directory is created: a plug-in whose
+    constructor fails is refused in one line instead of after OUT was
+    written (a worker would otherwise hit it in the first cell). Returns
+    the first cell's policies (``sweep_inputs``) for the caller to echo."""
+    from harness.twin.pool_baselines import pool_baselines
+    from routers.registry import make_router, needs_baselines
+    from traces.errors import BadInput
+
+    reqs, quality = cell_workload(spec, cells[0])
+    pool = load_pool(spec.pool)
+    specs = [InstanceSpec.from_config(c) for c in pool.instances]
+    inputs = workload_inputs(reqs, quality, specs, spec.replay_config(cells[0]))
+    for cell in {c.router: c for c in cells}.values():
+        if ":" not in cell.router:  # built-in routers are latroute's own code
+            continue
+        baselines = pool_baselines(spec.pool) if needs_baselines(cell.router) else None
+        try:
+            make_router(cell.router, inputs.route, specs, pool.frontend_overhead_s, cell.delta_per_us, cell.seed,
+                        baselines, online_speed=spec.online_speed, epsilon=spec.epsilon,
+                        true_outputs=reqs["output_tokens"].to_numpy())
+        except BadInput:
+            raise
+        except Exception as e:  # foreign code: whatever it raises is its refusal, named
+            raise BadOption(f"plug-in {cell.router!r}", f"its constructor raised {type(e).__name__}: {e} "
+                            "(nothing was written)") from None
+    return inputs
 
 
 def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
