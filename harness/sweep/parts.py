@@ -137,8 +137,8 @@ def check_cells(cells: Path, spec_doc: dict) -> None:
     if not os.path.lexists(cells):
         return
     kind = _kind(cells)
-    if kind:
-        raise BadInput(cells, None, "cells", f"is {kind}, not the sweep's directory of cell parts "
+    if kind != "a directory":
+        raise BadInput(cells, None, "cells", f"is {kind or 'a file'}, not the sweep's directory of cell parts "
                        "(remove it, or --force)")
     by_key = {key_of(c): c for c in spec_doc.get("cells", [])}
     arrival = spec_doc.get("spec", {}).get("arrival")
