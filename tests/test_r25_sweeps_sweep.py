@@ -54,11 +54,21 @@ def fast(monkeypatch):
     monkeypatch.setattr(driver, "run_cell", fake_cell)
 
 
-@pytest.fixture
-def finished(tmp_path, fast) -> Path:
-    out = tmp_path / "s"
-    r = run_cli("sweep", *ARGS, "--out", out)
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """One finished sweep, written once; each test corrupts its own copy."""
+    out = tmp_path_factory.mktemp("template") / "s"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(driver, "run_cell", fake_cell)
+        r = run_cli("sweep", *ARGS, "--out", out)
     assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.fixture
+def finished(tmp_path, template, fast) -> Path:
+    out = tmp_path / "s"
+    shutil.copytree(template, out, symlinks=True)
     return out
 
 
@@ -190,13 +200,13 @@ SPECS = [
 
 
 @pytest.mark.parametrize("name,text,where,reason", SPECS, ids=[s[0] for s in SPECS])
-def test_spec_of_the_wrong_shape_is_refused_naming_file_line_and_key(tmp_path, name, text, where, reason):
+def test_spec_of_the_wrong_shape_is_refused_naming_file_line_and_key(tmp_path, fast, name, text, where, reason):
     spec = tmp_path / name
     spec.write_bytes(text.encode("latin-1" if "latin1" in name else "utf-8"))
     refused_cleanly(["sweep", "--spec", spec, "--out", tmp_path / "o"], [tmp_path], where, reason)
 
 
-def test_spec_that_is_a_directory_is_refused(tmp_path):
+def test_spec_that_is_a_directory_is_refused(tmp_path, fast):
     (tmp_path / "study.toml").mkdir()
     refused_cleanly(["sweep", "--spec", tmp_path / "study.toml", "--out", tmp_path / "o"], [tmp_path],
                     "study.toml", "directory")
