@@ -33,13 +33,13 @@ from harness.sweep.backends import BACKENDS, Progress
 from harness.sweep.driver import (
     Cell,
     SweepSpec,
-    check_routers,
     check_sweep_run,
     default_workers,
     spec_doc,
     sweep_result,
     write_sweep_result,
 )
+from harness.sweep.prechecks import check_routers
 from harness.sweep.store import SweepStore, cell_key
 from harness.twin.pools import load_pool
 from reports.results import command_line

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.sweep.backends import latched_interrupts, run_cells
+from harness.sweep.backends import check_ray, latched_interrupts, run_cells
 from harness.sweep.store import SweepStore, cell_key, check_sweep_out
 from harness.twin.pools import load_pool
 from harness.twin.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
@@ -292,46 +292,6 @@ def check_sweep_run(out, workers: int, backend: str = "local", address: str | No
     if backend == "ray":
         check_ray()
     check_sweep_out(out, resume, force, inputs=[trace])
-
-
-def check_ray() -> None:
-    """Refuse ``--backend ray`` where Ray cannot be imported, before the
-    sweep directory exists (not after it was created and left behind)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise BadOption("--backend", "ray needs Ray, which is not installed here: pip install 'latroute[ray]' "
-                        "(or --backend local)") from None
-
-
-def check_routers(spec: SweepSpec, cells: list[Cell]) -> WorkloadInputs:
-    """Build every plug-in router of the sweep once on the first cell's
-    workload, before the sweep directory is created: a plug-in whose
-    constructor fails is refused in one line instead of after OUT was
-    written (a worker would otherwise hit it in the first cell). Returns
-    the first cell's policies (``sweep_inputs``) for the caller to echo."""
-    from harness.twin.pool_baselines import pool_baselines
-    from routers.registry import make_router, needs_baselines
-    from traces.errors import BadInput
-
-    reqs, quality = cell_workload(spec, cells[0])
-    pool = load_pool(spec.pool)
-    specs = [InstanceSpec.from_config(c) for c in pool.instances]
-    inputs = workload_inputs(reqs, quality, specs, spec.replay_config(cells[0]))
-    for cell in {c.router: c for c in cells}.values():
-        if ":" not in cell.router:  # built-in routers are latroute's own code
-            continue
-        baselines = pool_baselines(spec.pool) if needs_baselines(cell.router) else None
-        try:
-            make_router(cell.router, inputs.route, specs, pool.frontend_overhead_s, cell.delta_per_us, cell.seed,
-                        baselines, online_speed=spec.online_speed, epsilon=spec.epsilon,
-                        true_outputs=reqs["output_tokens"].to_numpy())
-        except BadInput:
-            raise
-        except Exception as e:  # foreign code: whatever it raises is its refusal, named
-            raise BadOption(f"plug-in {cell.router!r}", f"its constructor raised {type(e).__name__}: {e} "
-                            "(nothing was written)") from None
-    return inputs
 
 
 def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
