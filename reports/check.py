@@ -23,11 +23,24 @@ everything it reads is checked before any comparison (issue 11):
   pattern that matches no metric is refused (a typo would otherwise leave
   the default in force without a word);
 - a malformed result (missing keys, wrong types) is refused with the file
-  and the key, never a traceback.
+  and the key, never a traceback;
+- a value must be one a metric can take: magnitude at most ``METRIC_MAX``
+  (1e12; a 400-digit integer does not fit a float), errors (MAPE, APE
+  quantiles, trajectory error, TTFT) >= 0, SLO attainment and decision
+  agreement in [0, 1] -- a negative MAPE would pass every "did it grow" test;
+- a sweep is judged only when it is complete: its ``INCOMPLETE`` marker
+  absent and as many result rows as its specification has cells (an
+  interrupted sweep has fewer routers or rates, and "fewer metrics" is not
+  "no regression");
+- ``--max-speed-drift`` applies only to results that record host speed
+  factors (estimate and validate): on a replay or sweep, which measure none,
+  it is refused (exit 2) rather than passed, since a gate that cannot look
+  must not say "ok".
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -37,12 +50,17 @@ from typing import Any
 from reports.results import RESULT_KINDS, Result
 from traces.errors import BadInput, BadOption
 from traces.jsonio import read_json
+from traces.paths import input_file
 
 BASELINE_VERSION = 1
 DEFAULT_TOLERANCES = {"error": 0.05, "utility": 0.02, "decision_agreement.rate": 0.0}
 HIGHER_IS_BETTER = ("ontime_utility", "auc_ontime_utility", "auc_slo_attainment", "slo_attainment", "mean_utility",
                     "decision_agreement.rate")
 GLOB_CHARS = "*?["
+METRIC_MAX = 1e12  # no metric the gate reads comes near it: larger is a corrupted file, not a measurement
+NON_NEGATIVE_METRICS = ("mape", "_ape", "trajectory_error", "ttft_p90_s")
+FRACTION_METRICS = ("slo_attainment", "decision_agreement.rate")
+DRIFT_KINDS = ("estimate", "validate")
 
 # the metric names each kind of result flattens to (estimator, router and rate
 # keys may themselves hold dots: plug-ins are module paths, rates are floats)
@@ -80,14 +98,36 @@ class _Reader:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise BadInput(self.file, None, where, f"expected a number, got {_type(v)}"
                            + (" (NaN when written): the gate cannot judge it" if v is None else ""))
-        if not math.isfinite(v):
-            raise BadInput(self.file, None, where, f"{v} is not a finite number: the gate cannot judge it")
-        return float(v)
+        return finite_number(v, self.file, where)
 
     def opt(self, d: dict, key: str, where: str, out: dict[str, float], name: str) -> None:
         """``out[name] = d[key]`` when the key is present (absent: not measured)."""
         if key in d:
-            out[name] = self.num(d[key], where)
+            out[name] = check_range(name, self.num(d[key], where), self.file, where)
+
+
+def finite_number(v: int | float, file: Path | str, where: str) -> float:
+    """``v`` as a float no larger than ``METRIC_MAX``, or BadInput naming it."""
+    try:
+        f = float(v)
+    except OverflowError:
+        raise BadInput(file, None, where, f"an integer of {len(str(abs(v)))} digits does not fit a float: "
+                       "the gate cannot judge it") from None
+    if not math.isfinite(f):
+        raise BadInput(file, None, where, f"{v} is not a finite number: the gate cannot judge it")
+    if abs(f) > METRIC_MAX:
+        raise BadInput(file, None, where, f"{f:g} is beyond +-{METRIC_MAX:g}, not a value this metric takes")
+    return f
+
+
+def check_range(name: str, v: float, file: Path | str, where: str) -> float:
+    """Refuse a value the metric ``name`` cannot take (a negative error, an
+    attainment outside [0, 1]): it would judge as better than any real one."""
+    if name.endswith(NON_NEGATIVE_METRICS) and v < 0:
+        raise BadInput(file, None, where, f"{v:g} is negative: an error or latency is >= 0")
+    if name.endswith(FRACTION_METRICS) and not 0.0 <= v <= 1.0:
+        raise BadInput(file, None, where, f"{v:g} is not a fraction in [0, 1]")
+    return v
 
 
 def flatten(r: Result) -> dict[str, float]:
@@ -248,16 +288,16 @@ def load_baseline(path: Path) -> dict:
     if not path.is_file():
         raise BadInput(path, None, "baseline", "not a regular file")
     doc = read_json(path, "baseline")
-    if not isinstance(doc, dict) or doc.get("baseline_version") != BASELINE_VERSION:
+    if not isinstance(doc, dict) or type(doc.get("baseline_version")) is not int \
+            or doc.get("baseline_version") != BASELINE_VERSION:
         raise BadInput(path, None, "baseline_version", f"not a latroute baseline (expected version {BASELINE_VERSION})")
     metrics = doc.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
         raise BadInput(path, None, "metrics", "missing or empty")
     for k, v in metrics.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise BadInput(path, None, f"metrics.{k}", f"not a number: {v!r}")
-        if not math.isfinite(v):
-            raise BadInput(path, None, f"metrics.{k}", f"{v} is not a finite number")
+            raise BadInput(path, None, f"metrics.{k}", f"not a number: {_type(v)}")
+        metrics[k] = check_range(k, finite_number(v, path, f"metrics.{k}"), path, f"metrics.{k}")
     kind = doc.get("kind")
     if kind not in RESULT_KINDS:
         raise BadInput(path, None, "kind", f"{kind!r} is not a result kind ({', '.join(RESULT_KINDS)}); "
@@ -285,7 +325,13 @@ def speed_drift_violations(r: Result, max_drift: float) -> list[str]:
     and validate results) is further than ``max_drift`` from 1, either way."""
     if not math.isfinite(max_drift) or max_drift < 0:
         raise BadOption("--max-speed-drift", f"{max_drift} is not a finite fraction >= 0")
+    if r.kind not in DRIFT_KINDS:
+        raise BadOption("--max-speed-drift", f"{a_kind(r.kind)} result ({r.path}) records no host speed factors "
+                        "(only estimate and validate results do): the option cannot gate it")
     rd = _Reader(r.path / "metrics.json")
+    if "drift" not in r.metrics:
+        raise BadInput(rd.file, None, "drift", "missing: this result records no host speed factors, so "
+                       "--max-speed-drift cannot gate it")
     out = []
     for inst, d in rd.obj(r.metrics.get("drift") or {}, "drift").items():
         d = rd.obj(d, f"drift.{inst}")
@@ -300,3 +346,38 @@ def speed_drift_violations(r: Result, max_drift: float) -> list[str]:
             out.append(f"{inst}: speed factor {f:.3f} (95% CI {lo:.3f}-{hi:.3f}) is more than "
                        f"{100 * max_drift:g}% from its profile {d.get('profile')}")
     return out
+
+
+SWEEP_INCOMPLETE = "INCOMPLETE"  # harness.sweep.store's marker (reports do not import harness)
+SWEEP_SPEC = "sweep.json"
+
+
+def check_complete(r: Result) -> None:
+    """Refuse to judge a sweep that is not finished: its INCOMPLETE marker
+    is there, or it holds fewer (or more) result rows than its
+    specification (``sweep.json``) or its metrics (``cells``) have cells."""
+    if r.kind != "sweep":
+        return
+    marker = r.path / SWEEP_INCOMPLETE
+    if os.path.lexists(marker):
+        raise BadInput(marker, None, "sweep", "the sweep is incomplete: finish it with latroute sweep --resume "
+                       "before gating it")
+    rows = len(r.tables["results"]) if "results" in r.tables else None
+    cells = r.metrics.get("cells")
+    if cells is not None:
+        if isinstance(cells, bool) or not isinstance(cells, int) or cells < 1:
+            raise BadInput(r.path / "metrics.json", None, "cells", f"expected a count of cells >= 1, got {cells!r}"
+                           if not isinstance(cells, (dict, list)) else f"expected a count, got {_type(cells)}")
+        if rows is not None and rows != cells:
+            raise BadInput(r.path / "results.parquet", None, "rows", f"{rows} rows for a sweep of {cells} cells "
+                           "(metrics.json): the sweep is incomplete or was edited")
+    spec_path = r.path / SWEEP_SPEC
+    if os.path.lexists(spec_path):
+        doc = read_json(input_file(spec_path, "specification"), "specification")
+        spec_cells = doc.get("cells") if isinstance(doc, dict) else None
+        if not isinstance(spec_cells, list):
+            raise BadInput(spec_path, None, "cells", "missing: not a sweep specification")
+        for n, what in ((rows, "results.parquet rows"), (cells, "metrics.json cells")):
+            if n is not None and n != len(spec_cells):
+                raise BadInput(spec_path, None, "cells", f"{len(spec_cells)} cells but {n} {what}: "
+                               "the sweep is incomplete (finish it with latroute sweep --resume)")

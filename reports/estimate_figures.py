@@ -62,6 +62,8 @@ def ape_cdf(results, pal_est) -> FigureSpec | None:
             series.append(Series(name + (f" ({label})" if len(est) > 1 else ""), np.maximum(ape, APE_FLOOR).tolist(),
                                  (np.arange(1, len(ape) + 1) / len(ape)).tolist(), pal_est(name), mode="lines",
                                  group=name))
+    if not series:  # no estimator has a measurable APE (every true TTFT <= 0 or every estimate missing)
+        return None
     best = min(medians, key=lambda t: t[1])
     cap = (f"CDF of TTFT absolute percentage error per estimator on a log axis: further left is better. "
            f"Lowest median APE: {best[0]} ({100 * best[1]:.2f}%).")

@@ -9,6 +9,7 @@ contain (``schema_version`` 0).
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pandas as pd
 
 from traces.errors import BadInput
 from traces.jsonio import read_json
+from traces.paths import input_dir, input_file
 
 RESULT_KINDS = ("estimate", "validate", "replay", "sweep")
 RESULT_SCHEMA_VERSION = 1
@@ -69,13 +71,14 @@ def _json(path: Path) -> dict:
     """metrics.json, strictly: NaN and Infinity are refused (traces.jsonio),
     so no reader (``check`` above all) meets a metric that compares false
     with everything."""
-    doc = read_json(path, "metrics.json")
+    doc = read_json(input_file(path, "metrics.json"), "metrics.json")  # no FIFO (a hang), no directory
     if not isinstance(doc, dict):
         raise BadInput(path, 1, "metrics.json", "not a JSON object")
     return doc
 
 
 def _parquet(path: Path) -> pd.DataFrame:
+    input_file(path, path.stem)  # a FIFO named like a table would hang the reader
     try:
         return pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for bad files
@@ -85,7 +88,7 @@ def _parquet(path: Path) -> pd.DataFrame:
 def kind_of(path: Path) -> str:
     """The result's declared kind (its metrics.json header), else what its
     files say (results written before the header)."""
-    if (path / "metrics.json").is_file():
+    if os.path.lexists(path / "metrics.json"):  # present but not a file: refused, not skipped
         m = _json(path / "metrics.json")
         if "kind" in m:
             if m["kind"] not in RESULT_KINDS:
@@ -96,11 +99,11 @@ def kind_of(path: Path) -> str:
                                f"{m.get('schema_version')!r} is not one this latroute reads "
                                f"(<= {RESULT_SCHEMA_VERSION})")
             return m["kind"]
-    if (path / "results.parquet").is_file():
+    if os.path.lexists(path / "results.parquet"):
         return "sweep"
-    if (path / "estimates.parquet").is_file():
+    if os.path.lexists(path / "estimates.parquet"):
         return "estimate"
-    if (path / "metrics.json").is_file():
+    if os.path.lexists(path / "metrics.json"):
         m = _json(path / "metrics.json")
         if "decision_agreement" in m:
             return "validate"
@@ -113,6 +116,7 @@ def load_result(path: str | Path) -> Result:
     path = Path(path)
     if not path.is_dir():
         raise BadInput(path, None, "result", "not a directory")
+    input_dir(path, "result")
     kind = kind_of(path)
     metrics = _json(path / "metrics.json")
     tables: dict[str, pd.DataFrame] = {}
@@ -120,8 +124,8 @@ def load_result(path: str | Path) -> Result:
         tables["results"] = _parquet(path / "results.parquet")
     elif kind == "estimate":
         tables["estimates"] = _parquet(path / "estimates.parquet")
-    elif kind == "validate" and (path / "requests.parquet").is_file():
+    elif kind == "validate" and os.path.lexists(path / "requests.parquet"):
         tables["requests"] = _parquet(path / "requests.parquet")
-    elif kind == "replay" and (path / "served" / "requests.parquet").is_file():
+    elif kind == "replay" and os.path.lexists(path / "served" / "requests.parquet"):
         tables["requests"] = _parquet(path / "served" / "requests.parquet")
     return Result(kind, path, metrics, tables)

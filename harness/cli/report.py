@@ -10,6 +10,7 @@ from harness.cli.params import NON_NEGATIVE, KeyFraction
 from reports.check import (
     a_kind,
     baseline_doc,
+    check_complete,
     check_kind,
     compare,
     flatten,
@@ -19,6 +20,7 @@ from reports.check import (
     speed_drift_violations,
 )
 from reports.render import build_report
+from reports.result_shape import load_report_result
 from reports.results import load_result
 from routers.registry import ROUTERS
 from traces.errors import BadInput, BadOption
@@ -40,7 +42,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
       open report/interactive.html    # hover, zoom, toggle series; index.html is the static page
     """
     check_out(out, force, inputs=results)  # before any work
-    loaded = [load_result(p) for p in results]
+    loaded = [load_report_result(p) for p in results]  # every value the report reads, checked first
     with StagedDir(out, force) as tmp:
         info = build_report(loaded, tmp, router_order=ROUTERS)  # colours in registry order
     click.echo(f"{len(info['figures'])} figures: {', '.join(info['figures']) or 'none'}")
@@ -58,8 +60,9 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
 @click.option("--force", is_flag=True, help="With --write-baseline: replace an existing baseline latroute wrote.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--max-speed-drift", type=NON_NEGATIVE, metavar="FRACTION",
-              help="Also fail when an instance's host speed factor against its profile (estimate and validate "
-                   "results) is further than FRACTION from 1, e.g. 0.1.")
+              help="Also fail when an instance's host speed factor against its profile is further than "
+                   "FRACTION from 1, e.g. 0.1. Only estimate and validate results record speed factors: on a "
+                   "replay or sweep result the option is refused (exit 2), never passed.")
 @click.option("--interval", "use_interval", is_flag=True,
               help="Gate on 95% intervals over seeds where the result has them (sweep --seeds K): a metric "
                    "regresses only when its whole interval is worse than the baseline.")
@@ -68,7 +71,9 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     """Regression gate for CI: compare a result's metrics with a baseline.
 
     Exit 0 when nothing regressed beyond tolerance, 1 when something did,
-    2 on bad input. Default tolerances: error metrics (MAPE, APE quantiles,
+    2 on bad input (including a metric no result can hold: beyond +-1e12,
+    a negative error, an attainment outside [0, 1], or a sweep that is not
+    finished). Default tolerances: error metrics (MAPE, APE quantiles,
     TTFT) may grow by 5% of their value, utilities, attainment and AUC may
     shrink by 2%, decision agreement may not drop at all.
 
@@ -84,6 +89,7 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     if write_baseline:  # before any work
         check_out(baseline, force, kind="file", inputs=[result], option="--baseline")
     res = load_result(result)
+    check_complete(res)  # a sweep still running (or cut short) is not judged
     drifted = [] if max_speed_drift is None else speed_drift_violations(res, max_speed_drift)
     if baseline is None:
         for line in drifted:

@@ -2,6 +2,7 @@
 seeds), their summary table, and sweep spec files."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,10 +36,10 @@ from harness.sweep.driver import (
     check_sweep_run,
     default_workers,
     spec_doc,
-    sweep_inputs,
     sweep_result,
     write_sweep_result,
 )
+from harness.sweep.prechecks import check_routers
 from harness.sweep.store import SweepStore, cell_key
 from harness.twin.pools import load_pool
 from reports.results import command_line
@@ -52,33 +53,91 @@ SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "ar
                    "online_speed", "epsilon", "view_interval", "ledger")
 
 
+SPEC_MAX_BYTES = 1 << 20  # a sweep specification is a few lines; larger is refused
+SPEC_NAMES = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
+              "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
+              "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text",
+              "view_interval": "view_interval_ms"}
+
+
+def _key_row(text: str, key: str) -> int | None:
+    """The 1-based line that sets ``key`` in a TOML text (for the refusal)."""
+    pat = re.compile(rf"""^\s*(\[\[?\s*)?["']?{re.escape(key)}["']?\s*(=|\]|\.)""")
+    return next((i for i, line in enumerate(text.splitlines(), 1) if pat.match(line)), None)
+
+
+def _spec_value(value, param: click.Parameter, path: Path, row: int | None, key: str) -> str:
+    """A spec value as the text its flag would take: a string, a number, a
+    boolean for an on/off choice, or a flat list of strings and numbers."""
+    def scalar(v, where: str) -> str:
+        if isinstance(v, bool):
+            choices = getattr(param.type, "choices", ())
+            if "on" in choices and "off" in choices and where == key:
+                return "on" if v else "off"
+            raise BadInput(path, row, where, f"{str(v).lower()} is not a value of --{key.replace('_', '-')}")
+        if isinstance(v, (int, float, str)):
+            return str(v)
+        what = {dict: "a table", list: "a nested array"}.get(type(v), type(v).__name__)
+        raise BadInput(path, row, where, f"expected a string, a number or an array of them, got {what}")
+
+    if isinstance(value, list):
+        items = [scalar(v, f"{key}[{i}]") for i, v in enumerate(value, 1)]
+        for i, v in enumerate(items, 1):
+            if "," in v:
+                raise BadInput(path, row, f"{key}[{i}]", f"{v!r} holds a comma: give each item as its own array "
+                               "element")
+        return ",".join(items)
+    return scalar(value, key)
+
+
 def _spec_file(ctx: click.Context, param, path: Path | None):
     """Fill options from a TOML sweep specification; flags given on the
-    command line win."""
+    command line win. Every key is checked here, naming the file, its line
+    and the key: the file's shape (a [sweep] table alone, or top-level keys),
+    each key known, each value the type its flag takes."""
     if path is None:
         return None
     import tomllib
 
+    from traces.paths import read_text
+
+    text = read_text(path, "--spec", max_bytes=SPEC_MAX_BYTES)  # no FIFOs, devices, directories; UTF-8
     try:
-        doc = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput(path, None, "--spec", "does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(path, None, "--spec", f"not valid TOML ({e})") from None
-    sweep_doc = doc.get("sweep", doc)
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column \d+\)", str(e))
+        raise BadInput(path, int(m.group(1)) if m else None, "--spec", f"not valid TOML ({e})") from None
+    except RecursionError:
+        raise BadInput(path, None, "--spec", "nested too deeply to be a sweep specification") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python parses
+        raise BadInput(path, None, "--spec", f"not a value TOML latroute reads ({e})") from None
+    if "sweep" in doc:
+        if not isinstance(doc["sweep"], dict):
+            what = "an array of tables ([[sweep]])" if isinstance(doc["sweep"], list) else "a value"
+            raise BadInput(path, _key_row(text, "sweep"), "sweep",
+                           f"expected one [sweep] table, got {what}")
+        beside = sorted(set(doc) - {"sweep"})
+        if beside:
+            raise BadInput(path, _key_row(text, beside[0]), beside[0], "a key beside the [sweep] table (put every "
+                           f"key inside [sweep]; outside it: {', '.join(beside)})")
+        sweep_doc = doc["sweep"]
+    else:
+        sweep_doc = doc
     unknown = sorted(set(sweep_doc) - set(SWEEP_SPEC_KEYS))
     if unknown:
-        raise BadInput(path, None, unknown[0], f"unknown key (known: {', '.join(SWEEP_SPEC_KEYS)})")
+        raise BadInput(path, _key_row(text, unknown[0]), unknown[0],
+                       f"unknown key (known: {', '.join(SWEEP_SPEC_KEYS)})")
+    params = {p.name: p for p in ctx.command.params}
     defaults = ctx.default_map or {}
     for key, value in sweep_doc.items():
-        if isinstance(value, list):
-            value = ",".join(str(v) for v in value)
-        name = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
-                "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
-                "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text",
-                "view_interval": "view_interval_ms"
-                }.get(key, key)
-        defaults[name] = value
+        name = SPEC_NAMES.get(key, key)
+        row = _key_row(text, key)
+        text_value = _spec_value(value, params[name], path, row, key)
+        try:  # the flag's own type checks it now, so the refusal names the file and the key
+            params[name].type.convert(text_value, params[name], ctx)
+        except click.BadParameter as e:
+            raise BadInput(path, row, key, e.format_message()) from None
+        defaults[name] = text_value
     ctx.default_map = defaults
     return path
 
@@ -86,7 +145,9 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.command()
 @click.option("--spec", "spec_path", type=click.Path(path_type=Path), callback=_spec_file, is_eager=True,
               expose_value=False, help="TOML file with the sweep's options (a [sweep] table or top-level keys named "
-                                       "like the flags: rates = [3, 4, 5], routers = [...]); flags override it.")
+                                       "like the flags: rates = [3, 4, 5], routers = [...]); flags override it. "
+                                       "At most 1 MB, UTF-8; an unknown key, or a key beside the [sweep] table, "
+                                       "is refused.")
 @click.option("--pool", "pool_ref", default="qwen3-h100", show_default=True,
               help="Pool name or POOL.json (latroute list pools).")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
@@ -183,8 +244,8 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                      online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
                      ledger=ledger == "on")
     load_pool(pool_ref)  # refuse a bad pool before starting workers
-    try:  # and a policy the workload cannot serve
-        echo_policies(sweep_inputs(spec, cells[0]))
+    try:  # and a policy the workload cannot serve, and a plug-in router that cannot be built
+        echo_policies(check_routers(spec, cells))
     except ValueError as e:
         raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
     t = time.perf_counter()

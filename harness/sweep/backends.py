@@ -236,3 +236,15 @@ class Progress:
             rate = self.fresh / max(now - self.start, 1e-9)
             eta = (self.total - self.done) / rate if rate > 0 else float("inf")
             self.echo(f"[{self.backend}] {self.done}/{self.total} cells, {rate:.2f} cells/s, ETA {eta:,.0f} s")
+
+
+def check_ray() -> None:
+    """Refuse ``--backend ray`` where Ray cannot be imported, before the
+    sweep directory exists (not after it was created and left behind)."""
+    from traces.errors import BadOption
+
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise BadOption("--backend", "ray needs Ray, which is not installed here: pip install 'latroute[ray]' "
+                        "(or --backend local)") from None

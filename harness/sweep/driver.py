@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.sweep.backends import latched_interrupts, run_cells
+from harness.sweep.backends import check_ray, latched_interrupts, run_cells
 from harness.sweep.store import SweepStore, cell_key, check_sweep_out
 from harness.twin.pools import load_pool
 from harness.twin.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
@@ -289,6 +289,8 @@ def check_sweep_run(out, workers: int, backend: str = "local", address: str | No
     """Everything a sweep refuses before any work: the worker count and
     the output directory (``sweep_store.check_sweep_out``)."""
     check_workers(workers, backend, address)
+    if backend == "ray":
+        check_ray()
     check_sweep_out(out, resume, force, inputs=[trace])
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.sweep.parts import check_cells, check_final_files, read_part, read_timing
 from traces.errors import BadInput
 from traces.jsonio import dump_json, read_json
 from traces.outputs import (
@@ -47,12 +48,14 @@ from traces.outputs import (
     honour_umask,
     temp_prefix,
 )
+from traces.paths import input_file
 
 SPEC_FILE = "sweep.json"
 INCOMPLETE = "INCOMPLETE"
 CELLS = "cells"
 SPEC_VERSION = 1
 KIND = "sweep"
+FINAL_FILES = (SPEC_FILE, "results.parquet", "metrics.parquet", "timings.parquet", "metrics.json")
 
 
 def cell_key(cell) -> str:
@@ -145,15 +148,22 @@ class SweepStore:
             raise BadInput(self.out / SPEC_FILE, None, "specification",
                            "differs from this sweep's (--resume continues only the same sweep; "
                            "--force replaces it)")
+        check_final_files(self.out, (MARKER, INCOMPLETE, *FINAL_FILES))  # before any work: see harness.sweep.parts
+        check_cells(self.out / CELLS, self.spec_doc)
         (self.out / CELLS).mkdir(exist_ok=True)
         clean_debris_in(self.out / CELLS)  # parts a killed run was writing
         (self.out / INCOMPLETE).write_text("")
 
     def _spec_on_disk(self) -> dict:
         path = self.out / SPEC_FILE
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise BadInput(path, None, "specification", "missing (--force replaces this sweep)")
-        return read_json(path, "specification")
+        doc = read_json(input_file(path, "specification"), "specification")
+        if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list) \
+                or not all(isinstance(c, dict) for c in doc["cells"]) or not isinstance(doc.get("spec"), dict):
+            raise BadInput(path, None, "specification", "not a sweep specification (spec and cells); "
+                           "--force replaces this sweep")
+        return doc
 
     # --- cells
     def done(self) -> set[str]:
@@ -168,9 +178,9 @@ class SweepStore:
     def rows(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Every finished cell's result row and timing row."""
         cells = sorted(p for p in (self.out / CELLS).glob("*.parquet") if not p.name.startswith("."))
-        res = pd.concat([pd.read_parquet(p) for p in cells], ignore_index=True) if cells else pd.DataFrame()
+        res = pd.concat([read_part(p) for p in cells], ignore_index=True) if cells else pd.DataFrame()
         tim = pd.DataFrame([{"cell": p.name[: -len(".parquet")],
-                             **read_json(p.parent / f"{p.name[: -len('.parquet')]}.timing.json", "timing")}
+                             **read_timing(p.parent / f"{p.name[: -len('.parquet')]}.timing.json")}
                             for p in cells])
         return res, tim
 
