@@ -360,3 +360,22 @@ def test_a_fifo_given_as_profile_or_pool_is_refused_without_waiting(tmp_path, wh
 
         with pytest.raises(BadInput, match="named pipe"):
             load_profile(fifo)
+
+
+def test_the_twin_kernel_refuses_to_advance_to_a_non_finite_time():
+    """main: ``advance(NaN)`` compared every step's end with NaN, ran nothing
+    and returned as if the instance were up to date."""
+    from harness.twin.instance import Instance, InstanceSpec, new_outcomes
+    from harness.twin.pools import load_pool
+    from harness.twin.simulation import TwinConfig
+
+    inst = Instance(0, InstanceSpec.from_config(load_pool("qwen3-h100").instances[1]), TwinConfig(seed=1))
+    out = new_outcomes(4)
+    inst.add(0, 100, 4)
+    inst.kick(0.0)
+    inst.advance(0.5, out)  # a finite time runs the steps due
+    assert np.isfinite(out.first_t[0])
+    inst.add(1, 100, 4)
+    inst.kick(0.6)
+    with pytest.raises(KernelInputError, match="not a number"):
+        inst.advance(float("nan"), out)
