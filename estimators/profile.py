@@ -231,13 +231,15 @@ def _number(source: str, key: str, value: Any, lo: float, hi: float, integer: bo
 
 
 def _check_derived(source: str, derived: dict) -> None:
-    """The baseline estimators' parameters, where present: finite numbers in
-    their ranges (they reach ``estimators.baselines`` as they are)."""
-    for key, lo, hi in (("theta_pre_tokens_per_s", 0.0, 1e12), ("mean_decode_step_s", 0.0, MAX_COEF)):
+    """The baseline estimators' parameters, where present: finite numbers of
+    a bounded size (they reach ``estimators.baselines`` as they are, which
+    floor a negative time at 0: a negative rate is a bad model, not a
+    corrupt file) and a whole batch size."""
+    for key, lo, hi in (("theta_pre_tokens_per_s", -1e12, 1e12), ("mean_decode_step_s", -MAX_COEF, MAX_COEF)):
         if derived.get(key) is not None:
             _number(source, f"derived.{key}", derived[key], lo, hi)
-    for sec, keys in (("lps", (("k", 1, 2**31 - 1, True), ("mean_service_s", 0.0, MAX_COEF, False),
-                                ("scv", -1.0, 1e12, False), ("arrival_rate", 0.0, 1e12, False))),
+    for sec, keys in (("lps", (("k", 1, 2**31 - 1, True), ("mean_service_s", -MAX_COEF, MAX_COEF, False),
+                                ("scv", -1e12, 1e12, False), ("arrival_rate", -1e12, 1e12, False))),
                       ("queue", (("b0", -MAX_COEF, MAX_COEF, False), ("b1", -MAX_COEF, MAX_COEF, False)))):
         part = derived.get(sec)
         if part is None:
