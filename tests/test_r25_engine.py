@@ -380,3 +380,13 @@ def test_the_twin_kernel_refuses_to_advance_to_a_non_finite_time():
     inst.kick(0.6)
     with pytest.raises(KernelInputError, match="not a number"):
         inst.advance(float("nan"), out)
+
+
+@pytest.mark.parametrize("prompt", [64, 10**6, -1])
+def test_a_prompt_the_front_end_refuses_never_reaches_the_scheduler(prompt):
+    """main: admitted with prefix caching on, its blocks were written past
+    its block table (max_model_len 64: a table of 5 blocks)."""
+    st = _state(caching=True, blocks=1000, max_len=64)
+    st.add(7, 63, 4)  # the longest prompt the front end lets through
+    with pytest.raises(KernelInputError, match="max_model_len"):
+        st.add(8, prompt, 4)

@@ -42,6 +42,7 @@ from estimators.engine.block_pool import BlockCache, copy_block_cache, find_hit,
 from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import (
     C_BLOCK,
+    C_MAX_LEN,
     C_NUM_BLOCKS,
     C_PREFIX,
     F_COMPUTED,
@@ -62,6 +63,7 @@ from estimators.engine.layout import (
     S_WHEAD,
     S_WN,
     ST_WAITING,
+    KernelInputError,
 )
 from estimators.engine.primitives import wait_linear, wait_push_back
 
@@ -196,6 +198,11 @@ class SchedState(NamedTuple):
         waiting queue. Returns its slot (``with_room`` first if it may be full)."""
         if self.sc[S_NFREE_SLOTS] == 0:
             raise ValueError("no free slot: call with_room() first")
+        if not 0 <= prompt < self.cfg[C_MAX_LEN]:
+            # the engine's front end refuses such a prompt; in the scheduler its admission would take more
+            # blocks than a block table holds (a write past the table in compiled code with prefix caching)
+            raise KernelInputError(f"request {rid}: a prompt of {prompt} tokens outside [0, max_model_len "
+                                   f"{int(self.cfg[C_MAX_LEN])}) cannot reach the scheduler")
         self.sc[S_NFREE_SLOTS] -= 1
         slot = int(self.free_slots[self.sc[S_NFREE_SLOTS]])
         row = self.req[slot]
