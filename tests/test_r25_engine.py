@@ -112,7 +112,7 @@ def test_apply_batch_with_prefix_caching_refuses_blocks_the_pool_or_table_lacks(
     plan, n, _ = _plan([1], tokens=[40])  # 3 more: the pool has none (num_kv_blocks contradicts the steps)
     with pytest.raises(KernelInputError, match="num_kv_blocks"):
         _apply(st, plan, n, 0)
-    st = _state(caching=True, blocks=1000, max_len=32)  # a table of 3 blocks
+    st = _state(caching=True, blocks=1000, max_len=48)  # a table of 4 blocks
     plan, n, _ = _plan([0], tokens=[40 * 4])
     with pytest.raises(KernelInputError, match="max_model_len"):
         _apply(st, plan, n, 0)
@@ -385,7 +385,8 @@ def test_the_twin_kernel_refuses_to_advance_to_a_non_finite_time():
 @pytest.mark.parametrize("prompt", [64, 10**6, -1])
 def test_a_prompt_the_front_end_refuses_never_reaches_the_scheduler(prompt):
     """main: admitted with prefix caching on, its blocks were written past
-    its block table (max_model_len 64: a table of 5 blocks)."""
+    its block table (max_model_len 64: a table of 5 blocks). (V0 refuses
+    such prompts in its own scheduler: test_sched_kernel.)"""
     st = _state(caching=True, blocks=1000, max_len=64)
     st.add(7, 63, 4)  # the longest prompt the front end lets through
     with pytest.raises(KernelInputError, match="max_model_len"):
