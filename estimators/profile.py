@@ -21,6 +21,12 @@ Schema (``profile_version`` 1)::
                   "lps": {"k", "mean_service_s", "scv"}}
     }
 
+Limits (refused at load, naming the key): coefficients within +-1e9 s per
+unit; ``noise.log_mu``/``log_sigma`` within +-50; stall excesses in
+[0, 1e9]; ``step_gap_s`` in [0, 10); intake costs at most 10 s; ``derived``
+and ``metrics.speed_baseline`` numbers finite and bounded; integers too
+large for a float refused, not overflowed.
+
 The *typical* time of a step is the linear model; the *expected* time is
 typical * (1 + p_stall * mean stall excess) with the stalls taken, as in
 DESIGN section 2, as the residuals above the stall percentile (the

@@ -9,6 +9,12 @@ where an instance takes any field of ``estimators.engine.config.InstanceConfig``
 (``policy``, ``max_num_batched_tokens``, ``max_num_seqs``, ``block_size``,
 ``num_kv_blocks``, ``watermark``, ``max_model_len``, prices, ...); absent
 fields take its defaults.
+
+Limits (refused at load with the file, entry row and key): engine counts
+whole numbers in [1, 2^31 - 1]; prices USD per million tokens in [0, 1e6];
+``host_speed`` in (0, 1000]; ``chunked_prefill`` and ``prefix_caching``
+JSON booleans; what vLLM itself refuses (``InstanceConfig.to_array``); the
+file read through ``traces.paths`` (no FIFOs or devices, UTF-8).
 """
 from __future__ import annotations
 
