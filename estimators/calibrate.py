@@ -120,18 +120,39 @@ def load_steps(paths: list[str | Path], instance: str | None = None,
         frames.append(steps)
         sources.append({"trace": str(path), "instance": chosen, "steps": int(len(steps)),
                         **({"window": list(window)} if window is not None else {})})
+    # the step times themselves first: a degenerate log is refused for what it is before the
+    # requests are walked along its steps (which a log with made-up times contradicts)
+    check_step_times(pd.concat(frames, ignore_index=True))
+    for k, trace in enumerate(opened):
+        steps, chosen = frames[k], sources[k]["instance"]
         if trace.has("step_items") and trace.has("requests"):
             items = trace.read("step_items")
             items = items[(items["instance_id"] == chosen) & items["step"].isin(steps["step"])]
             reqs = trace.read("requests")
             if "instance_id" in reqs:
                 reqs = reqs[reqs["instance_id"] == chosen]
-            frames[-1] = join_columns(frames[-1], reqs)  # request intake at step boundaries (estimators.intake)
-            if span is not None:
-                reqs = reqs[reqs["arrival_s"].between(*span)]
+            frames[k] = join_columns(steps, reqs)  # request intake at step boundaries (estimators.intake)
+            if spans[k] is not None:
+                reqs = reqs[reqs["arrival_s"].between(*spans[k])]
             lps_parts.append(lps_params(steps, items, reqs))
     return StepData(pd.concat(frames, ignore_index=True), sources, pooled_lps(lps_parts),
                     request_params(opened, sources[0]["instance"], spans))
+
+
+def check_step_times(steps: pd.DataFrame) -> np.ndarray:
+    """The steps' durations, refused unless each is a positive finite number
+    (row: the step's row within its trace's selected steps) and they vary
+    (a constant time has no relation to batch shape)."""
+    source = steps["trace"].iloc[0] if "trace" in steps and len(steps) else "steps"
+    y = step_durations(steps)
+    bad = np.flatnonzero(~(y > 0) | ~np.isfinite(y))
+    if bad.size:
+        raise BadInput(steps["trace"].iloc[bad[0]] if "trace" in steps else "steps", int(bad[0]) + 1, "end_s",
+                       "step duration is not a positive finite number")
+    if len(y) and np.ptp(y) <= SAME_TIME * np.max(y):  # (end - start) of equal steps differs in the last bits
+        raise BadInput(source, None, "steps", f"every step took the same time ({y[0]:.6g} s): there is no relation "
+                       "between batch and time to fit")
+    return y
 
 
 def holdout_mask(n: int, fraction: float, seed: int) -> np.ndarray:
@@ -192,14 +213,7 @@ def inadmissible(form: str, X: np.ndarray, fit: BatchFit) -> str | None:
 
 def fit_forms(steps: pd.DataFrame, cfg: CalibrationConfig) -> FormResults:
     source = steps["trace"].iloc[0] if "trace" in steps and len(steps) else "steps"
-    y = step_durations(steps)
-    bad = np.flatnonzero(~(y > 0) | ~np.isfinite(y))
-    if bad.size:
-        raise BadInput(steps["trace"].iloc[bad[0]] if "trace" in steps else "steps", int(bad[0]) + 1, "end_s",
-                       "step duration is not a positive finite number")
-    if len(y) and np.ptp(y) <= SAME_TIME * np.max(y):  # (end - start) of equal steps differs in the last bits
-        raise BadInput(source, None, "steps", f"every step took the same time ({y[0]:.6g} s): there is no relation "
-                       "between batch and time to fit")
+    y = check_step_times(steps)
     test = holdout_mask(len(y), cfg.holdout, cfg.seed)
     results = FormResults()
     for form in cfg.forms:

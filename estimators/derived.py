@@ -17,6 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from estimators.engine.layout import KernelInputError
+from estimators.trace_blocks import trace_refusal
+
 
 def throughput_params(steps: pd.DataFrame) -> dict:
     dur = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
@@ -68,14 +71,19 @@ def residents_at_arrival(trace, instance_id: str, requests: pd.DataFrame,
     for the requests arriving within ``window_s`` (all by default)."""
     from estimators.snapshot import RecordedWalk
 
-    walk = RecordedWalk(trace, instance_id, requests)
     ttft = requests["ttft_s"].to_numpy(dtype=np.float64)
     res, tt = [], []
-    for idx, snap in walk.queries():
-        if window_s is not None and not window_s[0] <= snap.t <= window_s[1]:
-            continue
-        res.append(snap.residents)
-        tt.append(ttft[idx])
+    walk = None
+    try:  # a walk the kernels refuse (steps that contradict the requests) is the trace's refusal
+        walk = RecordedWalk(trace, instance_id, requests)
+        for idx, snap in walk.queries():
+            if window_s is not None and not window_s[0] <= snap.t <= window_s[1]:
+                continue
+            res.append(snap.residents)
+            tt.append(ttft[idx])
+    except KernelInputError as e:
+        step = int(walk.step_ids[walk.k]) if walk is not None and walk.k < len(walk.step_ids) else None
+        raise trace_refusal(trace, e, instance_id, step) from None
     return np.asarray(res, dtype=np.float64), np.asarray(tt)
 
 

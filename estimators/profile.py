@@ -21,6 +21,12 @@ Schema (``profile_version`` 1)::
                   "lps": {"k", "mean_service_s", "scv"}}
     }
 
+Limits (refused at load, naming the key): coefficients within +-1e9 s per
+unit; ``noise.log_mu``/``log_sigma`` within +-50; stall excesses in
+[0, 1e9]; ``step_gap_s`` in [0, 10); intake costs at most 10 s; ``derived``
+and ``metrics.speed_baseline`` numbers finite and bounded; integers too
+large for a float refused, not overflowed.
+
 The *typical* time of a step is the linear model; the *expected* time is
 typical * (1 + p_stall * mean stall excess) with the stalls taken, as in
 DESIGN section 2, as the residuals above the stall percentile (the
@@ -32,6 +38,7 @@ the median-like prediction is what minimises absolute percentage error.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +52,10 @@ from estimators.batch_fit import NoiseModel, StallAllowance
 from estimators.intake import Intake
 from estimators.step_correlation import TrajectoryNoise
 from traces.errors import BadInput
-from traces.jsonio import read_json
+from traces.jsonio import MAX_BYTES, parse_json
+from traces.limits import shown
 from traces.outputs import write_output_json
+from traces.paths import read_text
 
 PROFILE_VERSION = 1
 
@@ -135,7 +144,7 @@ class BatchTimeProfile:
             raise BadInput(source, None, "profile_version",
                            f"{d.get('profile_version')!r} is not supported (expected {PROFILE_VERSION})")
         form = d.get("form")
-        if form not in FORMS:
+        if not isinstance(form, str) or form not in FORMS:
             raise BadInput(source, None, "form", f"unknown model form {form!r} (choose from {', '.join(FORMS)})")
         coefs = d.get("coefficients")
         if not isinstance(coefs, dict):
@@ -144,9 +153,7 @@ class BatchTimeProfile:
         for term in term_names(form):
             entry = coefs.get(term)
             value = entry.get("value") if isinstance(entry, dict) else entry
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise BadInput(source, None, f"coefficients.{term}", f"missing or not a number: {value!r}")
-            values.append(float(value))
+            values.append(_number(source, f"coefficients.{term}", value, -MAX_COEF, MAX_COEF))
         bad = negative_coefficient(form, np.array(values))
         if bad is not None:
             doc = next(t.doc for t in FORMS[form] if t.name == bad[0])
@@ -165,9 +172,36 @@ class BatchTimeProfile:
         gap = d.get("step_gap_s", 0.0)
         if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 10:
             raise BadInput(source, None, "step_gap_s", f"must be a number of seconds >= 0, got {gap!r}")
+        if not allowance.multiplier <= MAX_COEF:
+            raise BadInput(source, None, "expected.stall_excess_mean", f"p_stall * stall_excess_mean above {MAX_COEF:g}")
+        if not -MAX_LOG <= nm.log_mu <= MAX_LOG or nm.log_sigma > MAX_LOG or not 0 <= nm.stall_excess_mean <= MAX_COEF:
+            raise BadInput(source, None, "noise", f"log_mu and log_sigma must be within +-{MAX_LOG:g} and "
+                           f"stall_excess_mean in [0, {MAX_COEF:g}]")
+        for q, v in nm.stall_excess_quantiles.items():
+            try:
+                level = float(q)
+            except ValueError:
+                level = -1.0
+            if not 0 <= level <= 100 or not 0 <= v <= MAX_COEF:
+                raise BadInput(source, None, f"noise.stall_excess_quantiles.{q}",
+                               f"needs a quantile level in [0, 100] and an excess in [0, {MAX_COEF:g}], got {shown(v)}")
         intake = _section(d, "intake", Intake.from_json, source)
-        return cls(name=str(d.get("name", Path(source).stem)), form=form, coefficients=np.array(values), noise=nm,
-                   fitted_on=d.get("fitted_on") or {}, metrics=d.get("metrics") or {}, derived=d.get("derived") or {},
+        if intake.per_request_s > 10 or intake.per_prompt_token_s > 10 or not 0 <= intake.boundaries <= 2**53:
+            raise BadInput(source, None, "intake", "per-request and per-token costs must be at most 10 s and "
+                           "boundaries a count in [0, 2^53]")
+        name = d.get("name", Path(source).stem)
+        if not isinstance(name, str):
+            raise BadInput(source, None, "name", f"must be a string, got {type(name).__name__}")
+        sections = {}
+        for key in ("fitted_on", "metrics", "derived"):
+            sec = d.get(key)
+            if sec is not None and not isinstance(sec, dict):
+                raise BadInput(source, None, key, "not an object")
+            sections[key] = sec or {}
+        _check_derived(source, sections["derived"])
+        _check_speed_baseline(source, sections["metrics"])
+        return cls(name=name, form=form, coefficients=np.array(values), noise=nm,
+                   fitted_on=sections["fitted_on"], metrics=sections["metrics"], derived=sections["derived"],
                    step_gap_s=float(gap), allowance=allowance, intake=intake,
                    trajectory=_section(d, "trajectory_noise", TrajectoryNoise.from_json, source))
 
@@ -180,8 +214,70 @@ def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> An
         raise BadInput(source, None, key, "not an object")
     try:
         return parse(sec)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError, AttributeError) as e:
         raise BadInput(source, None, key, str(e)) from None
+
+
+MAX_COEF = 1e9  # seconds per unit of any term (traces.limits.MAX_TIME_S): no step time overflows a float
+MAX_LOG = 50.0  # log-scale noise parameters: exp() of them stays finite
+
+
+def _number(source: str, key: str, value: Any, lo: float, hi: float, integer: bool = False) -> float:
+    """``value`` as a float, refused unless a JSON number (not a boolean, not
+    an integer too large for a float) within [lo, hi]; ``integer``: whole."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise BadInput(source, None, key, f"missing or not a {'whole ' if integer else ''}number: {shown(value)}")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise BadInput(source, None, key, f"an integer of {len(str(abs(value)))} digits is out of range") from None
+    if not lo <= v <= hi:
+        raise BadInput(source, None, key, f"{shown(value)} outside [{lo:g}, {hi:g}]")
+    return v
+
+
+def _check_derived(source: str, derived: dict) -> None:
+    """The baseline estimators' parameters, where present: finite numbers of
+    a bounded size (they reach ``estimators.baselines`` as they are, which
+    floor a negative time at 0: a negative rate is a bad model, not a
+    corrupt file) and a whole batch size."""
+    for key, lo, hi in (("theta_pre_tokens_per_s", -1e12, 1e12), ("mean_decode_step_s", -MAX_COEF, MAX_COEF)):
+        if derived.get(key) is not None:
+            _number(source, f"derived.{key}", derived[key], lo, hi)
+    for sec, keys in (("lps", (("k", 1, 2**31 - 1, True), ("mean_service_s", -MAX_COEF, MAX_COEF, False),
+                                ("scv", -1e12, 1e12, False), ("arrival_rate", -1e12, 1e12, False))),
+                      ("queue", (("b0", -MAX_COEF, MAX_COEF, False), ("b1", -MAX_COEF, MAX_COEF, False)))):
+        part = derived.get(sec)
+        if part is None:
+            continue
+        if not isinstance(part, dict):
+            raise BadInput(source, None, f"derived.{sec}", "not an object")
+        for key, lo, hi, whole in keys:
+            if part.get(key) is not None:
+                _number(source, f"derived.{sec}.{key}", part[key], lo, hi, whole)
+
+
+def _check_speed_baseline(source: str, metrics: dict) -> None:
+    """``metrics.speed_baseline``: what a speed factor of 1 means (read by
+    ``estimators.online_speed`` and ``drift``, and handed to the twin's
+    kernel as a log ratio): positive finite ratios, whole counts."""
+    base = metrics.get("speed_baseline")
+    if base is None:
+        return
+    if not isinstance(base, dict):
+        raise BadInput(source, None, "metrics.speed_baseline", "not an object")
+    for name, entry in base.items():
+        key = f"metrics.speed_baseline.{name}"
+        if entry is None:
+            continue
+        if not isinstance(entry, dict):
+            raise BadInput(source, None, key, "not an object")
+        if "median_ratio" in entry or "mean_log_ratio" not in entry:
+            _number(source, f"{key}.median_ratio", entry.get("median_ratio"), 1e-9, 1e9)
+        if "mean_log_ratio" in entry:
+            _number(source, f"{key}.mean_log_ratio", entry["mean_log_ratio"], -MAX_LOG, MAX_LOG)
+        if "n" in entry:
+            _number(source, f"{key}.n", entry["n"], 0, 2**53, integer=True)
 
 
 def load_profile(name_or_path: str | Path) -> BatchTimeProfile:
@@ -192,7 +288,15 @@ def load_profile(name_or_path: str | Path) -> BatchTimeProfile:
     if key in BUILTIN_PROFILES:
         return BatchTimeProfile.from_json(BUILTIN_PROFILES[key], f"built-in profile {key}")
     path = Path(key)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise BadInput(path, None, "profile",
                        f"no such file and not a built-in profile (built-in: {', '.join(BUILTIN_PROFILES)})")
-    return BatchTimeProfile.from_json(read_json(path, "profile"), str(path))
+    return BatchTimeProfile.from_json(read_json_input(path, "profile"), str(path))
+
+
+def read_json_input(path: Path, what: str) -> Any:
+    """A user's JSON file (``--profile``, ``--pool``) through the one input
+    gate (``traces.paths``: no FIFOs, devices, sockets or directories; UTF-8,
+    a BOM stripped), parsed strictly (``traces.jsonio``: no NaN, no
+    oversized integers, bounded nesting)."""
+    return parse_json(read_text(path, what, max_bytes=MAX_BYTES), path, what)

@@ -4,13 +4,15 @@ instance. One entry point, ``estimate(view, query)``, for a rebuilt
 ``Snapshot`` and a live twin instance alike (both are ``InstanceView``s)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from estimators.engine.block_overlay import OV_EXACT, new_overlay
 from estimators.engine.block_pool import copy_block_cache
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF
+from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF, KernelInputError
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
 from estimators.engine.view import InstanceView, Query, first_gap
@@ -147,6 +149,8 @@ class SFS:
         the overlay is tested against); ``typ_out`` receives the simulated
         steps' typical durations (for the brute-force check)."""
         typ = self._no_typ if typ_out is None else typ_out
+        if not math.isfinite(q.t):  # the kernel takes times relative to it: a NaN would pass every gate silently
+            raise KernelInputError(f"query of request {q.rid}: arrival time {q.t!r} is not finite")
         st = view.state
         self._view = None
         if q.prompt >= st.cfg[C_MAX_LEN]:

@@ -49,6 +49,7 @@ from estimators.engine.layout import (
     S_WHEAD,
     S_WN,
     ST_WAITING,
+    KernelInputError,
 )
 from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
@@ -56,7 +57,10 @@ from estimators.engine.timing import plan_time
 
 @njit(cache=True)
 def _predict_target(r2, s, pred_total):
-    p = pred_total[r2[s, F_RID]]
+    rid = r2[s, F_RID]
+    if rid < 0 or rid >= pred_total.size:  # one compare per resident, beside the copy of its row
+        raise KernelInputError("a resident's request id has no predicted length")
+    p = pred_total[rid]
     floor = r2[s, F_OUTPUTS] + 1
     r2[s, F_TARGET] = p if p > floor else floor
 
@@ -149,6 +153,9 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     schedule() after the in-flight step (a whole gap, or what is left of
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``."""
+    if not (np.isfinite(elapsed) and np.isfinite(first_gap)) or n_inbox < 0 or n_inbox > inbox.size \
+            or infl_n < 0 or infl_n > infl.slot.size or st2.sc.size < st.sc.size or st2.req.shape[0] <= st.sc[S_CAP]:
+        raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
     _copy_state(st, st2)
     r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
     (ov_sc,) = _ov_scalars(st2)

@@ -4,8 +4,11 @@ vector, stall quantiles), built here so the engine imports no profile.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from estimators.engine.layout import KernelInputError
 from estimators.engine.timing import FORM_EQ9, FORM_SIX, TimeModel
 from estimators.profile import BatchTimeProfile
 
@@ -23,4 +26,10 @@ def profile_arrays(p: BatchTimeProfile) -> tuple[int, np.ndarray, np.ndarray, np
 def time_model(p: BatchTimeProfile) -> TimeModel:
     """The profile as the kernels take it."""
     form, coef, noise, qs, vs = profile_arrays(p)
-    return TimeModel(form, coef, float(p.expected_multiplier), float(p.step_gap_s), noise, qs, vs)
+    mult, gap = float(p.expected_multiplier), float(p.step_gap_s)
+    if not (np.all(np.isfinite(coef)) and np.all(np.isfinite(noise)) and np.all(np.isfinite(vs))
+            and math.isfinite(mult) and mult > 0 and math.isfinite(gap) and gap >= 0):
+        # the kernels add these up step after step: a NaN or inf would loop or be silently everywhere
+        raise KernelInputError(f"profile {p.name!r}: its coefficients, noise, multiplier and gap must be finite "
+                               "(multiplier > 0, gap >= 0)")
+    return TimeModel(form, coef, mult, gap, noise, qs, vs)

@@ -54,6 +54,18 @@ def shown(cell: object, width: int = 40) -> str:
     return text if len(text) <= width else f"{text[:width - 8]}...({len(text)} chars)"
 
 
+MAX_PRICE = 1e6  # USD per million tokens: beyond any price, and far from a float's overflow in cost sums
+MAX_HOST_SPEED = 1e3  # true step time / the profile's
+
+
+def _float(v: object) -> float:
+    """``v`` as a float; NaN (refused by the caller's range) for an integer too large for one."""
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.nan
+
+
 POLICIES = {"vllm-v1": 0, "sarathi": 1, "vllm-v0": 2}
 DEFAULT_WATERMARK = {"vllm-v1": 0.0, "sarathi": 0.01, "vllm-v0": 0.01}
 
@@ -113,10 +125,18 @@ class InstanceConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= MAX_ENGINE:
                 raise ValueError(f"{name} must be a whole number in [0, {MAX_ENGINE}], got {shown(v)}")
-        for name in ("price_in", "price_out"):  # NaN: unknown (recordings); never negative or infinite
+        for name in ("price_in", "price_out"):  # NaN: unknown (recordings); never negative, infinite or absurd
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isinf(v) or v < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {shown(v)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    (isinstance(v, float) and math.isnan(v)) or 0 <= _float(v) <= MAX_PRICE):
+                raise ValueError(f"{name} must be a number of USD per million tokens in [0, {MAX_PRICE:g}], "
+                                 f"got {shown(v)}")
+        if not isinstance(self.chunked_prefill, (bool, np.bool_)):
+            raise ValueError(f"chunked_prefill must be true or false, got {shown(self.chunked_prefill)}")
+        if self.prefix_caching is not None and not isinstance(self.prefix_caching, (bool, np.bool_)):
+            raise ValueError(f"prefix_caching must be true, false or null, got {shown(self.prefix_caching)}")
+        if self.device is not None and not isinstance(self.device, str):
+            raise ValueError(f"device must be a string or null, got {shown(self.device)}")
         for name in ("instance_id", "model", "profile"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {shown(getattr(self, name))}")
@@ -124,8 +144,9 @@ class InstanceConfig:
                                            or not 0.0 <= self.watermark < 1.0):
             raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if self.host_speed is not None and (isinstance(self.host_speed, bool) or not isinstance(self.host_speed, (int, float))
-                                            or not (math.isfinite(self.host_speed) and self.host_speed > 0)):
-            raise ValueError(f"host_speed must be a positive number, got {self.host_speed!r}")
+                                            or not 0 < _float(self.host_speed) <= MAX_HOST_SPEED):
+            raise ValueError(f"host_speed must be a positive number up to {MAX_HOST_SPEED:g}, "
+                             f"got {shown(self.host_speed)}")
 
     @property
     def chunked(self) -> bool:

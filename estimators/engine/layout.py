@@ -54,3 +54,12 @@ NC = 10
 PL_N = 0  # requests in the batch
 PL_NREJ = 1  # slots refused outright this step
 NPL = 2
+
+
+class KernelInputError(ValueError):
+    """A compiled entry refused its input (an index out of range, a request
+    in a state a step cannot touch, a non-finite time): raised at the
+    kernel's entry, before any array is indexed by the bad value, so corrupt
+    input ends in an exception the caller turns into a refusal naming its
+    file instead of a write past an array's end. Defined here, with the
+    layout, because every compiled module imports this one."""

@@ -39,10 +39,12 @@ import numpy as np
 from estimators.engine.block_ids import RequestHashes, ids_of, no_request_hashes
 from estimators.engine.block_overlay import Overlay, new_overlay
 from estimators.engine.block_pool import BlockCache, copy_block_cache, find_hit, new_block_cache
-from estimators.engine.config import InstanceConfig
+from estimators.engine.config import POLICIES, InstanceConfig
 from estimators.engine.layout import (
     C_BLOCK,
+    C_MAX_LEN,
     C_NUM_BLOCKS,
+    C_POLICY,
     C_PREFIX,
     F_COMPUTED,
     F_HIT,
@@ -62,8 +64,11 @@ from estimators.engine.layout import (
     S_WHEAD,
     S_WN,
     ST_WAITING,
+    KernelInputError,
 )
 from estimators.engine.primitives import wait_linear, wait_push_back
+
+POLICY_V0 = POLICIES["vllm-v0"]  # it refuses over-long prompts in its own scheduler
 
 
 class StepPlan(NamedTuple):
@@ -196,6 +201,12 @@ class SchedState(NamedTuple):
         waiting queue. Returns its slot (``with_room`` first if it may be full)."""
         if self.sc[S_NFREE_SLOTS] == 0:
             raise ValueError("no free slot: call with_room() first")
+        if prompt < 0 or (prompt >= self.cfg[C_MAX_LEN] and self.cfg[C_PREFIX] == PREFIX_ON
+                          and self.cfg[C_POLICY] != POLICY_V0):
+            # the engine's front end refuses such a prompt (V0's scheduler refuses it itself); admitted with
+            # prefix caching it would take more blocks than a block table holds (a write past the table)
+            raise KernelInputError(f"request {rid}: a prompt of {prompt} tokens outside [0, max_model_len "
+                                   f"{int(self.cfg[C_MAX_LEN])}) cannot reach the scheduler")
         self.sc[S_NFREE_SLOTS] -= 1
         slot = int(self.free_slots[self.sc[S_NFREE_SLOTS]])
         row = self.req[slot]

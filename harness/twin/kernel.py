@@ -41,6 +41,7 @@ from estimators.engine.layout import (
     S_NR,
     S_WN,
     ST_WAITING,
+    KernelInputError,
 )
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.timing import noisy_ratio, plan_time
@@ -186,6 +187,8 @@ def advance(t_until, st, plan, tw, model, out, log):
     """Run every step that ends at or before ``t_until``. Returns 1 when the
     step log is full (the caller flushes it and calls again), else 0."""
     meta, times = tw.meta, tw.times
+    if not t_until >= -1e300:  # NaN or -inf: no step would ever be due, or every one; +inf drains
+        raise KernelInputError("the twin was asked to advance to a time that is not a number")
     while True:
         if meta[M_BUSY] == RUNNING and times[T_END] <= t_until:
             n = meta[M_N]

@@ -9,15 +9,22 @@ where an instance takes any field of ``estimators.engine.config.InstanceConfig``
 (``policy``, ``max_num_batched_tokens``, ``max_num_seqs``, ``block_size``,
 ``num_kv_blocks``, ``watermark``, ``max_model_len``, prices, ...); absent
 fields take its defaults.
+
+Limits (refused at load with the file, entry row and key): engine counts
+whole numbers in [1, 2^31 - 1]; prices USD per million tokens in [0, 1e6];
+``host_speed`` in (0, 1000]; ``chunked_prefill`` and ``prefix_caching``
+JSON booleans; what vLLM itself refuses (``InstanceConfig.to_array``); the
+file read through ``traces.paths`` (no FIFOs or devices, UTF-8).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from estimators.engine.config import InstanceConfig
+from estimators.profile import read_json_input
 from traces.errors import BadInput
-from traces.jsonio import read_json
 from traces.limits import shown
 
 
@@ -63,14 +70,21 @@ def _qwen3_h100_pc() -> Pool:
 BUILTIN_POOLS = {"qwen3-h100": _qwen3_h100, "qwen3-h100-pc": _qwen3_h100_pc}
 
 
+def _named_key(message: str, entry: dict) -> str:
+    """The key of a pool entry an ``InstanceConfig`` refusal names (its
+    messages start with the field's name), else ``instances``."""
+    first = message.split(" ", 1)[0]
+    return f"instances.{first}" if first in entry else "instances"
+
+
 def load_pool(name_or_path: str | Path) -> Pool:
     key = str(name_or_path)
     if key in BUILTIN_POOLS:
         return BUILTIN_POOLS[key]()
     path = Path(key)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise BadInput(path, None, "pool", f"no such file and not a built-in pool (built-in: {', '.join(BUILTIN_POOLS)})")
-    doc = read_json(path, "pool")
+    doc = read_json_input(path, "pool")
     if not isinstance(doc, dict) or not isinstance(doc.get("instances"), list) or not doc["instances"]:
         raise BadInput(path, None, "instances", "missing or empty list")
     known = {f.name for f in fields(InstanceConfig)}
@@ -85,9 +99,11 @@ def load_pool(name_or_path: str | Path) -> Pool:
         if unknown:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
         try:
-            instances.append(InstanceConfig(**inst))
-        except (TypeError, ValueError) as e:
-            raise BadInput(path, i, "instances", str(e)) from None
+            cfg = InstanceConfig(**inst)
+            cfg.to_array()  # what vLLM refuses (chunked prefill off with a budget under max_model_len, ...)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise BadInput(path, i, _named_key(str(e), inst), str(e)) from None
+        instances.append(cfg)
     ids = [c.instance_id for c in instances]
     for i, iid in enumerate(ids, start=1):
         if ids.index(iid) != i - 1:
