@@ -167,7 +167,7 @@ def test_numeric_options_campaign(inputs):
     assert run_cli("calibrate", inputs / "tr", "--out", inputs / "profile.json").exit_code == 0
     assert run_cli("replay", "--rate", "4", "--requests", "30", "--out", inputs / "rep").exit_code == 0
     assert run_cli("check", inputs / "rep", "--baseline", inputs / "base.json", "--write-baseline").exit_code == 0
-    camp = Campaign("numeric options", campaign_seconds(0.1))
+    camp = Campaign("numeric options", campaign_seconds(0.06))
     worker = Worker()
     commands = {c for c, _, _ in numeric_options()} - SLOW
 

@@ -1,8 +1,9 @@
 """Fuzzing the public trace formats (issue 25): small slices of the shared
 Azure, Mooncake, LMBench and vLLM-bench files (and a BurstGPT-shaped CSV:
 the shared data has none), one random corruption each, imported with
-``trace import FORMAT``; what is accepted as a request-level trace is also
-read by ``trace info`` and ``replay --trace``.
+``trace import FORMAT``; what is accepted is then replayed (``replay
+--trace``) and, for the request-level formats (vllm-bench JSON, LMBench
+CSV), validated on the twin (``validate``), in the campaign.
 
 The promise (tests/fuzzing.broken_promise): accepted with a valid trace, or
 refused with exit 2 and one ``error:`` line naming the corrupted file; never
@@ -98,7 +99,19 @@ def valid_trace(out: Path) -> None:
     assert len(open_trace(out).read("requests")) > 0
 
 
-def one_case(data, pristine: Path, run, fmts: list[str] = FORMATS) -> tuple[str, str | None]:
+REQUEST_LEVEL = {"vllm-bench", "lmbench"}  # measured TTFTs, no steps: validate replays them on the twin
+
+
+def downstream(fmt: str, tr: Path, root: Path) -> dict[str, list]:
+    """What reads an accepted import: replay of its requests; for a request-level trace, validate too."""
+    cmds = {"replay": ["replay", "--trace", tr, "--requests", "40", "--out", root / "rep"]}
+    if fmt in REQUEST_LEVEL:
+        cmds["validate"] = ["validate", tr, "--profile", "qwen3-8b-h100", "--out", root / "val"]
+    return cmds
+
+
+def one_case(data, pristine: Path, run, fmts: list[str] = FORMATS, then: bool = False) -> list[tuple[str, str | None]]:
+    """One corrupted source imported (and, with ``then``, what reads the import)."""
     fmt = data.draw(st.sampled_from(fmts), label="format")
     root = Path(tempfile.mkdtemp(prefix="fz-pub-"))
     try:
@@ -111,7 +124,14 @@ def one_case(data, pristine: Path, run, fmts: list[str] = FORMATS) -> tuple[str,
         out = root / "out"
         o = run(["trace", "import", fmt, files[0], "--out", out, *extra])
         what = f"trace import {fmt}: {target.name}: {how}"
-        return what, broken_promise(o, [target.name], before, [root / fmt], out, valid_trace)
+        results = [(what, broken_promise(o, [f.name for f in files], before, [root / fmt], out, valid_trace))]
+        if then and o.code == 0 and results[0][1] is None:
+            names = [out.name, target.name, *(p.name for p in out.iterdir())]
+            for cmd, args in downstream(fmt, out, root).items():
+                snap = tree_state(out)
+                res = Path(args[args.index("--out") + 1])
+                results.append((f"{cmd} on {what}", broken_promise(run(args), names, snap, [out], res)))
+        return results
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -136,20 +156,21 @@ def test_the_pristine_slices_import(pristine, tmp_path):
 @QUICK
 @given(data=st.data())
 def test_a_corrupted_public_trace_keeps_the_promise(pristine, data):
-    what, problem = one_case(data, pristine, in_process)
+    [(what, problem)] = one_case(data, pristine, in_process)
     assert problem is None, f"{what} → {problem}"
 
 
 @pytest.mark.fuzz
 def test_public_formats_campaign(pristine):
-    camp = Campaign("public formats→trace import", campaign_seconds(0.1))
+    camp = Campaign("public formats→trace import", campaign_seconds(0.06))
     worker = Worker()
 
     @long_settings(100_000)
     @given(data=st.data())
     def one(data):
         camp.tick()
-        camp.judge(*one_case(data, pristine, lambda a: worker.run_confirmed(a, 60)))
+        for what, problem in one_case(data, pristine, lambda a: worker.run_confirmed(a, 90), then=True):
+            camp.judge(what, problem)
 
     camp.run(one, worker)
     camp.finish()

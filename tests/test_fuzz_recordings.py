@@ -86,12 +86,12 @@ def test_corrupted_recordings_never_crash_the_kernels(pristine, tmp_path):
     """estimate, validate, calibrate and replay never crash, hang or fail
     internally on anything the importer accepts, and the importer accepts
     or refuses every corruption cleanly (the issue's 10-minute run: this
-    campaign's share of LATROUTE_FUZZ_SECONDS, 0.45 by default)."""
+    campaign's share of LATROUTE_FUZZ_SECONDS, 0.4 by default)."""
     profile = tmp_path / "profile.json"
     base = tmp_path / "tr"
     assert run_cli("trace", "import", "vllm-record", pristine, "--out", base).exit_code == 0
     assert run_cli("calibrate", base, "--out", profile).exit_code == 0
-    camp = Campaign("recordings→import,estimate,validate,calibrate,replay", campaign_seconds(0.45))
+    camp = Campaign("recordings→import,estimate,validate,calibrate,replay", campaign_seconds(0.4))
     worker = Worker()
     stats = {"accepted": 0, "refused": 0}
 

@@ -166,7 +166,7 @@ def test_a_corrupted_result_or_baseline_keeps_check_s_promise(made, data):
 
 @pytest.mark.fuzz
 def test_results_sweeps_pools_profiles_campaign(made_all):
-    camp = Campaign("results, sweeps, specs, pools, profiles", campaign_seconds(0.15))
+    camp = Campaign("results, sweeps, specs, pools, profiles", campaign_seconds(0.1))
     worker = Worker()
     names = list(cases(made_all))
 
