@@ -7,7 +7,8 @@ output), by Ctrl-C (exit 130, one ``interrupted`` line) or by SIGTERM
 (killed by it, or exit 143); no traceback; and what it leaves is either
 the complete output or nothing but its own pid-named temporary
 (``.OUT.tmp-PID-...``, which the next run cleans) and the lock file
-beside it (``.OUT.lock``, whose flock the kernel frees). ``demo`` is slow and
+beside it (``.OUT.lock``, whose flock the kernel frees); a sweep leaves
+its finished cells under an ``INCOMPLETE`` marker, for ``--resume``. ``demo`` is slow and
 left to its own tests."""
 from __future__ import annotations
 
@@ -84,7 +85,9 @@ def interrupted(name: str, args: list, out: Path, sig: int, delay: float) -> str
             return f"exit 0 but output incomplete: {type(e).__name__}: {str(e)[:120]}"
         stray = [x for x in left if x not in (out.name, f".{out.name}.lock")]
         return f"exit 0 but left {stray}" if stray else None
-    if out.exists():  # the signal came after the output was renamed into place: it must be whole
+    if name == "sweep" and (out / "INCOMPLETE").exists():  # by design: its finished cells, for --resume
+        left.remove(out.name)
+    elif out.exists():  # the signal came after the output was renamed into place: it must be whole
         try:
             complete(name, out)
             left.remove(out.name)
