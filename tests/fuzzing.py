@@ -195,11 +195,20 @@ def kinds_for(path: Path) -> list[str]:
     return KINDS_TEXT
 
 
-def corrupt_one_file(data: st.DataObject, root: Path, files: list[Path] | None = None) -> tuple[Path, str]:
-    """Corrupt one drawn file under ``root`` in place; returns it and how."""
+SEMANTIC = ["near", "near", "number", "dup-line", "del-line"]
+
+
+def corrupt_one_file(data: st.DataObject, root: Path, files: list[Path] | None = None,
+                     semantic: float = 0.0) -> tuple[Path, str]:
+    """Corrupt one drawn file under ``root`` in place; returns it and how.
+    With ``semantic`` > 0, that share of the cases draws from the
+    corruptions that keep the syntax and break the meaning (a number moved
+    near its value, a row copied or lost): the ones that pass a reader and
+    contradict the other files, which is what reaches compiled code."""
     files = files if files is not None else sorted(p for p in root.rglob("*") if p.is_file())
     target = data.draw(st.sampled_from(files), label="file")
-    how, new = corrupt(data, target.read_bytes(), kinds_for(target))
+    meaning = semantic > 0 and data.draw(st.integers(0, 99), label="semantic") < semantic * 100
+    how, new = corrupt(data, target.read_bytes(), SEMANTIC if meaning else kinds_for(target))
     target.write_bytes(new)
     return target, how
 

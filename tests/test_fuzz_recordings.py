@@ -103,7 +103,7 @@ def test_corrupted_recordings_never_crash_the_kernels(pristine, tmp_path):
         try:
             rec = root / "rec"
             shutil.copytree(pristine, rec)
-            target, how = corrupt_one_file(data, rec)
+            target, how = corrupt_one_file(data, rec, semantic=0.5)
             what = f"{target.name}: {how}"
             before = tree_state(rec)
             tr = root / "tr"
