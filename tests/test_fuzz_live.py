@@ -172,7 +172,7 @@ def test_a_corrupted_part_keeps_record_finish_s_promise(made, data):
 
 @pytest.mark.fuzz
 def test_live_inputs_campaign(made):
-    camp = Campaign("trace join, record finish", campaign_seconds(0.04))
+    camp = Campaign("trace join, record finish", campaign_seconds(0.06))
     worker = Worker()
 
     @long_settings(100_000)

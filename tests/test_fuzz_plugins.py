@@ -11,6 +11,7 @@ in the default suite, in process (those reach no kernel before failing)."""
 from __future__ import annotations
 
 import itertools
+import re
 import textwrap
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def judged(o: Outcome, spec: str, out: Path) -> str | None:
         return f"exit {o.code}: {(lines or [''])[-1][:200]}"
     if o.code != 2 or len(lines) != 1:
         return f"exit {o.code}, {len(lines)} stderr lines: {(lines or [''])[0][:200]}"
-    if not (lines[0].startswith("error: plug-in") and spec in lines[0]):
+    # the issue's "error: plug-in 'mod:Class' ..." (click's "latroute CMD: " before it, or "router"/"estimator", allowed)
+    if not re.match(rf"error: (latroute [\w ]+: )?((router|estimator) )?plug-in '?{re.escape(spec)}", lines[0]):
         return f"exit 2 but not 'error: plug-in {spec} ...': {lines[0][:200]}"
     if out.exists() or any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir()):
         return f"exit 2 but {out.name} written"
