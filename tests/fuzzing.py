@@ -15,6 +15,12 @@ process), a hang (every run has a deadline), a changed input, a half output.
 Every strategy draws from ``hypothesis`` with ``derandomize=True`` and no
 example database, so the same code gives the same cases and a failure
 reproduces from its printed draws.
+
+The default suite runs a few examples of each (the cheap, in-process
+commands); ``pytest -m fuzz`` runs the campaigns, bounded in time by
+LATROUTE_FUZZ_SECONDS (their total, 480 s by default), each printing how
+many cases it ran; LATROUTE_FUZZ_LOG=FILE appends every broken promise and
+each campaign's count to FILE (a campaign keeps going after a failure).
 """
 from __future__ import annotations
 
