@@ -22,6 +22,7 @@ predicted length the estimators were given (``predicted``), or 1.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,12 +31,23 @@ from numba import njit
 
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
-from estimators.engine.layout import F_RID, F_STATUS, F_TARGET, PL_N, S_NR, S_WN, ST_PENDING, ST_WAITING
+from estimators.engine.layout import (
+    F_RID,
+    F_STATUS,
+    F_TARGET,
+    PL_N,
+    S_NR,
+    S_WN,
+    ST_PENDING,
+    ST_WAITING,
+    KernelInputError,
+)
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.recorded import apply_batch
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.view import Query, first_gap  # noqa: F401  (re-exported: estimators import Query here)
-from estimators.trace_blocks import request_hashes
+from estimators.trace_blocks import request_hashes, trace_refusal
+from traces.errors import BadInput
 from traces.steplog import StepLog
 from traces.store import Trace
 
@@ -128,6 +140,7 @@ class RecordedWalk:
         observers were told (per trace row), what the snapshots show as
         targets (1 without)."""
         reqs = trace.read("requests") if requests is None else requests
+        self.trace = trace
         self.instance_id = instance_id
         self.engine = InstanceConfig.from_table(trace.read("instances"), instance_id)
         if caching is not None:
@@ -152,6 +165,9 @@ class RecordedWalk:
         self.start = steps["start_s"].to_numpy(dtype=np.float64)
         self.end = steps["end_s"].to_numpy(dtype=np.float64)
         items = log.step_items
+        _known(trace, "step_items", items, "step", self.step_ids, "names a step the steps table lacks")
+        _known(trace, "step_items", items, "request_id", reqs["request_id"].to_numpy(),
+               "names a request the requests table lacks")
         kpos = pd.Series(np.arange(len(steps)), index=self.step_ids)
         ik = kpos.loc[items["step"].to_numpy()].to_numpy()
         srt = np.argsort(ik, kind="stable")
@@ -161,6 +177,10 @@ class RecordedWalk:
         self.item_off = np.searchsorted(ik[srt], np.arange(len(steps) + 1))
         pre = log.preemptions
         if len(pre):
+            _known(trace, "preemptions", pre, "step", self.step_ids,
+                   "names a step the steps table lacks")
+            _known(trace, "preemptions", pre, "request_id", reqs["request_id"].to_numpy(),
+                   "names a request the requests table lacks")
             pk = kpos.loc[pre["step"].to_numpy()].to_numpy()
             ps = np.argsort(pk, kind="stable")
             self.pre_req = pos.loc[pre["request_id"].to_numpy()].to_numpy()[ps]
@@ -170,8 +190,9 @@ class RecordedWalk:
             self.pre_off = np.zeros(len(steps) + 1, dtype=np.int64)
 
         # prefix caching: the cache's contents are rebuilt by applying its rules along the recorded batches
-        hashes = request_hashes(reqs["hash_ids"].tolist() if "hash_ids" in reqs else None, self.prompt,
-                                trace.meta.get("hash_block_tokens"), self.engine.block_size)
+        with self.refusing():
+            hashes = request_hashes(reqs["hash_ids"].tolist() if "hash_ids" in reqs else None, self.prompt,
+                                    trace.meta.get("hash_block_tokens"), self.engine.block_size)
         self.state = SchedState.new(self.engine, capacity=len(order) + 2, hashes=hashes)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)  # the recorded batch being applied (or in flight)
@@ -182,6 +203,18 @@ class RecordedWalk:
         self.next_arrival = 0  # position in self.order
         self.k = 0  # next step to complete
         self.applied = False  # step k's scheduling already applied
+
+    @contextmanager
+    def refusing(self, step: int | None = None):
+        """A kernel's refusal of what the trace fed it, as the trace's
+        one-line refusal: the kernels check their inputs (never index past
+        an array), and the file they came from is named here."""
+        try:
+            yield
+        except KernelInputError as e:
+            if step is None and self.k < len(getattr(self, "step_ids", ())):
+                step = int(self.step_ids[self.k])
+            raise trace_refusal(self.trace, e, self.instance_id, step) from None
 
     # --- moving the state forward
     def arrive_until(self, t: float, before_pos: int | None = None) -> None:
@@ -248,10 +281,11 @@ class RecordedWalk:
         complete_revealing(self.state, self.plan, self.batch(k), self.output, self.rest)
 
     def step_through(self, k: int) -> None:
-        if not self.applied:
-            self.prepare(k)
-            self.apply(k)
-        self.complete(k)
+        with self.refusing(int(self.step_ids[k])):
+            if not self.applied:
+                self.prepare(k)
+                self.apply(k)
+            self.complete(k)
         self.applied = False
 
     # --- snapshots
@@ -266,14 +300,15 @@ class RecordedWalk:
         infl_start = None
         wake = None
         n = 0
-        if self.k < len(self.start) and self.start[self.k] <= t:
-            if not self.applied:
-                self.prepare(self.k)
-                self.apply(self.k)
-                self.applied = True
-            n = self.batch(self.k)
-            infl_start = float(self.start[self.k])
-        self.arrive_until(t, before_pos=pos)
+        with self.refusing():
+            if self.k < len(self.start) and self.start[self.k] <= t:
+                if not self.applied:
+                    self.prepare(self.k)
+                    self.apply(self.k)
+                    self.applied = True
+                n = self.batch(self.k)
+                infl_start = float(self.start[self.k])
+            self.arrive_until(t, before_pos=pos)
         n_in = len(self.inbox_req)
         self.inbox[:n_in] = self.slot_of[self.inbox_req]
         if infl_start is None:
@@ -291,3 +326,16 @@ class RecordedWalk:
         """(request index, snapshot) for every request, in arrival order."""
         for pos in range(len(self.order)):
             yield int(self.order[pos]), self.snapshot(pos)
+
+
+def _known(trace: Trace, table: str, frame: pd.DataFrame, column: str, known: np.ndarray, reason: str) -> None:
+    """Every key of ``frame[column]`` among ``known``, or the first that is not, refused with its row in the
+    table's file (the frame keeps the file's row index): a lookup by a missing key would fail deep inside the
+    walk with no file to name."""
+    values = frame[column].to_numpy()
+    bad = np.flatnonzero(~np.isin(values, known))
+    if len(bad):
+        path = trace.file(table) if hasattr(trace, "file") else table
+        row = frame.index[bad[0]]
+        raise BadInput(path, int(row) + 1 if isinstance(row, (int, np.integer)) else None, column,
+                       f"{values[bad[0]]!r} {reason}")

@@ -57,7 +57,8 @@ def decision_agreement(trace: Trace, instance_id: str | None = None) -> Agreemen
     plan = StepPlan.new(walk.state.capacity)
     result = AgreementResult()
     for k in range(len(walk.start)):
-        walk.prepare(k)
+        with walk.refusing(int(walk.step_ids[k])):
+            walk.prepare(k)
         trial = walk.state.copy()
         n = schedule_step(trial, plan)
         kernel = [(int(rids[trial.req[plan.slot[j], F_RID]]), int(plan.tokens[j]), int(plan.computed[j]))
@@ -77,6 +78,7 @@ def decision_agreement(trace: Trace, instance_id: str | None = None) -> Agreemen
             result.mismatches.append(StepMismatch(int(walk.step_ids[k]), recorded, kernel, rec_pre, kernel_pre))
         if sorted(kernel) == sorted(recorded) and same_pre:
             result.agree_as_set += 1
-        walk.apply(k)
-        walk.complete(k)
+        with walk.refusing(int(walk.step_ids[k])):  # a batch the state cannot take: the trace's refusal
+            walk.apply(k)
+            walk.complete(k)
     return result
