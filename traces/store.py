@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` st
     import pandas as pd
 
 META = "meta.json"
+RECORDING_TABLES = ("requests", "steps", "step_items", "preemptions", "instances")  # checked together (consistency)
 ROW_GROUP_ROWS = 1 << 20
 
 
@@ -132,6 +133,7 @@ class Trace:
         if version != SCHEMA_VERSION:
             raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")
         self.tables = [n for n in TABLES if table_path(self.path, n).is_file()]
+        self._consistent: bool | None = None  # None: not checked yet; False: being checked
         if "requests" not in self.tables and "steps" not in self.tables:
             raise BadInput(self.path, None, "requests", "trace has neither requests.parquet nor steps.parquet")
 
@@ -183,7 +185,30 @@ class Trace:
                 if col.name in df and pa.types.is_integer(col.type) and df[col.name].dtype.kind in "iu" \
                         and df[col.name].dtype != "int64":
                     df[col.name] = df[col.name].astype("int64")
+            if name in RECORDING_TABLES:
+                self._check_consistent()
         return df
+
+    def _check_consistent(self) -> None:
+        """Once per opened trace, before any of a recording's tables is
+        used: its tables agree with each other (``traces.consistency``).
+        The Parquet files may have been edited since they were written."""
+        if self._consistent is not None:
+            return
+        self._consistent = False  # reading the tables below comes back here: nothing to do then
+        if all(self.has(n) for n in ("requests", "steps", "step_items", "instances")):
+            from traces.consistency import Where, check_recording, check_request_times
+
+            try:
+                tables = {n: self.read(n) for n in RECORDING_TABLES if self.has(n)}
+                where = {n: Where(str(self.file(n))) for n in RECORDING_TABLES}
+                check_request_times(tables["requests"], where["requests"])
+                check_recording(tables["requests"], tables["steps"], tables["step_items"],
+                                tables.get("preemptions"), tables["instances"], where)
+            except BaseException:
+                self._consistent = None  # refused: a later read refuses again
+                raise
+        self._consistent = True
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table present."""

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.consistency import Where, check_recording, check_request_times
 from traces.errors import BadInput
 from traces.frame_checks import first_true, validate_frame
 from traces.importers.common import (
@@ -36,6 +37,7 @@ from traces.importers.common import (
     numeric,
     require_file,
 )
+from traces.importers.record_checks import check_engine_types, check_first_tokens, check_request_lengths
 from traces.jsonio import read_json
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.prefix_blocks import parse_id_list
@@ -68,6 +70,7 @@ def _engine(path: Path) -> dict:
             raise BadInput(path, None, key, f"must be a whole number in [0, {MAX_ENGINE}], got {shown(v)}")
     if not isinstance(eng["model"], str) or not eng["model"].strip():
         raise BadInput(path, None, "model", f"must be a non-empty string, got {shown(eng['model'])}")
+    check_engine_types(eng, path)
     return eng
 
 
@@ -110,9 +113,11 @@ def _hashable(x: object) -> bool:
     return isinstance(x, (str, int)) and not isinstance(x, bool)
 
 
-def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog, list[int]]:
-    """The recording's steps as a StepLog, and the line of each step."""
+def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog, list[int], list[int], list[int]]:
+    """The recording's steps as a StepLog, and the line of each step, item and preemption."""
     lines: list[int] = []
+    item_lines: list[int] = []
+    pre_lines: list[int] = []
     steps: list[tuple] = []
     items: list[tuple] = []
     preempted: list[tuple] = []
@@ -142,6 +147,7 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
             if it[0] not in ids:
                 raise BadInput(path, line, "items", f"unknown request id {shown(it[0])}")
             items.append((step, ids[it[0]], it[1], it[2], it[3]))
+            item_lines.append(line)
         pre = rec.get("preempted", [])
         if not isinstance(pre, list):
             raise BadInput(path, line, "preempted", "not a list")
@@ -149,6 +155,7 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
             if not _hashable(r) or r not in ids:
                 raise BadInput(path, line, "preempted", f"unknown request id {shown(r)}")
             preempted.append((step, ids[r]))
+            pre_lines.append(line)
         steps.append((step, start, end))
         lines.append(line)
     if not steps:
@@ -161,7 +168,7 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
                                  it[:, 2], it[:, 3], it[:, 4], pr[:, 0], pr[:, 1])
     except OverflowError as e:
         raise BadInput(path, None, "items", str(e)) from None
-    return log, lines
+    return log, lines, item_lines, pre_lines
 
 
 def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
@@ -207,13 +214,25 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         requests["cached_tokens"] = numeric(rows, "cached_tokens", req_path, lines, allow_missing=open_row)
     # recorded ids are kept (not renumbered as RequestSink would)
     validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
-    log, step_lines = _read_steps(src / "steps.jsonl", ids, instance)
-    _check_complete(log, requests, first_token, lines, req_path, src / "steps.jsonl", step_lines)
-    with writer.table("requests") as tw:
-        tw.write(requests)
-    log.write(writer, source=str(src / "steps.jsonl"))
+    row_of = lambda i: int(lines[i])  # noqa: E731
+    check_request_lengths(requests, eng, Where(str(req_path), row_of, "line"))
+    check_first_tokens(requests, first_token, Where(str(req_path), row_of, "line"))
+    check_request_times(requests, Where(str(req_path), row_of, "line"))
+    steps_path = src / "steps.jsonl"
+    log, step_lines, item_lines, pre_lines = _read_steps(steps_path, ids, instance)
+    _check_complete(log, requests, first_token, lines, req_path, steps_path, step_lines)
     table = pd.DataFrame([instance_row(eng, instance)])
     table["profile"] = None  # a recording names no profile
+    sp = str(steps_path)
+    check_recording(requests, log.steps, log.step_items, log.preemptions, table, {
+        "requests": Where(str(req_path), row_of, "line"),
+        "steps": Where(sp, lambda i: step_lines[i], "line"),
+        "step_items": Where(sp, lambda i: item_lines[i], "line"),
+        "preemptions": Where(sp, lambda i: pre_lines[i], "line"),
+        "instances": Where(str(src / "engine.json"), lambda i: None)})
+    with writer.table("requests") as tw:
+        tw.write(requests)
+    log.write(writer, source=sp)
     writer.write_table("instances", table, source=str(src / "engine.json"))
     writer.meta["source"] = {"kind": "vllm-record", "dir": str(src), "vllm_version": eng.get("vllm_version"),
                              "platform": eng.get("platform"), "async_scheduling": eng.get("async_scheduling"),
