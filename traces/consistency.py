@@ -64,7 +64,7 @@ def check_recording(requests: pd.DataFrame, steps: pd.DataFrame, items: pd.DataF
     bad = first_true(inst_index.get_indexer(s_inst) < 0)
     if bad is not None:
         _refuse(where["steps"], bad, "instance_id",
-                f"instance {s_inst[bad]!r} has steps but no row in {where['instances'].file}")
+                f"instance {float(s_inst[bad])!r} has steps but no row in {where['instances'].file}")
     if "instance_id" in requests:
         r_inst = requests["instance_id"]
         known = r_inst.isna().to_numpy() | r_inst.astype(str).isin(inst_index).to_numpy()
@@ -80,7 +80,7 @@ def check_recording(requests: pd.DataFrame, steps: pd.DataFrame, items: pd.DataF
     it_k = _positions(step_key, [it_inst, it_step])
     bad = first_true(it_k < 0)
     if bad is not None:
-        _refuse(where["step_items"], bad, "step", f"step {it_step[bad]} of instance {it_inst[bad]!r} is not in "
+        _refuse(where["step_items"], bad, "step", f"step {it_step[bad]} of instance {float(it_inst[bad])!r} is not in "
                                                   f"{where['steps'].file}")
     it_r = req_pos.get_indexer(it_rid).astype(np.int64)
     bad = first_true(it_r < 0)
@@ -125,7 +125,7 @@ def _check_preemptions(pre: pd.DataFrame, step_key: pd.MultiIndex, req_pos: pd.I
     w = where["preemptions"]
     bad = first_true(_positions(step_key, [p_inst, p_step]) < 0)
     if bad is not None:
-        _refuse(w, bad, "step", f"step {p_step[bad]} of instance {p_inst[bad]!r} is not in {where['steps'].file}")
+        _refuse(w, bad, "step", f"step {p_step[bad]} of instance {float(p_inst[bad])!r} is not in {where['steps'].file}")
     bad = first_true(req_pos.get_indexer(p_rid) < 0)
     if bad is not None:
         _refuse(w, bad, "request_id", f"request {p_rid[bad]} is not in {where['requests'].file}")
@@ -184,8 +184,8 @@ def _check_against_requests(requests: pd.DataFrame, steps: pd.DataFrame, items: 
         bad = first_true(has & (own != it_inst))
         if bad is not None:
             r = int(it_r[bad])
-            _refuse(wr, r, "instance_id", f"request {rid[r]} was served by {own[bad]!r}, but {wi.at(bad)} schedules "
-                                          f"it on {it_inst[bad]!r}")
+            _refuse(wr, r, "instance_id", f"request {rid[r]} was served by {float(own[bad])!r}, but {wi.at(bad)} schedules "
+                                          f"it on {float(it_inst[bad])!r}")
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
     output = requests["output_tokens"].to_numpy(dtype=np.int64)
     it_prompt = items["prompt_tokens"].to_numpy(dtype=np.int64)
@@ -198,8 +198,9 @@ def _check_against_requests(requests: pd.DataFrame, steps: pd.DataFrame, items: 
     bad = first_true(reach > prompt[it_r] + output[it_r])
     if bad is not None:
         r = int(it_r[bad])
-        _refuse(wr, r, "output_tokens", f"request {rid[r]} has prompt + output = {prompt[r]} + {output[r]} tokens, "
-                                        f"but {wi.at(bad)} schedules it up to token {reach[bad]}")
+        _refuse(wr, r, "output_tokens", f"request {rid[r]} has prompt_tokens + output_tokens = {prompt[r]} + {output[r]}, "
+                                        f"but {wi.at(bad)} schedules it up to token {reach[bad]} "
+                                        "(computed_before + tokens)")
     start = steps["start_s"].to_numpy(dtype=np.float64)[it_k]
     arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
     bad = first_true(~np.isfinite(arrival[it_r]))
@@ -209,15 +210,15 @@ def _check_against_requests(requests: pd.DataFrame, steps: pd.DataFrame, items: 
     bad = first_true(start < arrival[it_r] - STEP_TIME_SLACK_S)
     if bad is not None:
         r = int(it_r[bad])
-        _refuse(wr, r, "arrival_s", f"request {rid[r]} arrives at {arrival[r]!r} s, after the step that schedules "
-                                    f"it ({wi.at(bad)}) started at {start[bad]!r} s")
+        _refuse(wr, r, "arrival_s", f"request {rid[r]} arrives (arrival_s {float(arrival[r])!r}) after the step that "
+                                    f"schedules it ({wi.at(bad)}) started (start_s {float(start[bad])!r})")
     if "added_s" in requests:
         added = requests["added_s"].to_numpy(dtype=np.float64)[it_r]
         bad = first_true(np.isfinite(added) & (start < added - STEP_TIME_SLACK_S))
         if bad is not None:
             r = int(it_r[bad])
-            _refuse(wr, r, "added_s", f"request {rid[r]} is handed to the engine at {added[bad]!r} s, after the "
-                                      f"step that schedules it ({wi.at(bad)}) started at {start[bad]!r} s")
+            _refuse(wr, r, "added_s", f"request {rid[r]} is handed to the engine (added_s {float(added[bad])!r}) after the "
+                                      f"step that schedules it ({wi.at(bad)}) started (start_s {float(start[bad])!r})")
 
 
 def _check_limits(requests: pd.DataFrame, steps: pd.DataFrame, items: pd.DataFrame, instances: pd.DataFrame,
@@ -310,10 +311,10 @@ def check_request_times(requests: pd.DataFrame, w: Where) -> None:
     with np.errstate(invalid="ignore"):
         bad = first_true(fin < arr - STEP_TIME_SLACK_S)
         if bad is not None:
-            _refuse(w, bad, "finish_s", f"finishes ({fin[bad]!r} s) before it arrives ({arr[bad]!r} s)")
+            _refuse(w, bad, "finish_s", f"finishes (finish_s {float(fin[bad])!r}) before it arrives (arrival_s {float(arr[bad])!r})")
         if "ttft_s" in requests:
             first = arr + requests["ttft_s"].to_numpy(dtype=np.float64)
             bad = first_true(fin < first - STEP_TIME_SLACK_S)
             if bad is not None:
-                _refuse(w, bad, "finish_s", f"finishes ({fin[bad]!r} s) before its first token "
-                                            f"(arrival + ttft_s = {first[bad]!r} s)")
+                _refuse(w, bad, "finish_s", f"finishes (finish_s {float(fin[bad])!r}) before its first token "
+                                            f"(arrival_s + ttft_s = {float(first[bad])!r})")

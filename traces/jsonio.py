@@ -77,17 +77,13 @@ def parse_json(text: str, file: str | Path, what: str) -> Any:
 
 
 def read_json(path: str | Path, what: str) -> Any:
-    """Read and parse a JSON file strictly (UTF-8)."""
+    """Read and parse a JSON file strictly (UTF-8, a byte-order mark
+    stripped; through traces.paths, so a FIFO or device is refused rather
+    than waited on, and a file above MAX_BYTES is refused unread)."""
+    from traces.paths import read_text
+
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise BadInput(path, None, what, f"larger than {MAX_BYTES >> 20} MB")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise BadInput(path, None, what, f"not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise BadInput(path, None, what, f"cannot read ({e.strerror})") from None
+    text = read_text(path, what, max_bytes=MAX_BYTES, line_max=0)  # JSON may be one long line
     return parse_json(text, path, what)
 
 

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from traces.errors import BadInput
 from traces.frame_checks import to_arrow, validate_frame
 from traces.jsonio import dump_json, read_json
+from traces.meta_checks import check_meta
 from traces.outputs import StagedDir
 from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
 
@@ -129,6 +130,7 @@ class Trace:
         if not isinstance(meta, dict):
             raise BadInput(meta_path, None, "meta.json", f"not a JSON object (a {_json_kind(meta)})")
         self.meta: dict[str, Any] = meta
+        check_meta(meta, meta_path)
         version = self.meta.get("schema_version")
         if version != SCHEMA_VERSION:
             raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")

@@ -20,6 +20,7 @@ from traces.errors import BadInput
 from traces.frame_checks import validate_frame
 from traces.jsonio import parse_json
 from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
+from traces.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
 from traces.schema import REQUESTS
 from traces.store import TableWriter
 
@@ -39,18 +40,50 @@ class ImportOptions:
 
 
 def require_file(path: Path) -> None:
-    if not path.exists():
-        raise BadInput(path, None, "file", "does not exist")
-    if not path.is_file():
-        raise BadInput(path, None, "file", "is not a regular file")
+    """A regular file latroute may read (traces.paths: no FIFOs, devices,
+    directories, unreadable files), not empty."""
+    input_file(path)
     if path.stat().st_size == 0:
         raise BadInput(path, 1, "file", "empty file")
 
 
+def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
+    """Yield (1-based line, text, bytes read so far) of a UTF-8 text file,
+    streaming: a line that is not UTF-8 or is longer than
+    ``traces.paths.LINE_MAX_BYTES`` is refused with its row (the rule of
+    ``traces.paths.decode_text``, which needs the whole file in memory; a
+    leading UTF-8 byte-order mark is stripped)."""
+    require_file(path)
+    read = 0
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise BadInput(path, None, "file", f"cannot be read ({e.strerror or e})") from None
+    with fh:
+        for line, raw in enumerate(fh, start=1):
+            read += len(raw)
+            if line == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
+            if len(raw.rstrip(b"\r\n")) > LINE_MAX_BYTES:
+                raise BadInput(path, line, "line", f"longer than {LINE_MAX_BYTES} bytes (limit per line)")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadInput(path, line, "encoding",
+                               f"not UTF-8 (byte 0x{raw[e.start]:02x}); save the file as UTF-8") from None
+            yield line, text, read
+
+
+def check_text(path: Path) -> None:
+    """Refuse a text file with a non-UTF-8 or over-long line (its row), before pandas reads it."""
+    for _ in text_lines(path):
+        pass
+
+
 def csv_header(path: Path) -> list[str]:
     require_file(path)
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        row = next(csv.reader(f), None)
+    first = next(text_lines(path), None)
+    row = next(csv.reader([first[1]]), None) if first else None
     if not row:
         raise BadInput(path, 1, "header", "empty header line")
     return [c.strip() for c in row]
@@ -85,6 +118,7 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
     header = csv_header(path)
     require_columns(path, header, columns)
     refuse_duplicate_columns(path, header)
+    check_text(path)
     line = 2
     got_rows = False
     try:
@@ -93,12 +127,13 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
         raise BadInput(path, None, "file", f"cannot be read ({e.strerror})") from None
     try:
         # explicit names (never an inferred index column); short rows read as
-        # missing cells and are refused by the column checks; extra trailing
-        # fields are ignored
-        reader = pd.read_csv(fh, header=0, names=header, index_col=False, usecols=columns, dtype=str,
-                             chunksize=chunk_rows, skip_blank_lines=False, keep_default_na=False, na_values=[""],
-                             encoding_errors="replace")
+        # missing cells and are refused by the column checks; a row with more
+        # fields than the header is refused with its line (every column is
+        # read: with usecols pandas drops the extra fields silently)
+        reader = pd.read_csv(fh, header=0, names=header, index_col=False, dtype=str,
+                             chunksize=chunk_rows, skip_blank_lines=False, keep_default_na=False, na_values=[""])
         for chunk in reader:
+            chunk = chunk[columns]
             lines = np.arange(line, line + len(chunk))
             line += len(chunk)
             if progress is not None:
@@ -215,21 +250,17 @@ def json_number(value, key: str, path: Path, row: int | None, integer: bool = Fa
 def jsonl_records(path: Path) -> Iterator[tuple[int, dict, int]]:
     """Yield (line number, object, bytes read so far) for a JSON-lines file,
     refusing blank lines, invalid JSON and non-objects by line."""
-    require_file(path)
-    read = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line, text in enumerate(f, start=1):
-            read += len(text)
-            if not text.strip():
-                raise BadInput(path, line, "line", "blank line")
-            try:
-                rec = parse_json(text, path, "line")
-            except BadInput as e:  # the line of the file, not of the one-line document
-                m = _CONSTANT_RE.search(text)
-                if m:  # name the field that holds the NaN / Infinity
-                    raise BadInput(path, line, m.group(1), f"not a number: {m.group(2)} "
-                                                           "(strict JSON has no NaN or Infinity)") from None
-                raise BadInput(path, line, "line", e.reason) from None
-            if not isinstance(rec, dict):
-                raise BadInput(path, line, "line", "not a JSON object")
-            yield line, rec, read
+    for line, text, read in text_lines(path):
+        if not text.strip():
+            raise BadInput(path, line, "line", "blank line")
+        try:
+            rec = parse_json(text, path, "line")
+        except BadInput as e:  # the line of the file, not of the one-line document
+            m = _CONSTANT_RE.search(text)
+            if m:  # name the field that holds the NaN / Infinity
+                raise BadInput(path, line, m.group(1), f"not a number: {m.group(2)} "
+                                                       "(strict JSON has no NaN or Infinity)") from None
+            raise BadInput(path, line, "line", e.reason) from None
+        if not isinstance(rec, dict):
+            raise BadInput(path, line, "line", "not a JSON object")
+        yield line, rec, read

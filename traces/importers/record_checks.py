@@ -56,22 +56,22 @@ def check_first_tokens(requests: pd.DataFrame, first_token: np.ndarray, w: Where
         bad = first_true(first_token < arrival - STEP_TIME_SLACK_S)
         if bad is not None:
             raise BadInput(w.file, w.row_of(bad), "first_token_s",
-                           f"first token at {first_token[bad]!r} s, before the arrival ({arrival[bad]!r} s)")
+                           f"first token at {float(first_token[bad])!r} s, before the arrival ({float(arrival[bad])!r} s)")
         if "added_s" in requests:
             added = requests["added_s"].to_numpy(dtype=np.float64)
             bad = first_true(added < arrival - STEP_TIME_SLACK_S)
             if bad is not None:
                 raise BadInput(w.file, w.row_of(bad), "added_s",
-                               f"handed to the engine at {added[bad]!r} s, before the arrival ({arrival[bad]!r} s)")
+                               f"handed to the engine at {float(added[bad])!r} s, before the arrival ({float(arrival[bad])!r} s)")
             bad = first_true(first_token < added - STEP_TIME_SLACK_S)
             if bad is not None:
-                raise BadInput(w.file, w.row_of(bad), "first_token_s", f"first token at {first_token[bad]!r} s, "
-                                                                        f"before it was handed over ({added[bad]!r} s)")
+                raise BadInput(w.file, w.row_of(bad), "first_token_s", f"first token at {float(first_token[bad])!r} s, "
+                                                                        f"before it was handed over ({float(added[bad])!r} s)")
         gap = np.abs(first_token - arrival - ttft)
         bad = first_true(np.isfinite(first_token) & np.isfinite(ttft) & (gap > TTFT_SLACK_S * (1 + np.abs(first_token))))
         if bad is not None:
-            raise BadInput(w.file, w.row_of(bad), "ttft_s", f"{ttft[bad]!r} is not first_token_s - arrival_s "
-                                                            f"({first_token[bad] - arrival[bad]!r})")
+            raise BadInput(w.file, w.row_of(bad), "ttft_s", f"{float(ttft[bad])!r} is not first_token_s - arrival_s "
+                                                            f"({float(first_token[bad] - arrival[bad])!r})")
         bad = first_true(np.isfinite(ttft) ^ np.isfinite(first_token))
         if bad is not None:
             raise BadInput(w.file, w.row_of(bad), "ttft_s", "given without first_token_s, or the other way round")
@@ -79,7 +79,7 @@ def check_first_tokens(requests: pd.DataFrame, first_token: np.ndarray, w: Where
         bad = first_true(fin < first_token - STEP_TIME_SLACK_S)
         if bad is not None:
             raise BadInput(w.file, w.row_of(bad), "finish_s",
-                           f"finishes ({fin[bad]!r} s) before its first token ({first_token[bad]!r} s)")
+                           f"finishes ({float(fin[bad])!r} s) before its first token ({float(first_token[bad])!r} s)")
 
 
 def check_request_lengths(requests: pd.DataFrame, eng: dict, w: Where) -> None:

@@ -216,8 +216,6 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
     validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
     row_of = lambda i: int(lines[i])  # noqa: E731
     check_request_lengths(requests, eng, Where(str(req_path), row_of, "line"))
-    check_first_tokens(requests, first_token, Where(str(req_path), row_of, "line"))
-    check_request_times(requests, Where(str(req_path), row_of, "line"))
     steps_path = src / "steps.jsonl"
     log, step_lines, item_lines, pre_lines = _read_steps(steps_path, ids, instance)
     _check_complete(log, requests, first_token, lines, req_path, steps_path, step_lines)
@@ -230,6 +228,8 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         "step_items": Where(sp, lambda i: item_lines[i], "line"),
         "preemptions": Where(sp, lambda i: pre_lines[i], "line"),
         "instances": Where(str(src / "engine.json"), lambda i: None)})
+    check_request_times(requests, Where(str(req_path), row_of, "line"))
+    check_first_tokens(requests, first_token, Where(str(req_path), row_of, "line"))
     with writer.table("requests") as tw:
         tw.write(requests)
     log.write(writer, source=sp)
