@@ -64,7 +64,7 @@ def check_recording(requests: pd.DataFrame, steps: pd.DataFrame, items: pd.DataF
     bad = first_true(inst_index.get_indexer(s_inst) < 0)
     if bad is not None:
         _refuse(where["steps"], bad, "instance_id",
-                f"instance {float(s_inst[bad])!r} has steps but no row in {where['instances'].file}")
+                f"instance {str(s_inst[bad])!r} has steps but no row in {where['instances'].file}")
     if "instance_id" in requests:
         r_inst = requests["instance_id"]
         known = r_inst.isna().to_numpy() | r_inst.astype(str).isin(inst_index).to_numpy()
@@ -80,7 +80,7 @@ def check_recording(requests: pd.DataFrame, steps: pd.DataFrame, items: pd.DataF
     it_k = _positions(step_key, [it_inst, it_step])
     bad = first_true(it_k < 0)
     if bad is not None:
-        _refuse(where["step_items"], bad, "step", f"step {it_step[bad]} of instance {float(it_inst[bad])!r} is not in "
+        _refuse(where["step_items"], bad, "step", f"step {it_step[bad]} of instance {str(it_inst[bad])!r} is not in "
                                                   f"{where['steps'].file}")
     it_r = req_pos.get_indexer(it_rid).astype(np.int64)
     bad = first_true(it_r < 0)
@@ -125,7 +125,7 @@ def _check_preemptions(pre: pd.DataFrame, step_key: pd.MultiIndex, req_pos: pd.I
     w = where["preemptions"]
     bad = first_true(_positions(step_key, [p_inst, p_step]) < 0)
     if bad is not None:
-        _refuse(w, bad, "step", f"step {p_step[bad]} of instance {float(p_inst[bad])!r} is not in {where['steps'].file}")
+        _refuse(w, bad, "step", f"step {p_step[bad]} of instance {str(p_inst[bad])!r} is not in {where['steps'].file}")
     bad = first_true(req_pos.get_indexer(p_rid) < 0)
     if bad is not None:
         _refuse(w, bad, "request_id", f"request {p_rid[bad]} is not in {where['requests'].file}")
@@ -184,8 +184,8 @@ def _check_against_requests(requests: pd.DataFrame, steps: pd.DataFrame, items: 
         bad = first_true(has & (own != it_inst))
         if bad is not None:
             r = int(it_r[bad])
-            _refuse(wr, r, "instance_id", f"request {rid[r]} was served by {float(own[bad])!r}, but {wi.at(bad)} schedules "
-                                          f"it on {float(it_inst[bad])!r}")
+            _refuse(wr, r, "instance_id", f"request {rid[r]} was served by {str(own[bad])!r}, but {wi.at(bad)} schedules "
+                                          f"it on {str(it_inst[bad])!r}")
     prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
     output = requests["output_tokens"].to_numpy(dtype=np.int64)
     it_prompt = items["prompt_tokens"].to_numpy(dtype=np.int64)
