@@ -207,10 +207,23 @@ class Trace:
                 check_request_times(tables["requests"], where["requests"])
                 check_recording(tables["requests"], tables["steps"], tables["step_items"],
                                 tables.get("preemptions"), tables["instances"], where)
+                self._check_hash_blocks(tables["requests"], tables["instances"])
             except BaseException:
                 self._consistent = None  # refused: a later read refuses again
                 raise
         self._consistent = True
+
+    def _check_hash_blocks(self, requests: pd.DataFrame, instances: pd.DataFrame) -> None:
+        """A recording's hash blocks map onto its engine's blocks only when
+        one size divides the other (traces.prefix_blocks)."""
+        hbt = self.meta.get("hash_block_tokens")
+        if not hbt or "hash_ids" not in requests:
+            return
+        for i, bs in enumerate(instances["block_size"].tolist()):
+            if hbt % int(bs) and int(bs) % hbt:
+                raise BadInput(self.path / META, None, "hash_block_tokens",
+                               f"{hbt} and the block_size {int(bs)} of {self.file('instances')} row {i + 1}: "
+                               "one must divide the other")
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table present."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,13 +129,28 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
     try:
         # explicit names (never an inferred index column); short rows read as
         # missing cells and are refused by the column checks; a row with more
-        # fields than the header is refused with its line (every column is
-        # read: with usecols pandas drops the extra fields silently)
-        reader = pd.read_csv(fh, header=0, names=header, index_col=False, dtype=str,
-                             chunksize=chunk_rows, skip_blank_lines=False, keep_default_na=False, na_values=[""])
-        for chunk in reader:
-            chunk = chunk[columns]
+        # fields than the header fills the sentinel column (or, with more still,
+        # makes pandas warn of lost data) and is refused with its line: with
+        # usecols, or without the sentinel, pandas drops extra fields silently
+        reader = iter(pd.read_csv(fh, header=None, skiprows=1, names=[*header, _EXTRA], index_col=False, dtype=str,
+                                  chunksize=chunk_rows, skip_blank_lines=False, keep_default_na=False,
+                                  na_values=[""]))
+        while True:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                try:
+                    chunk = next(reader)
+                except StopIteration:
+                    break
+                except pd.errors.ParserWarning:
+                    raise BadInput(path, _long_row(path, len(header)), "row",
+                                   f"more fields than the header's {len(header)}") from None
             lines = np.arange(line, line + len(chunk))
+            extra = chunk[_EXTRA].notna().to_numpy()
+            if extra.any():
+                raise BadInput(path, int(lines[int(np.flatnonzero(extra)[0])]), "row",
+                               f"more fields than the header's {len(header)}")
+            chunk = chunk[columns]
             line += len(chunk)
             if progress is not None:
                 progress(fh.tell())
@@ -150,6 +166,19 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
         fh.close()
     if not got_rows:
         raise BadInput(path, 2, "file", "no data rows")
+
+
+_EXTRA = "\x00extra field"  # a column name no header has
+
+
+def _long_row(path: Path, fields: int) -> int | None:
+    """The line of the first row with more than ``fields`` fields."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        for row in reader:
+            if len(row) > fields:
+                return reader.line_num
+    return None
 
 
 def numeric(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray, integer: bool = True,
