@@ -160,3 +160,37 @@ def test_quality_accuracy_above_one_refused(tmp_path):
                    t / "quality.parquet")
     refused_cleanly(["replay", "--trace", t, "--pool", "qwen3-h100", "--router", "round-robin",
                      "--out", tmp_path / "res"], [tmp_path], "quality.parquet", ":5:", "acc")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dev-zero"])
+def test_table_that_is_no_file_refused_by_info(stored, tmp_path, kind):
+    """A requests.parquet that is a FIFO, a directory or a link to a device
+    was read as absent (the trace summarised without it)."""
+    import os
+
+    t = tmp_path / "t"
+    shutil.copytree(stored, t)
+    p = t / "requests.parquet"
+    p.unlink()
+    {"fifo": lambda: os.mkfifo(p), "directory": p.mkdir, "dev-zero": lambda: p.symlink_to("/dev/zero")}[kind]()
+    refused_cleanly(["trace", "info", t], [tmp_path], "requests.parquet")
+
+
+@pytest.mark.parametrize("where", ["head", "middle"])
+def test_corrupt_parquet_bytes_refused_by_info(stored, tmp_path, where):
+    t = tmp_path / "t"
+    shutil.copytree(stored, t)
+    p = t / "requests.parquet"  # trace info reads its cells
+    data = p.read_bytes()
+    at = 0 if where == "head" else 4
+    p.write_bytes(data[:at] + b"\0" * 512 + data[at + 512:] if where == "middle" else b"X" + data)
+    refused_cleanly(["trace", "info", t], [tmp_path], "requests.parquet")
+
+
+def test_burstgpt_without_usable_rows_refused(tmp_path):
+    """Only failed rows (Response tokens 0): the trace every reader refuses was written, exit 0."""
+    from tests.test_adversarial_inputs import BURST_HEAD
+
+    src = write_csv(tmp_path, "burstgpt", rows=[f"{i},ChatGPT,10,0,10,Conversation log" for i in range(3)])
+    assert BURST_HEAD.startswith("Timestamp")
+    refused_cleanly(import_args("burstgpt", src, tmp_path), [tmp_path], "burst.csv", "file")

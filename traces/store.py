@@ -8,6 +8,7 @@ or a refused input never leaves a half-written trace behind.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from traces.frame_checks import to_arrow, validate_frame
 from traces.jsonio import dump_json, read_json
 from traces.meta_checks import check_meta
 from traces.outputs import StagedDir
+from traces.paths import input_dir, input_file
 from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
 
 if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)
@@ -124,6 +126,7 @@ class Trace:
         meta_path = self.path / META
         if not self.path.is_dir():
             raise BadInput(self.path, None, "trace", "not a directory")
+        input_dir(self.path, "trace")  # listable
         if not meta_path.is_file():
             raise BadInput(meta_path, None, "meta.json", "missing: not a latroute trace directory")
         meta = read_json(meta_path, "meta.json")
@@ -134,6 +137,10 @@ class Trace:
         version = self.meta.get("schema_version")
         if version != SCHEMA_VERSION:
             raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")
+        for n in TABLES:  # a table that is there but not a regular file (FIFO, directory, device) is refused,
+            p = table_path(self.path, n)  # never read as absent
+            if os.path.lexists(p):
+                input_file(p, n)
         self.tables = [n for n in TABLES if table_path(self.path, n).is_file()]
         self._consistent: bool | None = None  # None: not checked yet; False: being checked
         if "requests" not in self.tables and "steps" not in self.tables:
@@ -151,6 +158,10 @@ class Trace:
         (so another table's file, or a string-typed count, is named here
         rather than failing later)."""
         path = self.file(name)
+        with open(input_file(path, name), "rb") as f:  # the footer can be whole when the head is not
+            head = f.read(4)
+        if head != b"PAR1":
+            raise BadInput(path, None, name, "not a Parquet file (it does not start with PAR1)")
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
