@@ -76,6 +76,11 @@ def _add_column(table: str, name: str, values: Callable[[dict], list], typ: pa.D
     return apply
 
 
+def c_last(cols: dict) -> int:
+    """A request of the small recording that step 0 does not schedule (the last one)."""
+    return 5
+
+
 def _duplicate_item(cols: dict) -> None:
     for c in cols:
         cols[c].insert(5, cols[c][5])
@@ -114,6 +119,11 @@ ESTIMATE = {
                                      pa.list_(pa.int64())), [R, ":1:", "hash_ids"]),
     "hash_id_2_62": (_add_column("requests", "hash_ids", lambda c: [[]] + [[1 << 62]] * (len(c["request_id"]) - 1),
                                  pa.list_(pa.int64())), [R, ":2:", "hash_ids"]),
+    "scheduled_without_instance": (edit("requests", setv("instance_id", 1, None)), [R, ":2:", "instance_id", IT]),
+    "preempted_before_running": (edit("preemptions", lambda c: c.update(instance_id=["tiny-a"], step=[0],
+                                                                      request_id=[c_last(c)])),
+                                 ["preemptions.parquet", ":1:", "request_id"]),
+    "watermark_above_one": (edit("instances", setv("watermark", 0, 5.0)), [N, ":1:", "watermark"]),
     "meta_hash_block_text": (_meta({"hash_block_tokens": "128"}), ["meta.json", "hash_block_tokens"]),
 }
 

@@ -89,6 +89,7 @@ def check_recording(requests: pd.DataFrame, steps: pd.DataFrame, items: pd.DataF
     _check_duplicate_items(it_k, it_r, it_step, it_rid, where["step_items"])
     if preemptions is not None and len(preemptions):
         _check_preemptions(preemptions, step_key, req_pos, where)
+        _check_preempted_ran(preemptions, it_k, it_r, step_key, req_pos, where)
     _check_aggregates(steps, items, preemptions, where)
     _check_against_requests(requests, steps, items, it_k, it_r, where)
     _check_limits(requests, steps, items, instances, inst_index.get_indexer(it_inst).astype(np.int64), it_k, it_r,
@@ -129,6 +130,27 @@ def _check_preemptions(pre: pd.DataFrame, step_key: pd.MultiIndex, req_pos: pd.I
     bad = first_true(req_pos.get_indexer(p_rid) < 0)
     if bad is not None:
         _refuse(w, bad, "request_id", f"request {p_rid[bad]} is not in {where['requests'].file}")
+
+
+def _check_preempted_ran(pre: pd.DataFrame, it_k: np.ndarray, it_r: np.ndarray, step_key: pd.MultiIndex,
+                         req_pos: pd.Index, where: dict[str, Where]) -> None:
+    """A request is preempted only while it runs: some earlier step of its
+    instance scheduled it (steps are numbered in time order per instance)."""
+    import pandas as pd
+
+    p_k = _positions(step_key, [pre["instance_id"].astype(str).to_numpy(), pre["step"].to_numpy(dtype=np.int64)])
+    p_r = req_pos.get_indexer(pre["request_id"].to_numpy(dtype=np.int64))
+    step_no = step_key.get_level_values(1).to_numpy()
+    step_inst = step_key.get_level_values(0).to_numpy()
+    first = pd.DataFrame({"r": it_r, "i": step_inst[it_k] if len(it_k) else [], "s": step_no[it_k] if len(it_k)
+                          else []}).groupby(["r", "i"])["s"].min()
+    keys = pd.MultiIndex.from_arrays([p_r, step_inst[p_k]])
+    ran = first.reindex(keys).to_numpy(dtype=np.float64)
+    bad = first_true(~(ran < step_no[p_k]))
+    if bad is not None:
+        _refuse(where["preemptions"], bad, "request_id",
+                f"request {int(pre['request_id'].iloc[bad])} is preempted in step {int(step_no[p_k[bad]])} but no "
+                f"earlier step of {where['step_items'].file} scheduled it")
 
 
 def _check_aggregates(steps: pd.DataFrame, items: pd.DataFrame, pre: pd.DataFrame | None,
@@ -181,7 +203,12 @@ def _check_against_requests(requests: pd.DataFrame, steps: pd.DataFrame, items: 
         own = r_inst.astype(str).to_numpy()[it_r]
         has = ~r_inst.isna().to_numpy()[it_r]
         it_inst = items["instance_id"].astype(str).to_numpy()
-        bad = first_true(has & (own != it_inst))
+        bad = first_true(~has)
+        if bad is not None:
+            r = int(it_r[bad])
+            _refuse(wr, r, "instance_id", f"request {rid[r]} names no instance, but {wi.at(bad)} schedules it on "
+                                          f"{str(it_inst[bad])!r}")
+        bad = first_true(own != it_inst)
         if bad is not None:
             r = int(it_r[bad])
             _refuse(wr, r, "instance_id", f"request {rid[r]} was served by {str(own[bad])!r}, but {wi.at(bad)} schedules "
