@@ -69,6 +69,24 @@ def _arrive_after_first_step(rec: Path) -> None:
     _put_rows(rec, header, rows)
 
 
+def _edit_lines(rec: Path, name: str, fn) -> None:
+    lines = (rec / name).read_text().splitlines()
+    fn(lines)
+    (rec / name).write_text("\n".join(lines) + "\n")
+
+
+def _bump_computed_before(lines: list[str]) -> None:
+    """A decode item whose computed_before skips a token."""
+    for k, text in enumerate(lines[20:], start=20):
+        step = json.loads(text)
+        for it in step["items"]:
+            if it[2] > it[3]:
+                it[2] += 1
+                lines[k] = json.dumps(step)
+                return
+    raise AssertionError("no decode item")
+
+
 def _extra_field(rec: Path) -> None:
     text = (rec / CSV).read_text().splitlines()
     text[3] += ",surplus"
@@ -116,6 +134,16 @@ CASES = {
     "prefix_caching_string": (set_engine(prefix_caching="false"), ["engine.json", "prefix_caching"]),
     "async_scheduling_number": (set_engine(async_scheduling=0), ["engine.json", "async_scheduling"]),
     "platform_list": (set_engine(platform=["cpu"]), ["engine.json", "platform"]),
+    # a line deleted or a number edited in steps.jsonl
+    "step_line_deleted": (lambda rec: _edit_lines(rec, "steps.jsonl", lambda ls: ls.pop(40)),
+                          ["steps.jsonl:41:", "step", "missing"]),
+    "computed_before_edited": (lambda rec: _edit_lines(rec, "steps.jsonl", _bump_computed_before),
+                               ["steps.jsonl", "items", "computed_before"]),
+    "finish_far_after_log": (set_cell(2, "finish_s", lambda r, p: "4096"), [CSV, ":4:", "finish_s"]),
+    "request_row_deleted": (lambda rec: _edit_lines(rec, CSV, lambda ls: ls.pop(2)), [CSV, "steps.jsonl", "items"]),
+    "engine_key_twice": (lambda rec: (rec / "engine.json").write_text('{"budget": 512, "budget": 8, ' +
+                                                                      (rec / "engine.json").read_text()[1:]),
+                         ["engine.json", "twice"]),
     # the files themselves
     "extra_field": (_extra_field, [CSV, ":4:", "row"]),
     "line_over_1mb": (_long_line, [CSV, ":3:", "line"]),

@@ -43,6 +43,16 @@ def _int(text: str) -> int:
         raise _Refused(f"an integer of {len(text)} digits is not a number latroute reads") from None
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object naming a key twice is ambiguous (Python keeps the last; others the first)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Refused(f"key {k[:60]!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
 def _depth(doc: Any) -> int:
     depth, level = 0, [doc]
     while level:
@@ -64,7 +74,8 @@ def parse_json(text: str, file: str | Path, what: str) -> Any:
     if len(text) > MAX_BYTES:
         raise BadInput(file, None, what, f"larger than {MAX_BYTES >> 20} MB")
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int,
+                         object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise BadInput(file, e.lineno, what, f"not valid JSON ({e.msg})") from None
     except _Refused as e:

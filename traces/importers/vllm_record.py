@@ -37,7 +37,12 @@ from traces.importers.common import (
     numeric,
     require_file,
 )
-from traces.importers.record_checks import check_engine_types, check_first_tokens, check_request_lengths
+from traces.importers.record_checks import (
+    check_engine_types,
+    check_first_tokens,
+    check_request_lengths,
+    check_token_times,
+)
 from traces.jsonio import read_json
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.prefix_blocks import parse_id_list
@@ -122,6 +127,8 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
     items: list[tuple] = []
     preempted: list[tuple] = []
     prev_step, prev_start, prev_end = -1, -1.0, -1.0
+    reach: dict = {}  # request -> tokens computed after its last step (computed_before + tokens)
+    preempted_since: dict = {}  # request -> preempted since its last step (it restarts from its cache hit)
     for line, rec, _ in jsonl_records(path):
         step = rec.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_ID:
@@ -136,6 +143,9 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
         if start < prev_end:
             raise BadInput(path, line, "start_s", f"step {step} starts ({start}) before step {prev_step} ended ({prev_end}): "
                                                   "one engine's steps cannot overlap")
+        if prev_step >= 0 and step != prev_step + 1:
+            raise BadInput(path, line, "step", f"step {step} follows step {prev_step}: the recorder numbers steps "
+                                               "one by one, so a step is missing (a line deleted?)")
         prev_step, prev_start, prev_end = step, start, end
         its = rec.get("items")
         if not isinstance(its, list):
@@ -145,7 +155,13 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
                 raise BadInput(path, line, "items", f"item {shown(it)} is not [id, tokens, computed_before, "
                                                     f"prompt_tokens] with counts in [0, {MAX_TOKENS}]")
             if it[0] not in ids:
-                raise BadInput(path, line, "items", f"unknown request id {shown(it[0])}")
+                raise BadInput(path, line, "items", f"unknown request id {shown(it[0])} (not in requests.csv)")
+            done = reach.get(it[0])
+            if done is not None and it[2] != done and not preempted_since.get(it[0]):
+                raise BadInput(path, line, "items", f"request {shown(it[0])} resumes at token {it[2]} "
+                                                    f"(computed_before), but its last step left it at {done}")
+            reach[it[0]] = it[2] + it[1]
+            preempted_since[it[0]] = False
             items.append((step, ids[it[0]], it[1], it[2], it[3]))
             item_lines.append(line)
         pre = rec.get("preempted", [])
@@ -153,7 +169,8 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
             raise BadInput(path, line, "preempted", "not a list")
         for r in pre:
             if not _hashable(r) or r not in ids:
-                raise BadInput(path, line, "preempted", f"unknown request id {shown(r)}")
+                raise BadInput(path, line, "preempted", f"unknown request id {shown(r)} (not in requests.csv)")
+            preempted_since[r] = True
             preempted.append((step, ids[r]))
             pre_lines.append(line)
         steps.append((step, start, end))
@@ -230,6 +247,7 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         "instances": Where(str(src / "engine.json"), lambda i: None)})
     check_request_times(requests, Where(str(req_path), row_of, "line"))
     check_first_tokens(requests, first_token, Where(str(req_path), row_of, "line"))
+    check_token_times(requests, first_token, log, Where(str(req_path), row_of, "line"), steps_path.name)
     with writer.table("requests") as tw:
         tw.write(requests)
     log.write(writer, source=sp)
