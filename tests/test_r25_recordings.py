@@ -130,6 +130,7 @@ CASES = {
     "kv_blocks_below_steps": (set_engine(num_kv_blocks=1), ["engine.json", "num_kv_blocks", "steps.jsonl"]),
     "budget_below_steps": (set_engine(budget=8), ["engine.json", "max_num_batched_tokens", "steps.jsonl"]),
     "max_seqs_below_steps": (set_engine(max_seqs=1), ["engine.json", "max_num_seqs", "steps.jsonl"]),
+    "max_seqs_above_budget": (set_engine(max_seqs=640), ["engine.json", "max_seqs", "budget"]),
     # engine.json types
     "prefix_caching_string": (set_engine(prefix_caching="false"), ["engine.json", "prefix_caching"]),
     "async_scheduling_number": (set_engine(async_scheduling=0), ["engine.json", "async_scheduling"]),

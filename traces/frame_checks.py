@@ -144,6 +144,13 @@ def validate_frame(
         check_steps(df, file, row_of)
     if schema.name == "requests":
         check_request_cells(df, file, row_of)
+    if schema.name == "instances" and {"max_num_seqs", "max_num_batched_tokens"} <= set(df.columns) and len(df):
+        seqs = pd_float(df["max_num_seqs"])
+        budget = pd_float(df["max_num_batched_tokens"])
+        bad = first_true(seqs > budget)
+        if bad is not None:  # estimators.engine.config.InstanceConfig refuses it too, as vLLM does
+            raise BadInput(file, row_of(bad), "max_num_seqs", f"{int(seqs[bad])} is above max_num_batched_tokens "
+                                                              f"{int(budget[bad])} (vLLM requires it at most that)")
     if schema.name == "quality" and {"request_id", "model"} <= set(df.columns):
         dup = df.duplicated(["request_id", "model"], keep="first").to_numpy()
         bad = first_true(dup)

@@ -76,6 +76,9 @@ def _engine(path: Path) -> dict:
     if not isinstance(eng["model"], str) or not eng["model"].strip():
         raise BadInput(path, None, "model", f"must be a non-empty string, got {shown(eng['model'])}")
     check_engine_types(eng, path)
+    if eng["max_seqs"] > eng["budget"]:
+        raise BadInput(path, None, "max_seqs", f"{eng['max_seqs']} is above the budget {eng['budget']} "
+                                               "(vLLM requires max_num_seqs <= max_num_batched_tokens)")
     return eng
 
 
