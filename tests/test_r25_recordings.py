@@ -128,7 +128,7 @@ CASES = {
     # engine.json against steps.jsonl
     "max_model_len_below_steps": (set_engine(max_model_len=64), ["engine.json", "max_model_len", "steps.jsonl"]),
     "kv_blocks_below_steps": (set_engine(num_kv_blocks=1), ["engine.json", "num_kv_blocks", "steps.jsonl"]),
-    "budget_below_steps": (set_engine(budget=8), ["engine.json", "max_num_batched_tokens", "steps.jsonl"]),
+    "budget_below_steps": (set_engine(budget=64), ["engine.json", "max_num_batched_tokens", "steps.jsonl"]),
     "max_seqs_below_steps": (set_engine(max_seqs=1), ["engine.json", "max_num_seqs", "steps.jsonl"]),
     "max_seqs_above_budget": (set_engine(max_seqs=640), ["engine.json", "max_seqs", "budget"]),
     # engine.json types
@@ -140,7 +140,7 @@ CASES = {
                           ["steps.jsonl:41:", "step", "missing"]),
     "computed_before_edited": (lambda rec: _edit_lines(rec, "steps.jsonl", _bump_computed_before),
                                ["steps.jsonl", "items", "computed_before"]),
-    "finish_far_after_log": (set_cell(2, "finish_s", lambda r, p: "4096"), [CSV, ":4:", "finish_s"]),
+    "finish_before_last_step": (set_cell(2, "finish_s", lambda r, p: r[p["first_token_s"]]), [CSV, ":4:", "finish_s"]),
     "request_row_deleted": (lambda rec: _edit_lines(rec, CSV, lambda ls: ls.pop(2)), [CSV, "steps.jsonl", "items"]),
     "engine_key_twice": (lambda rec: (rec / "engine.json").write_text('{"budget": 512, "budget": 8, ' +
                                                                       (rec / "engine.json").read_text()[1:]),

@@ -130,6 +130,7 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
     items: list[tuple] = []
     preempted: list[tuple] = []
     prev_step, prev_start, prev_end = -1, -1.0, -1.0
+    gap: BadInput | None = None  # the first missing step or token: raised after the order checks of every line
     reach: dict = {}  # request -> tokens computed after its last step (computed_before + tokens)
     preempted_since: dict = {}  # request -> preempted since its last step (it restarts from its cache hit)
     for line, rec, _ in jsonl_records(path):
@@ -146,9 +147,9 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
         if start < prev_end:
             raise BadInput(path, line, "start_s", f"step {step} starts ({start}) before step {prev_step} ended ({prev_end}): "
                                                   "one engine's steps cannot overlap")
-        if prev_step >= 0 and step != prev_step + 1:
-            raise BadInput(path, line, "step", f"step {step} follows step {prev_step}: the recorder numbers steps "
-                                               "one by one, so a step is missing (a line deleted?)")
+        if prev_step >= 0 and step != prev_step + 1 and gap is None:  # reported after the order checks of the
+            gap = BadInput(path, line, "step", f"step {step} follows step {prev_step}: the recorder numbers "  # file
+                                               "steps one by one, so a step is missing (a line deleted?)")
         prev_step, prev_start, prev_end = step, start, end
         its = rec.get("items")
         if not isinstance(its, list):
@@ -160,8 +161,8 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
             if it[0] not in ids:
                 raise BadInput(path, line, "items", f"unknown request id {shown(it[0])} (not in requests.csv)")
             done = reach.get(it[0])
-            if done is not None and it[2] != done and not preempted_since.get(it[0]):
-                raise BadInput(path, line, "items", f"request {shown(it[0])} resumes at token {it[2]} "
+            if done is not None and it[2] != done and not preempted_since.get(it[0]) and gap is None:
+                gap = BadInput(path, line, "items", f"request {shown(it[0])} resumes at token {it[2]} "
                                                     f"(computed_before), but its last step left it at {done}")
             reach[it[0]] = it[2] + it[1]
             preempted_since[it[0]] = False
@@ -180,6 +181,8 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
         lines.append(line)
     if not steps:
         raise BadInput(path, 1, "file", "no steps")
+    if gap is not None:
+        raise gap
     st = np.array(steps, dtype=np.float64).reshape(-1, 3)
     it = np.array(items, dtype=np.int64).reshape(-1, 5)
     pr = np.array(preempted, dtype=np.int64).reshape(-1, 2)
