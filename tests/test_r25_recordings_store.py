@@ -123,7 +123,6 @@ ESTIMATE = {
     "preempted_before_running": (edit("preemptions", lambda c: c.update(instance_id=["tiny-a"], step=[0],
                                                                       request_id=[c_last(c)])),
                                  ["preemptions.parquet", ":1:", "request_id"]),
-    "watermark_above_one": (edit("instances", setv("watermark", 0, 5.0)), [N, ":1:", "watermark"]),
     "max_seqs_above_budget": (edit("instances", setv("max_num_seqs", 0, 1024)), [N, ":1:", "max_num_seqs"]),
     "meta_hash_block_text": (_meta({"hash_block_tokens": "128"}), ["meta.json", "hash_block_tokens"]),
 }

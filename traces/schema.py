@@ -167,7 +167,7 @@ INSTANCES = TableSchema(
         Column("max_model_len", I64, required=False, nullable=True, nonneg=True,
                doc="requests finish when prompt + output reach it; 0 or empty = 40960", maximum=MAX_ENGINE),
         Column("chunked_prefill", BOOL, required=False, nullable=True),
-        Column("watermark", F64, required=False, nullable=True, nonneg=True, maximum=1.0,
+        Column("watermark", F64, required=False, nullable=True, nonneg=True,
                doc="fraction of KV blocks kept free at admission; empty = the policy's (V1 0, Sarathi and V0 1%)"),
         Column("prefix_caching", BOOL, required=False, nullable=True,
                doc="vLLM's enable_prefix_caching; empty = the policy's (V1 on, as vLLM; Sarathi and V0 off)"),
