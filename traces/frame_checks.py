@@ -142,6 +142,62 @@ def validate_frame(
             _check_unique(df[col.name], col, file, row_of)
     if schema.name == "steps":
         check_steps(df, file, row_of)
+    if schema.name == "requests":
+        check_request_cells(df, file, row_of)
+    if schema.name == "instances" and {"max_num_seqs", "max_num_batched_tokens"} <= set(df.columns) and len(df):
+        seqs = pd_float(df["max_num_seqs"])
+        budget = pd_float(df["max_num_batched_tokens"])
+        bad = first_true(seqs > budget)
+        if bad is not None:  # estimators.engine.config.InstanceConfig refuses it too, as vLLM does
+            raise BadInput(file, row_of(bad), "max_num_seqs", f"{int(seqs[bad])} is above max_num_batched_tokens "
+                                                              f"{int(budget[bad])} (vLLM requires it at most that)")
+    if schema.name == "quality" and {"request_id", "model"} <= set(df.columns):
+        dup = df.duplicated(["request_id", "model"], keep="first").to_numpy()
+        bad = first_true(dup)
+        if bad is not None:
+            raise BadInput(file, row_of(bad), "request_id", f"request {_cell(df['request_id'], bad)} has a second "
+                                                            f"row for model {_cell(df['model'], bad)}")
+
+
+def check_request_cells(df: pd.DataFrame, file: str, row_of: Callable[[int], int] = lambda i: i + 1) -> None:
+    """What a request row holds beyond its cells' ranges: a cache hit within
+    its prompt, and prefix-block ids in [0, 2**62) (the kernel numbers a
+    request's own blocks from 2**62 up: a trace id there would alias one)."""
+    from traces.prefix_blocks import MAX_TRACE_ID
+
+    if "cached_tokens" in df and "prompt_tokens" in df and len(df):
+        cached = pd_float(df["cached_tokens"])
+        prompt = pd_float(df["prompt_tokens"])
+        with np.errstate(invalid="ignore"):
+            bad = first_true(cached > prompt)
+        if bad is not None:
+            raise BadInput(file, row_of(bad), "cached_tokens",
+                           f"{int(cached[bad])} cached tokens, above the prompt's {int(prompt[bad])} (prompt_tokens)")
+    if "hash_ids" in df and len(df):
+        cells = df["hash_ids"].tolist()
+        for i, h in enumerate(cells):
+            if h is None or (isinstance(h, float) and np.isnan(h)):
+                continue
+            if not isinstance(h, (list, tuple, np.ndarray)):
+                continue  # the column's type is checked by _check_other
+            ids = np.asarray(h)
+            if ids.size == 0:
+                continue
+            if ids.dtype.kind not in "iu":
+                if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in h):
+                    raise BadInput(file, row_of(i), "hash_ids", f"not a list of integers: {shown(list(h))}")
+                ids = np.array([int(x) for x in h], dtype=object)
+            low, high = ids.min(), ids.max()
+            if low < 0 or high > MAX_TRACE_ID:
+                raise BadInput(file, row_of(i), "hash_ids",
+                               f"hash id {int(low) if low < 0 else int(high)} outside [0, 2**62)")
+
+
+def pd_float(s: pd.Series) -> np.ndarray:
+    """A numeric column as float64, missing cells NaN (checked to be numbers already)."""
+    import pandas as pd
+
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _cell(s: pd.Series, i: int) -> str:

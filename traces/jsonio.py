@@ -43,6 +43,16 @@ def _int(text: str) -> int:
         raise _Refused(f"an integer of {len(text)} digits is not a number latroute reads") from None
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object naming a key twice is ambiguous (Python keeps the last; others the first)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Refused(f"key {k[:60]!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
 def _depth(doc: Any) -> int:
     depth, level = 0, [doc]
     while level:
@@ -64,7 +74,8 @@ def parse_json(text: str, file: str | Path, what: str) -> Any:
     if len(text) > MAX_BYTES:
         raise BadInput(file, None, what, f"larger than {MAX_BYTES >> 20} MB")
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int,
+                         object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise BadInput(file, e.lineno, what, f"not valid JSON ({e.msg})") from None
     except _Refused as e:
@@ -77,17 +88,13 @@ def parse_json(text: str, file: str | Path, what: str) -> Any:
 
 
 def read_json(path: str | Path, what: str) -> Any:
-    """Read and parse a JSON file strictly (UTF-8)."""
+    """Read and parse a JSON file strictly (UTF-8, a byte-order mark
+    stripped; through traces.paths, so a FIFO or device is refused rather
+    than waited on, and a file above MAX_BYTES is refused unread)."""
+    from traces.paths import read_text
+
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise BadInput(path, None, what, f"larger than {MAX_BYTES >> 20} MB")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise BadInput(path, None, what, f"not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise BadInput(path, None, what, f"cannot read ({e.strerror})") from None
+    text = read_text(path, what, max_bytes=MAX_BYTES, line_max=0)  # JSON may be one long line
     return parse_json(text, path, what)
 
 

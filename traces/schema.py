@@ -85,7 +85,8 @@ REQUESTS = TableSchema(
         Column("utility", F64, required=False, nullable=True, doc="realised utility where served (replays)"),
         Column("on_time", BOOL, required=False, nullable=True, doc="TTFT within the SLO (replays)"),
         Column("cost_micro_usd", F64, required=False, nullable=True, nonneg=True, doc="realised cost (replays)"),
-        Column("acc", F64, required=False, nullable=True, doc="realised accuracy where served (replays)"),
+        Column("acc", F64, required=False, nullable=True, nonneg=True, maximum=1.0,
+               doc="realised accuracy where served (replays), in [0, 1]"),
         Column("client_id", STR, required=False, nullable=True, doc="id the client sent (X-Request-Id; loadgen)"),
         Column("status", STR, required=False, nullable=True, doc="ok | error (client-measured traces, loadgen)"),
         Column("error", STR, required=False, nullable=True, doc="why a request failed (loadgen)"),
@@ -183,8 +184,8 @@ QUALITY = TableSchema(
     (
         Column("request_id", I64, nonneg=True),
         Column("model", STR),
-        Column("acc", F64, nonneg=True, doc="realised accuracy"),
-        Column("acc_hat", F64, nonneg=True, doc="predicted accuracy"),
+        Column("acc", F64, nonneg=True, maximum=1.0, doc="realised accuracy, in [0, 1]"),
+        Column("acc_hat", F64, nonneg=True, maximum=1.0, doc="predicted accuracy, in [0, 1]"),
     ),
     doc="per (request, model) accuracy, realised and predicted",
 )

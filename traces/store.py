@@ -8,6 +8,7 @@ or a refused input never leaves a half-written trace behind.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,13 +21,16 @@ import pyarrow.parquet as pq
 from traces.errors import BadInput
 from traces.frame_checks import to_arrow, validate_frame
 from traces.jsonio import dump_json, read_json
+from traces.meta_checks import check_meta
 from traces.outputs import StagedDir
+from traces.paths import input_dir, input_file
 from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
 
 if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)
     import pandas as pd
 
 META = "meta.json"
+RECORDING_TABLES = ("requests", "steps", "step_items", "preemptions", "instances")  # checked together (consistency)
 ROW_GROUP_ROWS = 1 << 20
 
 
@@ -122,16 +126,23 @@ class Trace:
         meta_path = self.path / META
         if not self.path.is_dir():
             raise BadInput(self.path, None, "trace", "not a directory")
+        input_dir(self.path, "trace")  # listable
         if not meta_path.is_file():
             raise BadInput(meta_path, None, "meta.json", "missing: not a latroute trace directory")
         meta = read_json(meta_path, "meta.json")
         if not isinstance(meta, dict):
             raise BadInput(meta_path, None, "meta.json", f"not a JSON object (a {_json_kind(meta)})")
         self.meta: dict[str, Any] = meta
+        check_meta(meta, meta_path)
         version = self.meta.get("schema_version")
         if version != SCHEMA_VERSION:
             raise BadInput(meta_path, None, "schema_version", f"{version!r} is not supported (expected {SCHEMA_VERSION})")
+        for n in TABLES:  # a table that is there but not a regular file (FIFO, directory, device) is refused,
+            p = table_path(self.path, n)  # never read as absent
+            if os.path.lexists(p):
+                input_file(p, n)
         self.tables = [n for n in TABLES if table_path(self.path, n).is_file()]
+        self._consistent: bool | None = None  # None: not checked yet; False: being checked
         if "requests" not in self.tables and "steps" not in self.tables:
             raise BadInput(self.path, None, "requests", "trace has neither requests.parquet nor steps.parquet")
 
@@ -147,6 +158,10 @@ class Trace:
         (so another table's file, or a string-typed count, is named here
         rather than failing later)."""
         path = self.file(name)
+        with open(input_file(path, name), "rb") as f:  # the footer can be whole when the head is not
+            head = f.read(4)
+        if head != b"PAR1":
+            raise BadInput(path, None, name, "not a Parquet file (it does not start with PAR1)")
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
@@ -183,7 +198,43 @@ class Trace:
                 if col.name in df and pa.types.is_integer(col.type) and df[col.name].dtype.kind in "iu" \
                         and df[col.name].dtype != "int64":
                     df[col.name] = df[col.name].astype("int64")
+            if name in RECORDING_TABLES:
+                self._check_consistent()
         return df
+
+    def _check_consistent(self) -> None:
+        """Once per opened trace, before any of a recording's tables is
+        used: its tables agree with each other (``traces.consistency``).
+        The Parquet files may have been edited since they were written."""
+        if self._consistent is not None:
+            return
+        self._consistent = False  # reading the tables below comes back here: nothing to do then
+        if all(self.has(n) for n in ("requests", "steps", "step_items", "instances")):
+            from traces.consistency import Where, check_recording, check_request_times
+
+            try:
+                tables = {n: self.read(n) for n in RECORDING_TABLES if self.has(n)}
+                where = {n: Where(str(self.file(n))) for n in RECORDING_TABLES}
+                check_request_times(tables["requests"], where["requests"])
+                check_recording(tables["requests"], tables["steps"], tables["step_items"],
+                                tables.get("preemptions"), tables["instances"], where)
+                self._check_hash_blocks(tables["requests"], tables["instances"])
+            except BaseException:
+                self._consistent = None  # refused: a later read refuses again
+                raise
+        self._consistent = True
+
+    def _check_hash_blocks(self, requests: pd.DataFrame, instances: pd.DataFrame) -> None:
+        """A recording's hash blocks map onto its engine's blocks only when
+        one size divides the other (traces.prefix_blocks)."""
+        hbt = self.meta.get("hash_block_tokens")
+        if not hbt or "hash_ids" not in requests:
+            return
+        for i, bs in enumerate(instances["block_size"].tolist()):
+            if hbt % int(bs) and int(bs) % hbt:
+                raise BadInput(self.path / META, None, "hash_block_tokens",
+                               f"{hbt} and the block_size {int(bs)} of {self.file('instances')} row {i + 1}: "
+                               "one must divide the other")
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per table present."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traces.errors import BadInput
 from traces.store import Trace
 
 PCTS = (0.5, 0.9, 0.99)
@@ -14,6 +15,34 @@ def _pct_sql(col: str) -> str:
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
+    """The summary; a table DuckDB cannot read (bytes corrupted inside, the
+    footer whole) is refused naming its file, not an internal error."""
+    import duckdb
+
+    try:
+        return _summarize(trace)
+    except duckdb.Error as e:
+        text = str(e)
+        name = next((n for n in trace.tables if trace.file(n).name in text), None) or _unreadable(trace)
+        where = trace.file(name) if name else trace.path
+        raise BadInput(where, None, name or "trace",
+                       f"not a readable Parquet file ({text.splitlines()[0][:200]})") from None
+
+
+def _unreadable(trace: Trace) -> str | None:
+    """The first table whose cells pyarrow cannot read either (DuckDB's
+    message does not always name the file)."""
+    import pyarrow.parquet as pq
+
+    for n in trace.tables:
+        try:
+            pq.read_table(trace.file(n))
+        except Exception:  # noqa: BLE001 (any failure to read is the answer)
+            return n
+    return None
+
+
+def _summarize(trace: Trace) -> dict[str, Any]:
     con = trace.connect()
     cols = {name: set(trace.columns(name)) for name in trace.tables}
     info: dict[str, Any] = {

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, csv_chunks, numeric
 from traces.limits import MAX_EPOCH_S
 from traces.store import TraceWriter
@@ -52,6 +53,12 @@ def import_burstgpt(src: Path, writer: TraceWriter, opts: ImportOptions) -> list
                 "task": chunk["Log Type"].to_numpy()[keep],
             })
             sink.write(df, lines[keep])
+    if sink.rows == 0:  # a trace of no requests is one every reader refuses: refused here, naming the source
+        why = (f"no rows of model {opts.model!r} (models in file: {', '.join(sorted(models))})"
+               if opts.model is not None and filtered else
+               f"no usable rows ({failed} failed requests with Response tokens = 0; --keep-failed keeps them)"
+               if failed else "no data rows")
+        raise BadInput(src, None, "file", why)
     notes = []
     if failed:
         notes.append(f"dropped {failed} failed requests (Response tokens = 0; --keep-failed keeps them)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from traces.errors import BadInput
 from traces.frame_checks import validate_frame
 from traces.jsonio import parse_json
 from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
+from traces.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
 from traces.schema import REQUESTS
 from traces.store import TableWriter
 
@@ -39,18 +41,50 @@ class ImportOptions:
 
 
 def require_file(path: Path) -> None:
-    if not path.exists():
-        raise BadInput(path, None, "file", "does not exist")
-    if not path.is_file():
-        raise BadInput(path, None, "file", "is not a regular file")
+    """A regular file latroute may read (traces.paths: no FIFOs, devices,
+    directories, unreadable files), not empty."""
+    input_file(path)
     if path.stat().st_size == 0:
         raise BadInput(path, 1, "file", "empty file")
 
 
+def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
+    """Yield (1-based line, text, bytes read so far) of a UTF-8 text file,
+    streaming: a line that is not UTF-8 or is longer than
+    ``traces.paths.LINE_MAX_BYTES`` is refused with its row (the rule of
+    ``traces.paths.decode_text``, which needs the whole file in memory; a
+    leading UTF-8 byte-order mark is stripped)."""
+    require_file(path)
+    read = 0
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise BadInput(path, None, "file", f"cannot be read ({e.strerror or e})") from None
+    with fh:
+        for line, raw in enumerate(fh, start=1):
+            read += len(raw)
+            if line == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
+            if len(raw.rstrip(b"\r\n")) > LINE_MAX_BYTES:
+                raise BadInput(path, line, "line", f"longer than {LINE_MAX_BYTES} bytes (limit per line)")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadInput(path, line, "encoding",
+                               f"not UTF-8 (byte 0x{raw[e.start]:02x}); save the file as UTF-8") from None
+            yield line, text, read
+
+
+def check_text(path: Path) -> None:
+    """Refuse a text file with a non-UTF-8 or over-long line (its row), before pandas reads it."""
+    for _ in text_lines(path):
+        pass
+
+
 def csv_header(path: Path) -> list[str]:
     require_file(path)
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        row = next(csv.reader(f), None)
+    first = next(text_lines(path), None)
+    row = next(csv.reader([first[1]]), None) if first else None
     if not row:
         raise BadInput(path, 1, "header", "empty header line")
     return [c.strip() for c in row]
@@ -85,6 +119,7 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
     header = csv_header(path)
     require_columns(path, header, columns)
     refuse_duplicate_columns(path, header)
+    check_text(path)
     line = 2
     got_rows = False
     try:
@@ -93,13 +128,29 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
         raise BadInput(path, None, "file", f"cannot be read ({e.strerror})") from None
     try:
         # explicit names (never an inferred index column); short rows read as
-        # missing cells and are refused by the column checks; extra trailing
-        # fields are ignored
-        reader = pd.read_csv(fh, header=0, names=header, index_col=False, usecols=columns, dtype=str,
-                             chunksize=chunk_rows, skip_blank_lines=False, keep_default_na=False, na_values=[""],
-                             encoding_errors="replace")
-        for chunk in reader:
+        # missing cells and are refused by the column checks; a row with more
+        # fields than the header fills the sentinel column (or, with more still,
+        # makes pandas warn of lost data) and is refused with its line: with
+        # usecols, or without the sentinel, pandas drops extra fields silently
+        reader = iter(pd.read_csv(fh, header=None, skiprows=1, names=[*header, _EXTRA], index_col=False, dtype=str,
+                                  chunksize=chunk_rows, skip_blank_lines=False, keep_default_na=False,
+                                  na_values=[""]))
+        while True:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                try:
+                    chunk = next(reader)
+                except StopIteration:
+                    break
+                except pd.errors.ParserWarning:
+                    raise BadInput(path, _long_row(path, len(header)), "row",
+                                   f"more fields than the header's {len(header)}") from None
             lines = np.arange(line, line + len(chunk))
+            extra = chunk[_EXTRA].notna().to_numpy()
+            if extra.any():
+                raise BadInput(path, int(lines[int(np.flatnonzero(extra)[0])]), "row",
+                               f"more fields than the header's {len(header)}")
+            chunk = chunk[columns]
             line += len(chunk)
             if progress is not None:
                 progress(fh.tell())
@@ -115,6 +166,19 @@ def csv_chunks(path: Path, columns: list[str], chunk_rows: int,
         fh.close()
     if not got_rows:
         raise BadInput(path, 2, "file", "no data rows")
+
+
+_EXTRA = "\x00extra field"  # a column name no header has
+
+
+def _long_row(path: Path, fields: int) -> int | None:
+    """The line of the first row with more than ``fields`` fields."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        for row in reader:
+            if len(row) > fields:
+                return reader.line_num
+    return None
 
 
 def numeric(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray, integer: bool = True,
@@ -215,21 +279,17 @@ def json_number(value, key: str, path: Path, row: int | None, integer: bool = Fa
 def jsonl_records(path: Path) -> Iterator[tuple[int, dict, int]]:
     """Yield (line number, object, bytes read so far) for a JSON-lines file,
     refusing blank lines, invalid JSON and non-objects by line."""
-    require_file(path)
-    read = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line, text in enumerate(f, start=1):
-            read += len(text)
-            if not text.strip():
-                raise BadInput(path, line, "line", "blank line")
-            try:
-                rec = parse_json(text, path, "line")
-            except BadInput as e:  # the line of the file, not of the one-line document
-                m = _CONSTANT_RE.search(text)
-                if m:  # name the field that holds the NaN / Infinity
-                    raise BadInput(path, line, m.group(1), f"not a number: {m.group(2)} "
-                                                           "(strict JSON has no NaN or Infinity)") from None
-                raise BadInput(path, line, "line", e.reason) from None
-            if not isinstance(rec, dict):
-                raise BadInput(path, line, "line", "not a JSON object")
-            yield line, rec, read
+    for line, text, read in text_lines(path):
+        if not text.strip():
+            raise BadInput(path, line, "line", "blank line")
+        try:
+            rec = parse_json(text, path, "line")
+        except BadInput as e:  # the line of the file, not of the one-line document
+            m = _CONSTANT_RE.search(text)
+            if m:  # name the field that holds the NaN / Infinity
+                raise BadInput(path, line, m.group(1), f"not a number: {m.group(2)} "
+                                                       "(strict JSON has no NaN or Infinity)") from None
+            raise BadInput(path, line, "line", e.reason) from None
+        if not isinstance(rec, dict):
+            raise BadInput(path, line, "line", "not a JSON object")
+        yield line, rec, read

@@ -15,22 +15,41 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
-from traces.importers.common import ImportOptions, RequestSink, csv_chunks, numeric
+from traces.importers.common import (
+    DEFAULT_CHUNK_ROWS,
+    ImportOptions,
+    RequestSink,
+    csv_chunks,
+    csv_header,
+    numeric,
+    refuse_duplicate_columns,
+    require_columns,
+)
 from traces.store import TraceWriter
 
 COLUMNS = ["run_id", "prompt_tokens", "generation_tokens", "ttft_s", "generation_time_s", "launch_rel_s"]
 
 
 def _run_info(src: Path, run: str) -> dict:
+    """The run's row of ``runs.csv`` beside the file (strings only), {} when
+    there is no such file. A runs.csv that is there but unreadable, has no
+    ``run_id`` column or names the run twice is refused with its row: its
+    model and GPU go into meta.json, and a wrong one there is silent."""
     runs = src.with_name("runs.csv")
-    if not runs.is_file():
+    if not runs.exists():
         return {}
-    try:
-        table = pd.read_csv(runs, dtype=str)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+    header = csv_header(runs)
+    refuse_duplicate_columns(runs, header)
+    require_columns(runs, header, ["run_id"])
+    parts = [chunk for chunk, _ in csv_chunks(runs, header, DEFAULT_CHUNK_ROWS)]
+    table = pd.concat(parts, ignore_index=True)
+    ids = table["run_id"].fillna("").astype(str).str.strip()
+    hits = np.flatnonzero((ids == run).to_numpy())
+    if hits.size > 1:
+        raise BadInput(runs, int(hits[1]) + 2, "run_id", f"run {run!r} appears twice")
+    if not hits.size:
         return {}
-    row = table[table.get("run_id", pd.Series(dtype=str)) == run]
-    return {} if row.empty else {k: v for k, v in row.iloc[0].to_dict().items() if isinstance(v, str)}
+    return {k: v for k, v in table.iloc[int(hits[0])].to_dict().items() if isinstance(v, str)}
 
 
 def import_lmbench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:

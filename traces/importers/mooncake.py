@@ -55,6 +55,10 @@ def import_mooncake(src: Path, writer: TraceWriter, opts: ImportOptions) -> list
                 raise BadInput(src, lineno, "hash_ids", "not a list of integers")
             if any(h < 0 or h > MAX_TRACE_ID for h in hashes):
                 raise BadInput(src, lineno, "hash_ids", "ids must lie in [0, 2**62)")
+            if len(hashes) > -(-int(inp) // MOONCAKE_BLOCK_TOKENS):
+                raise BadInput(src, lineno, "hash_ids", f"{len(hashes)} ids, but an input of {int(inp)} tokens has "
+                                                        f"{-(-int(inp) // MOONCAKE_BLOCK_TOKENS)} blocks of "
+                                                        f"{MOONCAKE_BLOCK_TOKENS}")
             if t0 is None:
                 t0 = float(ts)
             rows.append((ts, int(inp), int(out), hashes))

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.consistency import Where, check_recording, check_request_times
 from traces.errors import BadInput
 from traces.frame_checks import first_true, validate_frame
 from traces.importers.common import (
@@ -35,6 +36,12 @@ from traces.importers.common import (
     jsonl_records,
     numeric,
     require_file,
+)
+from traces.importers.record_checks import (
+    check_engine_types,
+    check_first_tokens,
+    check_request_lengths,
+    check_token_times,
 )
 from traces.jsonio import read_json
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
@@ -68,6 +75,10 @@ def _engine(path: Path) -> dict:
             raise BadInput(path, None, key, f"must be a whole number in [0, {MAX_ENGINE}], got {shown(v)}")
     if not isinstance(eng["model"], str) or not eng["model"].strip():
         raise BadInput(path, None, "model", f"must be a non-empty string, got {shown(eng['model'])}")
+    check_engine_types(eng, path)
+    if eng["max_seqs"] > eng["budget"]:
+        raise BadInput(path, None, "max_seqs", f"{eng['max_seqs']} is above the budget {eng['budget']} "
+                                               "(vLLM requires max_num_seqs <= max_num_batched_tokens)")
     return eng
 
 
@@ -110,13 +121,18 @@ def _hashable(x: object) -> bool:
     return isinstance(x, (str, int)) and not isinstance(x, bool)
 
 
-def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog, list[int]]:
-    """The recording's steps as a StepLog, and the line of each step."""
+def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog, list[int], list[int], list[int]]:
+    """The recording's steps as a StepLog, and the line of each step, item and preemption."""
     lines: list[int] = []
+    item_lines: list[int] = []
+    pre_lines: list[int] = []
     steps: list[tuple] = []
     items: list[tuple] = []
     preempted: list[tuple] = []
     prev_step, prev_start, prev_end = -1, -1.0, -1.0
+    gap: BadInput | None = None  # the first missing step or token: raised after the order checks of every line
+    reach: dict = {}  # request -> tokens computed after its last step (computed_before + tokens)
+    preempted_since: dict = {}  # request -> preempted since its last step (it restarts from its cache hit)
     for line, rec, _ in jsonl_records(path):
         step = rec.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_ID:
@@ -131,6 +147,9 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
         if start < prev_end:
             raise BadInput(path, line, "start_s", f"step {step} starts ({start}) before step {prev_step} ended ({prev_end}): "
                                                   "one engine's steps cannot overlap")
+        if prev_step >= 0 and step != prev_step + 1 and gap is None:  # reported after the order checks of the
+            gap = BadInput(path, line, "step", f"step {step} follows step {prev_step}: the recorder numbers "  # file
+                                               "steps one by one, so a step is missing (a line deleted?)")
         prev_step, prev_start, prev_end = step, start, end
         its = rec.get("items")
         if not isinstance(its, list):
@@ -140,19 +159,30 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
                 raise BadInput(path, line, "items", f"item {shown(it)} is not [id, tokens, computed_before, "
                                                     f"prompt_tokens] with counts in [0, {MAX_TOKENS}]")
             if it[0] not in ids:
-                raise BadInput(path, line, "items", f"unknown request id {shown(it[0])}")
+                raise BadInput(path, line, "items", f"unknown request id {shown(it[0])} (not in requests.csv)")
+            done = reach.get(it[0])
+            if done is not None and it[2] != done and not preempted_since.get(it[0]) and gap is None:
+                gap = BadInput(path, line, "items", f"request {shown(it[0])} resumes at token {it[2]} "
+                                                    f"(computed_before), but its last step left it at {done}")
+            reach[it[0]] = it[2] + it[1]
+            preempted_since[it[0]] = False
             items.append((step, ids[it[0]], it[1], it[2], it[3]))
+            item_lines.append(line)
         pre = rec.get("preempted", [])
         if not isinstance(pre, list):
             raise BadInput(path, line, "preempted", "not a list")
         for r in pre:
             if not _hashable(r) or r not in ids:
-                raise BadInput(path, line, "preempted", f"unknown request id {shown(r)}")
+                raise BadInput(path, line, "preempted", f"unknown request id {shown(r)} (not in requests.csv)")
+            preempted_since[r] = True
             preempted.append((step, ids[r]))
+            pre_lines.append(line)
         steps.append((step, start, end))
         lines.append(line)
     if not steps:
         raise BadInput(path, 1, "file", "no steps")
+    if gap is not None:
+        raise gap
     st = np.array(steps, dtype=np.float64).reshape(-1, 3)
     it = np.array(items, dtype=np.int64).reshape(-1, 5)
     pr = np.array(preempted, dtype=np.int64).reshape(-1, 2)
@@ -161,7 +191,7 @@ def _read_steps(path: Path, ids: dict[str, int], instance: str) -> tuple[StepLog
                                  it[:, 2], it[:, 3], it[:, 4], pr[:, 0], pr[:, 1])
     except OverflowError as e:
         raise BadInput(path, None, "items", str(e)) from None
-    return log, lines
+    return log, lines, item_lines, pre_lines
 
 
 def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
@@ -207,13 +237,26 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
         requests["cached_tokens"] = numeric(rows, "cached_tokens", req_path, lines, allow_missing=open_row)
     # recorded ids are kept (not renumbered as RequestSink would)
     validate_frame(requests, REQUESTS, str(req_path), row_of=lambda i: int(lines[i]))
-    log, step_lines = _read_steps(src / "steps.jsonl", ids, instance)
-    _check_complete(log, requests, first_token, lines, req_path, src / "steps.jsonl", step_lines)
-    with writer.table("requests") as tw:
-        tw.write(requests)
-    log.write(writer, source=str(src / "steps.jsonl"))
+    row_of = lambda i: int(lines[i])  # noqa: E731
+    check_request_lengths(requests, eng, Where(str(req_path), row_of, "line"))
+    steps_path = src / "steps.jsonl"
+    log, step_lines, item_lines, pre_lines = _read_steps(steps_path, ids, instance)
+    _check_complete(log, requests, first_token, lines, req_path, steps_path, step_lines)
     table = pd.DataFrame([instance_row(eng, instance)])
     table["profile"] = None  # a recording names no profile
+    sp = str(steps_path)
+    check_recording(requests, log.steps, log.step_items, log.preemptions, table, {
+        "requests": Where(str(req_path), row_of, "line"),
+        "steps": Where(sp, lambda i: step_lines[i], "line"),
+        "step_items": Where(sp, lambda i: item_lines[i], "line"),
+        "preemptions": Where(sp, lambda i: pre_lines[i], "line"),
+        "instances": Where(str(src / "engine.json"), lambda i: None)})
+    check_request_times(requests, Where(str(req_path), row_of, "line"))
+    check_first_tokens(requests, first_token, Where(str(req_path), row_of, "line"))
+    check_token_times(requests, first_token, log, Where(str(req_path), row_of, "line"), steps_path.name)
+    with writer.table("requests") as tw:
+        tw.write(requests)
+    log.write(writer, source=sp)
     writer.write_table("instances", table, source=str(src / "engine.json"))
     writer.meta["source"] = {"kind": "vllm-record", "dir": str(src), "vllm_version": eng.get("vllm_version"),
                              "platform": eng.get("platform"), "async_scheduling": eng.get("async_scheduling"),
