@@ -13,7 +13,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, coin
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
-from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window
+from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -166,8 +166,21 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         raise BadOption("--lengths", str(e)) from None
     if join_dir is not None and not (Path(join_dir) / "join.parquet").is_file():
         raise BadInput(Path(join_dir) / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
+    ctx = click.get_current_context()
+    if online_speed != "on":
+        refuse_given(ctx, {"speed_half_life": "--speed-half-life"}, "only with --online-speed on (it is the "
+                                                                    "online speed factor's half-life)")
+    if recalibrate != "on":
+        refuse_given(ctx, {"recalibration_step": "--recalibration-step"}, "only with --recalibrate on")
+    if "lps-mg" not in chosen:
+        refuse_given(ctx, {"ewma_tau": "--ewma-tau"}, "only with the lps-mg estimator (the only one using the "
+                                                      "online arrival-rate estimate)")
     trace = open_trace(trace_dir)
     recon = None
+    if trace.has("steps") or trace.has("instances"):
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
+                     f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
+                     "engine and its prefix cache")
     if not trace.has("steps") and not trace.has("instances"):
         from harness.requestlevel.reconstruct import reconstruct_for_estimate
 

@@ -238,3 +238,22 @@ AT_LEAST_1 = Finite(min=1.0)  # burst ratio, half-lives in steps
 COUNT = IntIn(1, MAX_COUNT)  # requests, prompts, rows
 SEED = IntIn(0, MAX_SEED)
 TOKENS = IntIn(1, 10**7)  # one request's prompt or output length
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the option whose parameter is ``name`` was given by the user
+    (command line or environment), not left at its default: an option
+    that does nothing in the combination given is refused, never ignored."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in (click.core.ParameterSource.DEFAULT,
+                                                 click.core.ParameterSource.DEFAULT_MAP)
+
+
+def refuse_given(ctx: click.Context, names: dict[str, str], reason: str) -> None:
+    """BadOption for the first of ``names`` (parameter -> option as typed)
+    the user gave: ``reason`` says why it would do nothing here."""
+    from traces.errors import BadOption
+
+    for param, option in names.items():
+        if given(ctx, param):
+            raise BadOption(option, reason)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
-from harness.cli.params import SEED, EngineSetting
+from harness.cli.params import SEED, EngineSetting, refuse_given
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
 from harness.twin.simulation import write_twin_trace
 from harness.twin.validate import validate as run_validation
@@ -70,7 +70,15 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     if join_dir is not None and not (join_dir / "join.parquet").is_file():
         raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
+    ctx = click.get_current_context()
+    if noise != "on":
+        refuse_given(ctx, {"seed": "--seed"}, "only with --noise on (it seeds the noise draws; with noise off "
+                                              "every step takes its expected time)")
     trace = open_trace(trace_dir)
+    if trace.has("instances") or trace.has("steps"):
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
+                     f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
+                     "engine and its prefix cache")
     if not trace.has("instances") and not trace.has("steps"):
         from harness.requestlevel.validate import validate_request_trace
 

@@ -114,6 +114,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         frontend_of,
         frontend_overhead,
         parse_engine_options,
+        refuse_unservable,
         request_engine,
         virtual_engines,
     )
@@ -124,8 +125,10 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         raise BadOption("--profile", "a request-level trace (no steps) needs a profile from calibrate "
                                      "--from-requests to reconstruct its engine")
     profile = load_profile(profile_ref)
-    engine = request_engine(profile, parse_engine_options(engine_opts))
+    options = parse_engine_options(engine_opts)
+    engine = request_engine(profile, options)
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, str(profile_ref))
     tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
     d = Path(tmp.name) / "recon"
     write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile),

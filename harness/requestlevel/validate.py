@@ -261,6 +261,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
         frontend_of,
         frontend_overhead,
         parse_engine_options,
+        refuse_unservable,
         request_engine,
         virtual_engines,
     )
@@ -270,8 +271,10 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from traces.outputs import StagedDir, write_json, write_parquet
     from traces.store import TraceWriter
 
-    engine = request_engine(profile, parse_engine_options(engine_opts))
+    options = parse_engine_options(engine_opts)
+    engine = request_engine(profile, options)
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}")
     t = time.perf_counter()
     v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
                           virtual_engines=virtual_engines(profile), frontend=frontend_of(profile))
