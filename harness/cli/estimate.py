@@ -164,8 +164,6 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         check_length_policy(lengths)
     except ValueError as e:
         raise BadOption("--lengths", str(e)) from None
-    if join_dir is not None and not (Path(join_dir) / "join.parquet").is_file():
-        raise BadInput(Path(join_dir) / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
     ctx = click.get_current_context()
     if online_speed != "on":
         refuse_given(ctx, {"speed_half_life": "--speed-half-life"}, "only with --online-speed on (it is the "
@@ -181,6 +179,11 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
                      f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
                      "engine and its prefix cache")
+    joined = None
+    if join_dir is not None:
+        from traces.client_join import read_join
+
+        joined = read_join(join_dir, trace, trace_dir)
     if not trace.has("steps") and not trace.has("instances"):
         from harness.requestlevel.reconstruct import reconstruct_for_estimate
 
@@ -220,11 +223,9 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
     if join_dir is not None:
-        import pandas as pd
-
         from traces.client_join import client_estimate_check
 
-        m["client"] = client_estimate_check(res.estimates, pd.read_parquet(Path(join_dir) / "join.parquet"))
+        m["client"] = client_estimate_check(res.estimates, joined)
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)
