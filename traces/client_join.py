@@ -72,6 +72,9 @@ def read_recording_requests(req_csv: Path) -> pd.DataFrame:
     times finite, >= 0, <= MAX_TIME_S and in order (added, first token and
     finish not before arrival). Row numbers are CSV lines (header = 1)."""
     text = read_text(req_csv, "file")
+    nul = text.find("\0")
+    if nul >= 0:  # the csv module reads a NUL as data: a client id with one would join nothing
+        raise BadInput(req_csv, text.count("\n", 0, nul) + 1, "row", "holds a NUL byte (not text)")
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader, None)

@@ -13,7 +13,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, coin
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
-from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given
+from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -152,6 +152,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     --profile (from calibrate --from-requests) and the estimators read the
     twin's reconstructed states, scored against the measured TTFTs.
     """
+    refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
+                     "--join": join_dir})
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in

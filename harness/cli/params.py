@@ -294,3 +294,24 @@ def refuse_given(ctx: click.Context, names: dict[str, str], reason: str) -> None
     for param, option in names.items():
         if given(ctx, param):
             raise BadOption(option, reason)
+
+
+def refuse_non_utf8(paths: dict[str, object]) -> None:
+    """BadOption for the first path (option -> path or paths) whose name is
+    not UTF-8 (Python holds such bytes as surrogates: ``os.fsdecode(b"x\\xff")``).
+    latroute stores paths and names derived from them (a profile's name is
+    its file's stem) in Parquet and JSON, which take UTF-8 only: such a name
+    once failed deep inside pyarrow as an internal ``UnicodeEncodeError``.
+    Refused at the entry, before any work."""
+    from traces.errors import BadOption
+
+    for option, value in paths.items():
+        for p in value if isinstance(value, list | tuple) else [value]:
+            if p is None:
+                continue
+            try:
+                str(p).encode("utf-8")
+            except UnicodeEncodeError:
+                shown = os.fsencode(str(p)).decode("utf-8", "backslashreplace")
+                raise BadOption(option, f"the path {shown} is not valid UTF-8: rename it (latroute writes paths "
+                                        "and names into UTF-8 files)") from None

@@ -9,7 +9,7 @@ import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
-from harness.cli.params import SEED, EngineSetting, refuse_given
+from harness.cli.params import SEED, EngineSetting, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
 from harness.twin.simulation import write_twin_trace
 from harness.twin.validate import validate as run_validation
@@ -63,6 +63,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     on one twin instance with the engine the profile's calibration fitted
     (``--engine`` overrides); see ``harness.requestlevel.validate``.
     """
+    refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir})
     check_out(out, force, inputs=[trace_dir, profile_ref, join_dir])  # before any work
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
