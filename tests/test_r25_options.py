@@ -259,13 +259,31 @@ def test_a_non_utf8_path_is_refused_at_the_entry(tmp_path, monkeypatch, args):
     (["replay", "--goodput", "ttft:100,ttft:200"], "--goodput", "twice"),
     (["replay", "--goodput", "ttft:1e300"], "--goodput", "1e+09"),
     (["replay", "--rate", "1e300"], "--rate", "1e+09"),
+    (["replay", "--rate", "1e-300"], "--rate", "0.001"),
+    (["trace", "generate", "--requests", "10", "--rate", "1e-300"], "--rate", "0.001"),
     (["validate", "T", "--calibrate", "--metric-percentiles", ""], "--metric-percentiles", "empty"),
     (["trace", "generate", "--requests", "10", "--rate", "1", "--mix", "alpaca=1,alpaca=2"], "--mix", "twice"),
     (["trace", "generate", "--requests", "10", "--rate", "1", "--mix", "alpaca=1,,govreport=1"], "--mix", "empty"),
     (["trace", "generate", "--requests", "10", "--rate", "1", "--mix", ""], "--mix", "empty"),
-    (["trace", "generate", "--requests", "10", "--rate", "1", "--burstiness", "1e-300"], "--burstiness", "0.01"),
+    (["trace", "generate", "--requests", "10", "--rate", "1", "--burstiness", "1e-300"], "--burstiness", "1e-300"),
     (["sweep", "--rates", "4,4", "--routers", "sfs-hard"], "--rates", "repeats"),
 ])
 def test_nonsensical_option_values_are_refused(tmp_path, monkeypatch, args, option, fragment):
     monkeypatch.chdir(tmp_path)
     refused_cleanly([*args, "--out", tmp_path / "o"], [tmp_path], option, fragment)
+
+
+@pytest.mark.parametrize("name,change,fragments", [
+    ("no output token", lambda d: d.assign(output_tokens=0), ["requests.parquet:1", "output_tokens"]),
+    ("finish before first token", lambda d: d.assign(finish_s=d.arrival_s), ["requests.parquet:1", "finish_s"]),
+    ("no finish at all", lambda d: d.assign(finish_s=np.nan), ["requests.parquet", "ttft_s"]),
+])
+def test_request_level_calibration_refuses_a_trace_no_server_produced(tmp_path, name, change, fragments):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rl = request_trace(tmp_path / "rl")
+    df = change(pd.read_parquet(rl / "requests.parquet"))
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), rl / "requests.parquet")
+    refused_cleanly(["calibrate", "--from-requests", rl, "--max-evals", "2", "--out", tmp_path / "p.json"],
+                    [tmp_path], *fragments)

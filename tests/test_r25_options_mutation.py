@@ -107,3 +107,16 @@ def test_every_numeric_option_states_its_range_in_the_help(path):
         opts, text = p.get_help_record(ctx)
         rng = p.type.range_text()
         assert rng and (rng in opts or rng in text.replace(" ", "")), (path, p.name, opts, rng)
+
+
+def test_burstiness_range_is_the_one_the_arrivals_enforce():
+    from harness.cli.params import BURSTINESS
+    from traces.arrivals import BURSTINESS_RANGE, ArrivalSpec, resolve_arrival
+
+    assert (BURSTINESS.min, BURSTINESS.max) == BURSTINESS_RANGE
+    for b in (1e-300, 0.009, 100.5, float("nan")):
+        with pytest.raises(ValueError):
+            resolve_arrival(None, b)
+        with pytest.raises(ValueError):
+            ArrivalSpec("gamma", burstiness=b).check()
+    assert resolve_arrival(None, 0.01) == "gamma" and resolve_arrival("gamma", 100.0) == "gamma"

@@ -46,8 +46,8 @@ class ArrivalSpec:
     def check(self) -> None:
         if self.kind not in ARRIVAL_KINDS:
             raise ValueError(f"unknown arrival process {self.kind!r} (choose from {', '.join(ARRIVAL_KINDS)})")
-        if not self.rate > 0:
-            raise ValueError("rate must be > 0")
+        if not 1e-3 <= self.rate <= 1e9:  # as harness.cli.params.POSITIVE (NaN fails too)
+            raise ValueError(f"rate must be in [0.001, 1e9] requests/s, got {self.rate:g}")
         if self.kind == "mmpp":
             if not self.burst_ratio >= 1:
                 raise ValueError("burst ratio must be >= 1")

@@ -263,7 +263,10 @@ def cores() -> int:
 MAX_MAGNITUDE = 1e9
 
 # The shared vocabulary, so each option says its range once.
-POSITIVE = Finite(min=0.0, max=MAX_MAGNITUDE, min_open=True)  # rates, durations, time constants
+# The smallest: a rate of 1e-300 q/s put the 16,000th arrival at 1e304 s, refused only by the output check
+# after the whole run; one per 1,000 s (or a 1 ms duration, time constant or limit) is the least worth asking
+MIN_MAGNITUDE = 1e-3
+POSITIVE = Finite(min=MIN_MAGNITUDE, max=MAX_MAGNITUDE)  # rates, durations, time constants
 NON_NEGATIVE = Finite(min=0.0, max=MAX_MAGNITUDE)  # deltas, lambdas, intervals, think times
 # Gamma shape of arrivals: inter-arrival CV^2 = 1/burstiness, from 0.01 (CV^2 100: nearly all requests in a
 # few bursts) to 100 (CV^2 0.01: nearly periodic); past these the draws degenerate (1e-300 gives gaps of 0

@@ -150,7 +150,7 @@ def frontend_of(profile: BatchTimeProfile | None) -> FrontEnd:
 
 
 def refuse_unservable(engine: InstanceConfig, prompts: list, outputs: list, options: dict,
-                      profile_file: str | None = None) -> None:
+                      profile_file: str | None = None, profile: BatchTimeProfile | None = None) -> None:
     """Refuse an engine that could not have served the measured requests.
 
     A request-level trace holds requests the real server served (they have
@@ -184,6 +184,8 @@ def refuse_unservable(engine: InstanceConfig, prompts: list, outputs: list, opti
                                           f"cannot hold {too_big} of {p.size} requests whole (the largest needs "
                                           f"{int(blocks.max())} blocks; the trace's requests were served)"))
     for key, why in problems:
-        if key in options or ("block_size" in options and key == "num_kv_blocks") or profile_file is None:
-            raise BadOption("--engine", why)
+        fitted = key in ((profile.fitted_on.get("engine") or {}) if profile is not None else {})
+        if key in options or ("block_size" in options and key == "num_kv_blocks") or profile_file is None \
+                or not fitted:
+            raise BadOption("--engine", why + ("" if key in options else f"; give --engine {key}=N"))
         raise BadInput(profile_file, None, f"fitted_on.engine.{key}", why)
