@@ -22,6 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 
 ARRIVAL_KINDS = ("poisson", "mmpp", "gamma")
+# gamma shape (burstiness) accepted: CV^2 from 100 down to 0.01; beyond, the draws degenerate (a shape of
+# 1e-300 gives gaps of 0 and one gap of the whole run). harness.cli.params.BURSTINESS states the same range.
+BURSTINESS_RANGE = (0.01, 100.0)
+
+
+def _burstiness_error(burstiness: float) -> str | None:
+    lo, hi = BURSTINESS_RANGE
+    if not lo <= burstiness <= hi:  # NaN fails too
+        return f"must be in [{lo:g}, {hi:g}] (inter-arrival CV^2 = 1/burstiness), got {burstiness:g}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -36,8 +46,8 @@ class ArrivalSpec:
     def check(self) -> None:
         if self.kind not in ARRIVAL_KINDS:
             raise ValueError(f"unknown arrival process {self.kind!r} (choose from {', '.join(ARRIVAL_KINDS)})")
-        if not self.rate > 0:
-            raise ValueError("rate must be > 0")
+        if not 1e-3 <= self.rate <= 1e9:  # as harness.cli.params.POSITIVE (NaN fails too)
+            raise ValueError(f"rate must be in [0.001, 1e9] requests/s, got {self.rate:g}")
         if self.kind == "mmpp":
             if not self.burst_ratio >= 1:
                 raise ValueError("burst ratio must be >= 1")
@@ -45,8 +55,8 @@ class ArrivalSpec:
                 raise ValueError("high fraction must be in (0, 1)")
             if not self.correlation_s > 0:
                 raise ValueError("correlation time must be > 0")
-        if self.kind == "gamma" and not self.burstiness > 0:
-            raise ValueError("burstiness must be > 0")
+        if self.kind == "gamma" and (why := _burstiness_error(self.burstiness)) is not None:
+            raise ValueError(f"burstiness {why}")
 
     def mmpp_rates(self) -> tuple[float, float]:
         """(low, high) state rates whose time-average is ``rate``."""
@@ -58,8 +68,8 @@ def resolve_arrival(kind: str | None, burstiness: float) -> str:
     """The arrival process for ``--arrival`` (None: not given) and
     ``--burstiness``: unnamed means gamma when burstiness != 1, else
     Poisson; a named process other than gamma takes only burstiness 1."""
-    if not burstiness > 0:
-        raise ValueError(f"must be > 0, got {burstiness:g}")
+    if (why := _burstiness_error(burstiness)) is not None:
+        raise ValueError(why)
     if kind is None:
         return "gamma" if burstiness != 1.0 else "poisson"
     if kind not in ARRIVAL_KINDS:

@@ -41,11 +41,17 @@ OUTPUT_CLIP = (1, 4096)
 def parse_mix(text: str) -> dict[str, float]:
     """Parse ``alpaca=.25,govreport=.25`` into normalised weights."""
     mix: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    if not str(text).strip():
+        raise ValueError("empty mix: give NAME=WEIGHT,... (e.g. alpaca=1)")
+    for i, part in enumerate((p.strip() for p in str(text).split(",")), 1):
+        if not part:  # "alpaca=1,,govreport=1": a dropped entry would silently change the weights
+            raise ValueError(f"mix entry {i} is empty")
         name, sep, value = part.partition("=")
         name = name.strip()
         if not sep:
             raise ValueError(f"mix entry {part!r} is not NAME=WEIGHT")
+        if name in mix:  # alpaca=1,alpaca=2: which one was meant?
+            raise ValueError(f"task {name!r} given twice in the mix")
         if name not in TASKS:
             raise ValueError(f"unknown task {name!r} in mix (known: {', '.join(TASKS)})")
         try:

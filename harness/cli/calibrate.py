@@ -20,7 +20,7 @@ from estimators.calibrate import (
 from estimators.drift import speed_drift
 from estimators.profile import BatchTimeProfile, load_profile
 from estimators.recalibrate import format_curve, learning_curve, update_profile
-from harness.cli.params import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window
+from harness.cli.params import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window, refuse_given, refuse_non_utf8
 from traces.outputs import check_out
 
 
@@ -98,12 +98,12 @@ def format_profile(p: BatchTimeProfile) -> str:
                    "(harness.requestlevel.frontend); measured = vLLM 0.32's costs per admitted request and per delivered "
                    "token, measured on a real server under bursts.")
 @click.option("--frontend-per-request", "frontend_ms", type=Finite(0.0, 1e4), metavar="MS",
-              help="--from-requests: the serial front end's cost per admitted request in ms (replaces --frontend's).")
+              help="--from-requests: the serial front end's cost per admitted request in ms, in [0, 10000] (replaces --frontend's).")
 @click.option("--frontend-per-output", "frontend_out_ms", type=Finite(0.0, 1e4), metavar="MS",
-              help="--from-requests: the serial front end's cost per delivered token in ms (replaces --frontend's; "
+              help="--from-requests: the serial front end's cost per delivered token in ms, in [0, 10000] (replaces --frontend's; "
                    "0 = deliveries not modelled).")
 @click.option("--frontend-accept-share", "frontend_accept", type=Finite(0.0, 1.0), metavar="SHARE",
-              help="--from-requests: the share of the per-request cost the front end does for every waiting "
+              help="--from-requests: the share, in [0, 1], of the per-request cost the front end does for every waiting "
                    "request before handling any (replaces --frontend's; 0 = one FIFO queue).")
 @click.option("--steps-window", "steps_window", type=Window(),
               help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
@@ -129,6 +129,9 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
       latroute calibrate d10 --steps-window 0:0.3 --out d10-head.json   # then: estimate --score-window 0.3:1
       latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
     """
+    refuse_non_utf8({"TRACES": traces, "--out": out, "--evaluate-on": evaluate_on, "--update": update_ref,
+                     "--warm": warm, "--name": name})
+    _refuse_unused(click.get_current_context(), from_requests, update_ref is not None)
     check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm])  # before any work
     if from_requests:
         from dataclasses import replace
@@ -176,6 +179,32 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
                    f"{_pct(metrics['median_ape']).strip()}, R^2 {metrics['r2']:.3f} over {metrics['n']:,} steps")
     profile.save(out, force=force)
     click.echo(f"wrote {out}")
+
+
+# options of the request-level fit only, and of the step-level fit only (parameter -> option)
+_REQUEST_ONLY = {"engine_opts": "--engine", "search_engine": "--search-engine", "max_evals": "--max-evals",
+                 "search_opts": "--search", "warm": "--warm", "virtual_engines": "--virtual-engines",
+                 "frontend": "--frontend", "frontend_ms": "--frontend-per-request",
+                 "frontend_out_ms": "--frontend-per-output", "frontend_accept": "--frontend-accept-share"}
+_STEPS_ONLY = {"update_ref": "--update", "steps_window": "--steps-window", "form": "--form", "holdout": "--holdout",
+               "stall_pct": "--stall-pct", "loss": "--loss", "seed": "--seed", "evaluate_on": "--evaluate-on",
+               "instance": "--instance"}
+_FIT_ONLY = {"form": "--form", "holdout": "--holdout", "stall_pct": "--stall-pct", "loss": "--loss", "seed": "--seed",
+             "evaluate_on": "--evaluate-on"}
+
+
+def _refuse_unused(ctx: click.Context, from_requests: bool, updating: bool) -> None:
+    """An option that does nothing in the mode given is refused (before any
+    work), not silently ignored: the user meant it to change the result."""
+    if from_requests:
+        refuse_given(ctx, _STEPS_ONLY, "does nothing with --from-requests (a request-level fit has no steps: it "
+                                       "replays the traces' arrivals on the twin); drop one of the two")
+    else:
+        refuse_given(ctx, _REQUEST_ONLY, "only with --from-requests (a fit from steps reads the engine from the "
+                                         "trace and has no front end to model)")
+    if updating:
+        refuse_given(ctx, _FIT_ONLY, "does nothing with --update (the update rescales or refits the given "
+                                     "profile's own form; it holds nothing out and evaluates nothing)")
 
 
 def _update(profile: BatchTimeProfile, steps, out: Path, name: str | None, force: bool = False) -> None:

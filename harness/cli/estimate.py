@@ -13,7 +13,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, coin
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
-from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window
+from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
 from reports.results import result_header
 from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
@@ -152,6 +152,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     --profile (from calibrate --from-requests) and the estimators read the
     twin's reconstructed states, scored against the measured TTFTs.
     """
+    refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
+                     "--join": join_dir})
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in
@@ -164,10 +166,26 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         check_length_policy(lengths)
     except ValueError as e:
         raise BadOption("--lengths", str(e)) from None
-    if join_dir is not None and not (Path(join_dir) / "join.parquet").is_file():
-        raise BadInput(Path(join_dir) / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
+    ctx = click.get_current_context()
+    if online_speed != "on":
+        refuse_given(ctx, {"speed_half_life": "--speed-half-life"}, "only with --online-speed on (it is the "
+                                                                    "online speed factor's half-life)")
+    if recalibrate != "on":
+        refuse_given(ctx, {"recalibration_step": "--recalibration-step"}, "only with --recalibrate on")
+    if "lps-mg" not in chosen:
+        refuse_given(ctx, {"ewma_tau": "--ewma-tau"}, "only with the lps-mg estimator (the only one using the "
+                                                      "online arrival-rate estimate)")
     trace = open_trace(trace_dir)
     recon = None
+    if trace.has("steps") or trace.has("instances"):
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
+                     f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
+                     "engine and its prefix cache")
+    joined = None
+    if join_dir is not None:
+        from traces.client_join import read_join
+
+        joined = read_join(join_dir, trace, trace_dir)
     if not trace.has("steps") and not trace.has("instances"):
         from harness.requestlevel.reconstruct import reconstruct_for_estimate
 
@@ -207,11 +225,9 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
     if join_dir is not None:
-        import pandas as pd
-
         from traces.client_join import client_estimate_check
 
-        m["client"] = client_estimate_check(res.estimates, pd.read_parquet(Path(join_dir) / "join.parquet"))
+        m["client"] = client_estimate_check(res.estimates, joined)
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "estimates.parquet", res.estimates)
         write_parquet(tmp / "attribution.parquet", res.attribution)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.params import refuse_non_utf8
 from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.store import open_trace
 
@@ -27,6 +28,7 @@ def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
     Example:
       latroute trace join client-run rec-run --out join-run
     """
+    refuse_non_utf8({"CLIENT": client_dir, "RECORDING_DIR": recording, "--out": out})
     check_out(out, force, inputs=[client_dir, recording])  # before any work
     from traces.client_join import join_client_recording  # pandas: only when joining
 

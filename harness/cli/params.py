@@ -68,6 +68,16 @@ class _Checked(click.ParamType):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()})"
 
+    def range_text(self) -> str:
+        """The accepted range, compactly, for the help's metavar."""
+        return ""
+
+    def get_metavar(self, param, ctx) -> str:
+        """The range in every option's help line (``--burstiness FLOAT
+        [0.01,100]``): each limit enforced is stated where it is read."""
+        rng = self.range_text()
+        return f"{self.name.upper()} {rng}".strip()
+
 
 class Finite(_Checked):
     """A float within bounds; NaN, -inf and overflow (``1e400``) always
@@ -84,6 +94,16 @@ class Finite(_Checked):
         what = "a number" if self.allow_inf else "a finite number"
         rng = _bound(self.min, self.max, self.min_open, self.max_open)
         return f"{what} {rng}".strip() + (" (inf allowed)" if self.allow_inf else "")
+
+    def range_text(self) -> str:
+        g = "{:g}".format
+        if self.min is not None and self.max is not None:
+            return f"{'(' if self.min_open else '['}{g(self.min)},{g(self.max)}{')' if self.max_open else ']'}"
+        if self.min is not None:
+            return f"{'>' if self.min_open else '>='}{g(self.min)}" + (" or inf" if self.allow_inf else "")
+        if self.max is not None:
+            return f"{'<' if self.max_open else '<='}{g(self.max)}"
+        return ""
 
     def check(self, value: object) -> float | None:
         """``value`` as a float if it is in range, else None."""
@@ -118,6 +138,9 @@ class IntIn(_Checked):
 
     def describe(self) -> str:
         return f"an integer in [{self.lo}, {self.hi}]"
+
+    def range_text(self) -> str:
+        return f"[{self.lo},{self.hi}]"
 
     def check(self, value: object) -> int | None:
         if isinstance(value, bool):
@@ -159,8 +182,13 @@ class FloatList(click.ParamType):
             x = self.item.check(part.strip() if isinstance(part, str) else part)
             if x is None:
                 self.fail(f"item {i} must be {self.item.describe()} (got {_shown(part) or repr(part)})", param, ctx)
+            if x in out:  # a repeated value repeats a sweep's cells (or a percentile) under one name
+                self.fail(f"item {i} repeats {_shown(part)}: give each value once", param, ctx)
             out.append(x)
         return tuple(out)
+
+    def get_metavar(self, param, ctx) -> str:
+        return f"X,Y,... {self.item.range_text()}".strip()
 
     def __repr__(self) -> str:
         return f"FloatList({self.item!r})"
@@ -229,12 +257,64 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
+# The largest rate, duration, time constant or interval any option takes:
+# MAX_TIME_S of traces.limits (about 31 years; q/s, s or ms alike), so a
+# hostile 1e300 is refused while parsing instead of overflowing a schedule.
+MAX_MAGNITUDE = 1e9
+
 # The shared vocabulary, so each option says its range once.
-POSITIVE = Finite(min=0.0, min_open=True)  # rates, durations, time constants
-NON_NEGATIVE = Finite(min=0.0)  # deltas, lambdas, intervals, think times
+# The smallest: a rate of 1e-300 q/s put the 16,000th arrival at 1e304 s, refused only by the output check
+# after the whole run; one per 1,000 s (or a 1 ms duration, time constant or limit) is the least worth asking
+MIN_MAGNITUDE = 1e-3
+POSITIVE = Finite(min=MIN_MAGNITUDE, max=MAX_MAGNITUDE)  # rates, durations, time constants
+NON_NEGATIVE = Finite(min=0.0, max=MAX_MAGNITUDE)  # deltas, lambdas, intervals, think times
+# Gamma shape of arrivals: inter-arrival CV^2 = 1/burstiness, from 0.01 (CV^2 100: nearly all requests in a
+# few bursts) to 100 (CV^2 0.01: nearly periodic); past these the draws degenerate (1e-300 gives gaps of 0
+# and one of the whole duration) and say nothing a neighbouring value does not
+BURSTINESS = Finite(min=0.01, max=100.0)
 FRACTION_OPEN = Finite(min=0.0, max=1.0, min_open=True, max_open=True)  # (0, 1)
 PROBABILITY_BELOW_1 = Finite(min=0.0, max=1.0, max_open=True)  # [0, 1): epsilon
-AT_LEAST_1 = Finite(min=1.0)  # burst ratio, half-lives in steps
+AT_LEAST_1 = Finite(min=1.0, max=MAX_MAGNITUDE)  # burst ratio, half-lives in steps
 COUNT = IntIn(1, MAX_COUNT)  # requests, prompts, rows
 SEED = IntIn(0, MAX_SEED)
 TOKENS = IntIn(1, 10**7)  # one request's prompt or output length
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the option whose parameter is ``name`` was given by the user
+    (command line or environment), not left at its default: an option
+    that does nothing in the combination given is refused, never ignored."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in (click.core.ParameterSource.DEFAULT,
+                                                 click.core.ParameterSource.DEFAULT_MAP)
+
+
+def refuse_given(ctx: click.Context, names: dict[str, str], reason: str) -> None:
+    """BadOption for the first of ``names`` (parameter -> option as typed)
+    the user gave: ``reason`` says why it would do nothing here."""
+    from traces.errors import BadOption
+
+    for param, option in names.items():
+        if given(ctx, param):
+            raise BadOption(option, reason)
+
+
+def refuse_non_utf8(paths: dict[str, object]) -> None:
+    """BadOption for the first path (option -> path or paths) whose name is
+    not UTF-8 (Python holds such bytes as surrogates: ``os.fsdecode(b"x\\xff")``).
+    latroute stores paths and names derived from them (a profile's name is
+    its file's stem) in Parquet and JSON, which take UTF-8 only: such a name
+    once failed deep inside pyarrow as an internal ``UnicodeEncodeError``.
+    Refused at the entry, before any work."""
+    from traces.errors import BadOption
+
+    for option, value in paths.items():
+        for p in value if isinstance(value, list | tuple) else [value]:
+            if p is None:
+                continue
+            try:
+                str(p).encode("utf-8")
+            except UnicodeEncodeError:
+                shown = os.fsencode(str(p)).decode("utf-8", "backslashreplace")
+                raise BadOption(option, f"the path {shown} is not valid UTF-8: rename it (latroute writes paths "
+                                        "and names into UTF-8 files)") from None

@@ -6,8 +6,8 @@ import click
 
 from harness.cli.params import (
     AT_LEAST_1,
+    BURSTINESS,
     NON_NEGATIVE,
-    POSITIVE,
     PROBABILITY_BELOW_1,
 )
 from routers.chance import DEFAULT_EPSILON
@@ -60,9 +60,9 @@ def view_options(f):
 
 
 def arrival_options(f):
-    f = click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
-                     help="Gamma shape: inter-arrival CV^2 = 1/burstiness (vllm bench serve's meaning); other than "
-                          "1 implies --arrival gamma.")(f)
+    f = click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
+                     help="Gamma shape: inter-arrival CV^2 = 1/burstiness (vllm bench serve's meaning), in [0.01, "
+                          "100]; other than 1 implies --arrival gamma.")(f)
     f = click.option("--burst-ratio", type=AT_LEAST_1, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")(f)
     f = click.option("--arrival", type=click.Choice(ARRIVAL_KINDS),
                      help="Arrival process of generated workloads. Default: poisson, or gamma when --burstiness "

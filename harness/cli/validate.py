@@ -9,14 +9,13 @@ import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
-from harness.cli.params import SEED, EngineSetting
+from harness.cli.params import SEED, EngineSetting, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
 from harness.twin.simulation import write_twin_trace
 from harness.twin.validate import validate as run_validation
 from reports.results import result_header
 from reports.serving import format_serving, tidy
-from traces.client_join import client_ttft_check
-from traces.errors import BadInput
+from traces.client_join import client_ttft_check, read_join
 from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.store import TraceWriter, open_trace
 from traces.vllm_versions import unchecked_version_warning
@@ -64,13 +63,21 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     on one twin instance with the engine the profile's calibration fitted
     (``--engine`` overrides); see ``harness.requestlevel.validate``.
     """
+    refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir})
     check_out(out, force, inputs=[trace_dir, profile_ref, join_dir])  # before any work
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
-    if join_dir is not None and not (join_dir / "join.parquet").is_file():
-        raise BadInput(join_dir / "join.parquet", None, "--join", "missing: not a `latroute trace join` output")
+    ctx = click.get_current_context()
+    if noise != "on":
+        refuse_given(ctx, {"seed": "--seed"}, "only with --noise on (it seeds the noise draws; with noise off "
+                                              "every step takes its expected time)")
     trace = open_trace(trace_dir)
+    if trace.has("instances") or trace.has("steps"):
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
+                     f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
+                     "engine and its prefix cache")
+    joined = read_join(join_dir, trace, trace_dir) if join_dir is not None else None
     if not trace.has("instances") and not trace.has("steps"):
         from harness.requestlevel.validate import validate_request_trace
 
@@ -93,7 +100,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     m = v.metrics
     m["wall_s"] = time.perf_counter() - t
     if join_dir is not None:
-        m["client"] = client_ttft_check(v.per_request, pd.read_parquet(join_dir / "join.parquet"))
+        m["client"] = client_ttft_check(v.per_request, joined)
     with StagedDir(out, force) as tmp:
         write_parquet(tmp / "requests.parquet", v.per_request)
         with TraceWriter(tmp / "twin") as w:

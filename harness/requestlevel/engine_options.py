@@ -147,3 +147,45 @@ def frontend_of(profile: BatchTimeProfile | None) -> FrontEnd:
     if profile is None:
         return FrontEnd()
     return FrontEnd.from_json((profile.fitted_on.get("request_fit") or {}).get("frontend"))
+
+
+def refuse_unservable(engine: InstanceConfig, prompts: list, outputs: list, options: dict,
+                      profile_file: str | None = None, profile: BatchTimeProfile | None = None) -> None:
+    """Refuse an engine that could not have served the measured requests.
+
+    A request-level trace holds requests the real server served (they have
+    a measured TTFT), so an engine whose ``max_model_len`` refuses some of
+    them at the front end (prompt >= max_model_len), or whose KV cache
+    cannot hold one of them whole (it would be preempted forever), is not
+    the engine of the trace: fitting or scoring against it would replay
+    nothing (``calibrate --from-requests --engine max_model_len=5`` once
+    ran for minutes and wrote a profile). Named: the ``--engine`` setting
+    when the user gave it, else the profile file whose fitted engine it is.
+    Checked once at the entry, from the requests' lengths."""
+    import numpy as np
+
+    from traces.errors import BadInput
+
+    p = np.concatenate([np.asarray(x, dtype=np.int64) for x in prompts]) if prompts else np.zeros(0, np.int64)
+    o = np.concatenate([np.asarray(x, dtype=np.int64) for x in outputs]) if outputs else np.zeros(0, np.int64)
+    if not p.size:
+        return
+    problems = []
+    rejected = int((p >= engine.max_model_len).sum())
+    if rejected:
+        problems.append(("max_model_len", f"max_model_len={engine.max_model_len} rejects {rejected} of {p.size} "
+                                          f"requests (prompt >= max_model_len; the longest prompt is {int(p.max())} "
+                                          "tokens, and the trace's requests were served)"))
+    tokens = np.minimum(p + o, engine.max_model_len)
+    blocks = -(-tokens // max(engine.block_size, 1))
+    too_big = int((blocks > engine.num_kv_blocks).sum())
+    if too_big and not rejected:
+        problems.append(("num_kv_blocks", f"num_kv_blocks={engine.num_kv_blocks} x block_size={engine.block_size} "
+                                          f"cannot hold {too_big} of {p.size} requests whole (the largest needs "
+                                          f"{int(blocks.max())} blocks; the trace's requests were served)"))
+    for key, why in problems:
+        fitted = key in ((profile.fitted_on.get("engine") or {}) if profile is not None else {})
+        if key in options or ("block_size" in options and key == "num_kv_blocks") or profile_file is None \
+                or not fitted:
+            raise BadOption("--engine", why + ("" if key in options else f"; give --engine {key}=N"))
+        raise BadInput(profile_file, None, f"fitted_on.engine.{key}", why)

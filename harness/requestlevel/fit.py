@@ -283,12 +283,18 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
 
-    from harness.requestlevel.engine_options import engine_settings, parse_engine_options, request_engine
+    from harness.requestlevel.engine_options import (
+        engine_settings,
+        parse_engine_options,
+        refuse_unservable,
+        request_engine,
+    )
     from harness.requestlevel.reconstruct import baseline_params
     from harness.requestlevel.validate import format_request_metrics, validate_requests
     from traces.store import open_trace
 
-    engine = request_engine(None, parse_engine_options(engine_opts))
+    options = parse_engine_options(engine_opts)
+    engine = request_engine(None, options)
     from traces.errors import BadOption
 
     unknown = [w for w in warm if str(w) not in {str(p) for p in paths}]
@@ -296,6 +302,8 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
         raise BadOption("--warm", f"{unknown[0]} is not one of the traces being calibrated on")
     warm_set = {str(w) for w in warm}
     rts = [RequestTrace.of(open_trace(p)).warmed("warm" if str(p) in warm_set else "cold") for p in paths]
+    refuse_unservable(engine, [r.requests["prompt_tokens"] for r in rts], [r.requests["output_tokens"] for r in rts],
+                      options)
     out = Path(out)
     fit = fit_requests(rts, engine, name or out.stem,
                        RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
@@ -303,12 +311,13 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                                         frontend=frontend or FrontEnd()))
     prof = fit.profile
     overhead = float(fit.values[4])
+    # no wall time in the file (it is printed): same traces, options and seed, same bytes
     prof.fitted_on = {"traces": [str(p) for p in paths], "warm_prefix": sorted(warm_set), "requests": int(sum(len(r.requests) for r in rts)),
                       "method": "request-level: twin in the loop (Nelder-Mead on TTFT quantiles, per-request "
                                 "TTFT and TPOT log errors)",
                       "engine": engine_settings(fit.engine),
                       "request_fit": {"frontend_overhead_s": overhead, "loss": fit.loss, "evals": fit.evals,
-                                      "wall_s": fit.wall_s, "initial": initial_values(rts),
+                                      "initial": initial_values(rts),
                                       "engine_searched": search_engine or bool(grid), "virtual_engines": virtual_engines,
                                       "frontend": (frontend or FrontEnd()).to_json()}}
     if fit.engine_search:

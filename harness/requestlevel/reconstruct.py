@@ -81,6 +81,11 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
             d = Path(tmp) / f"r{k}"
             write_reconstruction(rt, profile, engine, overhead_s, d, rt.source, virtual_engines, frontend)
             dirs.append(d)
+            if not open_trace(d).has("steps"):
+                from traces.errors import BadInput
+
+                raise BadInput(rt.source, None, "ttft_s", "the fitted twin replays no engine step of this trace: "
+                                                          "its measured TTFTs and ends cannot be fitted")
             recon = open_trace(d).read("requests")  # the first measured arrival, on the log's clock
             windows.append((float(recon.loc[recon["ttft_s"].notna(), "arrival_s"].min()), np.inf))
         first = engine.instance_id + (".v0" if virtual_engines > 1 else "")
@@ -114,6 +119,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         frontend_of,
         frontend_overhead,
         parse_engine_options,
+        refuse_unservable,
         request_engine,
         virtual_engines,
     )
@@ -124,8 +130,11 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         raise BadOption("--profile", "a request-level trace (no steps) needs a profile from calibrate "
                                      "--from-requests to reconstruct its engine")
     profile = load_profile(profile_ref)
-    engine = request_engine(profile, parse_engine_options(engine_opts))
+    options = parse_engine_options(engine_opts)
+    engine = request_engine(profile, options)
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, str(profile_ref),
+                      profile)
     tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
     d = Path(tmp.name) / "recon"
     write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile),

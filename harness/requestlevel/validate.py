@@ -64,6 +64,7 @@ class RequestTrace:
         for col in ("arrival_s", "prompt_tokens", "output_tokens"):
             if col not in reqs or reqs[col].isna().any():
                 raise BadInput(source, None, col, "every request needs it to be replayed")
+        _check_served(reqs, source)
         reqs = reqs.sort_values(["arrival_s", "request_id"], kind="stable").reset_index(drop=True)
         return cls(reqs, source)
 
@@ -71,6 +72,27 @@ class RequestTrace:
         """Measured mean time per output token after the first (NaN without finish_s)."""
         return tpot_of(self.requests, self.requests["ttft_s"].to_numpy(dtype=np.float64),
                        self.requests["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in self.requests else None)
+
+
+def _check_served(reqs: pd.DataFrame, source: str) -> None:
+    """What every measured request of a served trace satisfies, checked at
+    the entry (rows are the table's, 1-based): at least one output token
+    (the TTFT is that token's), and a finish not before the first token.
+    A row breaking either is a corruption the twin cannot be fitted to (it
+    once surfaced as a missing steps table of a temporary reconstruction)."""
+    out = reqs["output_tokens"].to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~(out >= 1))
+    if bad.size:
+        raise BadInput(source, int(bad[0]) + 1, "output_tokens", f"{out[bad[0]]:g}: a served request has at least "
+                                                                 "one output token")
+    if "finish_s" in reqs:
+        first = reqs["arrival_s"].to_numpy(dtype=np.float64) + reqs["ttft_s"].to_numpy(dtype=np.float64)
+        fin = reqs["finish_s"].to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(np.isfinite(first) & np.isfinite(fin) & (fin < first - 1e-9))
+        if bad.size:
+            i = int(bad[0])
+            raise BadInput(source, i + 1, "finish_s", f"{fin[i]:g} is before the first token (arrival + TTFT = "
+                                                      f"{first[i]:g})")
 
 
 def tpot_of(reqs: pd.DataFrame, ttft: np.ndarray, finish: np.ndarray | None) -> np.ndarray:
@@ -261,6 +283,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
         frontend_of,
         frontend_overhead,
         parse_engine_options,
+        refuse_unservable,
         request_engine,
         virtual_engines,
     )
@@ -270,8 +293,11 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from traces.outputs import StagedDir, write_json, write_parquet
     from traces.store import TraceWriter
 
-    engine = request_engine(profile, parse_engine_options(engine_opts))
+    options = parse_engine_options(engine_opts)
+    engine = request_engine(profile, options)
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}",
+                      profile)
     t = time.perf_counter()
     v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
                           virtual_engines=virtual_engines(profile), frontend=frontend_of(profile))
