@@ -46,10 +46,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # the checks, also importable from here (where callers have always found them)
-from traces.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out
+from traces.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out, write_manifest
 from traces.output_checks import dir_kind as dir_kind
 from traces.output_checks import dir_marked as dir_marked
 from traces.output_checks import file_marked as file_marked
+from traces.output_checks import stranger as stranger
 
 # ---------------------------------------------------------------- permissions
 
@@ -252,6 +253,7 @@ class StagedDir:
 
     def commit(self) -> None:
         try:
+            write_manifest(self.tmp, self.kind)  # what --force may later remove: these names, nothing else
             check_out(self.out, self.force, kind="dir", option=self.option, held=True)
             replace_with(self.tmp, self.out)
         except BaseException:

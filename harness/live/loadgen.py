@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
@@ -213,30 +214,72 @@ class _Client:
         return r
 
 
-async def _model_name(session, base_url: str) -> str:
+MODELS_MAX_BYTES = 16 << 20  # a larger /v1/models answer is not a model list
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+JSON_MAX_DEPTH = 64  # nesting deeper than this is not an OpenAI answer (and would exhaust the parser's stack)
+
+
+def json_answer(url: str, body: bytes) -> object:
+    """An HTTP answer's JSON, or BadInput naming the URL: not UTF-8, not
+    JSON, or nested deeper than JSON_MAX_DEPTH (checked before parsing:
+    json.loads would raise RecursionError on 10,000 levels)."""
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BadInput(url, None, "answer", f"not UTF-8 (byte {e.start})") from None
+    depth = 0
+    for ch in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        if depth > JSON_MAX_DEPTH:
+            raise BadInput(url, None, "answer", f"JSON nested deeper than {JSON_MAX_DEPTH} levels: not a model list")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise BadInput(url, None, "answer", f"not JSON ({e})") from None
+
+
+async def _get_models(session, base_url: str, timeout_s: float) -> tuple[int, bytes]:
+    """GET /v1/models within ``timeout_s`` (status, body; the body read up
+    to MODELS_MAX_BYTES + 1)."""
     import aiohttp
 
+    async def get() -> tuple[int, bytes]:
+        async with session.get(base_url + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return resp.status, await resp.content.read(MODELS_MAX_BYTES + 1)
+
+    return await asyncio.wait_for(get(), timeout=timeout_s)
+
+
+async def _model_name(session, base_url: str, timeout_s: float) -> str:
+    import aiohttp
+
+    url = base_url + "/v1/models"
     try:
-        async with session.get(base_url + "/v1/models") as resp:
-            if resp.status != 200:
-                raise RunFailed(f"GET {base_url}/v1/models answered HTTP {resp.status}; pass --model")
-            doc = await resp.json(content_type=None)
+        status, body = await _get_models(session, base_url, timeout_s)
     except aiohttp.ClientConnectorError as e:
         raise RunFailed(f"server not reachable at {base_url}: {e}") from None
-    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as e:
-        raise RunFailed(f"GET {base_url}/v1/models failed ({type(e).__name__}: {e}); pass --model") from None
+    except TimeoutError:
+        raise RunFailed(f"GET {url}: no answer within {timeout_s:g} s (--time-limit, --request-timeout); "
+                        "pass --model") from None
+    except aiohttp.ClientError as e:
+        raise RunFailed(f"GET {url} failed ({type(e).__name__}: {e}); pass --model") from None
+    if status != 200:
+        raise RunFailed(f"GET {url} answered HTTP {status}; pass --model")
+    if len(body) > MODELS_MAX_BYTES:
+        raise BadInput(url, None, "answer", f"larger than {MODELS_MAX_BYTES} bytes: not a model list")
+    doc = json_answer(url, body)
     try:
         return str(doc["data"][0]["id"])
     except (KeyError, IndexError, TypeError):
-        raise RunFailed(f"GET {base_url}/v1/models: no model listed; pass --model") from None
+        raise RunFailed(f"GET {url}: no model listed; pass --model") from None
 
 
-async def _probe(session, base_url: str) -> None:
+async def _probe(session, base_url: str, timeout_s: float) -> None:
     import aiohttp
 
     try:
-        async with session.get(base_url + "/v1/models") as resp:
-            await resp.read()
+        await _get_models(session, base_url, timeout_s)
     except aiohttp.ClientConnectorError as e:
         raise RunFailed(f"server not reachable at {base_url}: {e}") from None
     except (TimeoutError, aiohttp.ClientError):
@@ -250,13 +293,18 @@ async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], f
     for rid, p, h in zip(wl.request_id, wl.prompt_tokens, wl.hash_ids):
         ids = prompt_token_ids(int(p), h, wl.hash_block_tokens, f"{cfg.seed}:{rid}")
         prompts.append(as_words(ids) if cfg.prompt_format == "words" else ids)
-    timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
+    start = time.perf_counter()  # every network wait below ends by start + time_limit_s
+
+    def left() -> float:
+        return max(cfg.time_limit_s - (time.perf_counter() - start), 0.001)
+
+    timeout = aiohttp.ClientTimeout(total=min(cfg.request_timeout_s, cfg.time_limit_s))
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         if cfg.model is None:
-            cfg.model = await _model_name(session, cfg.base_url)
+            cfg.model = await _model_name(session, cfg.base_url, min(cfg.request_timeout_s, left()))
         else:
-            await _probe(session, cfg.base_url)
+            await _probe(session, cfg.base_url, min(cfg.request_timeout_s, left()))
         t0 = time.perf_counter()
         client = _Client(cfg, session, t0)
         results = [RequestResult(int(rid), f"{cfg.id_prefix}{int(rid)}", float(a) - float(wl.arrival_s.min()),
@@ -275,7 +323,7 @@ async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], f
             await asyncio.gather(*tasks)
 
         try:
-            await asyncio.wait_for(dispatch(), timeout=cfg.time_limit_s)
+            await asyncio.wait_for(dispatch(), timeout=left())
         except TimeoutError:
             for r in results:
                 if not r.error and (math.isnan(r.send_s) or math.isnan(r.e2e_s)):
