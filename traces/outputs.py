@@ -234,7 +234,9 @@ class StagedDir:
             self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out.name), dir=self.out.parent))
             honour_umask(self.tmp, directory=True)
             (self.tmp / MARKER).write_text(f"{kind}\n")
-        except BaseException:
+        except BaseException:  # Ctrl-C / SIGTERM here too: no staging directory left behind
+            if getattr(self, "tmp", None) is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
             self.lock.release()
             raise
 
