@@ -104,3 +104,16 @@ def test_sigterm_terminates_a_running_query(small_trace):
             proc.kill()
             proc.wait()
     assert proc.returncode == 143 and err.decode().strip() == "terminated", (proc.returncode, err)
+
+
+def test_a_table_that_breaks_mid_query_is_named_not_the_sql(tmp_path, small_trace):
+    import shutil
+
+    from tests.adversarial import refused_cleanly
+
+    t = tmp_path / "t"
+    shutil.copytree(small_trace, t)
+    f = t / "requests.parquet"
+    f.write_bytes(b"\0" + f.read_bytes())  # the footer still parses; the column chunks are off by one
+    refused_cleanly(["trace", "query", t, "select sum(prompt_tokens) from requests"], [t],
+                    "requests.parquet", "requests")

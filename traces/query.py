@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import select
 import signal
 import threading
@@ -128,6 +129,13 @@ def add_wall_clock(con: duckdb.DuckDBPyConnection, trace: Trace) -> None:
     t0 = pd.Timestamp(start).tz_convert("UTC").tz_localize(None) if pd.Timestamp(start).tzinfo else pd.Timestamp(start)
     con.execute(f"CREATE MACRO wall_clock(s) AS TIMESTAMP '{t0.isoformat(sep=' ')}' "
                 "+ to_microseconds(CAST(round(s * 1e6) AS BIGINT))")
+
+
+def _failed_table(trace: Trace, message: str) -> str | None:
+    """The table whose file failed to stream (DuckDB: "reading the stream
+    registered as 'NAME' failed"), if that is what the error says."""
+    m = re.search(r"stream registered as '([^']+)'", message)
+    return m.group(1) if m and m.group(1) in trace.tables else None
 
 
 def _refusal(e: Exception) -> str:
@@ -236,6 +244,10 @@ def run_query(trace: Trace, sql: str, unsafe: bool = False, timeout_s: float = D
                 df = con.sql(sql).df()
             except duckdb.Error as e:
                 _raise_stopped(state["why"], timeout_s)
+                bad = _failed_table(trace, str(e))
+                if bad is not None:  # the file broke, not the SQL: name the file
+                    raise BadInput(trace.file(bad), None, bad, f"unreadable while the query ran "
+                                   f"({_refusal(e)})") from None
                 raise BadInput(trace.path, None, "SQL", _refusal(e)) from None
             _raise_stopped(state["why"], timeout_s)  # a signal noted as the query ended is still honoured
             return df

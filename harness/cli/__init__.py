@@ -68,6 +68,27 @@ def _signum(e: BaseException) -> int:
     return signal.SIGINT
 
 
+def _early_interrupt(signum, frame) -> None:
+    """Ctrl-C while the command line itself is still being imported: the
+    one line and 130, not a KeyboardInterrupt traceback."""
+    os.write(2, b"interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _run_as_program() -> bool:
+    """Whether this import is the ``latroute`` program starting (console
+    script or ``python -m harness.cli``), not a library or test import."""
+    return os.path.basename(sys.argv[0] if sys.argv else "") in ("-m", "latroute")
+
+
+if _run_as_program() and threading.current_thread() is threading.main_thread():
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _early_interrupt)
+    except (ValueError, OSError):
+        pass
+
+
 def _terminate(signum, frame) -> None:
     raise Terminated()
 
@@ -205,6 +226,8 @@ class LatrouteGroup(click.Group):
 
     def _run(self, argv: list[str], prog_name: str, complete_var, **extra) -> int:
         debug = _debug_requested(argv)
+        if signal.getsignal(signal.SIGINT) is _early_interrupt:  # from here on Ctrl-C unwinds (outputs cleaned)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         restore = _handle_sigterm()
         try:
             rv = super().main(argv, prog_name, complete_var, False, **extra)
