@@ -38,6 +38,7 @@ def _signal_when(proc: subprocess.Popen, ready: Callable[[], bool], sig: int, ti
     return err.decode()
 
 
+@pytest.mark.fuzz  # ~5 s: a real bench child process
 def test_sigterm_on_bench_removes_its_synthetic_csv(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
