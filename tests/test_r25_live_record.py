@@ -92,3 +92,14 @@ def test_good_parts_are_joined_verified_and_then_removed(tmp_path):
     req = pd.read_csv(rec / "requests.csv", dtype=str, keep_default_na=False)
     assert list(req.columns) == list(REQUEST_FIELDS) and list(req["id"]) == ["r0", "r7", "r1", "r2"]
     assert sorted(os.listdir(rec)) == ["engine.json", "requests.csv", "steps.jsonl"]
+
+
+def test_parts_stay_when_the_joined_file_does_not_read_back(tmp_path, monkeypatch):
+    from traces.vllm_recorder import finish
+    from traces.vllm_recorder.files import finish_recording
+
+    rec = _recording(tmp_path / "rec")
+    monkeypatch.setattr(finish, "_digest", lambda path: b"not what was written")
+    with pytest.raises(OSError, match="read back"):
+        finish_recording(rec)
+    assert sorted(os.listdir(rec)) == ["engine.json", "steps.00000.jsonl"]  # the part kept, no temporary left
