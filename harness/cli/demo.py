@@ -111,6 +111,9 @@ def _run_demo(out: Path, root: Path, seed: int) -> None:
     results = fit_forms(data.steps, ccfg)
     chosen = best_form(results)
     profile = build_profile(f"demo-{DEMO_INSTANCE}", results[chosen], data, ccfg)
+    for src in (profile.fitted_on or {}).get("traces", []):  # name the trace where it ends up, not the staging
+        if isinstance(src, dict) and src.get("trace") == str(served):
+            src["trace"] = str(out / "served")
     profile.save(root / "profile.json")
     click.echo(format_results(results, chosen))
     click.echo(format_profile(profile))
