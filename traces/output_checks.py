@@ -3,6 +3,16 @@ any work, against the markers latroute writes (``.latroute`` in every output
 directory, ``"latroute_output"`` in every JSON file output), the command's
 own inputs, ``.`` and its ancestors, kernel file systems, special files and
 a live writer's lock. The writing itself is ``traces.outputs``.
+
+The marker covers what latroute wrote, not what was put beside it since
+(issue 25: ``--force`` onto a marked directory deleted a user's file, a FIFO
+and a device node added to it). A directory built whole and renamed into
+place (``StagedDir``) records in its marker every name it holds (``f`` file,
+``d`` directory, one JSON-quoted relative path a line: ``write_manifest``);
+``--force`` replaces it only if nothing else is there now, and names the
+first stranger. A marker without that list (outputs written in place, as
+sweeps are, or before the list existed) still never covers a link or a
+special file inside it: those are refused too.
 """
 from __future__ import annotations
 
@@ -26,6 +36,8 @@ FORBIDDEN_ROOTS = ("/proc", "/sys", "/dev")  # kernel and device file systems: n
 NAME_MAX = 255  # bytes per path component (Linux, every common file system)
 PATH_MAX = 4095  # bytes per path
 _MARKED_JSON_MAX_BYTES = 64 << 20  # a larger "profile" is not one latroute wrote
+_MANIFEST_MAX_BYTES = 64 << 20  # a larger marker is not one latroute wrote
+MANIFEST_MAX_ENTRIES = 1_000_000  # a marked directory holding more is not replaced (the walk is bounded)
 
 
 # ---------------------------------------------------------------- checking
@@ -55,12 +67,97 @@ def dir_marked(path: Path) -> bool:
     return False
 
 
+def _marker_lines(path: Path) -> list[str] | None:
+    """The lines of ``path``'s marker (a regular file, not followed), None if unreadable."""
+    try:
+        fd = os.open(Path(path) / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            data = f.read(_MANIFEST_MAX_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > _MANIFEST_MAX_BYTES:
+        return None
+    return data.decode("utf-8", "replace").splitlines()
+
+
 def dir_kind(path: Path) -> str | None:
     """The kind a marked directory records (``sweep``, ``trace``, ...), None if unmarked."""
-    try:
-        return (Path(path) / MARKER).read_text().strip() or "output"
-    except OSError:
+    lines = _marker_lines(path)
+    if lines is None:
         return "sweep" if dir_marked(path) else None
+    return (lines[0].strip() if lines else "") or "output"
+
+
+def _entries(root: Path) -> list[tuple[str, str]]:
+    """(type, relative path) of everything under ``root``, links not followed:
+    type ``d``, ``f`` or a special kind's name (``a symbolic link``, ...).
+    Stops after MANIFEST_MAX_ENTRIES (the caller refuses that)."""
+    out: list[tuple[str, str]] = []
+    todo = [""]
+    while todo and len(out) <= MANIFEST_MAX_ENTRIES:
+        rel = todo.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, rel) if rel else root), key=lambda e: e.name)
+        except OSError:
+            out.append(("an unreadable directory", rel))
+            continue
+        for e in entries:
+            name = f"{rel}/{e.name}" if rel else e.name
+            try:
+                mode = e.stat(follow_symlinks=False).st_mode
+            except OSError:
+                out.append(("an unreadable entry", name))
+                continue
+            if stat.S_ISDIR(mode):
+                out.append(("d", name))
+                todo.append(name)
+            elif stat.S_ISREG(mode):
+                out.append(("f", name))
+            else:
+                out.append((_kind_of(mode) or "a special file", name))
+    return sorted(out, key=lambda t: t[1])
+
+
+def write_manifest(directory: Path, kind: str) -> None:
+    """The marker of a finished directory: its kind, then every name in it."""
+    lines = [f"{t} {json.dumps(rel)}" for t, rel in _entries(Path(directory)) if rel != MARKER]
+    (Path(directory) / MARKER).write_text(f"{kind}\n" + "".join(f"{ln}\n" for ln in lines))
+
+
+def _manifest(lines: list[str]) -> set[tuple[str, str]] | None:
+    if len(lines) < 2:
+        return None  # kind only: written in place, or before manifests
+    listed = set()
+    for ln in lines[1:]:
+        t, _, rel = ln.partition(" ")
+        try:
+            name = json.loads(rel)
+        except ValueError:
+            return set()  # a damaged list covers nothing
+        if t in ("d", "f") and isinstance(name, str):
+            listed.add((t, name))
+    return listed
+
+
+def stranger(out: Path) -> str | None:
+    """What in marked directory ``out`` latroute did not write (the first
+    such entry, described), or None: with a manifest, anything it does not
+    list; without one, any link or special file."""
+    lines = _marker_lines(out) or []
+    listed = _manifest(lines)
+    entries = _entries(out)
+    if len(entries) > MANIFEST_MAX_ENTRIES:
+        return f"more than {MANIFEST_MAX_ENTRIES:,} entries"
+    for t, rel in entries:
+        if rel == MARKER or (rel in LEGACY_MARKERS and t == "f"):
+            continue
+        if t not in ("d", "f"):
+            return f"{out / rel} ({t})"
+        if listed is not None and (t, rel) not in listed:
+            return f"{out / rel} ({'a directory' if t == 'd' else 'a file'} latroute did not write there)"
+    return None
 
 
 def file_marked(path: Path) -> bool:
@@ -175,7 +272,12 @@ def check_out(out: str | Path, force: bool = False, *, kind: str = "dir", inputs
             raise _refuse(out, f"cannot be read ({e.strerror})", option) from None
         if empty:
             return out
-        return _replaceable(out, force, lambda: dir_marked(out), f"{owner} (no {MARKER} marker)", option)
+        _replaceable(out, force, lambda: dir_marked(out), f"{owner} (no {MARKER} marker)", option)
+        other = stranger(out)
+        if other is not None:
+            raise _refuse(out, f"holds {other}: --force replaces only what latroute wrote (move it out first)",
+                          option)
+        return out
     if kind == "dir":
         raise _refuse(out, "is a file, not a directory latroute wrote" + ("" if force else " (nothing replaced)"),
                       option)

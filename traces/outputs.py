@@ -46,10 +46,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # the checks, also importable from here (where callers have always found them)
-from traces.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out
+from traces.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out, write_manifest
 from traces.output_checks import dir_kind as dir_kind
 from traces.output_checks import dir_marked as dir_marked
 from traces.output_checks import file_marked as file_marked
+from traces.output_checks import stranger as stranger
 
 # ---------------------------------------------------------------- permissions
 
@@ -233,7 +234,9 @@ class StagedDir:
             self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out.name), dir=self.out.parent))
             honour_umask(self.tmp, directory=True)
             (self.tmp / MARKER).write_text(f"{kind}\n")
-        except BaseException:
+        except BaseException:  # Ctrl-C / SIGTERM here too: no staging directory left behind
+            if getattr(self, "tmp", None) is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
             self.lock.release()
             raise
 
@@ -252,6 +255,7 @@ class StagedDir:
 
     def commit(self) -> None:
         try:
+            write_manifest(self.tmp, self.kind)  # what --force may later remove: these names, nothing else
             check_out(self.out, self.force, kind="dir", option=self.option, held=True)
             replace_with(self.tmp, self.out)
         except BaseException:

@@ -30,10 +30,27 @@ Times in a trace are seconds from its first arrival; ``wall_clock(s)`` turns
 them into UTC timestamps where the source had a wall clock (meta.json's
 ``wall_clock_start``: Azure traces) and fails with a clear message where it
 had none, rather than printing dates in 1970.
+
+Interruptible and bounded (issue 25): DuckDB runs a query in C++ without
+returning to Python, so Python's own SIGINT handler would run only after the
+query ends (a ``count(*)`` over ``range(10^12)`` ignored Ctrl-C for hours).
+While a query runs, SIGINT and SIGTERM are only noted (their C-level
+handler writes to a wakeup fd) and a watchdog thread, woken by that fd or by
+the ``timeout``, calls ``connection.interrupt()``; the query then raises
+KeyboardInterrupt (``Terminated`` for SIGTERM) or ``QueryTimeout``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+import os
+import re
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from traces.errors import BadInput
 from traces.store import Trace
@@ -50,6 +67,19 @@ SANDBOX_SETTINGS = (
     ("enable_external_access", "false"),
     ("lock_configuration", "true"),
 )
+DEFAULT_TIMEOUT_S = 300.0  # --timeout's default; 0 means none
+
+
+class QueryTimeout(Exception):
+    """The query ran past its time limit and was interrupted (exit 1, not bad input)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a query: handled as Ctrl-C is (the CLI exits 143)."""
+
+    signum = signal.SIGTERM
+
+
 UNSAFE_HINT = "trace query reads the trace's tables and nothing else (--unsafe lifts this)"
 
 
@@ -101,6 +131,13 @@ def add_wall_clock(con: duckdb.DuckDBPyConnection, trace: Trace) -> None:
                 "+ to_microseconds(CAST(round(s * 1e6) AS BIGINT))")
 
 
+def _failed_table(trace: Trace, message: str) -> str | None:
+    """The table whose file failed to stream (DuckDB: "reading the stream
+    registered as 'NAME' failed"), if that is what the error says."""
+    m = re.search(r"stream registered as '([^']+)'", message)
+    return m.group(1) if m and m.group(1) in trace.tables else None
+
+
 def _refusal(e: Exception) -> str:
     import duckdb
 
@@ -111,8 +148,87 @@ def _refusal(e: Exception) -> str:
     return first
 
 
-def run_query(trace: Trace, sql: str, unsafe: bool = False) -> pd.DataFrame:
-    """The result of ``sql`` over ``trace``'s tables, read-only unless ``unsafe``."""
+@contextmanager
+def interruptible(interrupt: Callable[[], Any], timeout_s: float) -> Iterator[dict]:
+    """While the body runs, SIGINT/SIGTERM (main thread only) and the end of
+    ``timeout_s`` (0 or inf: none) call ``interrupt()`` from a watchdog
+    thread. Yields a dict whose ``"why"`` becomes ``"timeout"``,
+    ``signal.SIGINT`` or ``signal.SIGTERM`` once it has fired; the caller
+    turns that into the right exception. The previous handlers and wakeup
+    fd are restored on the way out."""
+    state: dict = {"why": None}
+    deadline = time.monotonic() + timeout_s if timeout_s and math.isfinite(timeout_s) else math.inf
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    os.set_blocking(rfd, False)
+    done = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    previous: dict = {}
+    old_fd = -1
+    if main:
+        def note(signum, frame) -> None:
+            state["why"] = state["why"] or signum
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job's ignored Ctrl-C stays ignored
+                previous[sig] = signal.signal(sig, note)
+        old_fd = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while not done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                state["why"] = state["why"] or "timeout"
+                interrupt()
+                return
+            ready, _, _ = select.select([rfd], [], [], min(left, 0.5))
+            if done.is_set():
+                return
+            if ready:
+                try:
+                    data = os.read(rfd, 64)
+                except BlockingIOError:
+                    data = b""
+                sigs = [b for b in data if b in (signal.SIGINT, signal.SIGTERM)]
+                if sigs:
+                    state["why"] = state["why"] or signal.Signals(sigs[0])
+                    interrupt()
+                    return
+
+    watchdog = threading.Thread(target=watch, name="latroute-query-watchdog", daemon=True)
+    watchdog.start()
+    try:
+        yield state
+    finally:
+        done.set()
+        try:
+            os.write(wfd, b"\0")  # wake the watchdog now (0 is no signal's number)
+        except OSError:
+            pass
+        watchdog.join(timeout=5)
+        if main:
+            signal.set_wakeup_fd(old_fd)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        os.close(rfd)
+        os.close(wfd)
+
+
+def _raise_stopped(why: object, timeout_s: float) -> None:
+    if why == "timeout":
+        raise QueryTimeout(f"trace query: stopped after --timeout {timeout_s:g} s (pass a larger --timeout, "
+                           "or 0 for none)")
+    if why == signal.SIGTERM:
+        raise Terminated()
+    if why is not None:
+        raise KeyboardInterrupt()
+
+
+def run_query(trace: Trace, sql: str, unsafe: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> pd.DataFrame:
+    """The result of ``sql`` over ``trace``'s tables, read-only unless
+    ``unsafe``; interrupted by Ctrl-C (KeyboardInterrupt), SIGTERM
+    (``Terminated``) or after ``timeout_s`` seconds (``QueryTimeout``; 0:
+    no limit)."""
     import duckdb
 
     if not sql.strip():
@@ -123,8 +239,17 @@ def run_query(trace: Trace, sql: str, unsafe: bool = False) -> pd.DataFrame:
     else:
         con = sandboxed_connection(trace)
     try:
-        return con.sql(sql).df()
-    except duckdb.Error as e:
-        raise BadInput(trace.path, None, "SQL", _refusal(e)) from None
+        with interruptible(con.interrupt, timeout_s) as state:
+            try:
+                df = con.sql(sql).df()
+            except duckdb.Error as e:
+                _raise_stopped(state["why"], timeout_s)
+                bad = _failed_table(trace, str(e))
+                if bad is not None:  # the file broke, not the SQL: name the file
+                    raise BadInput(trace.file(bad), None, bad, f"unreadable while the query ran "
+                                   f"({_refusal(e)})") from None
+                raise BadInput(trace.path, None, "SQL", _refusal(e)) from None
+            _raise_stopped(state["why"], timeout_s)  # a signal noted as the query ended is still honoured
+            return df
     finally:
         con.close()

@@ -16,16 +16,24 @@ them apart from the status alone:
 - an internal error (a bug, or the environment failing under us): one line
   ``error: internal error: Type: message (run with --debug ...)``, exit 1;
   ``latroute --debug CMD`` or ``LATROUTE_DEBUG=1`` prints the traceback too;
-- Ctrl-C: one line ``interrupted``, exit 130 (128 + SIGINT, as shells do).
+- Ctrl-C: one line ``interrupted``, exit 130 (128 + SIGINT, as shells do);
+  SIGTERM is handled the same way (outputs being written are cleaned up:
+  their temporaries removed as the exception unwinds), one line
+  ``terminated``, exit 143 (128 + SIGTERM).
 
 Every error line is made printable first: newlines folded, and text that
 came from non-UTF-8 paths (surrogate escapes) shown as ``\\xNN``, so
 printing the error can never itself fail.
 """
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (harness.cli.signals first, on purpose)
+
+# first, before click and the rest: Ctrl-C while they import is one line, not a traceback
+from harness.cli.signals import _early_interrupt, _handle_sigterm, _signum
+from harness.cli.signals import Terminated as Terminated
 
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -34,13 +42,18 @@ import click
 
 from traces.errors import BadInput
 
-# Exit statuses: 1 = a failed check/run or an internal error, 2 = bad input, 130 = interrupted.
-EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+# Exit statuses: 1 = a failed check/run or an internal error, 2 = bad input, 130 = interrupted (SIGINT),
+# 143 = terminated (SIGTERM).
+EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 130, 143
 
 
 class _Interrupted(Exception):
-    """Ctrl-C seen inside a command: raised past click, which would print a
-    blank line and ``Aborted!`` for a KeyboardInterrupt."""
+    """Ctrl-C (or SIGTERM) seen inside a command: raised past click, which
+    would print a blank line and ``Aborted!`` for a KeyboardInterrupt."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -147,8 +160,8 @@ class LatrouteGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise _Interrupted() from None
+        except KeyboardInterrupt as e:
+            raise _Interrupted(_signum(e)) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode: bool = True, **extra):
         """Run a command through the one error path (see the module
@@ -162,6 +175,9 @@ class LatrouteGroup(click.Group):
 
     def _run(self, argv: list[str], prog_name: str, complete_var, **extra) -> int:
         debug = _debug_requested(argv)
+        if signal.getsignal(signal.SIGINT) is _early_interrupt:  # from here on Ctrl-C unwinds (outputs cleaned)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        restore = _handle_sigterm()
         try:
             rv = super().main(argv, prog_name, complete_var, False, **extra)
         except BadInput as e:
@@ -170,7 +186,10 @@ class LatrouteGroup(click.Group):
         except click.ClickException as e:
             _say(click_error_line(e))
             return EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code
-        except (_Interrupted, KeyboardInterrupt, click.Abort):
+        except (_Interrupted, KeyboardInterrupt, click.Abort) as e:
+            if _signum(e) == signal.SIGTERM:
+                _say("terminated")
+                return EXIT_TERMINATED
             _say("interrupted")
             return EXIT_INTERRUPTED
         except Exception as e:  # the one place internal errors end
@@ -178,6 +197,8 @@ class LatrouteGroup(click.Group):
                 click.echo(traceback.format_exc(), err=True, nl=False)
             _say(f"error: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)")
             return EXIT_INTERNAL
+        finally:
+            restore()
         # library mode returns ctx.exit(N)'s N, or the command's value (None for every latroute command)
         return rv if type(rv) is int else 0
 

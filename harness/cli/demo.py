@@ -33,7 +33,7 @@ from reports.results import command_line, load_result, result_header
 from reports.serving import tidy_estimates
 from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
-from traces.outputs import MARKER, StagedDir, check_out, dir_marked, write_json, write_parquet
+from traces.outputs import StagedDir, check_out, write_json, write_parquet
 from traces.store import TraceWriter, open_trace
 from traces.summary import format_summary, summarize
 from traces.workload import WorkloadConfig, generate_workload, write_workload
@@ -62,12 +62,21 @@ def demo(out: Path, seed: int) -> None:
     """
     t0 = time.perf_counter()
     # a new directory, an empty one, or an earlier demo's (its marker): the demo replaces its own outputs
-    # every run, and nothing else (a directory of someone's files is refused before any work)
+    # every run, and nothing else (a directory of someone's files is refused before any work). Everything is
+    # built in a pid-named temporary beside OUT and renamed onto it at the end, so a killed demo leaves no
+    # partial OUT (the next run removes the temporary of a dead pid).
     check_out(out, force=True, owner="latroute demo")
-    out.mkdir(parents=True, exist_ok=True)
-    if not dir_marked(out):
-        (out / MARKER).write_text("demo\n")
-    workload = out / "workload"
+    with StagedDir(out, force=True, kind="demo") as root:
+        _run_demo(out, Path(root), seed)
+    click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
+    click.echo(f"try: latroute trace query {out / 'served'} \"select instance_id, count(*), avg(ttft_s) from "
+               f"requests group by 1\"")
+
+
+def _run_demo(out: Path, root: Path, seed: int) -> None:
+    """The demo's steps, writing under ``root`` (the staging directory);
+    paths recorded in the outputs and shown name ``out``, where they end up."""
+    workload = root / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
     click.echo(f"[1/6] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")
     write_workload(cfg, workload, force=True)
@@ -79,10 +88,10 @@ def demo(out: Path, seed: int) -> None:
     t = time.perf_counter()
     res = Twin.from_pool(pool, TwinConfig(seed=seed)).run(generate_workload(cfg).requests, shortest_queue_router)
     wall = time.perf_counter() - t
-    served = out / "served"
+    served = root / "served"
     with TraceWriter(served, force=True) as w:
         w.meta["source"] = {"kind": "twin", "pool": DEMO_POOL, "router": "shortest-queue", "seed": seed,
-                            "workload": str(workload)}
+                            "workload": str(out / "workload")}
         w.meta["arrivals"] = "measured"
         w.meta["frontend_overhead_s"] = pool.frontend_overhead_s
         write_twin_trace(w, res)
@@ -102,7 +111,10 @@ def demo(out: Path, seed: int) -> None:
     results = fit_forms(data.steps, ccfg)
     chosen = best_form(results)
     profile = build_profile(f"demo-{DEMO_INSTANCE}", results[chosen], data, ccfg)
-    profile.save(out / "profile.json")
+    for src in (profile.fitted_on or {}).get("traces", []):  # name the trace where it ends up, not the staging
+        if isinstance(src, dict) and src.get("trace") == str(served):
+            src["trace"] = str(out / "served")
+    profile.save(root / "profile.json")
     click.echo(format_results(results, chosen))
     click.echo(format_profile(profile))
     if chosen == truth.form:
@@ -116,10 +128,10 @@ def demo(out: Path, seed: int) -> None:
         models[inst] = (prof, BaselineParams.from_derived(prof.derived))
     est = estimate_trace(served_trace, models, EstimateConfig(lengths="column",
                                                               frontend_overhead_s=pool.frontend_overhead_s))
-    with StagedDir(out / "estimates", force=True) as tmp:
+    with StagedDir(root / "estimates", force=True) as tmp:
         write_parquet(tmp / "estimates.parquet", est.estimates)
         write_parquet(tmp / "attribution.parquet", est.attribution)
-        write_json(tmp / "metrics.json", {**result_header("estimate"), **est.metrics, "trace": str(served)})
+        write_json(tmp / "metrics.json", {**result_header("estimate"), **est.metrics, "trace": str(out / "served")})
         write_parquet(tmp / "metrics.parquet", tidy_estimates(est.metrics))
     click.echo(format_metrics(est.metrics))
 
@@ -128,12 +140,12 @@ def demo(out: Path, seed: int) -> None:
     click.echo(f"\n[5/6] sweeping {len(MAIN_ROUTERS)} routers over {len(DEMO_SWEEP_RATES)} arrival rates "
                f"({DEMO_SWEEP_REQUESTS} requests per cell, sfs-soft with delta 1e-6 per us)")
     spec = SweepSpec(pool=DEMO_POOL, requests=DEMO_SWEEP_REQUESTS)
-    df, summary = run_and_write_sweep(out / "sweep", spec, cells, default_workers(), force=True,
+    df, summary = run_and_write_sweep(root / "sweep", spec, cells, default_workers(), force=True,
                                       command=command_line())
     click.echo(format_sweep(summary))
     click.echo("what routers are told: " + ", ".join(f"{k} {v['policy']}" for k, v in summary["policies"].items()))
     fcells = [Cell(DEMO_SWEEP_RATES[-1], "sfs-soft", d, seed=seed) for d in DEMO_DELTAS]
-    fdf, fsum = run_and_write_sweep(out / "frontier", spec, fcells, default_workers(), force=True,
+    fdf, fsum = run_and_write_sweep(root / "frontier", spec, fcells, default_workers(), force=True,
                                     command=command_line())
     click.echo(f"sfs-soft at {DEMO_SWEEP_RATES[-1]:g} q/s, delta -> (mean utility, mean TTFT): " + ", ".join(
         f"{p['delta_per_us']:g} -> ({p['mean_utility']:.3f}, {p['ttft_mean_s']:.3f} s)" for p in fsum["frontier"]))
@@ -148,18 +160,15 @@ def demo(out: Path, seed: int) -> None:
         rres = replay(pool, DEMO_POOL, wl8.requests, wl8.quality,
                       ReplayConfig(router=router, delta_per_us=DEMO_DELTA if router_entry(router).uses_delta else 0.0,
                                    seed=seed))
-        write_replay_result(out / "replays" / router, rres, pool, wl8.quality, router, seed, force=True,
+        write_replay_result(root / "replays" / router, rres, pool, wl8.quality, router, seed, force=True,
                             command=command_line())
-        replay_dirs.append(out / "replays" / router)
+        replay_dirs.append(root / "replays" / router)
         m = rres.metrics
         click.echo(f"  {router:<17} OnTimeUtility {m['ontime_utility']:.3f}  SLO attainment "
                    f"{100 * m['slo_attainment']:5.1f}%  TTFT mean {m['ttft_mean_s']:.3f} s  p90 {m['ttft_p90_s']:.3f} s")
-    with StagedDir(out / "report", force=True) as tmp:
-        info = build_report([load_result(p) for p in [out / "estimates", out / "sweep", out / "frontier",
+    with StagedDir(root / "report", force=True) as tmp:
+        info = build_report([load_result(p) for p in [root / "estimates", root / "sweep", root / "frontier",
                                                        *replay_dirs]], tmp, router_order=ROUTERS)
     click.echo(f"report with {len(info['figures'])} figures: {(out / 'report' / 'index.html').resolve()}"
                + (f"\ninteractive (hover, zoom, toggle): {(out / 'report' / 'interactive.html').resolve()}"
                   if info.get("interactive") else ""))
-    click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")
-    click.echo(f"try: latroute trace query {served} \"select instance_id, count(*), avg(ttft_s) from requests "
-               f"group by 1\"")

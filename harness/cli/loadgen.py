@@ -49,7 +49,8 @@ from traces.store import TraceWriter, open_trace
 @click.option("--request-timeout", type=POSITIVE, default=600.0, show_default=True,
               help="Seconds one request may take before it is recorded as failed (timeout).")
 @click.option("--time-limit", type=POSITIVE, default=3600.0, show_default=True,
-              help="Seconds after which unfinished requests are abandoned (counted as failed).")
+              help="Seconds after which unfinished requests are abandoned (counted as failed); bounds every "
+                   "network wait, GET /v1/models included.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None, num_prompts: int | None,
             request_rate: float, burstiness: float, seed: int, max_concurrency: int | None, input_len: int,
@@ -61,7 +62,10 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
     error (a failed request is kept, never dropped). Writes a latroute trace
     (requests with measured ttft_s, itl_* statistics, status, error) and
     OUT/bench.json with `vllm bench serve`'s keys. Exit 1 if any request
-    failed or the server cannot be reached; exit 2 for bad input.
+    failed (the output is written whole, each failure in it) or the server
+    cannot be reached or every request failed (nothing written); exit 2 for
+    bad input (an answer of /v1/models that is not a model list among it).
+    Every wait on the network ends within --time-limit.
 
     \b
     Examples:
@@ -87,29 +91,35 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
                         time_limit_s=time_limit, id_prefix=id_prefix, prompt_format=prompt_format, seed=seed,
                         request_rate=request_rate, burstiness=burstiness)
     date = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    # the load runs before anything is created: an unreachable server, or a run in which every request
+    # failed, leaves no directory behind (not even --out's parents); a partly failed run is written whole
     try:
-        with TraceWriter(out, force) as w:
-            results, duration = run_loadgen(wl, cfg)
-            has_hash = any(h for h in wl.hash_ids)
-            w.meta["source"] = {"kind": "loadgen", "base_url": url, "endpoint": cfg.endpoint, "model": cfg.model,
-                                "trace": str(trace_dir) if trace_dir else None, "id_prefix": id_prefix,
-                                "prompt_format": prompt_format, "seed": seed, "max_concurrency": max_concurrency,
-                                "request_rate": None if math.isinf(request_rate) else request_rate,
-                                "burstiness": burstiness, "duration_s": duration, "argv": sys.argv[1:]}
-            w.meta["arrivals"] = "measured"
-            if has_hash:
-                w.meta["hash_block_tokens"] = wl.hash_block_tokens
-            w.write_table("requests", requests_frame(results, wl.hash_ids if has_hash else None))
-            write_json(w.tmp / "bench.json", bench_result(results, duration, cfg, len(results), date))
+        results, duration = run_loadgen(wl, cfg)
     except RunFailed as e:
         click.echo(f"error: {e} (nothing written)", err=True)
         sys.exit(1)
     ok = [r for r in results if r.ok]
     failed = len(results) - len(ok)
-    if ok:
-        ttft = np.array([r.ttft_s for r in ok]) * 1e3
-        click.echo(f"loadgen {len(results)} requests in {duration:.1f} s: {len(ok)} ok, {failed} failed; "
-                   f"TTFT median {np.median(ttft):.1f} ms, p90 {np.quantile(ttft, 0.9):.1f} ms")
+    if not ok:
+        first = results[0]
+        click.echo(f"error: every request failed ({failed} of {len(results)}; first: request {first.request_id}: "
+                   f"{first.error}) (nothing written)", err=True)
+        sys.exit(1)
+    with TraceWriter(out, force) as w:
+        has_hash = any(h for h in wl.hash_ids)
+        w.meta["source"] = {"kind": "loadgen", "base_url": url, "endpoint": cfg.endpoint, "model": cfg.model,
+                            "trace": str(trace_dir) if trace_dir else None, "id_prefix": id_prefix,
+                            "prompt_format": prompt_format, "seed": seed, "max_concurrency": max_concurrency,
+                            "request_rate": None if math.isinf(request_rate) else request_rate,
+                            "burstiness": burstiness, "duration_s": duration, "argv": sys.argv[1:]}
+        w.meta["arrivals"] = "measured"
+        if has_hash:
+            w.meta["hash_block_tokens"] = wl.hash_block_tokens
+        w.write_table("requests", requests_frame(results, wl.hash_ids if has_hash else None))
+        write_json(w.tmp / "bench.json", bench_result(results, duration, cfg, len(results), date))
+    ttft = np.array([r.ttft_s for r in ok]) * 1e3
+    click.echo(f"loadgen {len(results)} requests in {duration:.1f} s: {len(ok)} ok, {failed} failed; "
+               f"TTFT median {np.median(ttft):.1f} ms, p90 {np.quantile(ttft, 0.9):.1f} ms")
     click.echo(f"wrote {out} (requests.parquet, bench.json)")
     if failed:
         first = next(r for r in results if not r.ok)

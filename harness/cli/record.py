@@ -96,7 +96,11 @@ def finish_cmd(recording: Path) -> None:
     """Join the rotated parts of a recording whose server was killed.
 
     A recording server joins its parts into steps.jsonl and requests.csv
-    when it shuts down; after a crash, this does it.
+    when it shuts down; after a crash, this does it. A part that is a link,
+    a FIFO, a device or a directory, is not UTF-8, or holds a malformed line
+    (a row whose field count differs from its header, headers that differ
+    between parts) is refused naming its row, exit 2, nothing removed; the
+    parts are removed only once the joined files are written and read back.
     """
     done = finish(recording)
     click.echo(f"joined {done['step_parts']} step parts and {done['request_parts']} request parts in {recording}")

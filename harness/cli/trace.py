@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.params import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, IntIn
+from harness.cli.params import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, Finite, IntIn
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
 from traces.outputs import check_out
@@ -68,7 +68,10 @@ def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
               help="Output: an aligned table, CSV, or JSON records.")
 @click.option("--unsafe", is_flag=True, help="Give the SQL DuckDB's full access (files, COPY, ATTACH, extensions); "
               "by default it reads the trace's tables and nothing else.")
-def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool) -> None:
+@click.option("--timeout", "timeout_s", type=Finite(0.0, 7 * 86400.0), default=300.0, show_default=True,
+              help="Seconds the query may run before it is interrupted (error, exit 1); 0: no limit; "
+                   "at most 604800 (a week). Ctrl-C interrupts it at any time (exit 130; SIGTERM: 143).")
+def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool, timeout_s: float) -> None:
     """Run SQL over a trace with DuckDB.
 
     Tables named after those present: requests, steps, step_items,
@@ -81,9 +84,12 @@ def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool) -> None:
       latroute trace query wl "select task, count(*), median(prompt_tokens) from requests group by task"
       latroute trace query rec "select * from steps order by end_s - start_s desc limit 5" --format csv
     """
-    from traces.query import run_query
+    from traces.query import QueryTimeout, run_query
 
-    df = run_query(open_trace(trace_dir), sql, unsafe=unsafe)
+    try:
+        df = run_query(open_trace(trace_dir), sql, unsafe=unsafe, timeout_s=timeout_s)
+    except QueryTimeout as e:
+        raise click.ClickException(str(e)) from None
     if fmt == "csv":
         df.to_csv(sys.stdout, index=False)
     elif fmt == "json":

@@ -36,7 +36,10 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
-from harness.live.record import RunFailed, Workload
+from harness.live.models_endpoint import model_name as _model_name
+from harness.live.models_endpoint import probe as _probe
+from harness.live.record import RunFailed as RunFailed  # raised here by run_loadgen (via models_endpoint)
+from harness.live.record import Workload
 from traces.errors import BadInput
 from traces.importers.vllm_bench import reconstruct_schedule
 from traces.vllm_recorder.prompts import as_words, prompt_token_ids
@@ -213,36 +216,6 @@ class _Client:
         return r
 
 
-async def _model_name(session, base_url: str) -> str:
-    import aiohttp
-
-    try:
-        async with session.get(base_url + "/v1/models") as resp:
-            if resp.status != 200:
-                raise RunFailed(f"GET {base_url}/v1/models answered HTTP {resp.status}; pass --model")
-            doc = await resp.json(content_type=None)
-    except aiohttp.ClientConnectorError as e:
-        raise RunFailed(f"server not reachable at {base_url}: {e}") from None
-    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as e:
-        raise RunFailed(f"GET {base_url}/v1/models failed ({type(e).__name__}: {e}); pass --model") from None
-    try:
-        return str(doc["data"][0]["id"])
-    except (KeyError, IndexError, TypeError):
-        raise RunFailed(f"GET {base_url}/v1/models: no model listed; pass --model") from None
-
-
-async def _probe(session, base_url: str) -> None:
-    import aiohttp
-
-    try:
-        async with session.get(base_url + "/v1/models") as resp:
-            await resp.read()
-    except aiohttp.ClientConnectorError as e:
-        raise RunFailed(f"server not reachable at {base_url}: {e}") from None
-    except (TimeoutError, aiohttp.ClientError):
-        pass  # reachable; /v1/models is optional when --model is given
-
-
 async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], float]:
     import aiohttp
 
@@ -250,13 +223,18 @@ async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], f
     for rid, p, h in zip(wl.request_id, wl.prompt_tokens, wl.hash_ids):
         ids = prompt_token_ids(int(p), h, wl.hash_block_tokens, f"{cfg.seed}:{rid}")
         prompts.append(as_words(ids) if cfg.prompt_format == "words" else ids)
-    timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
+    start = time.perf_counter()  # every network wait below ends by start + time_limit_s
+
+    def left() -> float:
+        return max(cfg.time_limit_s - (time.perf_counter() - start), 0.001)
+
+    timeout = aiohttp.ClientTimeout(total=min(cfg.request_timeout_s, cfg.time_limit_s))
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         if cfg.model is None:
-            cfg.model = await _model_name(session, cfg.base_url)
+            cfg.model = await _model_name(session, cfg.base_url, min(cfg.request_timeout_s, left()))
         else:
-            await _probe(session, cfg.base_url)
+            await _probe(session, cfg.base_url, min(cfg.request_timeout_s, left()))
         t0 = time.perf_counter()
         client = _Client(cfg, session, t0)
         results = [RequestResult(int(rid), f"{cfg.id_prefix}{int(rid)}", float(a) - float(wl.arrival_s.min()),
@@ -275,7 +253,7 @@ async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], f
             await asyncio.gather(*tasks)
 
         try:
-            await asyncio.wait_for(dispatch(), timeout=cfg.time_limit_s)
+            await asyncio.wait_for(dispatch(), timeout=left())
         except TimeoutError:
             for r in results:
                 if not r.error and (math.isnan(r.send_s) or math.isnan(r.e2e_s)):

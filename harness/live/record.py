@@ -22,6 +22,7 @@ import pandas as pd
 
 from traces.errors import BadInput
 from traces.outputs import StagedDir
+from traces.paths import input_dir, input_file
 from traces.store import Trace
 from traces.vllm_recorder.files import finish_recording
 
@@ -179,8 +180,10 @@ def record_engine(trace: Trace, opts: EngineOptions, out: Path, python: str, *, 
 
 def finish(recording: Path) -> dict:
     """``latroute record finish``: join the rotated parts a killed server left."""
-    if not recording.is_dir():
-        raise BadInput(recording, None, "DIR", "not a directory")
-    if not (recording / "engine.json").is_file():
+    if not os.path.lexists(recording):
+        raise BadInput(recording, None, "DIR", "not a directory (no such directory)")
+    input_dir(recording, "DIR")
+    if not os.path.lexists(recording / "engine.json"):
         raise BadInput(recording / "engine.json", None, "file", "missing: not a recording directory")
+    input_file(recording / "engine.json", "file")
     return finish_recording(recording)

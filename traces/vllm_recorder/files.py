@@ -11,7 +11,7 @@ Why rotation: a server runs for days. Lines go to numbered parts
 current one passes ``rotate_bytes``, so each file stays small enough to ship
 or inspect while the server runs. The close step (``finish_recording``, run
 on scheduler shutdown and at exit, or later by ``latroute record finish DIR``
-after a crash) joins the parts into the single ``steps.jsonl`` and
+after a crash; ``finish``) joins the parts into the single ``steps.jsonl`` and
 ``requests.csv`` of ``shared/data/vllm_cpu``'s format, requests sorted by
 arrival as the importer requires, so ``latroute trace import vllm-record``
 reads a recording unchanged (the importer is not taught about parts).
@@ -19,11 +19,9 @@ reads a recording unchanged (the importer is not taught about parts).
 from __future__ import annotations
 
 import csv
-import glob
 import hashlib
 import io
 import json
-import os
 import queue
 import threading
 from array import array
@@ -137,63 +135,11 @@ class RecordingWriter(threading.Thread):
         self.join()
 
 
-def _parts(out_dir: Path, stem: str, ext: str) -> list[str]:
-    return sorted(glob.glob(str(out_dir / f"{stem}.[0-9][0-9][0-9][0-9][0-9].{ext}")))
-
-
-def _arrival_key(row: list[str]) -> tuple[float, int]:
-    try:
-        return (float(row[1]), 0)
-    except (ValueError, IndexError):
-        return (float("inf"), 0)
-
-
 def finish_recording(out_dir: str | Path) -> dict:
     """Join the parts of ``out_dir`` into ``steps.jsonl`` and ``requests.csv``
-    (requests sorted by arrival; a stable sort keeps hand-over order for
-    equal arrivals) and delete the parts. Idempotent: a finished recording
-    has no parts and is left alone. Returns what it joined."""
-    out_dir = Path(out_dir)
-    step_parts, req_parts = _parts(out_dir, "steps", "jsonl"), _parts(out_dir, "requests", "csv")
-    done = {"step_parts": len(step_parts), "request_parts": len(req_parts)}
-    if step_parts:
-        tmp = out_dir / ".steps.jsonl.tmp"
-        with open(tmp, "w") as out:
-            if (out_dir / "steps.jsonl").exists():  # a recording finished earlier, then appended to
-                out.write((out_dir / "steps.jsonl").read_text())
-            for p in step_parts:
-                with open(p) as f:
-                    text = f.read()
-                if text and not text.endswith("\n"):  # a line cut by a crash: drop it
-                    text = text[: text.rfind("\n") + 1]
-                out.write(text)
-        os.replace(tmp, out_dir / "steps.jsonl")
-        for p in step_parts:
-            os.unlink(p)
-    if req_parts:
-        rows: list[list[str]] = []
-        header = list(REQUEST_FIELDS)
-        if (out_dir / "requests.csv").exists():
-            with open(out_dir / "requests.csv", newline="") as f:
-                r = csv.reader(f)
-                header = next(r, header)
-                rows.extend(r)
-        for p in req_parts:
-            with open(p, newline="") as f:
-                text = f.read()
-            if text and not text.endswith("\n"):
-                text = text[: text.rfind("\n") + 1]
-            r = csv.reader(io.StringIO(text))
-            next(r, None)
-            rows.extend(row for row in r if len(row) == len(header))
-        rows.sort(key=_arrival_key)
-        tmp = out_dir / ".requests.csv.tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(header)
-            w.writerows(rows)
-        os.replace(tmp, out_dir / "requests.csv")
-        for p in req_parts:
-            os.unlink(p)
-        done["requests"] = len(rows)
-    return done
+    (requests sorted by arrival) and remove the parts once the joined files
+    are written and verified; refuses (BadInput, nothing removed) a part
+    that is a link, a special file or malformed (``finish``)."""
+    from traces.vllm_recorder.finish import finish_parts
+
+    return finish_parts(out_dir, list(REQUEST_FIELDS))

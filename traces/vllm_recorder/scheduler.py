@@ -54,6 +54,7 @@ import atexit
 import json
 import os
 import platform
+import sys
 import time
 from array import array
 from pathlib import Path
@@ -61,6 +62,7 @@ from pathlib import Path
 import vllm
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from traces.errors import BadInput
 from traces.vllm_recorder.files import DEFAULT_ROTATE_BYTES, RecordingWriter, finish_recording
 from traces.vllm_recorder.ids import client_id_of
 
@@ -272,7 +274,11 @@ class RecordingScheduler(Scheduler):
         for rid in list(self._rec_reqs):
             self._rec_finish(rid, None)
         self._rec_writer.stop()
-        joined = finish_recording(self._rec_dir)
+        try:
+            joined = finish_recording(self._rec_dir)
+        except BadInput as e:  # a part refused: kept as it is, for the user to see (record finish names it)
+            print(f"latroute recorder: parts not joined: {e}", file=sys.stderr)
+            joined = {"error": str(e)}
         us = sorted(self._rec_overhead_us)
         n = self._rec_step
         summary = {
