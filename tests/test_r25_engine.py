@@ -223,13 +223,16 @@ def test_calibrate_on_identical_step_times_of_a_full_trace_says_so(tmp_path, twi
     arrived, and the slot bookkeeping wrote past free_slots (heap corruption)."""
     steps = _durations(twin_run.steps, np.full(len(twin_run.steps), 0.01))
     trace = _trace(tmp_path / "t", twin_run, steps=steps)
-    _calibrate_refused(tmp_path, trace, str(trace), "steps", "same time")
+    # the store's cross-table check (traces.consistency) now refuses it before calibration reads a step
+    _calibrate_refused(tmp_path, trace, str(trace / "requests.parquet"), "arrival_s",
+                       str(trace / "step_items.parquet"))
 
 
 def test_calibrate_on_half_zero_durations_names_the_row(tmp_path, twin_run):
     d = (twin_run.steps["end_s"] - twin_run.steps["start_s"]).to_numpy()
     trace = _trace(tmp_path / "t", twin_run, steps=_durations(twin_run.steps, np.where(np.arange(d.size) % 2, d, 0.0)))
-    _calibrate_refused(tmp_path, trace, str(trace), ":1: end_s", "positive finite")
+    _calibrate_refused(tmp_path, trace, str(trace / "requests.parquet"), "arrival_s",
+                       str(trace / "step_items.parquet"))
 
 
 def test_calibrate_on_outputs_the_steps_contradict_names_step_items(tmp_path, twin_run):
@@ -237,13 +240,14 @@ def test_calibrate_on_outputs_the_steps_contradict_names_step_items(tmp_path, tw
     ``IndexError: index N is out of bounds`` after compiled code recycled slots twice."""
     reqs = twin_run.requests.assign(output_tokens=1)
     trace = _trace(tmp_path / "t", twin_run, requests=reqs)
-    _calibrate_refused(tmp_path, trace, str(trace / "step_items.parquet"), "request_id",
-                       "the steps contradict the requests")
+    _calibrate_refused(tmp_path, trace, str(trace / "requests.parquet"), "output_tokens",
+                       str(trace / "step_items.parquet"))
 
 
 def test_calibrate_on_a_max_model_len_the_prompts_exceed(tmp_path, twin_run):
     trace = _trace(tmp_path / "t", twin_run, instances=twin_run.instances.assign(max_model_len=64))
-    _calibrate_refused(tmp_path, trace, str(trace / "step_items.parquet"), "request_id", "before it arrived")
+    _calibrate_refused(tmp_path, trace, str(trace / "instances.parquet"), "max_model_len",
+                       str(trace / "step_items.parquet"))
 
 
 # ------------------------------------------------------------ profile and pool files at entry

@@ -276,7 +276,7 @@ def test_nonsensical_option_values_are_refused(tmp_path, monkeypatch, args, opti
 @pytest.mark.parametrize("name,change,fragments", [
     ("no output token", lambda d: d.assign(output_tokens=0), ["requests.parquet:1", "output_tokens"]),
     ("finish before first token", lambda d: d.assign(finish_s=d.arrival_s), ["requests.parquet:1", "finish_s"]),
-    ("no finish at all", lambda d: d.assign(finish_s=np.nan), ["requests.parquet", "ttft_s"]),
+    ("no finish at all", lambda d: d.assign(finish_s=np.nan), ["requests.parquet", "finish_s", "decode cost"]),
 ])
 def test_request_level_calibration_refuses_a_trace_no_server_produced(tmp_path, name, change, fragments):
     import pyarrow as pa

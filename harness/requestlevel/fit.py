@@ -44,6 +44,7 @@ from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
+from traces.errors import BadInput
 
 FORM = "six"
 PARAMS = ("const", "P", "D", "sum_ctx", "frontend_overhead_s")
@@ -125,6 +126,7 @@ def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.
 def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
     """Stages 1 and 2: the five values from TPOTs and low-load TTFTs."""
     rows, y = [], []
+    unfinished = None  # a trace that has finish times, none of them usable
     for rt in traces:
         r = rt.requests
         tp = rt.tpot()
@@ -137,6 +139,9 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
         n = _intervals_overlap(s, e, np.ones(len(r)))
         c = _intervals_overlap(s, e, ctx)
         ok = np.isfinite(tp) & np.isfinite(n) & (tp > 0)
+        if not ok.any():
+            unfinished = unfinished or rt  # no request finished after its first token: no decode cost from it
+            continue
         rows.append(np.column_stack([np.ones(ok.sum()), n[ok], c[ok]]))
         y.append(tp[ok])
     if rows:
@@ -146,6 +151,9 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
         const = coef[0] if coef[0] > 0 else 0.8 * med
         d = coef[1] if coef[1] > 0 else 0.002 * med
         ctx = coef[2] if coef[2] > 0 else 1e-8
+    elif unfinished is not None:
+        raise BadInput(unfinished.source, None, "finish_s", "no request finishes after its first token "
+                       "(finish_s missing or not after arrival_s + ttft_s): the decode cost cannot be fitted")
     else:
         const, d, ctx = 0.02, 1e-4, 1e-8
     # prefill: the lightest-loaded trace's TTFTs against prompt length
@@ -153,6 +161,8 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
     p = lo.requests["prompt_tokens"].to_numpy(dtype=np.float64)
     t = lo.requests["ttft_s"].to_numpy(dtype=np.float64)
     ok = np.isfinite(t)
+    if not ok.any():
+        raise BadInput(lo.source, None, "ttft_s", "no request has a measured TTFT (nothing to fit the prefill cost on)")
     A = np.column_stack([np.ones(ok.sum()), p[ok]])
     a, b = np.linalg.lstsq(A / t[ok][:, None], np.ones(ok.sum()), rcond=None)[0]
     pre = b if b > 0 else 1e-4
