@@ -271,3 +271,20 @@ def test_plugin_whose_constructor_fails_is_refused_before_the_sweep_directory_ex
     refused_cleanly(["sweep", *args, "--out", tmp_path / "s"], [tmp_path], f"{__name__}:BrokenAtBirth",
                     "RuntimeError", "no model file")
     assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------------------------ --force
+
+
+@pytest.mark.parametrize("where", ["notes.txt", "cells/notes.txt"])
+def test_force_refuses_a_sweep_directory_holding_a_users_file(finished, where):
+    """main: ``--force`` deleted a user's file put into a sweep directory
+    (a sweep writes in place: no manifest names what it wrote)."""
+    (finished / where).write_text("mine\n")
+    refused_cleanly(["sweep", *ARGS, "--out", finished, "--force"], [finished], where, "only what latroute wrote")
+
+
+def test_force_still_replaces_a_sweep(finished):
+    r = run_cli("sweep", *ARGS, "--out", finished, "--force")
+    assert r.exit_code == 0, r.output
+    assert (finished / "results.parquet").is_file()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -91,6 +92,8 @@ def check_sweep_out(out: str | Path, resume: bool, force: bool, inputs: Iterable
     naming both)."""
     out = Path(out)
     check_out(out, force=True, kind="dir", inputs=inputs, owner="a latroute sweep", held=held)
+    if _nonempty_dir(out) and force and not resume and dir_kind(out) == KIND:
+        _refuse_strangers(out)
     if _nonempty_dir(out) and not force:
         kind = dir_kind(out)
         if kind != KIND:
@@ -100,6 +103,28 @@ def check_sweep_out(out: str | Path, resume: bool, force: bool, inputs: Iterable
             raise BadInput(out, None, "--out", f"holds {state}: pass --resume to continue it or --force to "
                            "replace it")
     return out
+
+
+_PART = re.compile(r"[0-9a-f]{20}\.(parquet|timing\.json)")
+_TEMPORARY = re.compile(r"\..+\.tmp-\d+-.*")
+
+
+def _refuse_strangers(out: Path) -> None:
+    """``--force`` replaces a sweep, not what a user put into its directory
+    since: a sweep writes in place (no manifest of names, unlike staged
+    outputs), so every entry must be one a sweep writes, or the replacement
+    is refused naming it."""
+    own = {MARKER, INCOMPLETE, CELLS, *FINAL_FILES}
+    for entry in sorted(os.listdir(out)):
+        if entry in own or _TEMPORARY.fullmatch(entry):
+            if entry == CELLS and (out / CELLS).is_dir() and not (out / CELLS).is_symlink():
+                for part in sorted(os.listdir(out / CELLS)):
+                    if not (_PART.fullmatch(part) or _TEMPORARY.fullmatch(part)):
+                        raise BadInput(out, None, "--out", f"holds {out / CELLS / part}, which no sweep writes: "
+                                       "--force replaces only what latroute wrote (move it out first)")
+            continue
+        raise BadInput(out, None, "--out", f"holds {out / entry}, which no sweep writes: --force replaces only "
+                       "what latroute wrote (move it out first)")
 
 
 class SweepStore:
