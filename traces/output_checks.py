@@ -179,6 +179,10 @@ def _path_text_ok(out: str | Path, option: str) -> None:
         raise _refuse(out, "is empty", option)
     if b"\0" in raw:
         raise _refuse(out, "contains a NUL byte", option)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:  # pyarrow and DuckDB take paths as UTF-8 text: the write would fail after the work
+        raise _refuse(out, "is not valid UTF-8 (outputs need a UTF-8 path)", option) from None
     if len(raw) > PATH_MAX:
         raise _refuse(out, f"is longer than {PATH_MAX} bytes (file name too long)", option)
     for part in raw.split(b"/"):

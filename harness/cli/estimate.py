@@ -9,7 +9,14 @@ import click
 
 from estimators.calibrate import calibrate_instance
 from estimators.drift import trace_drift
-from estimators.estimate import ESTIMATORS, BaselineParams, EstimateConfig, coinciding_quantiles, estimate_trace
+from estimators.estimate import (
+    ESTIMATORS,
+    BaselineParams,
+    EstimateConfig,
+    check_plugin_estimator,
+    coinciding_quantiles,
+    estimate_trace,
+)
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
@@ -160,6 +167,9 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
                                  f"(choose from {', '.join(ESTIMATORS)})", param_hint="--estimators")
+    for name in chosen:
+        if ":" in name:  # a plug-in is foreign code: loaded and checked before any work or output
+            check_plugin_estimator(name)
     if profile_ref is not None and calibrate_on is not None:
         raise click.UsageError("give --profile or --calibrate-on, not both")
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from harness.cli.params import COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
+from harness.cli.params import BURSTINESS, COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
 from harness.live.loadgen import (
     LoadgenConfig,
     bench_result,
@@ -34,7 +34,7 @@ from traces.store import TraceWriter, open_trace
 @click.option("--num-prompts", type=COUNT, help="Requests to send (with --trace: its first N).")
 @click.option("--request-rate", type=Finite(0.0, min_open=True, allow_inf=True), default=math.inf, show_default=True,
               help="Requests per second when generating arrivals (inf: all at once).")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma shape of the gaps (1: Poisson), as vllm bench serve.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of arrivals and prompt tokens.")
 @click.option("--max-concurrency", type=IntIn(1, 10**6), help="At most this many requests in flight.")

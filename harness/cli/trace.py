@@ -8,7 +8,18 @@ from pathlib import Path
 
 import click
 
-from harness.cli.params import AT_LEAST_1, COUNT, FRACTION_OPEN, MAX_COUNT, NON_NEGATIVE, POSITIVE, SEED, Finite, IntIn
+from harness.cli.params import (
+    AT_LEAST_1,
+    BURSTINESS,
+    COUNT,
+    FRACTION_OPEN,
+    MAX_COUNT,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    Finite,
+    IntIn,
+)
 from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
 from traces.outputs import check_out
@@ -109,7 +120,7 @@ def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool, timeout_s: float) -
 @click.option("--burst-ratio", type=AT_LEAST_1, default=3.0, show_default=True, help="mmpp: high/low rate ratio.")
 @click.option("--high-fraction", type=FRACTION_OPEN, default=0.2, show_default=True, help="mmpp: time share in high state.")
 @click.option("--correlation-s", type=POSITIVE, default=2.0, show_default=True, help="mmpp: correlation time (s).")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma shape: inter-arrival CV^2 = 1/burstiness (as vllm bench serve); other than 1 implies "
                    "--arrival gamma and is refused with poisson or mmpp.")
 @click.option("--mix", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_MIX.items()), show_default=True,
