@@ -133,7 +133,8 @@ SPEC_CASES = [("rates = [0, 4]", "--rates"), ("rates = []", "--rates"), ("deltas
 def test_bad_number_in_sweep_spec_is_refused(tmp_path, toml, opt):
     spec = tmp_path / "spec.toml"
     spec.write_text(toml + "\n")
-    refused_cleanly(["sweep", "--spec", spec, "--out", tmp_path / "out"], [tmp_path], f"{opt}: ")
+    # the spec's own file, line and key, then the option whose rule it breaks
+    refused_cleanly(["sweep", "--spec", spec, "--out", tmp_path / "out"], [tmp_path], f"{spec}:1: ", opt)
 
 
 # Values whose whole meaning is in a KEY=VALUE or KEY:VALUE text.

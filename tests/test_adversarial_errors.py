@@ -119,7 +119,7 @@ def test_usage_error_from_a_real_process(tmp_path):
     res = subprocess.run([sys.executable, "-m", "harness.cli", "replay", "--rate", "x", "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, env=_env(), timeout=120)
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == ["error: latroute replay: --rate: must be a finite number > 0 (got x)"]
+    assert res.stderr.strip().splitlines() == ["error: latroute replay: --rate: must be a finite number in [0.001, 1e+09] (got x)"]
     assert not (tmp_path / "o").exists()
 
 

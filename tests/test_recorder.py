@@ -27,15 +27,15 @@ from traces.vllm_recorder.prompts import prompt_token_ids
 TINY_A = SHARED_DATA.parent / "models" / "tiny-a"  # beside shared/data, as conftest finds it
 
 
-def _engine_json(d: Path, version: str = "0.32.0") -> None:
+def _engine_json(d: Path, version: str = "0.32.0", block_size: int = 128) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    (d / "engine.json").write_text(json.dumps({"budget": 512, "max_seqs": 64, "block_size": 128,
+    (d / "engine.json").write_text(json.dumps({"budget": 512, "max_seqs": 64, "block_size": block_size,
                                                "num_kv_blocks": 1000, "model": "m", "vllm_version": version}))
 
 
 def test_writer_rotates_and_finish_joins_parts_in_the_import_format(tmp_path):
     rec = tmp_path / "rec"
-    _engine_json(rec)
+    _engine_json(rec, block_size=4)  # the recorder hashes blocks of the engine's size (the import checks the count)
     w = RecordingWriter(rec, block_tokens=4, rotate_bytes=100)
     w.start()
     # two requests; r1 arrives first but finishes last
