@@ -79,7 +79,7 @@ def base_args(cmd: str, root: Path, out: Path) -> tuple[list, tuple]:
     table = {
         "trace generate": (["trace", "generate", "--requests", "20", "--rate", "4", "--out", out], ()),
         "trace import": (["trace", "import", "azure", root / "az.csv", "--out", out], ()),
-        "trace query": (["trace", "query", tr, "select count(*) from requests"], ()),
+        "trace query": (["trace", "query", tr, "select count(*) from requests"], (1,)),  # 1: stopped by --timeout
         "calibrate": (["calibrate", tr, "--out", out], ()),
         "validate": (["validate", tr, "--profile", root / "profile.json", "--out", out], ()),
         "estimate": (["estimate", tr, "--profile", root / "profile.json", "--estimators", "sfs,throughput",

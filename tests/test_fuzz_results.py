@@ -145,6 +145,8 @@ def one_case(data, made: Path, run, names: list[str]) -> tuple[str, str | None]:
         o = run(argf(root, out))
         check = _sweep_ok if name == "sweep --resume" else valid
         target_for_check = root / "sw" if name == "sweep --resume" else out
+        if name == "sweep --resume" and o.code == 2:
+            target_for_check = None  # a refused --resume: its directory is the input, judged unchanged by watch
         problem = broken_promise(o, [target.name], before, watch, target_for_check if check else None, check, ok,
                                  writes_inputs=writes)
         if name == "sweep --resume" and o.code == 2:

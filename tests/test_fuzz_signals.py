@@ -75,7 +75,8 @@ def interrupted(name: str, args: list, out: Path, sig: int, delay: float) -> str
         ok_codes.add(code)
     if code not in ok_codes:
         return f"exit {code} after {signal.Signals(sig).name}: {(lines or [''])[-1][:160]}"
-    if code == 130 and lines != ["interrupted"]:
+    if code == 130 and not (lines == ["interrupted"] or (name == "sweep" and len(lines) == 1
+                                                          and lines[0].startswith("interrupted: "))):
         return f"exit 130 with stderr {lines[:2]}"
     left = sorted(x.name for x in out.parent.iterdir() if x.name != "log")
     if code == 0:

@@ -109,7 +109,7 @@ def one(made: Path, tmp: Path, site: str, kind: str, run) -> str | None:
     root.mkdir()
     for n in needed:  # only what the command reads: copying everything per case was most of the time
         (shutil.copytree if (made / n).is_dir() else shutil.copy)(made / n, root / n)
-    out = root / "out-dir"
+    out = tmp / f"{site.replace(' ', '_')}-{kind}-out"  # beside the inputs, not in a watched directory
     args, target, watch = sites(root, out)[site]
     make_special(target, kind)
     before = tree_state(watch)
@@ -119,6 +119,7 @@ def one(made: Path, tmp: Path, site: str, kind: str, run) -> str | None:
     problem = broken_promise(o, [target.name], before, [watch], out if "--out" in map(str, args) else None, None, ok,
                              writes_inputs=joins)
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
     return problem
 
 

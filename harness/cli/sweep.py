@@ -2,7 +2,9 @@
 seeds), their summary table, and sweep spec files."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -249,6 +251,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     except ValueError as e:
         raise BadOption("--lengths/--slo/--quality", f"{trace_dir or 'workload'}: {e}") from None
     t = time.perf_counter()
+    existed = os.path.lexists(out)
     store = SweepStore(out, spec_doc(spec, cells), resume=resume, force=force, inputs=[trace_dir])
     already = len(store.done() & {cell_key(c) for c in cells})
     bar = Progress(len(cells), backend, lambda line: click.echo(line, err=True), already)
@@ -260,6 +263,11 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
         sys.exit(130)
     except RuntimeError as e:
         raise click.UsageError(str(e)) from None
+    except BadInput:  # a plug-in's fault found while a cell ran: a sweep this run began leaves nothing behind
+        store.close()
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     summary["wall_s"] = time.perf_counter() - t
     summary["backend"] = backend
     write_sweep_result(store, df, timings, summary, command_line())
