@@ -17,8 +17,11 @@ def list_rows(kind: str) -> list[tuple[str, str]]:
         rows = []
         for name, make in BUILTIN_POOLS.items():
             pool = make()
-            rows.append((name, ", ".join(f"{i.instance_id} ({i.gpus} GPU, profile {i.profile})"
-                                         for i in pool.instances)
+            n_rep = pool.notes.get("replicas", 1)
+            shown = pool.instances[::n_rep]  # replicas of an entry sit together: one line part per model
+            rows.append((name, ", ".join((f"{n_rep} x " if n_rep > 1 else "")
+                                         + f"{i.model} ({i.gpus} GPU, profile {i.profile})" for i in shown)
+                         + (f" ({len(pool.instances)} instances)" if n_rep > 1 else "")
                          + f"; front end {1e3 * pool.frontend_overhead_s:g} ms; prefix caching "
                          + ("on" if all(i.caching for i in pool.instances) else "off")))
         return rows

@@ -10,6 +10,15 @@ where an instance takes any field of ``estimators.engine.config.InstanceConfig``
 ``num_kv_blocks``, ``watermark``, ``max_model_len``, prices, ...); absent
 fields take its defaults.
 
+**Replicas.** An entry may also say ``"replicas": N`` (a whole number in
+[1, 4096]): N identical instances of that entry, one after another in the
+pool's order, with ids ``<instance_id>-r0`` .. ``<instance_id>-r{N-1}``
+(``replicas: 1`` or no key keeps the id as written). Production pools serve
+each model from several replicas behind one gateway; routers see a replica
+as one more instance of the same ``model`` (``routers.fleet`` groups them).
+The built-in ``qwen3-h100-x8``, ``-x32`` and ``-x128`` are ``qwen3-h100``
+with 8, 32 and 128 replicas of each model (24, 96 and 384 instances).
+
 Limits (refused at load with the file, entry row and key): engine counts
 whole numbers in [1, 2^31 - 1]; prices USD per million tokens in [0, 1e6];
 ``host_speed`` in (0, 1000]; ``chunked_prefill`` and ``prefix_caching``
@@ -67,7 +76,32 @@ def _qwen3_h100_pc() -> Pool:
                    notes={**base.notes, "prefix_caching": True})
 
 
-BUILTIN_POOLS = {"qwen3-h100": _qwen3_h100, "qwen3-h100-pc": _qwen3_h100_pc}
+MAX_REPLICAS = 4096
+
+
+def replica_id(instance_id: str, k: int, n: int) -> str:
+    """The id of replica ``k`` of ``n`` (the id as written when ``n`` is 1)."""
+    return instance_id if n == 1 else f"{instance_id}-r{k}"
+
+
+def with_replicas(pool: Pool, n: int, name: str) -> Pool:
+    """``pool`` with each instance repeated ``n`` times (``replica_id``)."""
+    return replace(pool, name=name,
+                   instances=tuple(replace(c, instance_id=replica_id(c.instance_id, k, n))
+                                   for c in pool.instances for k in range(n)),
+                   notes={**pool.notes, "replicas": n})
+
+
+def _qwen3_h100_x(n: int):
+    def make() -> Pool:
+        return with_replicas(_qwen3_h100(), n, f"qwen3-h100-x{n}")
+    make.__doc__ = f"qwen3-h100 with {n} replicas of each model ({3 * n} instances)."
+    return make
+
+
+BUILTIN_POOLS = {"qwen3-h100": _qwen3_h100, "qwen3-h100-pc": _qwen3_h100_pc,
+                 "qwen3-h100-x8": _qwen3_h100_x(8), "qwen3-h100-x32": _qwen3_h100_x(32),
+                 "qwen3-h100-x128": _qwen3_h100_x(128)}
 
 
 def _named_key(message: str, entry: dict) -> str:
@@ -89,12 +123,18 @@ def load_pool(name_or_path: str | Path) -> Pool:
         raise BadInput(path, None, "instances", "missing or empty list")
     known = {f.name for f in fields(InstanceConfig)}
     instances = []
+    rows = []  # the entry row of each instance (replicas share their entry's)
     for i, inst in enumerate(doc["instances"], start=1):
         if not isinstance(inst, dict):
             raise BadInput(path, i, "instances", "not an object")
         for key_ in ("instance_id", "model", "profile"):
             if key_ not in inst:
                 raise BadInput(path, i, key_, "missing key")
+        inst = dict(inst)
+        n_rep = inst.pop("replicas", 1)
+        if isinstance(n_rep, bool) or not isinstance(n_rep, int) or not 1 <= n_rep <= MAX_REPLICAS:
+            raise BadInput(path, i, "instances.replicas", f"must be a whole number in [1, {MAX_REPLICAS}], "
+                                                          f"got {shown(n_rep)}")
         unknown = set(inst) - known
         if unknown:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
@@ -103,11 +143,14 @@ def load_pool(name_or_path: str | Path) -> Pool:
             cfg.to_array()  # what vLLM refuses (chunked prefill off with a budget under max_model_len, ...)
         except (TypeError, ValueError, OverflowError) as e:
             raise BadInput(path, i, _named_key(str(e), inst), str(e)) from None
-        instances.append(cfg)
-    ids = [c.instance_id for c in instances]
-    for i, iid in enumerate(ids, start=1):
-        if ids.index(iid) != i - 1:
-            raise BadInput(path, i, "instance_id", f"duplicate instance id {iid!r}")
+        for k in range(n_rep):
+            instances.append(cfg if n_rep == 1 else replace(cfg, instance_id=replica_id(cfg.instance_id, k, n_rep)))
+            rows.append(i)
+    seen: set[str] = set()
+    for row, c in zip(rows, instances, strict=True):
+        if c.instance_id in seen:
+            raise BadInput(path, row, "instance_id", f"duplicate instance id {c.instance_id!r}")
+        seen.add(c.instance_id)
     overhead = doc.get("frontend_overhead_s", 0.0)
     if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead <= 3600:
         raise BadInput(path, None, "frontend_overhead_s", f"must be seconds in [0, 3600], got {shown(overhead)}")

@@ -1,0 +1,54 @@
+"""Replica pools (issue 26): ``replicas: N`` entries and the built-in
+``qwen3-h100-x8/-x32/-x128``."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from harness.cli.listing import list_rows
+from harness.twin.pools import load_pool
+from traces.errors import BadInput
+
+
+def _write(tmp_path, instances):
+    p = tmp_path / "pool.json"
+    p.write_text(json.dumps({"name": "t", "instances": instances}))
+    return p
+
+
+def test_replicas_expand_in_place_with_derived_ids(tmp_path):
+    p = _write(tmp_path, [{"instance_id": "small", "model": "qwen3-0.6b", "profile": "qwen3-0.6b-h100", "replicas": 3},
+                          {"instance_id": "big", "model": "qwen3-32b", "profile": "qwen3-32b-h100"}])
+    pool = load_pool(p)
+    assert [c.instance_id for c in pool.instances] == ["small-r0", "small-r1", "small-r2", "big"]
+    assert {c.model for c in pool.instances[:3]} == {"qwen3-0.6b"}
+    assert pool.instances[0] == replace(pool.instances[2], instance_id="small-r0")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", 5000])
+def test_bad_replica_count_names_its_row_and_key(tmp_path, bad):
+    p = _write(tmp_path, [{"instance_id": "a", "model": "qwen3-8b", "profile": "qwen3-8b-h100"},
+                          {"instance_id": "b", "model": "qwen3-8b", "profile": "qwen3-8b-h100", "replicas": bad}])
+    with pytest.raises(BadInput) as e:
+        load_pool(p)
+    assert str(e.value).startswith(f"{p}:2: instances.replicas:")
+
+
+def test_a_derived_id_that_collides_is_refused_at_the_later_entry(tmp_path):
+    p = _write(tmp_path, [{"instance_id": "a", "model": "qwen3-8b", "profile": "qwen3-8b-h100", "replicas": 2},
+                          {"instance_id": "a-r1", "model": "qwen3-8b", "profile": "qwen3-8b-h100"}])
+    with pytest.raises(BadInput, match=r":2: instance_id: duplicate instance id 'a-r1'"):
+        load_pool(p)
+
+
+@pytest.mark.parametrize(("name", "n"), [("qwen3-h100-x8", 8), ("qwen3-h100-x32", 32), ("qwen3-h100-x128", 128)])
+def test_builtin_replica_pools_repeat_the_paper_pool(name, n):
+    base, pool = load_pool("qwen3-h100"), load_pool(name)
+    assert len(pool.instances) == 3 * n and pool.frontend_overhead_s == base.frontend_overhead_s
+    for k, c in enumerate(pool.instances):
+        b = base.instances[k // n]
+        assert c == replace(b, instance_id=f"{b.instance_id}-r{k % n}")
+    rows = dict(list_rows("pools"))
+    assert rows[name].startswith(f"{n} x qwen3-0.6b") and f"({3 * n} instances)" in rows[name]
