@@ -52,3 +52,17 @@ def test_builtin_replica_pools_repeat_the_paper_pool(name, n):
         assert c == replace(b, instance_id=f"{b.instance_id}-r{k % n}")
     rows = dict(list_rows("pools"))
     assert rows[name].startswith(f"{n} x qwen3-0.6b") and f"({3 * n} instances)" in rows[name]
+
+
+def test_replicas_share_their_configuration_s_calibration():
+    """A replica pool is calibrated on its distinct configurations: every
+    replica of a model takes the parameters of the paper pool's instance."""
+    from harness.twin.pool_baselines import distinct_configs
+
+    pool, stands = distinct_configs(load_pool("qwen3-h100-x8"))
+    assert [c.instance_id for c in pool.instances] == ["qwen3-0.6b-r0", "qwen3-8b-r0", "qwen3-32b-r0"]
+    assert stands["qwen3-32b-r7"] == "qwen3-32b-r0" and len(stands) == 24
+    base = load_pool("qwen3-h100")
+    assert distinct_configs(base) == (base, {c.instance_id: c.instance_id for c in base.instances})
+    two = replace(base, instances=(base.instances[1], replace(base.instances[1], instance_id="b", host_speed=1.5)))
+    assert distinct_configs(two)[0] == two  # configurations that differ are calibrated apart
