@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from estimators.engine.layout import C_BUDGET, C_POLICY, C_PREFIX, PREFIX_OFF
+from estimators.engine.layout import C_POLICY, C_PREFIX, PREFIX_OFF
 from estimators.engine.timing import FORM_EQ9, FORM_SIX
 from estimators.engine.view import first_gap
 from estimators.sfs import SFS, joining_intake
-from estimators.sfs_bound_kernel import queue_work
+from estimators.sfs_bound_kernel import sfs_lower_bound
 
 V0 = 2  # estimators.engine.config.POLICIES["vllm-v0"]: prefill-first, decodes not in the first step
 SLACK = 1e-9  # relative: the bound's sum and the simulation's add the same terms in another order
@@ -61,22 +59,19 @@ def ttft_lower_bound(est, view, t: float, prompt: int) -> float:
         return -math.inf
     st = view.state
     cfg = st.cfg
-    if cfg[C_PREFIX] != PREFIX_OFF:
-        return -math.inf
     model = est.model
-    cf = est._bound_coefs if getattr(est, "_bound_model", None) is model else None
-    if cf is None:
-        cf = _coefs(model)
-        est._bound_model, est._bound_coefs = model, cf
+    cached = est.__dict__.get("_bound")
+    if cached is None or cached[0] is not model or cached[1] is not cfg:
+        cf = _coefs(model) if cfg[C_PREFIX] == PREFIX_OFF else None
+        cached = est.__dict__["_bound"] = (model, cfg, cf, bool(cfg[C_POLICY] != V0))
+    cf = cached[2]
     if cf is None:
         return -math.inf
-    c0, c_tok, c_dec, c_att = cf
-    w, d, sdc = queue_work(st.req, st.sc, cfg, st.running, st.waiting, view.inbox, view.n_inbox, est.pred_total,
-                           cfg[C_POLICY] != V0)
-    w += prompt
-    budget = int(cfg[C_BUDGET])
-    steps = max(1, -(-w // budget)) if budget > 0 else 1
-    g = first_gap(t, view.infl_start, view.wake_s, model.gap)
-    lb = g + (steps - 1) * model.gap + model.mult * (steps * c0 + c_tok * w + c_dec * d + c_att * sdc)
-    lb += est.overhead + joining_intake(est.intake, view, prompt) * est.speed
-    return max(lb * (1.0 - SLACK) - 1e-12, 0.0) if np.isfinite(lb) else -math.inf
+    intake = est.intake
+    fixed = est.overhead
+    if intake.per_request_s != 0.0 or intake.per_prompt_token_s != 0.0:
+        fixed += joining_intake(intake, view, prompt) * est.speed
+    start = view.infl_start
+    g = first_gap(t, start, view.wake_s, model.gap) if start is None else model.gap
+    return sfs_lower_bound(st.req, st.sc, cfg, st.running, st.waiting, view.inbox, view.n_inbox, est.pred_total,
+                           cached[3], prompt, g, model.gap, model.mult, cf[0], cf[1], cf[2], cf[3], fixed, SLACK)

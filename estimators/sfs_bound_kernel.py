@@ -83,3 +83,19 @@ def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decod
             d += 1
             sdc += c
     return w, d, sdc
+
+
+@njit(cache=True)
+def sfs_lower_bound(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first, prompt, first_gap,
+                    gap, mult, c0, c_tok, c_dec, c_att, fixed, slack):
+    """``estimators.sfs_bound``'s bound in one compiled call: ``fixed`` is
+    the overhead and intake the estimate adds, ``slack`` its relative margin."""
+    w, d, sdc = queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first)
+    w += prompt
+    budget = cfg[C_BUDGET]
+    steps = 1
+    if budget > 0 and w > budget:
+        steps = (w + budget - 1) // budget
+    lb = first_gap + (steps - 1) * gap + mult * (steps * c0 + c_tok * w + c_dec * d + c_att * sdc) + fixed
+    lb = lb * (1.0 - slack) - 1e-12
+    return lb if lb > 0.0 else 0.0
