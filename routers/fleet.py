@@ -132,8 +132,10 @@ def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     ``r.prune``, ``bound_one``: a lower bound on ``estimate_one``).
 
     Pruning is exact: an instance whose bound exceeds the SLO cannot meet
-    it, so it is not estimated (nor, under least-latency, one whose bound
-    exceeds the group's best so far); when no instance meets the SLO, the
+    it, so it is not estimated (nor, under least-latency, which visits a
+    group's replicas by ascending bound, one whose bound exceeds the
+    group's best estimate so far: ties go to the lower index as without
+    pruning); when no instance meets the SLO, the
     rule's fallback (the fastest of all, ``hard_rule``) estimates a pruned
     instance only if its bound does not exceed the fastest estimate found,
     so the decision is the one the unpruned rule takes."""
@@ -148,14 +150,16 @@ def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     if tie.ties == "least-latency" and not groups.singletons:
         for g in groups.order(i):
             best, best_l = -1, np.inf
-            for j in groups.member_lists[g]:
-                if bound is not None:
-                    b = bound(j, i, t, insts)
-                    if b > slo or (best >= 0 and b > best_l):
-                        pruned.append((b, j))
-                        continue
+            members = groups.member_lists[g]
+            # by ascending bound: once a bound exceeds the SLO or the best estimate so far, so do the rest
+            cands = sorted([(bound(j, i, t, insts), j) for j in members]) if bound is not None else \
+                [(-np.inf, j) for j in members]
+            for k, (b, j) in enumerate(cands):
+                if b > slo or (best >= 0 and b > best_l):
+                    pruned.extend(cands[k:])
+                    break
                 lat[j] = x = est(j, i, t, insts)
-                if x <= slo and x < best_l:
+                if x <= slo and (x < best_l or (x == best_l and j < best)):
                     best, best_l = j, x
             if best >= 0:
                 return best
