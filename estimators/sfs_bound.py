@@ -15,14 +15,18 @@ every batch-time coefficient >= 0, a step's typical time is at least
 c0 + c1 x (its tokens) (eq9; the six-term form: c1 per prefill token, c2 per
 decode) plus the decodes' attention term, so
 
-    t >= first_gap + (S - 1) gap + mult (S c0 + c_tok W + c2 D + c_att sdc),
+    t >= rem + first_gap + (S - 1) gap + mult (S c0 + c_tok W + c2 D + c_att sdc + c3 A),
 
 W the prompt tokens that must be computed before the query's first token
 (its own prompt and those of the requests waiting ahead of it: FCFS, and
 without a long-prefill threshold a running request's chunk takes the
 budget before a later one's, so the query's last chunk comes after theirs),
 S >= ceil(W / budget) >= 1 the steps that takes, and D, sdc the decodes
-certain to be in the first step (``estimators.sfs_bound_kernel.queue_work``).
+certain to be in the first step (``estimators.sfs_bound_kernel.queue_work``),
+A the prefill attention term of the query's and fresh waiting requests'
+prompts (eq9: sum over chunks of t (c + (t + 1) / 2), at least r (r + 1) / 2
+however a prompt of r tokens is chunked), rem the in-flight step's
+remainder exactly as the estimate charges it.
 Instances with prefix caching, negative coefficients or any other form get
 no bound (-inf). ``tests/test_fleet_routers.py`` checks the bound
 never exceeds the estimate on every decision of loaded replays.
@@ -32,24 +36,27 @@ from __future__ import annotations
 import math
 
 from estimators.engine.layout import C_POLICY, C_PREFIX, PREFIX_OFF
+from estimators.engine.state import StepPlan
 from estimators.engine.timing import FORM_EQ9, FORM_SIX
 from estimators.engine.view import first_gap
 from estimators.sfs import SFS, joining_intake
 from estimators.sfs_bound_kernel import sfs_lower_bound
 
 V0 = 2  # estimators.engine.config.POLICIES["vllm-v0"]: prefill-first, decodes not in the first step
+_NO_PLAN = StepPlan.new(1)
 SLACK = 1e-9  # relative: the bound's sum and the simulation's add the same terms in another order
 
 
-def _coefs(model) -> tuple[float, float, float, float] | None:
-    """(c0, per token, per decode, per decode's computed token), or None."""
+def _coefs(model) -> tuple[float, float, float, float, float] | None:
+    """(c0, per token, per decode, per decode's computed token, per prefill
+    attention term), or None."""
     c = model.coef
     if model.mult < 0 or model.gap < 0 or (c < 0).any():
         return None
     if model.form == FORM_EQ9:
-        return float(c[0]), float(c[1]), float(c[1]), float(c[2])
+        return float(c[0]), float(c[1]), float(c[1]), float(c[2]), float(c[3])
     if model.form == FORM_SIX:
-        return float(c[0]), float(min(c[1], c[2])), float(c[2]), float(c[3])
+        return float(c[0]), float(min(c[1], c[2])), float(c[2]), float(c[3]), 0.0
     return None
 
 
@@ -73,5 +80,11 @@ def ttft_lower_bound(est, view, t: float, prompt: int) -> float:
         fixed += joining_intake(intake, view, prompt) * est.speed
     start = view.infl_start
     g = first_gap(t, start, view.wake_s, model.gap) if start is None else model.gap
+    plan = view.inflight
+    n = view.infl_n if plan is not None else 0
+    if n == 0:
+        plan = _NO_PLAN
     return sfs_lower_bound(st.req, st.sc, cfg, st.running, st.waiting, view.inbox, view.n_inbox, est.pred_total,
-                           cached[3], prompt, g, model.gap, model.mult, cf[0], cf[1], cf[2], cf[3], fixed, SLACK)
+                           cached[3], prompt, g, plan.slot, plan.tokens, plan.computed, n,
+                           0.0 if start is None else t - start, model.form, model.coef, model.mult, model.gap,
+                           cf[0], cf[1], cf[2], cf[3], cf[4], fixed, SLACK)

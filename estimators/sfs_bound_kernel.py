@@ -23,6 +23,7 @@ from estimators.engine.layout import (
     S_WHEAD,
     S_WN,
 )
+from estimators.engine.timing import batch_typical_time
 
 
 @njit(cache=True)
@@ -42,24 +43,31 @@ def _ahead_tokens(req, s, cfg):
 
 @njit(cache=True)
 def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first):
-    """(W, D, sdc): prompt tokens of the requests waiting ahead of a new
+    """(W, att, D, sdc): prompt tokens of the requests waiting ahead of a new
     query (0 with a long-prefill threshold, which lets the query's chunks
     pass theirs); and, when ``decodes_first`` (the policy schedules running
     requests before waiting ones), the decodes certain to be in the first
     simulated step with their computed tokens -- only when that step's
     budget and free KV blocks are certain to hold every running request,
-    counting those predicted to run at least two more steps."""
+    counting those predicted to run at least two more steps. ``att``: the
+    attention term sum of t (c + (t + 1) / 2) over a fresh request's
+    prefill chunks, whatever the chunking r (r + 1) / 2 and more, summed
+    over the fresh requests ahead (a recompute's last chunk may count as a
+    decode, so preempted requests add none)."""
     w = 0
+    att = 0.0
     if cfg[C_LONG_PREFILL] == 0:
         cap = sc[S_CAP]
-        for k in range(sc[S_WN]):
-            w += _ahead_tokens(req, waiting[(sc[S_WHEAD] + k) % cap], cfg)
-        for k in range(n_inbox):
-            w += _ahead_tokens(req, inbox[k], cfg)
+        for k in range(sc[S_WN] + n_inbox):
+            s = waiting[(sc[S_WHEAD] + k) % cap] if k < sc[S_WN] else inbox[k - sc[S_WN]]
+            r = _ahead_tokens(req, s, cfg)
+            w += r
+            if req[s, F_OUTPUTS] == 0:
+                att += r * (r + 1.0) / 2.0
     d = 0
     sdc = 0
     if not decodes_first:
-        return w, d, sdc
+        return w, att, d, sdc
     demand = 0
     blocks = 0
     b = cfg[C_BLOCK]
@@ -71,7 +79,7 @@ def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decod
         demand += rem
         blocks += rem // b + 2
     if demand > cfg[C_BUDGET] or blocks > sc[S_FREE_BLOCKS]:
-        return w, 0, 0
+        return w, att, 0, 0
     for k in range(sc[S_NR]):
         s = running[k]
         c = req[s, F_COMPUTED]
@@ -82,20 +90,29 @@ def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decod
         if pred_total[rid] - out >= 3 and req[s, F_PROMPT] + out + 3 < cfg[C_MAX_LEN]:
             d += 1
             sdc += c
-    return w, d, sdc
+    return w, att, d, sdc
 
 
 @njit(cache=True)
 def sfs_lower_bound(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first, prompt, first_gap,
-                    gap, mult, c0, c_tok, c_dec, c_att, fixed, slack):
+                    infl_slot, infl_tokens, infl_computed, infl_n, elapsed, form, coef, mult, gap, c0, c_tok, c_dec,
+                    c_att, c_pa, fixed, slack):
     """``estimators.sfs_bound``'s bound in one compiled call: ``fixed`` is
-    the overhead and intake the estimate adds, ``slack`` its relative margin."""
-    w, d, sdc = queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first)
+    the overhead and intake the estimate adds, ``slack`` its relative
+    margin, ``c_pa`` the prefill attention coefficient (0: none counted)."""
+    w, att, d, sdc = queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first)
     w += prompt
+    att += prompt * (prompt + 1.0) / 2.0
+    rem = 0.0
+    if infl_n > 0:  # the in-flight step's remainder, as the estimate charges it
+        rem = batch_typical_time(form, coef, req, infl_slot, infl_tokens, infl_computed, infl_n) * mult - elapsed
+        if rem < 0.0:
+            rem = 0.0
     budget = cfg[C_BUDGET]
     steps = 1
     if budget > 0 and w > budget:
         steps = (w + budget - 1) // budget
-    lb = first_gap + (steps - 1) * gap + mult * (steps * c0 + c_tok * w + c_dec * d + c_att * sdc) + fixed
+    lb = rem + first_gap + (steps - 1) * gap + mult * (steps * c0 + c_tok * w + c_dec * d + c_att * sdc
+                                                      + c_pa * att) + fixed
     lb = lb * (1.0 - slack) - 1e-12
     return lb if lb > 0.0 else 0.0
