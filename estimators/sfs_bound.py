@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from estimators.engine.layout import C_POLICY, C_PREFIX, PREFIX_OFF
 from estimators.engine.state import StepPlan
 from estimators.engine.timing import FORM_EQ9, FORM_SIX
@@ -70,9 +72,10 @@ def ttft_lower_bound(est, view, t: float, prompt: int) -> float:
     cached = est.__dict__.get("_bound")
     if cached is None or cached[0] is not model or cached[1] is not cfg:
         cf = _coefs(model) if cfg[C_PREFIX] == PREFIX_OFF else None
-        cached = est.__dict__["_bound"] = (model, cfg, cf, bool(cfg[C_POLICY] != V0))
-    cf = cached[2]
-    if cf is None:
+        consts = None if cf is None else np.array([*cf, model.mult, model.gap, SLACK])
+        cached = est.__dict__["_bound"] = (model, cfg, consts, bool(cfg[C_POLICY] != V0))
+    consts = cached[2]
+    if consts is None:
         return -math.inf
     intake = est.intake
     fixed = est.overhead
@@ -85,6 +88,5 @@ def ttft_lower_bound(est, view, t: float, prompt: int) -> float:
     if n == 0:
         plan = _NO_PLAN
     return sfs_lower_bound(st.req, st.sc, cfg, st.running, st.waiting, view.inbox, view.n_inbox, est.pred_total,
-                           cached[3], prompt, g, plan.slot, plan.tokens, plan.computed, n,
-                           0.0 if start is None else t - start, model.form, model.coef, model.mult, model.gap,
-                           cf[0], cf[1], cf[2], cf[3], cf[4], fixed, SLACK)
+                           cached[3], prompt, g, plan, n, 0.0 if start is None else t - start, model.form,
+                           model.coef, consts, fixed)

@@ -95,17 +95,20 @@ def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decod
 
 @njit(cache=True)
 def sfs_lower_bound(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first, prompt, first_gap,
-                    infl_slot, infl_tokens, infl_computed, infl_n, elapsed, form, coef, mult, gap, c0, c_tok, c_dec,
-                    c_att, c_pa, fixed, slack):
-    """``estimators.sfs_bound``'s bound in one compiled call: ``fixed`` is
-    the overhead and intake the estimate adds, ``slack`` its relative
-    margin, ``c_pa`` the prefill attention coefficient (0: none counted)."""
+                    infl, infl_n, elapsed, form, coef, consts, fixed):
+    """``estimators.sfs_bound``'s bound in one compiled call: ``infl`` the
+    in-flight plan, ``fixed`` the overhead and intake the estimate adds,
+    ``consts`` = (c0, per token, per decode, per decode's computed token,
+    per prefill attention term, mult, gap, relative slack) (one array: each
+    argument costs the call)."""
+    c0, c_tok, c_dec, c_att, c_pa, mult, gap, slack = (consts[0], consts[1], consts[2], consts[3], consts[4],
+                                                        consts[5], consts[6], consts[7])
     w, att, d, sdc = queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decodes_first)
     w += prompt
     att += prompt * (prompt + 1.0) / 2.0
     rem = 0.0
     if infl_n > 0:  # the in-flight step's remainder, as the estimate charges it
-        rem = batch_typical_time(form, coef, req, infl_slot, infl_tokens, infl_computed, infl_n) * mult - elapsed
+        rem = batch_typical_time(form, coef, req, infl.slot, infl.tokens, infl.computed, infl_n) * mult - elapsed
         if rem < 0.0:
             rem = 0.0
     budget = cfg[C_BUDGET]

@@ -75,6 +75,7 @@ class ModelGroups:
         self._u = utility[:, self.first] if utility.ndim == 2 else np.zeros((0, len(members)))
         self._nan = bool(np.isnan(utility).any())
         self._order = self._tied = None
+        self._flat: dict[bytes, list[int]] = {}
         if self._u.size <= PRECOMPUTE_LIMIT:
             self._order, self._tied = self._orders(self._u)
 
@@ -99,9 +100,11 @@ class ModelGroups:
         """The one-level walk: instances by (-utility, index)."""
         if self.singletons or self.tied(i):
             return sorted(range(self.n_instances), key=lambda j: (-u[j], j))
-        out: list[int] = []
-        for g in self.order(i):
-            out.extend(self.member_lists[g])
+        order = self.order(i)
+        key = order.tobytes()
+        out = self._flat.get(key)
+        if out is None:  # a few models: a few orders, each built once
+            out = self._flat[key] = [j for g in order for j in self.member_lists[g]]
         return out
 
 
@@ -185,6 +188,8 @@ def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
             lat[j] = x = est(j, i, t, insts)
             if x < fastest:
                 fastest = x
+    if not np.isnan(lat).any():  # none meets the SLO: hard_rule's fastest, its first minimum
+        return int(np.argmin(lat))
     return hard_rule(u, lat, slo)
 
 
