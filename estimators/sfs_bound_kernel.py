@@ -5,24 +5,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from estimators.engine.layout import (
-    C_BLOCK,
-    C_BUDGET,
-    C_LONG_PREFILL,
-    C_MAX_LEN,
-    C_NUM_BLOCKS,
-    C_WATERMARK,
-    F_COMPUTED,
-    F_HIT,
-    F_OUTPUTS,
-    F_PROMPT,
-    F_RID,
-    S_CAP,
-    S_FREE_BLOCKS,
-    S_NR,
-    S_WHEAD,
-    S_WN,
-)
+from estimators.engine import layout as L
 from estimators.engine.timing import batch_typical_time
 
 
@@ -31,13 +14,13 @@ def _ahead_tokens(req, s, cfg):
     """Tokens waiting request ``s`` computes before it can start decoding
     (minus a hit given with it), or 0 where it may be refused or dropped
     (longer than the model, the budget without chunking, or the KV)."""
-    total = req[s, F_PROMPT] + req[s, F_OUTPUTS]
-    b = cfg[C_BLOCK]
-    if total + 1 >= cfg[C_MAX_LEN] or total > cfg[C_BUDGET] or (total + 1 + b - 1) // b + 2 + cfg[C_WATERMARK] \
-            >= cfg[C_NUM_BLOCKS]:
+    total = req[s, L.F_PROMPT] + req[s, L.F_OUTPUTS]
+    b = cfg[L.C_BLOCK]
+    if total + 1 >= cfg[L.C_MAX_LEN] or total > cfg[L.C_BUDGET] or (total + 1 + b - 1) // b + 2 + cfg[L.C_WATERMARK] \
+            >= cfg[L.C_NUM_BLOCKS]:
         return 0
-    hit = req[s, F_HIT] if req[s, F_HIT] > 0 else 0
-    w = total - req[s, F_COMPUTED] - hit
+    hit = req[s, L.F_HIT] if req[s, L.F_HIT] > 0 else 0
+    w = total - req[s, L.F_COMPUTED] - hit
     return w if w > 0 else 0
 
 
@@ -56,13 +39,13 @@ def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decod
     decode, so preempted requests add none)."""
     w = 0
     att = 0.0
-    if cfg[C_LONG_PREFILL] == 0:
-        cap = sc[S_CAP]
-        for k in range(sc[S_WN] + n_inbox):
-            s = waiting[(sc[S_WHEAD] + k) % cap] if k < sc[S_WN] else inbox[k - sc[S_WN]]
+    if cfg[L.C_LONG_PREFILL] == 0:
+        cap = sc[L.S_CAP]
+        for k in range(sc[L.S_WN] + n_inbox):
+            s = waiting[(sc[L.S_WHEAD] + k) % cap] if k < sc[L.S_WN] else inbox[k - sc[L.S_WN]]
             r = _ahead_tokens(req, s, cfg)
             w += r
-            if req[s, F_OUTPUTS] == 0:
+            if req[s, L.F_OUTPUTS] == 0:
                 att += r * (r + 1.0) / 2.0
     d = 0
     sdc = 0
@@ -70,24 +53,24 @@ def queue_work(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, decod
         return w, att, d, sdc
     demand = 0
     blocks = 0
-    b = cfg[C_BLOCK]
-    for k in range(sc[S_NR]):
+    b = cfg[L.C_BLOCK]
+    for k in range(sc[L.S_NR]):
         s = running[k]
-        rem = req[s, F_PROMPT] + req[s, F_OUTPUTS] - req[s, F_COMPUTED]
+        rem = req[s, L.F_PROMPT] + req[s, L.F_OUTPUTS] - req[s, L.F_COMPUTED]
         if rem < 1:
             rem = 1
         demand += rem
         blocks += rem // b + 2
-    if demand > cfg[C_BUDGET] or blocks > sc[S_FREE_BLOCKS]:
+    if demand > cfg[L.C_BUDGET] or blocks > sc[L.S_FREE_BLOCKS]:
         return w, att, 0, 0
-    for k in range(sc[S_NR]):
+    for k in range(sc[L.S_NR]):
         s = running[k]
-        c = req[s, F_COMPUTED]
-        rid = req[s, F_RID]
-        if c < req[s, F_PROMPT] or rid < 0 or rid >= pred_total.size:
+        c = req[s, L.F_COMPUTED]
+        rid = req[s, L.F_RID]
+        if c < req[s, L.F_PROMPT] or rid < 0 or rid >= pred_total.size:
             continue
-        out = req[s, F_OUTPUTS]
-        if pred_total[rid] - out >= 3 and req[s, F_PROMPT] + out + 3 < cfg[C_MAX_LEN]:
+        out = req[s, L.F_OUTPUTS]
+        if pred_total[rid] - out >= 3 and req[s, L.F_PROMPT] + out + 3 < cfg[L.C_MAX_LEN]:
             d += 1
             sdc += c
     return w, att, d, sdc
@@ -111,7 +94,7 @@ def sfs_lower_bound(req, sc, cfg, running, waiting, inbox, n_inbox, pred_total, 
         rem = batch_typical_time(form, coef, req, infl.slot, infl.tokens, infl.computed, infl_n) * mult - elapsed
         if rem < 0.0:
             rem = 0.0
-    budget = cfg[C_BUDGET]
+    budget = cfg[L.C_BUDGET]
     steps = 1
     if budget > 0 and w > budget:
         steps = (w + budget - 1) // budget
