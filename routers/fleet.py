@@ -33,6 +33,8 @@ import numpy as np
 
 TIE_POLICIES = ("lowest-index", "least-latency", "random")
 DEFAULT_TIES = "lowest-index"
+UNIFORM_BLOCK = 4096
+PRUNE_GATE = 0.5  # bound an instance whose last estimate or bound was at least this share of the SLO
 PRECOMPUTE_LIMIT = 4_000_000  # queries x groups: above it the level-1 order is sorted per decision
 
 
@@ -116,16 +118,32 @@ class TieBreaker:
     def __init__(self, ties: str, seed: int):
         self.ties = check_ties(ties)
         self.rng = np.random.default_rng(seed)
+        self._u: list[float] = []  # uniforms drawn ahead in blocks (a Generator call costs ~1 us)
+        self._k = 0
 
-    def walk(self, members: list[int]) -> list[int]:
-        if self.ties == "random" and len(members) > 1:
-            return [members[k] for k in self.rng.permutation(len(members))]
-        return members
+    def _uniform(self) -> float:
+        if self._k == len(self._u):
+            self._u, self._k = self.rng.random(UNIFORM_BLOCK).tolist(), 0
+        self._k += 1
+        return self._u[self._k - 1]
+
+    def walk(self, members: list[int]):
+        """``members`` in the policy's order; random: a uniform permutation
+        drawn lazily (Fisher-Yates, one uniform per replica visited), so a
+        walk that stops at the first replica draws one number."""
+        if self.ties != "random" or len(members) == 1:
+            yield from members
+            return
+        rest = list(members)
+        for m in range(len(rest), 0, -1):
+            k = int(self._uniform() * m)
+            rest[k], rest[m - 1] = rest[m - 1], rest[k]
+            yield rest[m - 1]
 
     def pick(self, candidates: list[int]) -> int:
         """One of equally good candidates (in index order)."""
         if self.ties == "random" and len(candidates) > 1:
-            return candidates[int(self.rng.integers(len(candidates)))]
+            return candidates[int(self._uniform() * len(candidates))]
         return candidates[0]
 
 
@@ -147,8 +165,24 @@ def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     lat = r.latency
     lat[:] = np.inf
     groups, tie = r.groups, r.tie
-    est = r.estimate_one
-    bound = r.bound_one if r.prune else None
+    seen = r.seen  # per instance: its last estimate or bound (any query), for the gate below
+    bound = est = None
+    if r.prune:
+        # a bound is tried only where the instance's last figure came near the SLO: elsewhere it would
+        # not prune and costs a good part of an estimate (which instances are bounded never changes a decision)
+        gate = PRUNE_GATE * slo
+
+        def est(j, i, t, insts):
+            seen[j] = x = r.estimate_one(j, i, t, insts)
+            return x
+
+        def bound(j, i, t, insts):
+            if seen[j] < gate:
+                return -np.inf
+            seen[j] = b = r.bound_one(j, i, t, insts)
+            return b
+    else:
+        est = r.estimate_one
     pruned: list[tuple[float, int]] = []
     if tie.ties == "least-latency" and not groups.singletons:
         for g in groups.order(i):

@@ -33,6 +33,7 @@ class LatencyAware(Router):
         self.groups = ModelGroups(inputs.utility, models or [str(j) for j in range(len(estimators))])
         self.tie = TieBreaker(ties, seed)
         self.prune = prune
+        self.seen = np.full(len(estimators), np.inf)  # the pruning gate's memory (routers.fleet.hard_choice)
 
     def estimate_one(self, j: int, i: int, t: float, insts) -> float:
         est = self.estimators[j]

@@ -98,7 +98,8 @@ def test_random_tie_walk_is_seeded_and_uniform():
     assert walks[:50] == [tuple(b.walk([3, 4, 5])) for _ in range(50)]
     firsts = Counter(w[0] for w in walks)
     assert set(firsts) == {3, 4, 5} and min(firsts.values()) > 850
-    assert TieBreaker("random", 7).walk([9]) == [9]  # a group of one draws nothing
+    one = TieBreaker("random", 7)
+    assert list(one.walk([9])) == [9] and one._k == 0  # a group of one draws nothing
     with pytest.raises(ValueError, match="tie policy"):
         TieBreaker("first", 0)
     with pytest.raises(ValueError, match="ties"):
@@ -189,11 +190,20 @@ def test_one_instance_per_model_every_policy_is_todays(router, delta):
 def test_pruned_and_unpruned_decisions_are_identical(ties):
     for seed, rate in ((0, 72.0), (1, 96.0)):
         pool, wl, specs, inputs = _workload("qwen3-h100-x8", rate, 700, seed)
-        runs = []
+        runs, calls = [], []
         for prune in (True, False):
             r = make_router("sfs-hard", inputs.route, specs, pool.frontend_overhead_s, seed=seed, ties=ties)
             r.prune = prune
+            n = [0]
+
+            def counted(*a, f=r.estimate_one, n=n):
+                n[0] += 1
+                return f(*a)
+
+            r.estimate_one = counted
             runs.append(_run(pool, wl, r, seed))
+            calls.append(n[0])
+        assert calls[0] < calls[1]  # pruning skipped estimates (at these loads it does)
         assert np.array_equal(runs[0][:, 1], runs[1][:, 1])
         assert np.array_equal(runs[0][:, 2].astype(float), runs[1][:, 2].astype(float), equal_nan=True)
 
