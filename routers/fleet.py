@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from routers.rules import hard_rule
+
 TIE_POLICIES = ("lowest-index", "least-latency", "random")
 DEFAULT_TIES = "lowest-index"
 UNIFORM_BLOCK = 4096
@@ -160,8 +162,6 @@ def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     rule's fallback (the fastest of all, ``hard_rule``) estimates a pruned
     instance only if its bound does not exceed the fastest estimate found,
     so the decision is the one the unpruned rule takes."""
-    from routers.rules import hard_rule
-
     lat = r.latency
     lat[:] = np.inf
     groups, tie = r.groups, r.tie
