@@ -36,7 +36,7 @@ from routers.rules import hard_rule
 TIE_POLICIES = ("lowest-index", "least-latency", "random")
 DEFAULT_TIES = "lowest-index"
 UNIFORM_BLOCK = 4096
-PRUNE_GATE = 0.5  # bound an instance whose last estimate or bound was at least this share of the SLO
+PRUNE_GATE = 0.8  # bound an instance whose last estimate or bound was at least this share of the SLO
 PRECOMPUTE_LIMIT = 4_000_000  # queries x groups: above it the level-1 order is sorted per decision
 
 
@@ -167,7 +167,7 @@ def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     groups, tie = r.groups, r.tie
     seen = r.seen  # per instance: its last estimate or bound (any query), for the gate below
     bound = est = None
-    if r.prune:
+    if r.prune and not groups.singletons:  # a few instances: a bound would save at most a few estimates
         # a bound is tried only where the instance's last figure came near the SLO: elsewhere it would
         # not prune and costs a good part of an estimate (which instances are bounded never changes a decision)
         gate = PRUNE_GATE * slo
