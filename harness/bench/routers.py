@@ -34,6 +34,7 @@ FLEET_ROUTERS = ("shortest-queue", "sfs-cc", "sfs-hard")
 RATE_PER_INSTANCE = 8.0 / 3.0  # the paper's pool at 8 q/s
 FLEET_SIMULATED_S = 10.0  # arrivals per cell: rate x this (at least FLEET_MIN_REQUESTS)
 FLEET_MIN_REQUESTS = 2000
+ALL_TIES_UP_TO = 96  # instances: past it only lowest-index (least-latency estimates every replica: minutes at 384)
 
 
 def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[str, ...] = tuple(ROUTERS)) -> dict:
@@ -69,7 +70,8 @@ def fleet_sizes(pools: tuple[str, ...] = FLEET_POOLS, routers: tuple[str, ...] =
         wl = generate_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", rate), seed=seed))
         cells: dict = {}
         for name in routers:
-            for tie in ties if router_entry(name).estimator is not None else (DEFAULT_TIES,):
+            policies = ties if n <= ALL_TIES_UP_TO else (DEFAULT_TIES,)
+            for tie in policies if router_entry(name).estimator is not None else (DEFAULT_TIES,):
                 cfg = ReplayConfig(router=name, seed=seed, ties=tie)
                 m = replay(pool, ref, wl.requests, wl.quality, cfg).metrics
                 key = name if router_entry(name).estimator is None else f"{name} --ties {tie}"
