@@ -99,8 +99,8 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
       replay    the same replay routed by sfs-hard (target >= 1000x), router decision us
       routers   every built-in router on one workload (4,000 requests at 8 q/s on
                 qwen3-h100): mean decision us and replay speed, compile apart; then
-                shortest-queue, sfs-cc and sfs-hard (lowest-index and least-latency
-                ties) on 3, 24, 96 and 384 instances: decision us by pool size
+                shortest-queue, sfs-cc and sfs-hard on 3, 24, 96 and 384 instances
+                (ties lowest-index; least-latency too up to 96): decision us by size
       sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
                 queue (target: median <= 10 us at 64), and cost per simulated step;
                 the probabilistic estimate's cost at 64 (target <= 2x the point
