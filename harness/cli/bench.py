@@ -98,7 +98,9 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 compile (warm-up) time apart, peak memory
       replay    the same replay routed by sfs-hard (target >= 1000x), router decision us
       routers   every built-in router on one workload (4,000 requests at 8 q/s on
-                qwen3-h100): mean decision us and replay speed, compile apart
+                qwen3-h100): mean decision us and replay speed, compile apart; then
+                shortest-queue, sfs-cc and sfs-hard on 3, 24, 96 and 384 instances
+                (ties lowest-index; least-latency too up to 96): decision us by size
       sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
                 queue (target: median <= 10 us at 64), and cost per simulated step;
                 the probabilistic estimate's cost at 64 (target <= 2x the point
@@ -151,6 +153,16 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 for name, v in sorted(r["routers"].items(), key=lambda kv: kv[1]["mean_decision_us"]):
                     click.echo(f"          {name:<18} {v['mean_decision_us']:9.1f} us   replay {v['speedup']:,.0f}x "
                                f"real time   OnTimeUtility {v['ontime_utility']:.4f}")
+            from harness.bench.routers import fleet_sizes
+
+            r["fleet"] = f = fleet_sizes()
+            if not as_json:
+                click.echo(f"          decision us by pool size ({f['rate_per_instance']:.3g} q/s per instance, "
+                           f"{f['simulated_s']:g} simulated s; targets at 96: shortest-queue <= 3, sfs-cc <= 30):")
+                for n, v in f["sizes"].items():
+                    for name, c in v["routers"].items():
+                        click.echo(f"          {n:>4} instances  {name:<30} {c['mean_decision_us']:9.1f} us   "
+                                   f"OnTimeUtility {c['ontime_utility']:.4f}")
         if "sfs" in sections:
             from harness.bench.sfs import run as run_sfs
 
