@@ -47,7 +47,7 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.timing import features_time, noisy_ratio, plan_time
-from harness.twin.skip import apply_run, steady_run
+from harness.twin.skip import apply_run, steady_run, take_batch
 
 # meta (int64) fields; M_SKIPPED: steps advanced by the fast path (``_skip_run``), counted in M_STEPS too
 M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE, M_SKIPPED = 0, 1, 2, 3, 4, 5, 6, 7
@@ -190,7 +190,8 @@ def _observe_speed(sp, duration):
 def _log_steady(st, plan, tw, log, n, j, t_start, t_end):
     """``_log_step`` for step ``j`` of a steady run (``_skip_run``): the
     batch of ``plan`` with every computed-before token ``j`` further on
-    (``plan`` still holds the run's first state); the caller checked the room."""
+    than the request table's (brought forward after the run); the caller
+    checked the room."""
     meta, req = tw.meta, st.req
     k = meta[M_LOG_STEPS]
     log.t[k, 0] = t_start
@@ -210,8 +211,8 @@ def _log_steady(st, plan, tw, log, n, j, t_start, t_end):
 
 @njit(cache=True)
 def _skip_run(t_until, st, plan, tw, model, log):
-    """Between steps, after a steady step (``harness.twin.skip``): run the
-    steps that repeat its batch without the scheduler kernel. Each step's
+    """Between steps, where a steady run starts (``harness.twin.skip``):
+    run its steps without the scheduler kernel. Each step's
     typical time comes from the decodes' running sums, its noise from the
     same stream in the same order, its start, end and the speed factor
     from the same expressions as ``_start_step`` and ``advance``; the
@@ -219,15 +220,16 @@ def _skip_run(t_until, st, plan, tw, model, log):
     last step left in flight if it ends after ``t_until``. Returns the
     steps scheduled (0: not a steady run; the caller schedules as usual)."""
     meta, times, sp = tw.meta, tw.times, tw.speed
-    n = plan.counts[PL_N]
-    if plan.counts[PL_NREJ] != 0:
-        return 0  # the waiting queue changed in that step (vllm-v0 refuses over-long prompts there)
-    k, s1, s2 = steady_run(st, plan, n)
+    k, s1, s2 = steady_run(st, plan, plan.counts[PL_N] if plan.counts[PL_NREJ] == 0 else -1)
+    n = st.sc[S_NR]
     log_on = tw.params[P_LOG_ON] > 0.0
     if log_on and k > 0:
         k = min(k, log.n.size - meta[M_LOG_STEPS], (log.items.shape[0] - meta[M_LOG_ITEMS]) // n)
     if k <= 0:
         return 0
+    take_batch(st, plan, n)
+    plan.counts[PL_N] = n
+    plan.counts[PL_NREJ] = 0
     noise_on = tw.params[P_NOISE_ON] > 0.0
     fn = float(n)
     t = times[T_START]
@@ -275,8 +277,8 @@ def advance(t_until, st, plan, tw, model, out, log):
     """Run every step that ends at or before ``t_until``. Returns 1 when the
     step log is full (the caller flushes it and calls again), else 0.
 
-    With ``P_SKIP_ON``, a run of steady decode steps after a completed one
-    is advanced by ``_skip_run`` (same results, a fraction of the work);
+    With ``P_SKIP_ON``, a run of steady decode steps is advanced by
+    ``_skip_run`` (same results, a fraction of the work);
     after one run, the next step is scheduled as usual (the run stopped
     where something changes)."""
     meta, times = tw.meta, tw.times

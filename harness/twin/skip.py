@@ -3,11 +3,15 @@ decode steps does to an instance's scheduler state, in Numba, so the twin
 (``harness.twin.kernel``) can advance such a run without calling the
 scheduler kernel once per step.
 
-A *steady* step is one whose batch is every running request, in
-``running`` order, one decode token each, with nothing preempted or
-refused. After a steady step with no arrival since, the next schedule()
-makes the same decisions, under each policy of ``estimators.engine.kernel``,
-until something it decides on changes:
+A *steady* run is a stretch of steps whose batch is every running
+request, in ``running`` order, one decode token each, nothing preempted,
+admitted or refused. Between steps, with no arrival to take in, every
+running request a decode one token behind and no more of them than the
+token budget, the next schedule() under each policy of
+``estimators.engine.kernel`` starts one when nobody waits; when requests
+wait, when the step just done had this same batch one token each (its
+schedule() then refused the head of ``waiting``, see below). The steps
+after it make the same decisions until something they decide on changes:
 
 - a request finishes (its target length, or max_model_len): the runs stop
   one step before the first finish, which the twin knows;
@@ -16,7 +20,7 @@ until something it decides on changes:
   gate inside it can fail; blocks are counts here (prefix caching off:
   no block ids, no free-queue order to keep), so allocating a run's
   blocks at once leaves the same state as allocating them step by step;
-- a waiting request becomes admissible: the steady step's schedule()
+- a waiting request becomes admissible: the last step's schedule()
   refused the head of ``waiting`` (or never reached it) on conditions
   that are constant during the run (the token budget left after the
   decodes, ``len(running)``, the head's own length and cap) or on free
@@ -44,6 +48,7 @@ from numba import njit
 
 from estimators.engine.layout import (
     C_BLOCK,
+    C_BUDGET,
     C_MAX_LEN,
     C_PREFIX,
     F_BLOCKS,
@@ -58,6 +63,7 @@ from estimators.engine.layout import (
     S_NPREEMPT,
     S_NR,
     S_STEP,
+    S_WN,
     ST_RUNNING,
 )
 from estimators.engine.primitives import cdiv
@@ -67,14 +73,23 @@ MAX_RUN = 1 << 40  # "no finish in sight": a bound no run reaches
 
 
 @njit(cache=True)
-def steady_run(st, plan, n):
-    """The run after the step in ``plan`` (``n`` requests, just completed,
-    nothing refused): how many more steps repeat its batch with no finish
-    and no KV gate, and the sums of the decodes' computed tokens S1 and of
-    their squares S2 before the first of them. (0, 0, 0) if the step was
-    not steady, or caching is on, or the sums could outgrow exact floats."""
+def steady_run(st, plan, n_last):
+    """Between steps, no arrival waiting to be taken in: how many steps the
+    next schedule() starts of a steady run (every running request one
+    decode token, the same batch each step, no finish and no KV gate), and
+    the sums of the decodes' computed tokens S1 and of their squares S2
+    before the first of them. With requests waiting, only after a step of
+    the same batch one token each (``plan``, ``n_last`` requests, nothing
+    refused; -1 if it refused any), whose schedule() refused the head of
+    ``waiting`` on what the run keeps constant or lowers; with nobody
+    waiting, after any step. (0, 0, 0) if not steady, or caching is on, or
+    the sums could outgrow exact floats."""
     req, sc, cfg, running = st.req, st.sc, st.cfg, st.running
-    if n <= 0 or n != sc[S_NR] or sc[S_NPREEMPT] != 0 or cfg[C_PREFIX] != PREFIX_OFF:
+    n = sc[S_NR]
+    if n <= 0 or n > cfg[C_BUDGET] or cfg[C_PREFIX] != PREFIX_OFF:
+        return 0, 0, 0
+    after = sc[S_WN] > 0  # the waiting head's refusal is known only from a step of this same batch
+    if after and (n_last != n or sc[S_NPREEMPT] != 0):
         return 0, 0, 0
     max_len = cfg[C_MAX_LEN]
     k = MAX_RUN
@@ -82,12 +97,14 @@ def steady_run(st, plan, n):
     s2 = 0
     cmax = 0
     for j in range(n):
-        s = plan.slot[j]
-        if running[j] != s or plan.tokens[j] != 1 or req[s, F_STATUS] != ST_RUNNING:
+        s = running[j]
+        if req[s, F_STATUS] != ST_RUNNING:
             return 0, 0, 0
         p, o, c = req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED]
-        if plan.computed[j] < p or c != plan.computed[j] + 1 or c != p + o - 1:
-            return 0, 0, 0  # not a decode, or not one token behind
+        if o < 1 or c != p + o - 1:
+            return 0, 0, 0  # not a decode one token behind
+        if after and (plan.slot[j] != s or plan.tokens[j] != 1 or plan.computed[j] != c - 1):
+            return 0, 0, 0
         rem = req[s, F_TARGET] - o  # outputs to its target; the step sampling the last one finishes it
         if max_len - p - o < rem:
             rem = max_len - p - o  # vLLM's "length" comes first
@@ -102,16 +119,16 @@ def steady_run(st, plan, n):
     top = float(cmax + k)
     if top * top * n >= EXACT or float(s1) + float(k) * n >= EXACT:
         return 0, 0, 0
-    return _kv_bound(st, plan, n, k), s1, s2
+    return _kv_bound(st, n, k), s1, s2
 
 
 @njit(cache=True)
-def _blocks_for(st, plan, n, m):
+def _blocks_for(st, n, m):
     """Blocks the run's decodes must grow by to schedule ``m`` more steps."""
     req, b = st.req, st.cfg[C_BLOCK]
     need = 0
     for j in range(n):
-        s = plan.slot[j]
+        s = st.running[j]
         g = cdiv(req[s, F_COMPUTED] + m, b) - req[s, F_BLOCKS]
         if g > 0:
             need += g
@@ -119,20 +136,30 @@ def _blocks_for(st, plan, n, m):
 
 
 @njit(cache=True)
-def _kv_bound(st, plan, n, k):
+def _kv_bound(st, n, k):
     """The most steps, at most ``k``, whose block growth fits the free
     blocks (growth only rises with the steps: bisect)."""
     free = st.sc[S_FREE_BLOCKS]
-    if _blocks_for(st, plan, n, k) <= free:
+    if _blocks_for(st, n, k) <= free:
         return k
     lo, hi = 0, k  # fits(lo), not fits(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _blocks_for(st, plan, n, mid) <= free:
+        if _blocks_for(st, n, mid) <= free:
             lo = mid
         else:
             hi = mid
     return lo
+
+
+@njit(cache=True)
+def take_batch(st, plan, n):
+    """The run's batch into ``plan``: ``running``'s first ``n``, one token
+    each (what schedule_step writes for it; nothing preempted)."""
+    for j in range(n):
+        plan.slot[j] = st.running[j]
+        plan.tokens[j] = 1
+    st.sc[S_NPREEMPT] = 0
 
 
 @njit(cache=True)
