@@ -162,7 +162,7 @@ def test_replays_serve_and_log_the_same_with_skipping_on_and_off(tmp_path, pool_
         pool = _pool_file(tmp_path, max_num_batched_tokens=512, long_prefill_token_threshold=256)
     else:
         pool = load_pool(pool_name)
-    w = generate_workload(WorkloadConfig(requests=160 if pool_name == "qwen3-h100-x8" else 300, seed=5)).requests
+    w = generate_workload(WorkloadConfig(requests=120 if pool_name == "qwen3-h100-x8" else 300, seed=5)).requests
     w["arrival_s"] = w["arrival_s"] / (8 if pool_name == "qwen3-h100-x8" else 2)
     a, _ = _replay(pool, w, False, noise)
     b, skipped = _replay(pool, w, True, noise)
@@ -172,3 +172,22 @@ def test_replays_serve_and_log_the_same_with_skipping_on_and_off(tmp_path, pool_
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
     if pool_name == "small-kv":
         assert b.requests["preemptions"].sum() > 0
+
+
+def test_the_oracles_forks_skip_too_and_it_routes_the_same():
+    """The oracle advances forks of the live instances (their switch
+    copied): every decision, so every result, is the same on and off."""
+    from routers.base import RouteInputs
+    from routers.oracle import Oracle
+
+    w = generate_workload(WorkloadConfig(requests=150, seed=3)).requests
+    w["arrival_s"] = w["arrival_s"] / 6
+    pool = load_pool("qwen3-h100")
+    out = w["output_tokens"].to_numpy()
+    utility = np.tile([0.3, 0.6, 0.9], (len(w), 1))  # the largest model while it meets the SLO
+    inputs = RouteInputs(w["prompt_tokens"].to_numpy(), np.full(len(w), 0.3), utility, out)
+    res = [Twin.from_pool(pool, TwinConfig(seed=5, skip=skip)).run(w, Oracle(inputs, out, pool.frontend_overhead_s))
+           for skip in (False, True)]
+    pd.testing.assert_frame_equal(res[0].requests, res[1].requests, check_exact=True)
+    pd.testing.assert_frame_equal(res[0].step_items, res[1].step_items, check_exact=True)
+    assert res[0].requests["instance_id"].nunique() >= 2

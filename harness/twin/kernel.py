@@ -41,6 +41,7 @@ from estimators.engine.layout import (
     PL_NREJ,
     S_NPREEMPT,
     S_NR,
+    S_STEP,
     S_WN,
     ST_WAITING,
     KernelInputError,
@@ -259,6 +260,7 @@ def _skip_run(t_until, st, plan, tw, model, log):
         t = t_end + model.gap
     scheduled = done + 1 if flight else done
     apply_run(st, plan, n, scheduled, done)
+    st.sc[S_STEP] += scheduled
     meta[M_STEPS] += scheduled
     meta[M_SKIPPED] += scheduled
     if flight:

@@ -62,7 +62,6 @@ from estimators.engine.layout import (
     S_FREE_BLOCKS,
     S_NPREEMPT,
     S_NR,
-    S_STEP,
     S_WN,
     ST_RUNNING,
 )
@@ -168,7 +167,8 @@ def apply_run(st, plan, n, scheduled, completed):
     in ``plan``, the first ``completed`` of them completed (the last one in
     flight otherwise): computed tokens, outputs, blocks and the free count
     as the kernel leaves them, the plan holding the last scheduled step's
-    computed-before tokens, no step events (nothing finished or began)."""
+    computed-before tokens, no step events (nothing finished or began);
+    the caller counts the steps (``S_STEP``)."""
     req, sc, b = st.req, st.sc, st.cfg[C_BLOCK]
     free = sc[S_FREE_BLOCKS]
     for j in range(n):
@@ -184,4 +184,3 @@ def apply_run(st, plan, n, scheduled, completed):
         if completed > 0:
             req[s, F_EVENT] = 0
     sc[S_FREE_BLOCKS] = free
-    sc[S_STEP] += scheduled
