@@ -14,6 +14,14 @@ router sees every instance as it is at that moment) and wakes an idle
 instance an arrival finds (``Instance.kick``: the gap starts); everything
 between arrivals stays in Numba.
 
+Exact event skipping (``P_SKIP_ON``, ``TwinConfig.skip``): where a run of
+steady decode steps starts (``harness.twin.skip``: every running request
+one decode token, the same batch step after step, until a finish, the KV
+headroom or ``t_until``), ``_skip_run`` advances it without the scheduler
+kernel: the same floats in the same order, the same noise draws, the same
+step log, the request table brought forward once. Everything else is
+scheduled step by step.
+
 Bundles: the instance's ``SchedState`` and ``StepPlan`` (the in-flight
 step), ``TwinArrays`` (inbox, meta, times, params, noise stream), the
 ``TimeModel``, ``Outcomes`` (per-request times, indexed by trace position)
