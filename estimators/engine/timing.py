@@ -61,6 +61,17 @@ def batch_typical_time(form_id, coef, req, out_slot, out_tok, out_cb, n):
             P += t
             sp2 += t * t
             spa += t * c + t * (t + 1.0) / 2.0
+    return features_time(form_id, coef, tokens, P, D, sc, sc2, sp2, sdc, spa)
+
+
+@njit(cache=True, inline="always")
+def features_time(form_id, coef, tokens, P, D, sc, sc2, sp2, sdc, spa):
+    """Typical duration from a batch's features (``batch_typical_time``'s
+    sums): tokens, prefill tokens P, decodes D, sum of computed-before c and
+    of c^2, of prefill t^2, of decode c, and the prefill attention sum. One
+    formula, so the twin's run of identical decode steps
+    (``harness.twin.skip``), which keeps these sums itself, charges a step
+    with exactly the operations a scheduled batch is charged with."""
     if form_id == FORM_EQ9:
         return coef[0] + coef[1] * tokens + coef[2] * sdc + coef[3] * spa
     return coef[0] + coef[1] * P + coef[2] * D + coef[3] * sc + coef[4] * sp2 + coef[5] * sc2

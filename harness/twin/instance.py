@@ -72,6 +72,7 @@ class TwinConfig:
     noise: bool = True
     record_steps: bool = True
     frontend_overhead_s: float | None = None  # added to every TTFT; None = the pool's (0 without a pool)
+    skip: bool = True  # exact event skipping in the kernel (``harness.twin.skip``); off: every step scheduled
 
 
 _ADVANCE = None
@@ -112,6 +113,7 @@ class Instance:
         params = np.zeros(tk.NP_, dtype=np.float64)
         params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
         params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
+        params[tk.P_SKIP_ON] = 1.0 if cfg.skip else 0.0
         params[tk.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
         params[tk.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
         self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), np.zeros(tk.NM, dtype=np.int64),

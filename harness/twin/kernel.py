@@ -14,6 +14,14 @@ router sees every instance as it is at that moment) and wakes an idle
 instance an arrival finds (``Instance.kick``: the gap starts); everything
 between arrivals stays in Numba.
 
+Exact event skipping (``P_SKIP_ON``, ``TwinConfig.skip``): where a run of
+steady decode steps starts (``harness.twin.skip``: every running request
+one decode token, the same batch step after step, until a finish, the KV
+headroom or ``t_until``), ``_skip_run`` advances it without the scheduler
+kernel: the same floats in the same order, the same noise draws, the same
+step log, the request table brought forward once. Everything else is
+scheduled step by step.
+
 Bundles: the instance's ``SchedState`` and ``StepPlan`` (the in-flight
 step), ``TwinArrays`` (inbox, meta, times, params, noise stream), the
 ``TimeModel``, ``Outcomes`` (per-request times, indexed by trace position)
@@ -31,28 +39,33 @@ from estimators.engine.layout import (
     EV_FINISH,
     EV_FIRST,
     EV_LENGTH,
+    F_COMPUTED,
     F_EVENT,
     F_PREEMPTIONS,
     F_PROMPT,
     F_RID,
     F_STATUS,
+    PL_N,
     PL_NREJ,
     S_NPREEMPT,
     S_NR,
+    S_STEP,
     S_WN,
     ST_WAITING,
     KernelInputError,
 )
 from estimators.engine.primitives import release_slot, wait_push_back
-from estimators.engine.timing import noisy_ratio, plan_time
+from estimators.engine.timing import features_time, noisy_ratio, plan_time
+from harness.twin.skip import apply_run, steady_run, take_batch
 
-# meta (int64) fields
-M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE = 0, 1, 2, 3, 4, 5, 6
+# meta (int64) fields; M_SKIPPED: steps advanced by the fast path (``_skip_run``), counted in M_STEPS too
+M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE, M_SKIPPED = 0, 1, 2, 3, 4, 5, 6, 7
 IDLE, RUNNING, GAP = 0, 1, 2
 NM = 8
 # params (float64) fields
 P_NOISE_ON, P_LOG_ON, P_INTAKE_REQ, P_INTAKE_TOK = 0, 1, 2, 3  # intake: s per joining request and prompt token
-NP_ = 4
+P_SKIP_ON = 4  # advance runs of steady decode steps without the scheduler kernel (``_skip_run``)
+NP_ = 5
 # times (float64): in-flight step start (or, between steps, the next schedule) and end (hidden from routers)
 T_START, T_END = 0, 1
 # speed (float64): the running host-speed factor learned from completed steps (estimators.online_speed):
@@ -183,12 +196,106 @@ def _observe_speed(sp, duration):
 
 
 @njit(cache=True)
+def _log_steady(st, plan, tw, log, n, j, t_start, t_end):
+    """``_log_step`` for step ``j`` of a steady run (``_skip_run``): the
+    batch of ``plan`` with every computed-before token ``j`` further on
+    than the request table's (brought forward after the run); the caller
+    checked the room."""
+    meta, req = tw.meta, st.req
+    k = meta[M_LOG_STEPS]
+    log.t[k, 0] = t_start
+    log.t[k, 1] = t_end
+    log.n[k] = n
+    log.npre[k] = 0
+    base = meta[M_LOG_ITEMS]
+    for i in range(n):
+        s = plan.slot[i]
+        log.items[base + i, 0] = req[s, F_RID]
+        log.items[base + i, 1] = 1
+        log.items[base + i, 2] = req[s, F_COMPUTED] + j
+        log.items[base + i, 3] = req[s, F_PROMPT]
+    meta[M_LOG_STEPS] = k + 1
+    meta[M_LOG_ITEMS] = base + n
+
+
+@njit(cache=True)
+def _skip_run(t_until, st, plan, tw, model, log):
+    """Between steps, where a steady run starts (``harness.twin.skip``):
+    run its steps without the scheduler kernel. Each step's
+    typical time comes from the decodes' running sums, its noise from the
+    same stream in the same order, its start, end and the speed factor
+    from the same expressions as ``_start_step`` and ``advance``; the
+    request table is brought forward once at the end (``apply_run``), the
+    last step left in flight if it ends after ``t_until``. Returns the
+    steps scheduled (0: not a steady run; the caller schedules as usual)."""
+    meta, times, sp = tw.meta, tw.times, tw.speed
+    k, s1, s2 = steady_run(st, plan, plan.counts[PL_N] if plan.counts[PL_NREJ] == 0 else -1)
+    n = st.sc[S_NR]
+    log_on = tw.params[P_LOG_ON] > 0.0
+    if log_on and k > 0:
+        k = min(k, log.n.size - meta[M_LOG_STEPS], (log.items.shape[0] - meta[M_LOG_ITEMS]) // n)
+    if k <= 0:
+        return 0
+    take_batch(st, plan, n)
+    plan.counts[PL_N] = n
+    plan.counts[PL_NREJ] = 0
+    noise_on = tw.params[P_NOISE_ON] > 0.0
+    fn = float(n)
+    t = times[T_START]
+    t_start = t
+    t_end = times[T_END]
+    done = 0
+    flight = False
+    while done < k and t <= t_until:
+        c1 = s1 + n * done  # the decodes' computed tokens before this step, and their squares
+        c2 = s2 + 2 * done * s1 + n * done * done
+        typical = features_time(model.form, model.coef, fn, 0.0, fn, float(c1), float(c2), 0.0, float(c1), 0.0)
+        sp[SP_TYP] = typical / sp[SP_HOST]
+        if noise_on:
+            dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
+        else:
+            dur = typical * model.mult
+        intake = 0.0  # nobody joins: _start_step's start and end, term by term
+        t_start = t + intake
+        t_end = t + intake + dur
+        if not t_end <= t_until:
+            flight = True
+            break
+        if log_on:
+            _log_steady(st, plan, tw, log, n, done, t_start, t_end)
+        _observe_speed(sp, t_end - t_start)
+        done += 1
+        t = t_end + model.gap
+    scheduled = done + 1 if flight else done
+    apply_run(st, plan, n, scheduled, done)
+    st.sc[S_STEP] += scheduled
+    meta[M_STEPS] += scheduled
+    meta[M_SKIPPED] += scheduled
+    if flight:
+        times[T_START] = t_start
+        times[T_END] = t_end
+        meta[M_BUSY] = RUNNING
+        meta[M_N] = n
+    else:
+        times[T_START] = t
+        times[T_END] = t_end
+    return scheduled
+
+
+@njit(cache=True)
 def advance(t_until, st, plan, tw, model, out, log):
     """Run every step that ends at or before ``t_until``. Returns 1 when the
-    step log is full (the caller flushes it and calls again), else 0."""
+    step log is full (the caller flushes it and calls again), else 0.
+
+    With ``P_SKIP_ON``, a run of steady decode steps is advanced by
+    ``_skip_run`` (same results, a fraction of the work);
+    after one run, the next step is scheduled as usual (the run stopped
+    where something changes)."""
     meta, times = tw.meta, tw.times
     if not t_until >= -1e300:  # NaN or -inf: no step would ever be due, or every one; +inf drains
         raise KernelInputError("the twin was asked to advance to a time that is not a number")
+    skip = tw.params[P_SKIP_ON] > 0.0
+    skipped = False
     while True:
         if meta[M_BUSY] == RUNNING and times[T_END] <= t_until:
             n = meta[M_N]
@@ -214,7 +321,11 @@ def advance(t_until, st, plan, tw, model, out, log):
                 times[T_START] = t_end + model.gap
             else:
                 meta[M_BUSY] = IDLE
+            skipped = False
         elif meta[M_BUSY] == GAP and times[T_START] <= t_until:
+            if skip and not skipped and meta[M_INBOX_N] == 0 and _skip_run(t_until, st, plan, tw, model, log) > 0:
+                skipped = True
+                continue
             _start_step(times[T_START], st, plan, tw, model, out)
         else:
             return 0
