@@ -13,9 +13,10 @@ output length the router was told (``RouteInputs.pred_total``), or 0 when
 the twin was told none. The scalars (in-flight start, wake-up, arrival
 rate, learned speed) are plain numbers.
 
-The twin refreshes every view before each routing decision
-(``Instance.sync_view``: one copy of the request table per instance that
-changed since the last decision). Only a router that declares itself an
+Before each routing decision the twin refreshes the views of the instances
+that changed since the last one (``Instance.sync_view``: one copy of the
+request table each; ``harness.twin.fleet_views``); an unchanged instance's
+view is already current, since "now" is a clock the views share. Only a router that declares itself an
 ``oracle`` is handed the live instances (``routers.base.ClairvoyantView``).
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ class HonestView:
     """One instance as a router sees it (an ``InstanceView``); see the
     module docstring for what it holds and why."""
 
-    def __init__(self, index: int, instance_id: str, max_model_len: int):
+    def __init__(self, index: int, instance_id: str, max_model_len: int, clock: np.ndarray | None = None):
         self.index = index
         self.instance_id = instance_id
         self.max_model_len = max_model_len
@@ -57,16 +58,24 @@ class HonestView:
         self.infl_n = 0
         self.infl_start: float | None = None
         self.wake_s: float | None = None
-        self.rate_state: tuple = (0.0, None, 1.0, 0.0)  # the instance's RateTracker (level, last, tau) and now
+        self.ewma: tuple = (0.0, None, 1.0)  # the instance's RateTracker (level, last, tau) at its last change
+        # the twin's present (clock[0]), shared by the pool's views: time passing needs no view touched
+        self.clock = np.zeros(1, dtype=np.float64) if clock is None else clock
         self.speed_factor = 1.0  # the host speed learned from completed steps
         self.speed_steps = 0
         self.busy = False
         self.idle = True
 
     @property
+    def rate_state(self) -> tuple:
+        """(level, last, tau, now): the instance's RateTracker and the present."""
+        return (*self.ewma, self.clock[0])
+
+    @property
     def arrival_rate(self) -> float:
         """EWMA of arrivals, per second (``RateTracker.rate``'s expression, evaluated only when read)."""
-        level, last, tau, now = self.rate_state
+        level, last, tau = self.ewma
+        now = self.clock[0]
         if last is None:
             return 0.0
         return level * np.exp(-(now - last) / tau) / tau
