@@ -22,7 +22,11 @@ import heapq
 import math
 
 import numpy as np
+from numba import typeof
+from numba.typed import List
 
+from estimators.engine.fastcall import entry_point
+from harness.twin.fleet_kernel import advance_due, append_bundle, new_bundles, set_bundle
 from harness.twin.instance import Instance
 
 
@@ -30,9 +34,17 @@ class EventQueue:
     """Next due events of a pool's instances, and the set changed since
     ``take_changed``."""
 
-    def __init__(self, insts: list[Instance], clock: np.ndarray):
+    def __init__(self, insts: list[Instance], clock: np.ndarray, batch: bool = True):
+        """``batch``: advance the due instances in one compiled call
+        (``harness.twin.fleet_kernel``); False, or bundles Numba cannot
+        hold in one typed list, calls each instance's ``advance``."""
         self.insts = insts
         self.clock = clock
+        self._bundles = _bundles(insts) if batch and len(insts) > 1 else None
+        self._bundle_of = [(inst.state, inst.tw) for inst in insts]
+        self._ks = np.zeros(len(insts), dtype=np.int64)
+        self._full = np.zeros(len(insts), dtype=np.int64)
+        self._run = None  # advance_due's compiled entry, for these bundles' types
         self._due = [math.nan] * len(insts)  # due time of each instance's live entry (NaN: none)
         self._heap: list[tuple[float, int]] = []
         self._changed: list[int] = []
@@ -43,7 +55,13 @@ class EventQueue:
     def touched(self, k: int) -> None:
         """Instance ``k`` changed (advanced, handed a request, woken): re-queue
         its next event and mark its view for refreshing."""
-        d = self.insts[k].due()
+        inst = self.insts[k]
+        if self._bundles is not None:
+            st, tw = self._bundle_of[k]
+            if inst.state is not st or inst.tw is not tw:  # it grew: new arrays
+                set_bundle(self._bundles, k, _bundle(inst))
+                self._bundle_of[k] = (inst.state, inst.tw)
+        d = inst.due()
         if d != self._due[k]:
             self._due[k] = d
             if d < math.inf:
@@ -67,8 +85,21 @@ class EventQueue:
                 ready.append(k)
         ready.sort()
         insts = self.insts
-        for k in ready:
-            insts[k].advance(t, out)
+        if self._bundles is None or len(ready) == 1:
+            for k in ready:
+                insts[k].advance(t, out)
+                self.touched(k)
+            return
+        ks, full, n = self._ks, self._full, len(ready)
+        ks[:n] = ready
+        if self._run is None:
+            self._run = _entry(t, ks, n, self._bundles, out, full)
+        self._run(t, ks, n, self._bundles, out, full)
+        for q in range(n):
+            k = ready[q]
+            if full[q]:  # its step log filled: flush and carry on, as Instance.advance does
+                insts[k].flush_log()
+                insts[k].advance(t, out)
             self.touched(k)
 
     def take_changed(self) -> list[int]:
@@ -81,3 +112,31 @@ class EventQueue:
             for k in ch:
                 flags[k] = 0
         return ch
+
+
+_ENTRIES: dict = {}
+
+
+def _entry(*args):
+    """``advance_due``'s compiled entry for these argument types (one per
+    process and type: typing a list of bundles costs more than a call)."""
+    key = tuple(typeof(a) for a in args)
+    if key not in _ENTRIES:
+        _ENTRIES[key] = entry_point(advance_due, *args)
+    return _ENTRIES[key]
+
+
+def _bundle(inst: Instance) -> tuple:
+    return (inst.state, inst.plan, inst.tw, inst.model, inst.log)
+
+
+def _bundles(insts: list[Instance]) -> List | None:
+    """The instances' bundles in one typed list, or None when their types
+    differ (e.g. prefix caching on some only): then each is called alone."""
+    try:
+        bl = new_bundles(_bundle(insts[0]))
+        for inst in insts[1:]:
+            append_bundle(bl, _bundle(inst))
+        return bl
+    except Exception:  # noqa: BLE001 (Numba's typing errors have no common public base)
+        return None
