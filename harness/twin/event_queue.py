@@ -26,7 +26,7 @@ from numba import typeof
 from numba.typed import List
 
 from estimators.engine.fastcall import entry_point
-from harness.twin.fleet_kernel import advance_due, append_bundle, new_bundles, set_bundle
+from harness.twin.fleet_kernel import advance_due, append_item, new_list, set_item, sync_views
 from harness.twin.instance import Instance
 
 
@@ -45,6 +45,9 @@ class EventQueue:
         self._ks = np.zeros(len(insts), dtype=np.int64)
         self._full = np.zeros(len(insts), dtype=np.int64)
         self._run = None  # advance_due's compiled entry, for these bundles' types
+        self._sync = None  # sync_views' compiled entry
+        self._shadows = None  # each view's request table (Instance._shadow), for sync_views
+        self._rows = np.zeros(len(insts), dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
         self._due = [math.nan] * len(insts)  # due time of each instance's live entry (NaN: none)
         self._heap: list[tuple[float, int]] = []
         self._changed: list[int] = []
@@ -59,8 +62,9 @@ class EventQueue:
         if self._bundles is not None:
             st, tw = self._bundle_of[k]
             if inst.state is not st or inst.tw is not tw:  # it grew: new arrays
-                set_bundle(self._bundles, k, _bundle(inst))
+                set_item(self._bundles, k, _bundle(inst))
                 self._bundle_of[k] = (inst.state, inst.tw)
+        self._rows[k] = inst.rows_used
         d = inst.due()
         if d != self._due[k]:
             self._due[k] = d
@@ -102,6 +106,41 @@ class EventQueue:
                 insts[k].advance(t, out)
             self.touched(k)
 
+    def refresh_views(self, fleet) -> None:
+        """Bring the views of the instances changed since the last call to
+        the present (``FleetViews``): one compiled call for those whose view
+        already holds the instance's arrays, ``Instance.sync_view`` for the
+        rest (a first sync, or an instance that grew)."""
+        changed = self.take_changed()
+        if not changed:
+            return
+        if self._bundles is None:
+            fleet.refresh(self.insts, changed)
+            return
+        insts, ks, n = self.insts, self._ks, 0
+        for k in changed:
+            inst = insts[k]
+            if inst._view_of is inst.state:
+                ks[n] = k
+                n += 1
+            else:
+                fleet.refresh(insts, (k,))
+                self._set_shadow(k, inst._shadow)
+        if n:
+            pred = insts[0].predicted
+            args = (ks, n, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents, _NONE if pred is None else pred)
+            if self._sync is None:
+                self._sync = entry_point(sync_views, *args)
+            self._sync(*args)
+
+    def _set_shadow(self, k: int, shadow: np.ndarray) -> None:
+        if self._shadows is None:
+            self._shadows = new_list(shadow)
+            for _ in range(len(self.insts) - 1):
+                append_item(self._shadows, shadow)  # placeholders until each view's first sync
+        else:
+            set_item(self._shadows, k, shadow)
+
     def take_changed(self) -> list[int]:
         """The instances changed since the last call (each once, in the order
         they changed); the set starts empty again."""
@@ -114,6 +153,7 @@ class EventQueue:
         return ch
 
 
+_NONE = np.zeros(0, dtype=np.int64)  # no predicted lengths: the views' targets are 0
 _ENTRIES: dict = {}
 
 
@@ -134,9 +174,9 @@ def _bundles(insts: list[Instance]) -> List | None:
     """The instances' bundles in one typed list, or None when their types
     differ (e.g. prefix caching on some only): then each is called alone."""
     try:
-        bl = new_bundles(_bundle(insts[0]))
+        bl = new_list(_bundle(insts[0]))
         for inst in insts[1:]:
-            append_bundle(bl, _bundle(inst))
+            append_item(bl, _bundle(inst))
         return bl
     except Exception:  # noqa: BLE001 (Numba's typing errors have no common public base)
         return None

@@ -14,7 +14,9 @@ from __future__ import annotations
 from numba import njit
 from numba.typed import List
 
+from estimators.engine.layout import S_NR, S_WN
 from harness.twin import kernel as tk
+from harness.twin.honest_view import copy_predicted, honest_scalars
 
 
 @njit(cache=True)
@@ -28,19 +30,34 @@ def advance_due(t, ks, n, bundles, out, full):
 
 
 @njit(cache=True)
-def new_bundles(first):
-    """A typed list holding ``first`` (compiled and cached here: the typed
-    list's own Python methods compile on every process's first use)."""
+def sync_views(ks, n, bundles, shadows, rows, hs, residents, predicted):
+    """Refresh the views of instances ``ks[:n]``: the request table copied
+    into the view's own (``shadows[k]``) with the predicted lengths as
+    targets (its first ``rows[k]`` rows: the slots ever used), the honest scalars into ``hs[k]`` and the resident count into
+    ``residents[k]`` (``Instance.sync_view``'s work, for views whose
+    arrays are already the instance's present ones)."""
+    for q in range(n):
+        k = ks[q]
+        st, plan, tw, model, log = bundles[k]
+        copy_predicted(shadows[k], st.req, predicted, rows[k])
+        honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
+        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+
+
+@njit(cache=True)
+def new_list(first):
+    """A typed list holding ``first`` (built in compiled, cached code: the
+    typed list's own Python methods compile again in every process)."""
     bl = List()
     bl.append(first)
     return bl
 
 
 @njit(cache=True)
-def append_bundle(bl, b):
+def append_item(bl, b):
     bl.append(b)
 
 
 @njit(cache=True)
-def set_bundle(bl, k, b):
+def set_item(bl, k, b):
     bl[k] = b

@@ -17,12 +17,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from harness.twin.honest_view import HonestView
+from harness.twin.honest_view import NH, HonestView
 
 
 class FleetViews(list):
     """A list of ``HonestView`` (index ``k`` is instance ``k``) with
-    ``residents`` and ``model_of`` arrays and the shared ``clock``."""
+    ``residents`` and ``model_of`` arrays, the shared ``clock`` and the
+    views' honest scalars ``h`` (row ``k`` is view ``k``'s)."""
 
     def __init__(self, views: Iterable[HonestView], models: list[str], clock: np.ndarray):
         super().__init__(views)
@@ -32,6 +33,9 @@ class FleetViews(list):
         self.model_of = np.array([index.setdefault(m, len(index)) for m in models], dtype=np.int64)
         self.residents = np.zeros(len(self), dtype=np.int64)
         self.clock = clock
+        self.h = np.array([v.h for v in self], dtype=np.float64).reshape(len(self), NH)
+        for k, v in enumerate(self):
+            v.h = self.h[k]  # each view's honest scalars are a row here, refreshed for many views in one call
 
     def refresh(self, insts, changed: Iterable[int]) -> None:
         """Bring the views of the ``changed`` instances to the present

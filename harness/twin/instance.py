@@ -24,7 +24,7 @@ from estimators.snapshot import RateTracker, Snapshot
 from estimators.step_ratios import CLIP_LOG
 from estimators.time_model import time_model
 from harness.twin import kernel as tk
-from harness.twin.honest_view import HonestView, copy_predicted
+from harness.twin.honest_view import HonestView, copy_predicted, honest_scalars
 from traces.steplog import StepLog
 
 LOG_STEPS = 1 << 15
@@ -135,6 +135,7 @@ class Instance:
         self.predicted: np.ndarray | None = None  # output lengths routers were told (their views' F_TARGET)
         self._view_of: SchedState | None = None  # the state the view's arrays were taken from
         self._shadow = np.zeros((0, 0), dtype=np.int64)  # the view's request table
+        self.rows_used = 0  # slots ever handed a request: rows above never changed
 
     def sync_view(self) -> HonestView:
         """Bring ``view`` to this instance's present: the live scheduler
@@ -148,18 +149,10 @@ class Instance:
             v.state = st._replace(req=self._shadow)
             v.inbox, v.inflight = self.tw.inbox, self.plan
             self._view_of = st
-        copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted)
-        meta, busy = self.meta, self.meta[tk.M_BUSY]
-        running = busy == tk.RUNNING
-        v.busy, v.idle = bool(running), bool(busy == tk.IDLE)
-        v.n_inbox = int(meta[tk.M_INBOX_N])
-        v.infl_n = int(meta[tk.M_N]) if running else 0
-        v.infl_start = float(self.times[tk.T_START]) if running else None
-        v.wake_s = float(self.times[tk.T_START] - self.model.gap) if busy == tk.GAP else None
+        copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted, st.req.shape[0])
+        honest_scalars(v.h, self.meta, self.times, self.tw.speed, self.model.gap)
         r = self.rate
         v.ewma = (r.level, r.last, r.tau)  # "now" is the shared clock's
-        v.speed_factor = self.tw.speed[tk.SP_FACTOR]
-        v.speed_steps = int(meta[tk.M_STEPS]) - (1 if running else 0)
         return v
 
     @property
@@ -287,6 +280,8 @@ class Instance:
         if st is not self.state:
             self._grow(st)
         slot = self.state.add(rid, prompt, output, hit=hit, status=ST_PENDING)
+        if slot >= self.rows_used:
+            self.rows_used = slot + 1
         meta = self.meta
         self.tw.inbox[meta[tk.M_INBOX_N]] = slot
         meta[tk.M_INBOX_N] += 1

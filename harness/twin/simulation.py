@@ -235,13 +235,16 @@ class Twin:
             elif honest is None:
                 seen = insts
             else:
-                changed = queue.take_changed()
-                if changed and not c.blind:  # a blind router's views wait for the run's end
-                    honest.refresh(insts, changed)
+                if c.blind:  # its views wait for the run's end
+                    queue.take_changed()
+                else:
+                    queue.refresh_views(honest)
                 seen = honest
             j = c.route(i, t, seen, len(insts))
             if c.place(i, j, t, insts, views):
                 queue.touched(j)
+                r = insts[j].rate
+                insts[j].view.ewma = (r.level, r.last, r.tau)  # the rest of its view waits for the next decision
 
     @staticmethod
     def _replay_each(c: _Run, insts: list[Instance]) -> None:
