@@ -44,6 +44,7 @@ class EventQueue:
         self._bundle_of = [(inst.state, inst.tw) for inst in insts]
         self._ks = np.zeros(len(insts), dtype=np.int64)
         self._full = np.zeros(len(insts), dtype=np.int64)
+        self._dues = np.zeros(len(insts), dtype=np.float64)
         self._run = None  # advance_due's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
@@ -94,17 +95,23 @@ class EventQueue:
                 insts[k].advance(t, out)
                 self.touched(k)
             return
-        ks, full, n = self._ks, self._full, len(ready)
+        ks, full, dues, n = self._ks, self._full, self._dues, len(ready)
         ks[:n] = ready
         if self._run is None:
-            self._run = _entry(t, ks, n, self._bundles, out, full)
-        self._run(t, ks, n, self._bundles, out, full)
-        for q in range(n):
-            k = ready[q]
-            if full[q]:  # its step log filled: flush and carry on, as Instance.advance does
+            self._run = _entry(t, ks, n, self._bundles, out, full, dues)
+        self._run(t, ks, n, self._bundles, out, full, dues)
+        flags, changed, heap = self._is_changed, self._changed, self._heap
+        for k, f, d in zip(ready, full[:n].tolist(), dues[:n].tolist(), strict=True):
+            if f:  # its step log filled: flush and carry on, as Instance.advance does
                 insts[k].flush_log()
                 insts[k].advance(t, out)
-            self.touched(k)
+                d = insts[k].due()
+            due[k] = d
+            if d < math.inf:
+                heapq.heappush(heap, (d, k))
+            if not flags[k]:
+                flags[k] = 1
+                changed.append(k)
 
     def refresh_views(self, fleet) -> None:
         """Bring the views of the instances changed since the last call to

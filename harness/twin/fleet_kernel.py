@@ -11,6 +11,7 @@ call per instance would: the results are the same bytes.
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 from numba.typed import List
 
@@ -20,13 +21,21 @@ from harness.twin.honest_view import copy_predicted, honest_scalars
 
 
 @njit(cache=True)
-def advance_due(t, ks, n, bundles, out, full):
+def advance_due(t, ks, n, bundles, out, full, dues):
     """``advance(t)`` on instances ``ks[:n]`` (their bundles: (state, plan,
     twin arrays, time model, log)); ``full[q]`` = 1 where the step log
-    filled (the caller flushes it and carries on with that instance)."""
+    filled (the caller flushes it and carries on with that instance), else
+    ``dues[q]`` is the instance's next due time (``Instance.due``)."""
     for q in range(n):
         st, plan, tw, model, log = bundles[ks[q]]
         full[q] = tk.advance(t, st, plan, tw, model, out, log)
+        busy = tw.meta[tk.M_BUSY]
+        if busy == tk.RUNNING:
+            dues[q] = tw.times[tk.T_END]
+        elif busy == tk.GAP:
+            dues[q] = tw.times[tk.T_START]
+        else:
+            dues[q] = np.inf
 
 
 @njit(cache=True)

@@ -36,10 +36,10 @@ class FleetViews(list):
         self.h = np.array([v.h for v in self], dtype=np.float64).reshape(len(self), NH)
         for k, v in enumerate(self):
             v.h = self.h[k]  # each view's honest scalars are a row here, refreshed for many views in one call
+            v.res, v.ri = self.residents, k
 
     def refresh(self, insts, changed: Iterable[int]) -> None:
         """Bring the views of the ``changed`` instances to the present
         (``Instance.sync_view``) and their entries in ``residents``."""
-        res = self.residents
         for k in changed:
-            res[k] = insts[k].sync_view().residents
+            insts[k].sync_view()

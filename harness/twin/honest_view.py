@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from estimators.engine.layout import F_RID, F_TARGET, S_NR, S_WN
+from estimators.engine.layout import F_RID, F_TARGET, S_WN
 from estimators.engine.state import SchedState, StepPlan
 from estimators.snapshot import Snapshot
 from harness.twin.kernel import GAP, IDLE, M_BUSY, M_INBOX_N, M_N, M_STEPS, RUNNING, SP_FACTOR, T_START
@@ -83,6 +83,7 @@ class HonestView:
         self.h = np.zeros(NH, dtype=np.float64)
         self.h[H_IDLE] = 1.0
         self.h[H_SPEED] = 1.0
+        self.res, self.ri = np.zeros(1, dtype=np.int64), 0  # residents at the last refresh: res[ri]
         self.ewma: tuple = (0.0, None, 1.0)  # the instance's RateTracker (level, last, tau) at its last change
         # the twin's present (clock[0]), shared by the pool's views: time passing needs no view touched
         self.clock = np.zeros(1, dtype=np.float64) if clock is None else clock
@@ -137,9 +138,10 @@ class HonestView:
 
     @property
     def residents(self) -> int:
-        """Requests on the instance: running, waiting and not yet taken in."""
-        sc = self.state.sc
-        return int(sc[S_NR] + sc[S_WN]) + int(self.h[H_INBOX])
+        """Requests on the instance: running, waiting and not yet taken in
+        (counted at the last refresh, into ``res[ri]``: a fleet's
+        ``FleetViews.residents``, or the view's own one-element array)."""
+        return int(self.res[self.ri])
 
     @property
     def queued(self) -> int:

@@ -151,6 +151,7 @@ class Instance:
             self._view_of = st
         copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted, st.req.shape[0])
         honest_scalars(v.h, self.meta, self.times, self.tw.speed, self.model.gap)
+        v.res[v.ri] = self.residents
         r = self.rate
         v.ewma = (r.level, r.last, r.tau)  # "now" is the shared clock's
         return v
