@@ -110,13 +110,16 @@ def toy_requests(n: int, rate: float, seed: int) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("noise", [True, False])
-def test_old_and_fleet_loops_agree_and_arrays_are_current(noise: bool) -> None:
+def test_old_and_fleet_loops_agree_and_arrays_are_current(noise: bool, monkeypatch) -> None:
     """On 12 toy instances (three models, some caching, some prompts the
-    front end refuses), both loops give the same outcomes and step log; at
+    front end refuses, a step log that fills every 64 steps), both loops
+    give the same outcomes and step log; at
     every decision the fleet's ``residents`` equals the live instances'
     counts and every view's, and the views' scalars equal the live ones."""
+    import harness.twin.instance as hi
     from harness.twin.simulation import Twin, TwinConfig
 
+    monkeypatch.setattr(hi, "LOG_STEPS", 64)
     reqs = toy_requests(700, 150.0, 1)
     res, seen = {}, {}
     for fleet in (False, True):
@@ -146,3 +149,4 @@ def test_old_and_fleet_loops_agree_and_arrays_are_current(noise: bool) -> None:
     assert res[True].steps_run == res[False].steps_run
     assert [x[4] for x in seen[True][1]] == [x[4] for x in seen[False][1]]  # arrival rates, from the shared clock
     assert res[True].extra["rejected"] > 0
+    assert res[True].steps_run > 12 * 64 * 3  # several instances filled their log more than once

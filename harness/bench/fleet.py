@@ -38,8 +38,8 @@ CELL = Path(__file__).with_name("fleet_cell.py")
 class FleetBench:
     sizes: tuple[int, ...] = (3, 24, 96, 384)
     routers: tuple[str, ...] = ROUTERS
-    seconds: float = 20.0  # arrivals span at least this many simulated seconds per cell
-    instance_seconds: float = 2400.0  # ... and at least this many instance-seconds (small pools run longer)
+    seconds: float = 15.0  # arrivals span at least this many simulated seconds per cell
+    instance_seconds: float = 2000.0  # ... and at least this many instance-seconds (small pools run longer)
     against: Path | None = None  # another checkout, benched on the same cells
     against_sizes: tuple[int, ...] = (3, 24, 96)  # its cells (an old twin at 384 instances takes minutes)
     memory: bool = True  # the per-request memory cells (for the hour at 384 instances)
@@ -108,16 +108,16 @@ def memory_estimate(here: Path, cells: list[dict], cfg: FleetBench, tmp: Path) -
 
 def summary(cells: list[dict]) -> dict:
     """Per router: this checkout's instance-seconds/s at n over that at 3,
-    and this checkout's over the other's at each size both ran."""
+    and this checkout's over the other's at each size both ran; the same
+    for the twin's own speed (``twin_``: the replay less the decisions)."""
     res: dict = {}
     for router in sorted({c["router"] for c in cells}):
         mine = {c["instances"]: c for c in cells if c["router"] == router and c["checkout"] == "this"}
         other = {c["instances"]: c for c in cells if c["router"] == router and c["checkout"] == "against"}
         base = mine.get(min(mine)) if mine else None
-        res[router] = {
-            "vs_smallest": {n: c["instance_s_per_s"] / base["instance_s_per_s"] for n, c in sorted(mine.items())}
-            if base else {},
-            "vs_against": {n: mine[n]["instance_s_per_s"] / other[n]["instance_s_per_s"]
-                           for n in sorted(set(mine) & set(other))},
-        }
+        res[router] = {}
+        for key, name in (("instance_s_per_s", ""), ("twin_instance_s_per_s", "twin_")):
+            res[router][name + "vs_smallest"] = {n: c[key] / base[key] for n, c in sorted(mine.items())} \
+                if base else {}
+            res[router][name + "vs_against"] = {n: mine[n][key] / other[n][key] for n in sorted(set(mine) & set(other))}
     return res

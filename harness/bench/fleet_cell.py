@@ -10,7 +10,9 @@ before the fleet loop) in the same run, on the same machine load.
 Prints one JSON object: the warm-up (compile or cache load, and a first
 short replay on the pool itself so the fleet's own first-call costs are
 apart) and the timed replay's wall time, simulated span, instances and
-mean decision time, and the process's peak resident memory.
+mean decision time (and instance-seconds per second of the replay less
+the router's decisions: the twin's own speed), and the process's peak
+resident memory.
 """
 from __future__ import annotations
 
@@ -47,9 +49,11 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int) -> di
     res = replay(pool, pool_ref, wl.requests, wl.quality, ReplayConfig(router=router, seed=seed))
     m = res.metrics
     n_inst = len(pool.instances)
+    twin_s = m["wall_s"] - requests * m["mean_decision_us"] / 1e6  # the replay less the router's own decisions
     return {"pool": pool_ref, "instances": n_inst, "router": router, "rate": rate, "requests": requests,
             "warmup_s": warmup_s, "wall_s": m["wall_s"], "simulated_s": m["simulated_s"],
             "instance_s_per_s": n_inst * m["simulated_s"] / m["wall_s"], "speedup": m["speedup"],
+            "twin_instance_s_per_s": n_inst * m["simulated_s"] / twin_s if twin_s > 0 else float("nan"),
             "steps": m["steps"], "mean_decision_us": m["mean_decision_us"],
             "ontime_utility": m["ontime_utility"], "peak_rss_mb": _vm_hwm_mb()}
 

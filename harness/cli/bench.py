@@ -84,8 +84,8 @@ def bench_twin(requests: int, rate: float, router: str) -> dict:
 @click.option("--twin-rate", type=POSITIVE, default=8.0, show_default=True, help="Arrival rate of the twin replay (q/s).")
 @click.option("--fleet-sizes", type=click.Choice(["3", "24", "96", "384"]), multiple=True,
               help="Fleet section: pool sizes (default 3, 24, 96 and 384 instances).")
-@click.option("--fleet-seconds", type=POSITIVE, default=20.0, show_default=True,
-              help="Fleet section: simulated seconds of arrivals per cell, at least (small pools run to 2,400 "
+@click.option("--fleet-seconds", type=POSITIVE, default=15.0, show_default=True,
+              help="Fleet section: simulated seconds of arrivals per cell, at least (small pools run to 2,000 "
                    "instance-seconds).")
 @click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Fleet section: also bench this checkout (e.g. main) on the same cells, in the same run, "
@@ -232,7 +232,8 @@ def bench_fleet(sizes: tuple[str, ...], seconds: float, against: Path | None, as
         if not as_json:
             click.echo(f"fleet:    {c['checkout']:<7} {c['instances']:>4} instances {c['router']:<15} "
                        f"{c['requests']:>6,} requests at {c['rate']:g} q/s: {c['simulated_s']:7.1f} simulated s "
-                       f"in {c['wall_s']:6.2f} s = {c['instance_s_per_s']:8,.0f} instance-s/s, decision "
+                       f"in {c['wall_s']:6.2f} s = {c['instance_s_per_s']:7,.0f} instance-s/s (twin less decisions "
+                       f"{c['twin_instance_s_per_s']:7,.0f}), decision "
                        f"{c['mean_decision_us']:7.1f} us, warm-up {c['warmup_s']:.1f} s apart, peak "
                        f"{c['peak_rss_mb']:.0f} MB")
 
@@ -242,10 +243,11 @@ def bench_fleet(sizes: tuple[str, ...], seconds: float, against: Path | None, as
         raise click.ClickException(str(e)) from None
     if not as_json:
         for router, v in r["summary"].items():
-            click.echo(f"          {router}: instance-s/s vs 3 instances " + ", ".join(
-                f"{n}: {x:.2f}x" for n, x in v["vs_smallest"].items()) + (
-                "; vs --against " + ", ".join(f"{n}: {x:.2f}x" for n, x in v["vs_against"].items())
-                if v["vs_against"] else ""))
+            for p, what in (("", "instance-s/s"), ("twin_", "twin less decisions")):
+                click.echo(f"          {router}, {what}: vs the smallest pool " + ", ".join(
+                    f"{n}: {x:.2f}x" for n, x in v[p + "vs_smallest"].items()) + (
+                    "; vs --against " + ", ".join(f"{n}: {x:.2f}x" for n, x in v[p + "vs_against"].items())
+                    if v[p + "vs_against"] else ""))
         m = r.get("memory")
         if m:
             click.echo(f"          memory: {m['per_request_kb']:.2f} KB per request (slope on the paper pool); "

@@ -11,23 +11,25 @@ same bytes. The queue also records which instances changed (advanced or
 handed a request), so only their views need refreshing
 (``harness.twin.fleet_views``).
 
-Entries are ``(due, index)``; an entry is stale when the instance's due time
-moved since it was pushed (``_due[index]`` differs) and is dropped when
-popped. Plain ``heapq``: at hundreds of instances a pop is a few hundred
-nanoseconds, small beside one kernel call.
+The heap, the due times and the changed set are plain arrays worked by
+``harness.twin.fleet_kernel``, which also runs the due instances' steps in
+the same compiled call when their bundles fit one typed list (one call per
+arrival instead of one per due instance: a call from Python unboxes some
+fifty arrays, longer than a step or two). Entries are ``(due, index)``; an
+entry is stale when the instance's due time moved since it was pushed, and
+is dropped when popped.
 """
 from __future__ import annotations
-
-import heapq
-import math
 
 import numpy as np
 from numba import typeof
 from numba.typed import List
 
 from estimators.engine.fastcall import entry_point
-from harness.twin.fleet_kernel import advance_due, append_item, new_list, set_item, sync_views
+from harness.twin.fleet_kernel import advance_queued, append_item, heap_push, new_list, pop_due, set_item, sync_views
 from harness.twin.instance import Instance
+
+_NONE = np.zeros(0, dtype=np.int64)  # no predicted lengths: the views' targets are 0
 
 
 class EventQueue:
@@ -35,25 +37,28 @@ class EventQueue:
     ``take_changed``."""
 
     def __init__(self, insts: list[Instance], clock: np.ndarray, batch: bool = True):
-        """``batch``: advance the due instances in one compiled call
-        (``harness.twin.fleet_kernel``); False, or bundles Numba cannot
-        hold in one typed list, calls each instance's ``advance``."""
+        """``batch``: advance the due instances in one compiled call; False,
+        or bundles Numba cannot hold in one typed list, calls each
+        instance's ``advance``."""
+        n = len(insts)
         self.insts = insts
         self.clock = clock
-        self._bundles = _bundles(insts) if batch and len(insts) > 1 else None
+        self._bundles = _bundles(insts) if batch and n > 1 else None
         self._bundle_of = [(inst.state, inst.tw) for inst in insts]
-        self._ks = np.zeros(len(insts), dtype=np.int64)
-        self._full = np.zeros(len(insts), dtype=np.int64)
-        self._dues = np.zeros(len(insts), dtype=np.float64)
-        self._run = None  # advance_due's compiled entry, for these bundles' types
+        self._ks = np.zeros(n, dtype=np.int64)
+        self._full = np.zeros(n, dtype=np.int64)
+        self._ht = np.zeros(2 * n + 2, dtype=np.float64)  # the heap: times and instance indices
+        self._hk = np.zeros(2 * n + 2, dtype=np.int64)
+        self._hn = np.zeros(1, dtype=np.int64)
+        self._due = np.full(n, np.nan)  # due time of each instance's live entry (NaN: none)
+        self._flag = np.zeros(n, dtype=np.uint8)  # changed since take_changed
+        self._changed = np.zeros(n, dtype=np.int64)
+        self._nch = np.zeros(1, dtype=np.int64)
+        self._run = None  # advance_queued's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
-        self._rows = np.zeros(len(insts), dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
-        self._due = [math.nan] * len(insts)  # due time of each instance's live entry (NaN: none)
-        self._heap: list[tuple[float, int]] = []
-        self._changed: list[int] = []
-        self._is_changed = bytearray(len(insts))
-        for k in range(len(insts)):
+        self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
+        for k in range(n):
             self.touched(k)
 
     def touched(self, k: int) -> None:
@@ -67,51 +72,38 @@ class EventQueue:
                 self._bundle_of[k] = (inst.state, inst.tw)
         self._rows[k] = inst.rows_used
         d = inst.due()
-        if d != self._due[k]:
+        if not d == self._due[k]:
             self._due[k] = d
-            if d < math.inf:
-                heapq.heappush(self._heap, (d, k))
-        if not self._is_changed[k]:
-            self._is_changed[k] = 1
-            self._changed.append(k)
+            if d < np.inf:
+                heap_push(self._ht, self._hk, self._hn, self._due, d, k)
+        if not self._flag[k]:
+            self._flag[k] = 1
+            self._changed[self._nch[0]] = k
+            self._nch[0] += 1
 
     def advance_to(self, t: float, out) -> None:
         """Move the clock to ``t`` and run every instance's steps that end by
         ``t`` (``Instance.advance`` on the due instances, by index)."""
         self.clock[0] = t
-        heap, due = self._heap, self._due
-        if not heap or heap[0][0] > t:
+        if self._hn[0] == 0 or self._ht[0] > t:
             return
-        ready = []
-        while heap and heap[0][0] <= t:
-            d, k = heapq.heappop(heap)
-            if d == due[k]:
-                due[k] = math.nan  # in hand: a duplicate entry is stale
-                ready.append(k)
-        ready.sort()
-        insts = self.insts
-        if self._bundles is None or len(ready) == 1:
-            for k in ready:
+        insts, ks, full = self.insts, self._ks, self._full
+        if self._bundles is None:
+            for k in ks[:pop_due(t, self._ht, self._hk, self._hn, self._due, ks)].tolist():
                 insts[k].advance(t, out)
                 self.touched(k)
             return
-        ks, full, dues, n = self._ks, self._full, self._dues, len(ready)
-        ks[:n] = ready
+        args = (t, self._ht, self._hk, self._hn, self._due, ks, full, self._bundles, out, self._flag, self._changed,
+                self._nch)
         if self._run is None:
-            self._run = _entry(t, ks, n, self._bundles, out, full, dues)
-        self._run(t, ks, n, self._bundles, out, full, dues)
-        flags, changed, heap = self._is_changed, self._changed, self._heap
-        for k, f, d in zip(ready, full[:n].tolist(), dues[:n].tolist(), strict=True):
-            if f:  # its step log filled: flush and carry on, as Instance.advance does
+            self._run = _entry(advance_queued, *args)
+        n = self._run(*args)
+        if full[:n].any():
+            for q in np.flatnonzero(full[:n]).tolist():
+                k = int(ks[q])  # its step log filled: flush and carry on, as Instance.advance does
                 insts[k].flush_log()
                 insts[k].advance(t, out)
-                d = insts[k].due()
-            due[k] = d
-            if d < math.inf:
-                heapq.heappush(heap, (d, k))
-            if not flags[k]:
-                flags[k] = 1
-                changed.append(k)
+                self.touched(k)
 
     def refresh_views(self, fleet) -> None:
         """Bring the views of the instances changed since the last call to
@@ -135,9 +127,10 @@ class EventQueue:
                 self._set_shadow(k, inst._shadow)
         if n:
             pred = insts[0].predicted
-            args = (ks, n, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents, _NONE if pred is None else pred)
+            args = (ks, n, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents,
+                    _NONE if pred is None else pred)
             if self._sync is None:
-                self._sync = entry_point(sync_views, *args)
+                self._sync = _entry(sync_views, *args)
             self._sync(*args)
 
     def _set_shadow(self, k: int, shadow: np.ndarray) -> None:
@@ -151,25 +144,24 @@ class EventQueue:
     def take_changed(self) -> list[int]:
         """The instances changed since the last call (each once, in the order
         they changed); the set starts empty again."""
-        ch = self._changed
-        if ch:
-            self._changed = []
-            flags = self._is_changed
-            for k in ch:
-                flags[k] = 0
+        m = int(self._nch[0])
+        if not m:
+            return []
+        ch = self._changed[:m].tolist()
+        self._flag[ch] = 0
+        self._nch[0] = 0
         return ch
 
 
-_NONE = np.zeros(0, dtype=np.int64)  # no predicted lengths: the views' targets are 0
 _ENTRIES: dict = {}
 
 
-def _entry(*args):
-    """``advance_due``'s compiled entry for these argument types (one per
-    process and type: typing a list of bundles costs more than a call)."""
-    key = tuple(typeof(a) for a in args)
+def _entry(dispatcher, *args):
+    """``dispatcher``'s compiled entry for these argument types (one per
+    process and types: typing a list of bundles costs more than a call)."""
+    key = (dispatcher, *(typeof(a) for a in args))
     if key not in _ENTRIES:
-        _ENTRIES[key] = entry_point(advance_due, *args)
+        _ENTRIES[key] = entry_point(dispatcher, *args)
     return _ENTRIES[key]
 
 
@@ -179,7 +171,7 @@ def _bundle(inst: Instance) -> tuple:
 
 def _bundles(insts: list[Instance]) -> List | None:
     """The instances' bundles in one typed list, or None when their types
-    differ (e.g. prefix caching on some only): then each is called alone."""
+    differ: then each is called alone."""
     try:
         bl = new_list(_bundle(insts[0]))
         for inst in insts[1:]:

@@ -21,24 +21,6 @@ from harness.twin.honest_view import copy_predicted, honest_scalars
 
 
 @njit(cache=True)
-def advance_due(t, ks, n, bundles, out, full, dues):
-    """``advance(t)`` on instances ``ks[:n]`` (their bundles: (state, plan,
-    twin arrays, time model, log)); ``full[q]`` = 1 where the step log
-    filled (the caller flushes it and carries on with that instance), else
-    ``dues[q]`` is the instance's next due time (``Instance.due``)."""
-    for q in range(n):
-        st, plan, tw, model, log = bundles[ks[q]]
-        full[q] = tk.advance(t, st, plan, tw, model, out, log)
-        busy = tw.meta[tk.M_BUSY]
-        if busy == tk.RUNNING:
-            dues[q] = tw.times[tk.T_END]
-        elif busy == tk.GAP:
-            dues[q] = tw.times[tk.T_START]
-        else:
-            dues[q] = np.inf
-
-
-@njit(cache=True)
 def sync_views(ks, n, bundles, shadows, rows, hs, residents, predicted):
     """Refresh the views of instances ``ks[:n]``: the request table copied
     into the view's own (``shadows[k]``) with the predicted lengths as
@@ -70,3 +52,92 @@ def append_item(bl, b):
 @njit(cache=True)
 def set_item(bl, k, b):
     bl[k] = b
+
+
+@njit(cache=True, inline="always")
+def _sift_down(ht, hk, size, i):
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            return
+        if c + 1 < size and ht[c + 1] < ht[c]:
+            c += 1
+        if ht[c] >= ht[i]:
+            return
+        ht[i], ht[c] = ht[c], ht[i]
+        hk[i], hk[c] = hk[c], hk[i]
+        i = c
+
+
+@njit(cache=True)
+def heap_push(ht, hk, hn, due, d, k):
+    """Queue instance ``k``'s next event at ``d`` (a binary min-heap over
+    ``ht``/``hk``, ``hn[0]`` entries; rebuilt from ``due`` when full, which
+    drops the stale entries: those whose time is no longer ``due[k]``)."""
+    if hn[0] >= ht.size:
+        m = 0
+        for j in range(due.size):
+            if due[j] < np.inf:
+                ht[m], hk[m] = due[j], j
+                m += 1
+        hn[0] = m
+        for i in range(m // 2 - 1, -1, -1):
+            _sift_down(ht, hk, m, i)
+        if d == due[k]:
+            return  # it was just queued by the rebuild
+    i = hn[0]
+    hn[0] = i + 1
+    ht[i], hk[i] = d, k
+    while i > 0:
+        p = (i - 1) // 2
+        if ht[p] <= ht[i]:
+            break
+        ht[i], ht[p] = ht[p], ht[i]
+        hk[i], hk[p] = hk[p], hk[i]
+        i = p
+
+
+@njit(cache=True)
+def pop_due(t, ht, hk, hn, due, ks):
+    """Pop the instances whose next event is at or before ``t`` into
+    ``ks[:n]``, sorted (their ``due`` becomes NaN: in hand); returns n."""
+    n = 0
+    while hn[0] > 0 and ht[0] <= t:
+        d, k = ht[0], hk[0]
+        m = hn[0] - 1
+        hn[0] = m
+        ht[0], hk[0] = ht[m], hk[m]
+        _sift_down(ht, hk, m, 0)
+        if d == due[k]:
+            due[k] = np.nan  # a duplicate entry is stale
+            ks[n] = k
+            n += 1
+    ks[:n].sort()
+    return n
+
+
+@njit(cache=True)
+def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch):
+    """Pop every instance whose next event is at or before ``t``, run its
+    steps to ``t`` (``advance``, by index), queue its next event and mark
+    it changed (``flag``, ``changed[:nch[0]]``). Returns how many ran;
+    ``full[q]`` = 1 where instance ``ks[q]``'s step log filled: it is
+    neither queued nor marked (the caller flushes it, carries on and
+    queues it)."""
+    n = pop_due(t, ht, hk, hn, due, ks)
+    for q in range(n):
+        k = ks[q]
+        st, plan, tw, model, log = bundles[k]
+        full[q] = tk.advance(t, st, plan, tw, model, out, log)
+        if full[q]:
+            continue
+        busy = tw.meta[tk.M_BUSY]
+        d = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
+        due[k] = d
+        if d < np.inf:
+            heap_push(ht, hk, hn, due, d, k)
+        if not flag[k]:
+            flag[k] = 1
+            changed[nch[0]] = k
+            nch[0] += 1
+    return n
