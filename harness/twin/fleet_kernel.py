@@ -64,9 +64,14 @@ def _sift_down(ht, hk, size, i):
             c += 1
         if ht[c] >= ht[i]:
             return
-        ht[i], ht[c] = ht[c], ht[i]
-        hk[i], hk[c] = hk[c], hk[i]
+        _swap(ht, hk, i, c)
         i = c
+
+
+@njit(cache=True, inline="always")
+def _swap(ht, hk, i, j):
+    ht[i], ht[j] = ht[j], ht[i]
+    hk[i], hk[j] = hk[j], hk[i]
 
 
 @njit(cache=True)
@@ -92,8 +97,7 @@ def heap_push(ht, hk, hn, due, d, k):
         p = (i - 1) // 2
         if ht[p] <= ht[i]:
             break
-        ht[i], ht[p] = ht[p], ht[i]
-        hk[i], hk[p] = hk[p], hk[i]
+        _swap(ht, hk, i, p)
         i = p
 
 

@@ -102,6 +102,18 @@ class _Run:
     rid_map: np.ndarray
     ev: Events
 
+    def seen(self, insts: list[Instance], refresh: Callable[[], None]):
+        """What the router is handed: the stale views, the live instances
+        (an oracle) or the honest views, refreshed first (``refresh``)
+        unless the router is blind (its views wait for the run's end)."""
+        if self.views is not None:
+            return self.views.views
+        if self.honest is None:
+            return insts
+        if not self.blind:
+            refresh()
+        return self.honest
+
     def route(self, i: int, t: float, seen, n_inst: int) -> int:
         """The router's choice for request ``i``, checked."""
         try:
@@ -221,8 +233,12 @@ class Twin:
         changed: per-arrival work independent of the pool's size but for
         the instances that have something to do."""
         queue = EventQueue(insts, clock)
-        out, views, honest = c.ev.out, c.views, c.honest
+        out, views = c.ev.out, c.views
         advance_to = queue.advance_to
+
+        def refresh() -> None:
+            queue.refresh_views(c.honest)
+
         for i in range(len(c.arrival)):
             t = c.arrival[i]
             if views is not None:
@@ -230,17 +246,7 @@ class Twin:
             advance_to(t, out)
             if c.on_arrival is not None:
                 c.on_arrival(i, t, insts)
-            if views is not None:
-                seen = views.views
-            elif honest is None:
-                seen = insts
-            else:
-                if c.blind:  # its views wait for the run's end
-                    queue.take_changed()
-                else:
-                    queue.refresh_views(honest)
-                seen = honest
-            j = c.route(i, t, seen, len(insts))
+            j = c.route(i, t, c.seen(insts, refresh), len(insts))
             if c.place(i, j, t, insts, views):
                 queue.touched(j)
                 r = insts[j].rate
@@ -250,7 +256,10 @@ class Twin:
     def _replay_each(c: _Run, insts: list[Instance]) -> None:
         """The arrivals, asking every instance to advance and refreshing
         every view at each (the loop before issue 26's event queue)."""
-        out, views, honest = c.ev.out, c.views, c.honest
+        out, views = c.ev.out, c.views
+
+        def refresh() -> None:
+            c.honest.refresh(insts, range(len(insts)))
         for i in range(len(c.arrival)):
             t = c.arrival[i]
             if views is not None:
@@ -259,15 +268,7 @@ class Twin:
                 inst.advance(t, out)
             if c.on_arrival is not None:
                 c.on_arrival(i, t, insts)
-            if views is not None:
-                seen = views.views
-            elif honest is None:
-                seen = insts
-            else:
-                if not c.blind:
-                    honest.refresh(insts, range(len(insts)))
-                seen = honest
-            c.place(i, c.route(i, t, seen, len(insts)), t, insts, views)
+            c.place(i, c.route(i, t, c.seen(insts, refresh), len(insts)), t, insts, views)
 
     def _result(self, requests: pd.DataFrame, ev: Events, insts: list[Instance]) -> TwinResult:
         ids = np.array([s.instance_id for s in self.specs], dtype=object)
