@@ -17,7 +17,7 @@ import click
 
 from harness.cli.params import COUNT, POSITIVE
 
-SECTIONS = ("generate", "import", "twin", "replay", "routers", "sfs", "sfs-cache")
+SECTIONS = ("generate", "import", "twin", "replay", "routers", "sfs", "sfs-cache", "fleet")
 
 
 def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -82,10 +82,19 @@ def bench_twin(requests: int, rate: float, router: str) -> dict:
 @click.option("--twin-requests", type=COUNT, default=16_000, show_default=True,
               help="Requests replayed on pool qwen3-h100 (the paper uses 16,000 per rate).")
 @click.option("--twin-rate", type=POSITIVE, default=8.0, show_default=True, help="Arrival rate of the twin replay (q/s).")
+@click.option("--fleet-sizes", type=click.Choice(["3", "24", "96", "384"]), multiple=True,
+              help="Fleet section: pool sizes (default 3, 24, 96 and 384 instances).")
+@click.option("--fleet-seconds", type=POSITIVE, default=15.0, show_default=True,
+              help="Fleet section: simulated seconds of arrivals per cell, at least (small pools run to 2,000 "
+                   "instance-seconds).")
+@click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Fleet section: also bench this checkout (e.g. main) on the same cells, in the same run, "
+                   "and report the ratios.")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Scratch directory (default: a temp dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_requests: int, twin_rate: float,
-          workdir: Path | None, as_json: bool) -> None:
+          fleet_sizes: tuple[str, ...], fleet_seconds: float, against: Path | None, workdir: Path | None,
+          as_json: bool) -> None:
     """Measure speed and memory of latroute's heavy paths.
 
     \b
@@ -110,12 +119,19 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 simulated minutes with >= 64 residents) against the same state with
                 caching off (target: within 1.5x), and the twin's speed on that
                 workload over the pool (target >= 1000x)
+      fleet     the twin on 3, 24, 96 and 384 instances (qwen3-h100 and its replica
+                pools) at 8 q/s per three instances, shortest-queue and sfs-cc:
+                simulated instance-seconds per wall second (target at 384 >= 0.8x
+                that at 3), decision us, peak memory, warm-up apart; the memory
+                of an hour at 384 instances estimated (target 4 GB); with
+                --against PATH the same cells on that checkout, and the ratios
 
     \b
     Examples:
       latroute bench
       latroute bench --only import --import-rows 10000000 --json
       latroute bench --only twin --twin-requests 200000
+      latroute bench --only fleet --against ../main
     """
     sections = only or SECTIONS
     results: dict = {}
@@ -210,5 +226,43 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 click.echo(f"           twin on the session workload (pool qwen3-h100, caching on, shortest-queue): "
                            f"{r['twin_speedup']:,.0f}x real time (target 1000x), prefix hit rate "
                            f"{100 * r['hit_rate']:.1f}%")
+        if "fleet" in sections:
+            results["fleet"] = bench_fleet(fleet_sizes, fleet_seconds, against, as_json)
     if as_json:
         click.echo(json.dumps(results, indent=2))
+
+
+def bench_fleet(sizes: tuple[str, ...], seconds: float, against: Path | None, as_json: bool) -> dict:
+    from harness.bench.fleet import FleetBench, run
+
+    cfg = FleetBench(seconds=seconds, against=against)
+    if sizes:
+        cfg = FleetBench(sizes=tuple(sorted(int(n) for n in set(sizes))), seconds=seconds, against=against,
+                         against_sizes=tuple(sorted(int(n) for n in set(sizes) if int(n) < 384)))
+
+    def echo(c: dict) -> None:
+        if not as_json:
+            click.echo(f"fleet:    {c['checkout']:<7} {c['instances']:>4} instances {c['router']:<15} "
+                       f"{c['requests']:>6,} requests at {c['rate']:g} q/s: {c['simulated_s']:7.1f} simulated s "
+                       f"in {c['wall_s']:6.2f} s = {c['instance_s_per_s']:7,.0f} instance-s/s (twin less decisions "
+                       f"{c['twin_instance_s_per_s']:7,.0f}), decision "
+                       f"{c['mean_decision_us']:7.1f} us, warm-up {c['warmup_s']:.1f} s apart, peak "
+                       f"{c['peak_rss_mb']:.0f} MB")
+
+    try:
+        r = run(cfg, echo)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+    if not as_json:
+        for router, v in r["summary"].items():
+            for p, what in (("", "instance-s/s"), ("twin_", "twin less decisions")):
+                click.echo(f"          {router}, {what}: vs the smallest pool " + ", ".join(
+                    f"{n}: {x:.2f}x" for n, x in v[p + "vs_smallest"].items()) + (
+                    "; vs --against " + ", ".join(f"{n}: {x:.2f}x" for n, x in v[p + "vs_against"].items())
+                    if v[p + "vs_against"] else ""))
+        m = r.get("memory")
+        if m:
+            click.echo(f"          memory: {m['per_request_kb']:.2f} KB per request (slope on the paper pool); "
+                       f"{m['base_instances']} instances x {m['hour_requests']:,} requests (1 hour) ~ "
+                       f"{m['hour_estimate_mb']:,.0f} MB estimated (target 4096 MB)")
+    return r

@@ -13,9 +13,10 @@ output length the router was told (``RouteInputs.pred_total``), or 0 when
 the twin was told none. The scalars (in-flight start, wake-up, arrival
 rate, learned speed) are plain numbers.
 
-The twin refreshes every view before each routing decision
-(``Instance.sync_view``: one copy of the request table per instance that
-changed since the last decision). Only a router that declares itself an
+Before each routing decision the twin refreshes the views of the instances
+that changed since the last one (``Instance.sync_view``: one copy of the
+request table each; ``harness.twin.fleet_views``); an unchanged instance's
+view is already current, since "now" is a clock the views share. Only a router that declares itself an
 ``oracle`` is handed the live instances (``routers.base.ClairvoyantView``).
 """
 from __future__ import annotations
@@ -23,20 +24,44 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from estimators.engine.layout import F_RID, F_TARGET, S_NR, S_WN
+from estimators.engine.layout import F_RID, F_TARGET, S_WN
 from estimators.engine.state import SchedState, StepPlan
 from estimators.snapshot import Snapshot
+from harness.twin.kernel import GAP, IDLE, M_BUSY, M_INBOX_N, M_N, M_STEPS, RUNNING, SP_FACTOR, T_START
+
+# a view's honest scalars (HonestView.h, float64: every count is far below 2**53)
+H_BUSY, H_IDLE, H_GAP, H_INBOX, H_INFL_N, H_START, H_WAKE, H_SPEED, H_STEPS = range(9)
+NH = 9
 
 
 @njit(cache=True)
-def copy_predicted(dst, src, predicted):
-    """``dst[:] = src`` with ``F_TARGET`` replaced by ``predicted[F_RID]`` (0
-    when ``predicted`` is empty), in one pass. Compiled: NumPy's copy into a
-    preallocated table beside the instance's own ran 10x slower when the two
-    were 4 KiB apart (cache aliasing), and this runs before every decision."""
-    n, m = src.shape
+def honest_scalars(h, meta, times, speed, gap):
+    """Fill a view's ``h`` from the instance's meta, times and speed arrays:
+    the in-flight step's start (never its end), the wake-up, the counts."""
+    busy = meta[M_BUSY]
+    running = busy == RUNNING
+    h[H_BUSY] = 1.0 if running else 0.0
+    h[H_IDLE] = 1.0 if busy == IDLE else 0.0
+    h[H_GAP] = 1.0 if busy == GAP else 0.0
+    h[H_INBOX] = meta[M_INBOX_N]
+    h[H_INFL_N] = meta[M_N] if running else 0
+    h[H_START] = times[T_START] if running else 0.0
+    h[H_WAKE] = times[T_START] - gap if busy == GAP else 0.0
+    h[H_SPEED] = speed[SP_FACTOR]
+    h[H_STEPS] = meta[M_STEPS] - (1 if running else 0)
+
+
+@njit(cache=True)
+def copy_predicted(dst, src, predicted, rows):
+    """``dst[:rows] = src[:rows]`` with ``F_TARGET`` replaced by
+    ``predicted[F_RID]`` (0 when ``predicted`` is empty), in one pass.
+    Compiled: NumPy's copy into a preallocated table beside the instance's
+    own ran 10x slower when the two were 4 KiB apart (cache aliasing), and
+    this runs before every decision. ``rows``: the slots ever used (rows
+    above were copied once and never change)."""
+    m = src.shape[1]
     have = predicted.size > 0
-    for i in range(n):
+    for i in range(rows):
         for j in range(m):
             dst[i, j] = src[i, j]
         dst[i, F_TARGET] = predicted[src[i, F_RID]] if have else 0
@@ -46,40 +71,81 @@ class HonestView:
     """One instance as a router sees it (an ``InstanceView``); see the
     module docstring for what it holds and why."""
 
-    def __init__(self, index: int, instance_id: str, max_model_len: int):
+    def __init__(self, index: int, instance_id: str, max_model_len: int, clock: np.ndarray | None = None):
         self.index = index
         self.instance_id = instance_id
         self.max_model_len = max_model_len
         self.state: SchedState | None = None  # the live scheduler arrays, with a private, predicted request table
         self.inbox = np.zeros(0, dtype=np.int64)  # slots arrived but not yet taken in (first n_inbox)
         self.inflight: StepPlan | None = None  # the in-flight step's plan (first infl_n items)
-        self.n_inbox = 0
-        self.infl_n = 0
-        self.infl_start: float | None = None
-        self.wake_s: float | None = None
-        self.rate_state: tuple = (0.0, None, 1.0, 0.0)  # the instance's RateTracker (level, last, tau) and now
-        self.speed_factor = 1.0  # the host speed learned from completed steps
-        self.speed_steps = 0
-        self.busy = False
-        self.idle = True
+        # the instance's honest scalars at its last change (H_*; written by Instance.sync_view or, for a
+        # fleet, by fleet_kernel.sync_views into one row of the fleet's array): read through the properties
+        self.h = np.zeros(NH, dtype=np.float64)
+        self.h[H_IDLE] = 1.0
+        self.h[H_SPEED] = 1.0
+        self.res, self.ri = np.zeros(1, dtype=np.int64), 0  # residents at the last refresh: res[ri]
+        self.ewma: tuple = (0.0, None, 1.0)  # the instance's RateTracker (level, last, tau) at its last change
+        # the twin's present (clock[0]), shared by the pool's views: time passing needs no view touched
+        self.clock = np.zeros(1, dtype=np.float64) if clock is None else clock
+
+    @property
+    def busy(self) -> bool:
+        """A step is in flight."""
+        return bool(self.h[H_BUSY])
+
+    @property
+    def idle(self) -> bool:
+        return bool(self.h[H_IDLE])
+
+    @property
+    def n_inbox(self) -> int:
+        return int(self.h[H_INBOX])
+
+    @property
+    def infl_n(self) -> int:
+        return int(self.h[H_INFL_N])
+
+    @property
+    def infl_start(self) -> float | None:
+        return float(self.h[H_START]) if self.h[H_BUSY] else None
+
+    @property
+    def wake_s(self) -> float | None:
+        return float(self.h[H_WAKE]) if self.h[H_GAP] else None
+
+    @property
+    def speed_factor(self):
+        """The host speed learned from completed steps."""
+        return self.h[H_SPEED]
+
+    @property
+    def speed_steps(self) -> int:
+        return int(self.h[H_STEPS])
+
+    @property
+    def rate_state(self) -> tuple:
+        """(level, last, tau, now): the instance's RateTracker and the present."""
+        return (*self.ewma, self.clock[0])
 
     @property
     def arrival_rate(self) -> float:
         """EWMA of arrivals, per second (``RateTracker.rate``'s expression, evaluated only when read)."""
-        level, last, tau, now = self.rate_state
+        level, last, tau = self.ewma
+        now = self.clock[0]
         if last is None:
             return 0.0
         return level * np.exp(-(now - last) / tau) / tau
 
     @property
     def residents(self) -> int:
-        """Requests on the instance: running, waiting and not yet taken in."""
-        sc = self.state.sc
-        return int(sc[S_NR] + sc[S_WN]) + self.n_inbox
+        """Requests on the instance: running, waiting and not yet taken in
+        (counted at the last refresh, into ``res[ri]``: a fleet's
+        ``FleetViews.residents``, or the view's own one-element array)."""
+        return int(self.res[self.ri])
 
     @property
     def queued(self) -> int:
-        return int(self.state.sc[S_WN]) + self.n_inbox
+        return int(self.state.sc[S_WN]) + int(self.h[H_INBOX])
 
     def inbox_slots(self) -> np.ndarray:
         return self.inbox[: self.n_inbox]

@@ -24,7 +24,7 @@ from estimators.snapshot import RateTracker, Snapshot
 from estimators.step_ratios import CLIP_LOG
 from estimators.time_model import time_model
 from harness.twin import kernel as tk
-from harness.twin.honest_view import HonestView, copy_predicted
+from harness.twin.honest_view import HonestView, copy_predicted, honest_scalars
 from traces.steplog import StepLog
 
 LOG_STEPS = 1 << 15
@@ -92,7 +92,8 @@ class Instance:
     (``Twin.run``'s ``on_arrival``) and the oracle; every other router is
     handed its ``view`` (``sync_view``)."""
 
-    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig, fork_outcomes: ForkOutcomes | None = None):
+    def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig, fork_outcomes: ForkOutcomes | None = None,
+                 clock: np.ndarray | None = None):
         self.index = index
         self.fork_outcomes = fork_outcomes if fork_outcomes is not None else ForkOutcomes(0)
         self.spec = spec
@@ -129,11 +130,14 @@ class Instance:
         self.max_model_len = spec.config.max_model_len
         self.log_parts: list[tuple[np.ndarray, ...]] = []
         self.rate = RateTracker()
-        self._now = 0.0
-        self.view = HonestView(index, self.instance_id, self.max_model_len)
+        # "now" (clock[0]): the twin's present, one array shared by a pool's instances and their views, so
+        # time passing touches no instance that nothing happened to (harness.twin.event_queue)
+        self._clock = np.zeros(1, dtype=np.float64) if clock is None else clock
+        self.view = HonestView(index, self.instance_id, self.max_model_len, self._clock)
         self.predicted: np.ndarray | None = None  # output lengths routers were told (their views' F_TARGET)
         self._view_of: SchedState | None = None  # the state the view's arrays were taken from
         self._shadow = np.zeros((0, 0), dtype=np.int64)  # the view's request table
+        self.rows_used = 0  # slots ever handed a request: rows above never changed
 
     def sync_view(self) -> HonestView:
         """Bring ``view`` to this instance's present: the live scheduler
@@ -147,19 +151,31 @@ class Instance:
             v.state = st._replace(req=self._shadow)
             v.inbox, v.inflight = self.tw.inbox, self.plan
             self._view_of = st
-        copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted)
-        meta, busy = self.meta, self.meta[tk.M_BUSY]
-        running = busy == tk.RUNNING
-        v.busy, v.idle = bool(running), bool(busy == tk.IDLE)
-        v.n_inbox = int(meta[tk.M_INBOX_N])
-        v.infl_n = int(meta[tk.M_N]) if running else 0
-        v.infl_start = float(self.times[tk.T_START]) if running else None
-        v.wake_s = float(self.times[tk.T_START] - self.model.gap) if busy == tk.GAP else None
+        copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted, st.req.shape[0])
+        honest_scalars(v.h, self.meta, self.times, self.tw.speed, self.model.gap)
+        v.res[v.ri] = self.residents
         r = self.rate
-        v.rate_state = (r.level, r.last, r.tau, self._now)
-        v.speed_factor = self.tw.speed[tk.SP_FACTOR]
-        v.speed_steps = int(meta[tk.M_STEPS]) - (1 if running else 0)
+        v.ewma = (r.level, r.last, r.tau)  # "now" is the shared clock's
         return v
+
+    @property
+    def _now(self) -> float:
+        return self._clock[0]
+
+    @_now.setter
+    def _now(self, t: float) -> None:
+        self._clock[0] = t
+
+    def due(self) -> float:
+        """When ``advance`` next has work: the in-flight step's end, the end
+        of the gap (the next schedule()), or never (idle). ``advance(t)``
+        changes nothing but the clock while ``t`` is before it."""
+        busy = self.meta[tk.M_BUSY]
+        if busy == tk.RUNNING:
+            return float(self.times[tk.T_END])
+        if busy == tk.GAP:
+            return float(self.times[tk.T_START])
+        return np.inf
 
     # --- honest view for routers and estimators (InstanceView)
     @property
@@ -267,6 +283,8 @@ class Instance:
         if st is not self.state:
             self._grow(st)
         slot = self.state.add(rid, prompt, output, hit=hit, status=ST_PENDING)
+        if slot >= self.rows_used:
+            self.rows_used = slot + 1
         meta = self.meta
         self.tw.inbox[meta[tk.M_INBOX_N]] = slot
         meta[tk.M_INBOX_N] += 1
@@ -304,7 +322,8 @@ class Instance:
         f.meta, f.times = f.tw.meta, f.tw.times
         f.rate = RateTracker()
         f.log_parts = []
-        f.view, f._view_of = HonestView(self.index, self.instance_id, self.max_model_len), None
+        f._clock = self._clock.copy()  # the fork's time is its own: advancing it moves no one else's "now"
+        f.view, f._view_of = HonestView(self.index, self.instance_id, self.max_model_len, f._clock), None
         return f
 
     def _grow(self, st: SchedState) -> None:

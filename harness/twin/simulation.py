@@ -30,6 +30,8 @@ from estimators.engine.layout import FINISH_REASONS
 from estimators.plugins import PluginError
 from estimators.trace_blocks import request_hashes
 from harness.twin import kernel as tk
+from harness.twin.event_queue import EventQueue
+from harness.twin.fleet_views import FleetViews
 from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
 from harness.twin.pools import Pool
 from traces.steplog import StepLog
@@ -84,15 +86,78 @@ def write_twin_trace(w: TraceWriter, res: TwinResult, requests: pd.DataFrame | N
     if steps and res.log is not None:
         res.log.write(w)
 
+@dataclass
+class _Run:
+    """One replay's inputs and outputs, shared by the two arrival loops."""
+
+    router: Router
+    on_arrival: Callable | None
+    views: object  # StaleViews or None
+    honest: FleetViews | None  # None: the router is an oracle and sees the live instances
+    blind: bool
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    hits: np.ndarray | None
+    rid_map: np.ndarray
+    ev: Events
+
+    def seen(self, insts: list[Instance], refresh: Callable[[], None]):
+        """What the router is handed: the stale views, the live instances
+        (an oracle) or the honest views, refreshed first (``refresh``)
+        unless the router is blind (its views wait for the run's end)."""
+        if self.views is not None:
+            return self.views.views
+        if self.honest is None:
+            return insts
+        if not self.blind:
+            refresh()
+        return self.honest
+
+    def route(self, i: int, t: float, seen, n_inst: int) -> int:
+        """The router's choice for request ``i``, checked."""
+        try:
+            j = self.router(i, t, seen)
+        except PluginError as e:
+            raise e.at_request(self.rid_map[i]) from None
+        if type(j) is not int:
+            return checked_index(j, n_inst)
+        if not 0 <= j < n_inst:
+            raise ValueError(f"router returned instance {j} for request {self.rid_map[i]!r}: "
+                             f"not in 0..{n_inst - 1}")
+        return j
+
+    def place(self, i: int, j: int, t: float, insts: list[Instance], views) -> bool:
+        """Send request ``i`` to instance ``j`` (False: its front end refused
+        it, and the instance is unchanged)."""
+        if views is not None:
+            views.dispatched(j, i, int(self.prompt[i]))
+        inst = insts[j]
+        self.ev.instance[i] = j
+        p = int(self.prompt[i])
+        if p >= inst.max_model_len:
+            self.ev.out.reject_t[i] = t  # vLLM's front end refuses it: no room for one output token
+            return False
+        inst.add(i, p, int(self.output[i]), 0 if self.hits is None else int(self.hits[i]))
+        if inst.idle:
+            inst.kick(t)
+        return True
+
 
 class Twin:
     """Replays a trace's arrivals on a pool of simulated instances."""
 
-    def __init__(self, specs: list[InstanceSpec], cfg: TwinConfig = TwinConfig()):  # noqa: B008 (frozen)
+    def __init__(self, specs: list[InstanceSpec], cfg: TwinConfig = TwinConfig(),  # noqa: B008 (frozen)
+                 fleet_loop: bool = True):
+        """``fleet_loop``: drive instances from the event queue and refresh
+        only changed views (``_replay_fleet``); False keeps the loop that
+        asks every instance at every arrival (``_replay_each``), the
+        reference the fleet loop's byte identity is tested against."""
         if not specs:
             raise ValueError("a twin needs at least one instance")
         self.specs = specs
         self.cfg = cfg
+        self.fleet_loop = fleet_loop
 
     @classmethod
     def from_pool(cls, pool: Pool, cfg: TwinConfig | None = None) -> Twin:
@@ -126,15 +191,16 @@ class Twin:
         output = np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1)
         ev = Events.new(n)
         fork_outcomes = ForkOutcomes(n)
-        insts = [Instance(i, s, self.cfg, fork_outcomes) for i, s in enumerate(self.specs)]
+        clock = np.zeros(1, dtype=np.float64)  # "now", shared by the instances and their views
+        insts = [Instance(i, s, self.cfg, fork_outcomes, clock) for i, s in enumerate(self.specs)]
         pred = None if predicted is None else np.ascontiguousarray(predicted, dtype=np.int64)
         if pred is not None and pred.shape != (n,):
             raise ValueError(f"predicted lengths: {pred.shape} for {n} requests")
         for inst in insts:
             inst.predicted = pred
-        honest = None if getattr(router, "oracle", False) is True else [inst.view for inst in insts]
+        honest = None if getattr(router, "oracle", False) is True else \
+            FleetViews([inst.view for inst in insts], [sp.model for sp in self.specs], clock)
         blind = getattr(router, "blind", False) is True  # decides without looking: its views need no refresh
-        n_inst = len(insts)
         rid_map = requests["request_id"].to_numpy()
         by_block: dict[int, RequestHashes] = {}
         for inst in insts:
@@ -145,48 +211,64 @@ class Twin:
                                                  prompt, hash_block_tokens, b)
                 inst.state = inst.state.with_hashes(by_block[b])
         out = ev.out
-        for i in range(n):
-            t = arrival[i]
+        ctx = _Run(router, on_arrival, views, honest, blind, arrival, prompt, output, hits, rid_map, ev)
+        if self.fleet_loop:
+            self._replay_fleet(ctx, insts, clock)
+        else:
+            self._replay_each(ctx, insts)
+        for inst in insts:
+            inst.advance(np.inf, out)
+            inst.flush_log()
+        if honest is not None:  # a router that kept its views sees the run's end
+            honest.refresh(insts, range(len(insts)))
+        else:
+            for inst in insts:
+                inst.sync_view()
+        return self._result(requests, ev, insts)
+
+    @staticmethod
+    def _replay_fleet(c: _Run, insts: list[Instance], clock: np.ndarray) -> None:
+        """The arrivals, advancing only instances with an event due
+        (``EventQueue``) and refreshing only the views of instances that
+        changed: per-arrival work independent of the pool's size but for
+        the instances that have something to do."""
+        queue = EventQueue(insts, clock)
+        out, views = c.ev.out, c.views
+        advance_to = queue.advance_to
+
+        def refresh() -> None:
+            queue.refresh_views(c.honest)
+
+        for i in range(len(c.arrival)):
+            t = c.arrival[i]
+            if views is not None:
+                views.refresh(t, insts, out, advance_to)
+            advance_to(t, out)
+            if c.on_arrival is not None:
+                c.on_arrival(i, t, insts)
+            j = c.route(i, t, c.seen(insts, refresh), len(insts))
+            if c.place(i, j, t, insts, views):
+                queue.touched(j)
+                r = insts[j].rate
+                insts[j].view.ewma = (r.level, r.last, r.tau)  # the rest of its view waits for the next decision
+
+    @staticmethod
+    def _replay_each(c: _Run, insts: list[Instance]) -> None:
+        """The arrivals, asking every instance to advance and refreshing
+        every view at each (the loop before issue 26's event queue)."""
+        out, views = c.ev.out, c.views
+
+        def refresh() -> None:
+            c.honest.refresh(insts, range(len(insts)))
+        for i in range(len(c.arrival)):
+            t = c.arrival[i]
             if views is not None:
                 views.refresh(t, insts, out)
             for inst in insts:
                 inst.advance(t, out)
-            if on_arrival is not None:
-                on_arrival(i, t, insts)
-            if views is not None:
-                seen = views.views
-            elif honest is None:
-                seen = insts
-            else:
-                if not blind:
-                    for inst in insts:
-                        inst.sync_view()
-                seen = honest
-            try:
-                j = router(i, t, seen)
-            except PluginError as e:
-                raise e.at_request(rid_map[i]) from None
-            if type(j) is not int:
-                j = checked_index(j, n_inst)
-            elif not 0 <= j < n_inst:
-                raise ValueError(f"router returned instance {j} for request {rid_map[i]!r}: "
-                                 f"not in 0..{n_inst - 1}")
-            if views is not None:
-                views.dispatched(j, i, int(prompt[i]))
-            inst = insts[j]
-            ev.instance[i] = j
-            p = int(prompt[i])
-            if p >= inst.max_model_len:
-                out.reject_t[i] = t  # vLLM's front end refuses it: no room for one output token
-                continue
-            inst.add(i, p, int(output[i]), 0 if hits is None else int(hits[i]))
-            if inst.idle:
-                inst.kick(t)
-        for inst in insts:
-            inst.advance(np.inf, out)
-            inst.flush_log()
-            inst.sync_view()  # a router that kept its views sees the run's end
-        return self._result(requests, ev, insts)
+            if c.on_arrival is not None:
+                c.on_arrival(i, t, insts)
+            c.place(i, c.route(i, t, c.seen(insts, refresh), len(insts)), t, insts, views)
 
     def _result(self, requests: pd.DataFrame, ev: Events, insts: list[Instance]) -> TwinResult:
         ids = np.array([s.instance_id for s in self.specs], dtype=object)

@@ -67,14 +67,20 @@ class StaleViews:
         self.refreshes = 0
         self.predicted: np.ndarray | None = None  # the lengths routers were told (the ledger's targets)
 
-    def refresh(self, t: float, insts, out) -> None:
+    def refresh(self, t: float, insts, out, advance_to=None) -> None:
         """If a publication boundary passed since the last one, advance
-        every instance to the latest boundary <= t and publish there."""
+        every instance to the latest boundary <= t and publish there.
+        ``advance_to(b, out)``: the twin's event queue
+        (``harness.twin.event_queue``), which advances only the instances
+        with work before ``b``; without it each instance is asked."""
         b = math.floor(t / self.interval) * self.interval
         if b <= self.boundary and self.views is not None:
             return
-        for inst in insts:
-            inst.advance(b, out)
+        if advance_to is not None:
+            advance_to(b, out)
+        else:
+            for inst in insts:
+                inst.advance(b, out)
         self.views = [publish(inst, b) for inst in insts]
         self.predicted = insts[0].predicted if insts else None
         self.boundary = b

@@ -1,0 +1,181 @@
+"""The twin's event queue: each instance's next due event in a heap, so an
+arrival advances only the instances that have work before it.
+
+Why: ``Instance.advance(t)`` does nothing (but move "now", which is a clock
+the pool shares) on an instance whose in-flight step ends after ``t``, whose
+gap ends after ``t``, or that is idle (``Instance.due``). Calling it on every
+instance at every arrival made the replay's per-arrival work grow with the
+fleet; popping only the due ones from a heap gives exactly the same calls
+that do anything, in the same per-instance order, so the results are the
+same bytes. The queue also records which instances changed (advanced or
+handed a request), so only their views need refreshing
+(``harness.twin.fleet_views``).
+
+The heap, the due times and the changed set are plain arrays worked by
+``harness.twin.fleet_kernel``, which also runs the due instances' steps in
+the same compiled call when their bundles fit one typed list (one call per
+arrival instead of one per due instance: a call from Python unboxes some
+fifty arrays, longer than a step or two). Entries are ``(due, index)``; an
+entry is stale when the instance's due time moved since it was pushed, and
+is dropped when popped.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import typeof
+from numba.typed import List
+
+from estimators.engine.fastcall import entry_point
+from harness.twin.fleet_kernel import advance_queued, append_item, heap_push, new_list, pop_due, set_item, sync_views
+from harness.twin.instance import Instance
+
+_NONE = np.zeros(0, dtype=np.int64)  # no predicted lengths: the views' targets are 0
+
+
+class EventQueue:
+    """Next due events of a pool's instances, and the set changed since
+    ``take_changed``."""
+
+    def __init__(self, insts: list[Instance], clock: np.ndarray, batch: bool = True):
+        """``batch``: advance the due instances in one compiled call; False,
+        or bundles Numba cannot hold in one typed list, calls each
+        instance's ``advance``."""
+        n = len(insts)
+        self.insts = insts
+        self.clock = clock
+        self._bundles = _bundles(insts) if batch and n > 1 else None
+        self._bundle_of = [(inst.state, inst.tw) for inst in insts]
+        self._ks = np.zeros(n, dtype=np.int64)
+        self._full = np.zeros(n, dtype=np.int64)
+        self._ht = np.zeros(2 * n + 2, dtype=np.float64)  # the heap: times and instance indices
+        self._hk = np.zeros(2 * n + 2, dtype=np.int64)
+        self._hn = np.zeros(1, dtype=np.int64)
+        self._due = np.full(n, np.nan)  # due time of each instance's live entry (NaN: none)
+        self._flag = np.zeros(n, dtype=np.uint8)  # changed since take_changed
+        self._changed = np.zeros(n, dtype=np.int64)
+        self._nch = np.zeros(1, dtype=np.int64)
+        self._run = None  # advance_queued's compiled entry, for these bundles' types
+        self._sync = None  # sync_views' compiled entry
+        self._shadows = None  # each view's request table (Instance._shadow), for sync_views
+        self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
+        for k in range(n):
+            self.touched(k)
+
+    def touched(self, k: int) -> None:
+        """Instance ``k`` changed (advanced, handed a request, woken): re-queue
+        its next event and mark its view for refreshing."""
+        inst = self.insts[k]
+        if self._bundles is not None:
+            st, tw = self._bundle_of[k]
+            if inst.state is not st or inst.tw is not tw:  # it grew: new arrays
+                set_item(self._bundles, k, _bundle(inst))
+                self._bundle_of[k] = (inst.state, inst.tw)
+        self._rows[k] = inst.rows_used
+        d = inst.due()
+        if not d == self._due[k]:
+            self._due[k] = d
+            if d < np.inf:
+                heap_push(self._ht, self._hk, self._hn, self._due, d, k)
+        if not self._flag[k]:
+            self._flag[k] = 1
+            self._changed[self._nch[0]] = k
+            self._nch[0] += 1
+
+    def advance_to(self, t: float, out) -> None:
+        """Move the clock to ``t`` and run every instance's steps that end by
+        ``t`` (``Instance.advance`` on the due instances, by index)."""
+        self.clock[0] = t
+        if self._hn[0] == 0 or self._ht[0] > t:
+            return
+        insts, ks, full = self.insts, self._ks, self._full
+        if self._bundles is None:
+            for k in ks[:pop_due(t, self._ht, self._hk, self._hn, self._due, ks)].tolist():
+                insts[k].advance(t, out)
+                self.touched(k)
+            return
+        args = (t, self._ht, self._hk, self._hn, self._due, ks, full, self._bundles, out, self._flag, self._changed,
+                self._nch)
+        if self._run is None:
+            self._run = _entry(advance_queued, *args)
+        n = self._run(*args)
+        if full[:n].any():
+            for q in np.flatnonzero(full[:n]).tolist():
+                k = int(ks[q])  # its step log filled: flush and carry on, as Instance.advance does
+                insts[k].flush_log()
+                insts[k].advance(t, out)
+                self.touched(k)
+
+    def refresh_views(self, fleet) -> None:
+        """Bring the views of the instances changed since the last call to
+        the present (``FleetViews``): one compiled call for those whose view
+        already holds the instance's arrays, ``Instance.sync_view`` for the
+        rest (a first sync, or an instance that grew)."""
+        changed = self.take_changed()
+        if not changed:
+            return
+        if self._bundles is None:
+            fleet.refresh(self.insts, changed)
+            return
+        insts, ks, n = self.insts, self._ks, 0
+        for k in changed:
+            inst = insts[k]
+            if inst._view_of is inst.state:
+                ks[n] = k
+                n += 1
+            else:
+                fleet.refresh(insts, (k,))
+                self._set_shadow(k, inst._shadow)
+        if n:
+            pred = insts[0].predicted
+            args = (ks, n, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents,
+                    _NONE if pred is None else pred)
+            if self._sync is None:
+                self._sync = _entry(sync_views, *args)
+            self._sync(*args)
+
+    def _set_shadow(self, k: int, shadow: np.ndarray) -> None:
+        if self._shadows is None:
+            self._shadows = new_list(shadow)
+            for _ in range(len(self.insts) - 1):
+                append_item(self._shadows, shadow)  # placeholders until each view's first sync
+        else:
+            set_item(self._shadows, k, shadow)
+
+    def take_changed(self) -> list[int]:
+        """The instances changed since the last call (each once, in the order
+        they changed); the set starts empty again."""
+        m = int(self._nch[0])
+        if not m:
+            return []
+        ch = self._changed[:m].tolist()
+        self._flag[ch] = 0
+        self._nch[0] = 0
+        return ch
+
+
+_ENTRIES: dict = {}
+
+
+def _entry(dispatcher, *args):
+    """``dispatcher``'s compiled entry for these argument types (one per
+    process and types: typing a list of bundles costs more than a call)."""
+    key = (dispatcher, *(typeof(a) for a in args))
+    if key not in _ENTRIES:
+        _ENTRIES[key] = entry_point(dispatcher, *args)
+    return _ENTRIES[key]
+
+
+def _bundle(inst: Instance) -> tuple:
+    return (inst.state, inst.plan, inst.tw, inst.model, inst.log)
+
+
+def _bundles(insts: list[Instance]) -> List | None:
+    """The instances' bundles in one typed list, or None when their types
+    differ: then each is called alone."""
+    try:
+        bl = new_list(_bundle(insts[0]))
+        for inst in insts[1:]:
+            append_item(bl, _bundle(inst))
+        return bl
+    except Exception:  # noqa: BLE001 (Numba's typing errors have no common public base)
+        return None

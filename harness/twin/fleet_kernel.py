@@ -1,0 +1,147 @@
+"""Advance several due instances in one compiled call.
+
+Why: a call into ``harness.twin.kernel.advance`` from Python unboxes some
+fifty arrays (the instance's bundles), about as long as a few simulated
+steps; at hundreds of instances an arrival finds dozens due, each with a
+step or two to run, so the calls, not the steps, were the cost. The event
+queue keeps each instance's bundles in a Numba typed list once (re-set
+only when an instance grows) and hands this loop the due ones' indices.
+It calls the same ``advance`` in the same order on the same arrays as one
+call per instance would: the results are the same bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba.typed import List
+
+from estimators.engine.layout import S_NR, S_WN
+from harness.twin import kernel as tk
+from harness.twin.honest_view import copy_predicted, honest_scalars
+
+
+@njit(cache=True)
+def sync_views(ks, n, bundles, shadows, rows, hs, residents, predicted):
+    """Refresh the views of instances ``ks[:n]``: the request table copied
+    into the view's own (``shadows[k]``) with the predicted lengths as
+    targets (its first ``rows[k]`` rows: the slots ever used), the honest scalars into ``hs[k]`` and the resident count into
+    ``residents[k]`` (``Instance.sync_view``'s work, for views whose
+    arrays are already the instance's present ones)."""
+    for q in range(n):
+        k = ks[q]
+        st, plan, tw, model, log = bundles[k]
+        copy_predicted(shadows[k], st.req, predicted, rows[k])
+        honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
+        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+
+
+@njit(cache=True)
+def new_list(first):
+    """A typed list holding ``first`` (built in compiled, cached code: the
+    typed list's own Python methods compile again in every process)."""
+    bl = List()
+    bl.append(first)
+    return bl
+
+
+@njit(cache=True)
+def append_item(bl, b):
+    bl.append(b)
+
+
+@njit(cache=True)
+def set_item(bl, k, b):
+    bl[k] = b
+
+
+@njit(cache=True, inline="always")
+def _sift_down(ht, hk, size, i):
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            return
+        if c + 1 < size and ht[c + 1] < ht[c]:
+            c += 1
+        if ht[c] >= ht[i]:
+            return
+        _swap(ht, hk, i, c)
+        i = c
+
+
+@njit(cache=True, inline="always")
+def _swap(ht, hk, i, j):
+    ht[i], ht[j] = ht[j], ht[i]
+    hk[i], hk[j] = hk[j], hk[i]
+
+
+@njit(cache=True)
+def heap_push(ht, hk, hn, due, d, k):
+    """Queue instance ``k``'s next event at ``d`` (a binary min-heap over
+    ``ht``/``hk``, ``hn[0]`` entries; rebuilt from ``due`` when full, which
+    drops the stale entries: those whose time is no longer ``due[k]``)."""
+    if hn[0] >= ht.size:
+        m = 0
+        for j in range(due.size):
+            if due[j] < np.inf:
+                ht[m], hk[m] = due[j], j
+                m += 1
+        hn[0] = m
+        for i in range(m // 2 - 1, -1, -1):
+            _sift_down(ht, hk, m, i)
+        if d == due[k]:
+            return  # it was just queued by the rebuild
+    i = hn[0]
+    hn[0] = i + 1
+    ht[i], hk[i] = d, k
+    while i > 0:
+        p = (i - 1) // 2
+        if ht[p] <= ht[i]:
+            break
+        _swap(ht, hk, i, p)
+        i = p
+
+
+@njit(cache=True)
+def pop_due(t, ht, hk, hn, due, ks):
+    """Pop the instances whose next event is at or before ``t`` into
+    ``ks[:n]``, sorted (their ``due`` becomes NaN: in hand); returns n."""
+    n = 0
+    while hn[0] > 0 and ht[0] <= t:
+        d, k = ht[0], hk[0]
+        m = hn[0] - 1
+        hn[0] = m
+        ht[0], hk[0] = ht[m], hk[m]
+        _sift_down(ht, hk, m, 0)
+        if d == due[k]:
+            due[k] = np.nan  # a duplicate entry is stale
+            ks[n] = k
+            n += 1
+    ks[:n].sort()
+    return n
+
+
+@njit(cache=True)
+def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch):
+    """Pop every instance whose next event is at or before ``t``, run its
+    steps to ``t`` (``advance``, by index), queue its next event and mark
+    it changed (``flag``, ``changed[:nch[0]]``). Returns how many ran;
+    ``full[q]`` = 1 where instance ``ks[q]``'s step log filled: it is
+    neither queued nor marked (the caller flushes it, carries on and
+    queues it)."""
+    n = pop_due(t, ht, hk, hn, due, ks)
+    for q in range(n):
+        k = ks[q]
+        st, plan, tw, model, log = bundles[k]
+        full[q] = tk.advance(t, st, plan, tw, model, out, log)
+        if full[q]:
+            continue
+        busy = tw.meta[tk.M_BUSY]
+        d = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
+        due[k] = d
+        if d < np.inf:
+            heap_push(ht, hk, hn, due, d, k)
+        if not flag[k]:
+            flag[k] = 1
+            changed[nch[0]] = k
+            nch[0] += 1
+    return n

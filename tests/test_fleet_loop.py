@@ -1,0 +1,152 @@
+"""The fleet loop (issue 26: event queue, incremental views) changes no
+result byte.
+
+Each cell replays a small Poisson workload through ``replay`` and hashes
+every column of the served requests (and, where recorded, the step log);
+the expected digests were computed by main at 8d9f8d7, before the event
+queue, by running this module's ``cells`` there (``python
+tests/test_fleet_loop.py`` with ``PYTHONPATH`` at that checkout prints
+them). Cells: the paper pool and a 24-instance replica pool, noise on and
+off, shortest-queue, sfs-hard, sfs-cc, the oracle and a stale-view run.
+The old loop (``Twin(fleet_loop=False)``) is compared directly too, with a
+probe that sees every arrival.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+# (pool, router, per-instance-scaled rate, requests, noise, view interval ms, record steps)
+CELLS = {
+    "paper-sfs-hard-noise": ("qwen3-h100", "sfs-hard", 8.0, 500, True, 0.0, True),
+    "paper-sq-quiet": ("qwen3-h100", "shortest-queue", 8.0, 500, False, 0.0, False),
+    "paper-oracle": ("qwen3-h100", "oracle", 8.0, 200, True, 0.0, False),
+    "x8-sq-noise": ("qwen3-h100-x8", "shortest-queue", 64.0, 1200, True, 0.0, True),
+    "x8-sfs-cc-quiet": ("qwen3-h100-x8", "sfs-cc", 64.0, 800, False, 0.0, False),
+    "x8-sfs-hard-noise": ("qwen3-h100-x8", "sfs-hard", 64.0, 800, True, 0.0, False),
+    "x8-sfs-hard-stale": ("qwen3-h100-x8", "sfs-hard", 64.0, 800, True, 20.0, False),
+    "x8-oracle": ("qwen3-h100-x8", "oracle", 64.0, 150, True, 0.0, False),
+}
+
+def digest_frame(df: pd.DataFrame) -> str:
+    h = hashlib.sha256()
+    for c in df.columns:
+        h.update(str(c).encode())
+        a = df[c].to_numpy()
+        if a.dtype == object:
+            h.update("\x1f".join(map(repr, a.tolist())).encode())
+        else:
+            h.update(str(a.dtype).encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:24]
+
+
+def run_cell(name: str) -> str:
+    from harness.twin.pools import load_pool
+    from harness.twin.replay import ReplayConfig, replay
+    from traces.arrivals import ArrivalSpec
+    from traces.workload import WorkloadConfig, generate_workload
+
+    pool, router, rate, n, noise, interval, steps = CELLS[name]
+    wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=3))
+    res = replay(load_pool(pool), pool, wl.requests, wl.quality,
+                 ReplayConfig(router=router, seed=5, noise=noise, view_interval_ms=interval, record_steps=steps))
+    parts = [digest_frame(res.requests), str(res.twin.steps_run)]
+    if steps:
+        parts += [digest_frame(res.twin.steps), digest_frame(res.twin.step_items)]
+    return "/".join(parts)
+
+
+EXPECTED = {  # main at 8d9f8d7
+    "paper-oracle": "cc5fa1a34530d60722e7d51e/13084",
+    "paper-sfs-hard-noise": "f050323e8b94135da29b5b1a/30434/687c7cd80381d5a1e1278193/f34c2577f091ec4a106ab504",
+    "paper-sq-quiet": "95a92e4bad84f22be827b1ea/28484",
+    "x8-oracle": "007fbce6af57a6a03c88ec38/8442",
+    "x8-sfs-cc-quiet": "277eb6397756e04648fd5ace/19905",
+    "x8-sfs-hard-noise": "14323df2558907f3b2c19e86/20368",
+    "x8-sfs-hard-stale": "13449c9acd27917e4dc1b910/20053",
+    "x8-sq-noise": "2b2fb6cf9a4d701ebf13002a/87518/182b7d8c12aeaea06e1fd468/3a2d44d5ebe7edd4f8e61b3f",
+}
+FAST = ("paper-sfs-hard-noise", "paper-sq-quiet", "x8-sq-noise", "x8-sfs-hard-stale")
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_cell_matches_main(name: str) -> None:
+    assert run_cell(name) == EXPECTED[name]
+
+
+@pytest.mark.fleet
+@pytest.mark.parametrize("name", sorted(set(CELLS) - set(FAST)))
+def test_cell_matches_main_longer(name: str) -> None:
+    """The oracle (it forks every instance per decision) and sfs-cc cells."""
+    assert run_cell(name) == EXPECTED[name]
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or sorted(CELLS):
+        print(f"    {name!r}: {run_cell(name)!r},", flush=True)
+
+
+def toy_specs(n: int, caching: bool = False):
+    from estimators.batch_fit import NoiseModel
+    from estimators.engine.config import InstanceConfig
+    from estimators.profile import BatchTimeProfile
+    from harness.twin.simulation import InstanceSpec
+
+    prof = BatchTimeProfile("toy", "eq9", np.array([2e-3, 2e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.2))
+    return [InstanceSpec(InstanceConfig(instance_id=f"i{k}", model=f"m{k % 3}", max_num_batched_tokens=256,
+                                        max_num_seqs=6, num_kv_blocks=200, max_model_len=320,
+                                        prefix_caching=caching and k % 2 == 0), prof) for k in range(n)]
+
+
+def toy_requests(n: int, rate: float, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"request_id": np.arange(n), "arrival_s": np.cumsum(rng.exponential(1 / rate, n)),
+                         "prompt_tokens": rng.integers(16, 330, n), "output_tokens": rng.integers(1, 120, n)})
+
+
+@pytest.mark.parametrize("noise", [True, False])
+def test_old_and_fleet_loops_agree_and_arrays_are_current(noise: bool, monkeypatch) -> None:
+    """On 12 toy instances (three models, some caching, some prompts the
+    front end refuses, a step log that fills every 64 steps), both loops
+    give the same outcomes and step log; at
+    every decision the fleet's ``residents`` equals the live instances'
+    counts and every view's, and the views' scalars equal the live ones."""
+    import harness.twin.instance as hi
+    from harness.twin.simulation import Twin, TwinConfig
+
+    monkeypatch.setattr(hi, "LOG_STEPS", 64)
+    reqs = toy_requests(700, 150.0, 1)
+    res, seen = {}, {}
+    for fleet in (False, True):
+        live: list = []
+        log: list = []
+
+        def probe(i, t, insts, live=live):
+            live.append([(x.residents, x.busy, x.infl_start, x.wake_s, x.n_inbox, x.speed_steps) for x in insts])
+
+        def router(i, t, views, log=log):
+            log.append((views.residents.copy(), [v.residents for v in views], views.model_of.copy(),
+                        [(v.residents, v.busy, v.infl_start, v.wake_s, v.n_inbox, v.speed_steps) for v in views],
+                        [v.arrival_rate for v in views]))
+            return int(np.argmin(views.residents + np.arange(len(views)) % 5))
+
+        r = Twin(toy_specs(12, caching=True), TwinConfig(seed=7, noise=noise), fleet_loop=fleet).run(
+            reqs, router, on_arrival=probe)
+        res[fleet], seen[fleet] = r, (live, log)
+    for fleet in (False, True):
+        live, log = seen[fleet]
+        for now, (arr, per_view, models, scalars, _) in zip(live, log, strict=True):
+            assert arr.tolist() == per_view == [x[0] for x in now]
+            assert scalars == now
+            assert models.tolist() == [0, 1, 2] * 4
+    assert digest_frame(res[True].requests) == digest_frame(res[False].requests)
+    assert digest_frame(res[True].steps) == digest_frame(res[False].steps)
+    assert res[True].steps_run == res[False].steps_run
+    assert [x[4] for x in seen[True][1]] == [x[4] for x in seen[False][1]]  # arrival rates, from the shared clock
+    assert res[True].extra["rejected"] > 0
+    assert res[True].steps_run > 12 * 64 * 3  # several instances filled their log more than once
