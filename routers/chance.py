@@ -17,6 +17,7 @@ import numpy as np
 
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
+from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, chance_walk
 
 # sfs-cc's OnTimeUtility AUC on qwen3-h100 (Poisson 3-9 q/s, 4000 requests, 2 seeds) is flat over epsilon
 # 0.02-0.3 (3.766-3.770, seed spread larger): 0.1 is the middle of that plateau, used for every rate
@@ -48,10 +49,12 @@ class LognormalError:
 
 
 class ChanceRouter(Router):
-    """``rule`` cc (chance constraint at ``epsilon``) or eu (expected on-time utility)."""
+    """``rule`` cc (chance constraint at ``epsilon``) or eu (expected on-time
+    utility), two-level over replicas: ``models`` and ``ties`` as in
+    ``routers.latency_aware.LatencyAware``."""
 
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, epsilon: float = DEFAULT_EPSILON,
-                 name: str = "chance"):
+                 name: str = "chance", models: list[str] | None = None, ties: str = DEFAULT_TIES, seed: int = 0):
         super().__init__(inputs)
         if rule not in ("cc", "eu"):
             raise ValueError(f"unknown rule {rule!r}")
@@ -60,6 +63,8 @@ class ChanceRouter(Router):
         self.estimators, self.rule, self.epsilon, self.name = estimators, rule, epsilon, name
         self.p = np.zeros(len(estimators))
         self.latency = np.zeros(len(estimators))
+        self.groups = ModelGroups(inputs.utility, models or [str(j) for j in range(len(estimators))])
+        self.tie = TieBreaker(ties, seed)
 
     def p_on_time(self, j: int, i: int, t: float, slo: float, insts) -> float:
         est = self.estimators[j]
@@ -75,23 +80,17 @@ class ChanceRouter(Router):
     def choose(self, i, t, insts) -> int:
         u = self.inputs.utility[i]
         slo = float(self.inputs.slo[i])
-        n = len(insts)
         if self.rule == "cc":
-            # walk by utility (ties: lowest index); the first instance likely
-            # enough to be on time wins, so the others need no estimate
-            order = sorted(range(n), key=lambda j: (-u[j], j))
-            self.p[:] = 0.0
-            self.latency[:] = np.inf
-            need = 1.0 - self.epsilon
-            for j in order:
-                self.p[j] = self.p_on_time(j, i, t, slo, insts)
-                if self.p[j] >= need:
-                    return j
-            return self._most_likely()
+            # walk models by utility, replicas by the tie policy (lowest-index:
+            # instances by (-utility, index)); the first likely enough to be on
+            # time wins, so the others need no estimate
+            return chance_walk(self, i, t, insts, slo, u)
         best, best_v = 0, -np.inf
-        for j in range(n):
+        for j in range(len(insts)):
             self.p[j] = self.p_on_time(j, i, t, slo, insts)
             v = u[j] * self.p[j]
             if v > best_v:
                 best, best_v = j, v
-        return best if self.p.max() > 0.0 else self._most_likely()
+        if not self.p.max() > 0.0:
+            return self._most_likely()
+        return break_tie(self, best, lambda k: u[k] * self.p[k])

@@ -1,18 +1,26 @@
 """Latency-aware routers: a TTFT estimator per instance and the hard or
 soft rule (``sfs-hard``, ``sfs-soft``, ``throughput-hard``, ``lps-hard``,
-``lps-mg-hard``, ...)."""
+``lps-mg-hard``, ...), two-level over replicas (``routers.fleet``)."""
 from __future__ import annotations
 
 import numpy as np
 
+from estimators.sfs_bound import ttft_lower_bound
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
-from routers.rules import hard_rule, soft_rule
+from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, hard_choice
+from routers.rules import soft_rule
 
 
 class LatencyAware(Router):
+    """``models``: each instance's model (replicas share one; None: every
+    instance its own). ``ties``: the level-2 policy (``routers.fleet``).
+    ``prune``: skip estimates a lower bound proves useless (exact: the
+    decisions are those without it; off for the test that says so)."""
+
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, delta_per_us: float = 0.0,
-                 name: str = "latency-aware", online_speed: bool = False):
+                 name: str = "latency-aware", online_speed: bool = False, models: list[str] | None = None,
+                 ties: str = DEFAULT_TIES, seed: int = 0, prune: bool = True):
         super().__init__(inputs)
         if rule not in ("hard", "soft"):
             raise ValueError(f"unknown rule {rule!r}")
@@ -22,12 +30,22 @@ class LatencyAware(Router):
         self.name = name
         self.latency = np.zeros(len(estimators))
         self.online_speed = online_speed  # scale each estimator by its instance's learned host speed
+        self.groups = ModelGroups(inputs.utility, models or [str(j) for j in range(len(estimators))])
+        self.tie = TieBreaker(ties, seed)
+        self.prune = prune
 
     def estimate_one(self, j: int, i: int, t: float, insts) -> float:
         est = self.estimators[j]
         if self.online_speed:
             est.speed = insts[j].speed_factor
         return est.estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))
+
+    def bound_one(self, j: int, i: int, t: float, insts) -> float:
+        """A lower bound on ``estimate_one`` (``estimators.sfs_bound``; -inf: none)."""
+        est = self.estimators[j]
+        if self.online_speed:
+            est.speed = insts[j].speed_factor
+        return ttft_lower_bound(est, insts[j], t, int(self.inputs.prompt[i]))
 
     def estimate_all(self, i: int, t: float, insts) -> np.ndarray:
         for j in range(len(insts)):
@@ -37,19 +55,22 @@ class LatencyAware(Router):
     def choose(self, i, t, insts) -> int:
         u = self.inputs.utility[i]
         if self.rule == "soft":
-            if self.delta == 0.0:
-                return soft_rule(u, self.latency, 0.0)
-            return soft_rule(u, self.estimate_all(i, t, insts), self.delta)
-        # hard rule, evaluated lazily: walk instances by utility (ties: lowest
-        # index); the first whose estimate meets the SLO is the hard rule's
-        # choice, so the others need no estimate. Only when none qualifies are
-        # all estimated (then the fastest wins) -- the same decision as
-        # hard_rule on all estimates.
-        slo = float(self.inputs.slo[i])
-        order = sorted(range(len(insts)), key=lambda j: (-u[j], j))
-        self.latency[:] = np.inf
-        for j in order:
-            self.latency[j] = self.estimate_one(j, i, t, insts)
-            if self.latency[j] <= slo:
-                return j
-        return hard_rule(u, self.latency, slo)
+            return self._soft(i, t, insts, u)
+        # hard rule, evaluated lazily: walk models by utility and their
+        # replicas by the tie policy (lowest-index: instances by (-utility,
+        # index), today's one-level walk); the first whose estimate meets the
+        # SLO is the hard rule's choice, so the others need no estimate. Only
+        # when none qualifies are all estimated (then the fastest wins) -- the
+        # same decision as hard_rule on all estimates.
+        return hard_choice(self, i, t, insts, float(self.inputs.slo[i]), u)
+
+    def _soft(self, i, t, insts, u) -> int:
+        if self.delta == 0.0:  # latency-agnostic: the model by utility; its replica by the tie policy
+            j = soft_rule(u, self.latency, 0.0)
+            if self.tie.ties == "least-latency" and not self.groups.singletons:
+                for k in self.groups.member_lists[self.groups.group_of[j]]:
+                    self.latency[k] = self.estimate_one(k, i, t, insts)
+            return break_tie(self, j, lambda k: u[k])
+        lat = self.estimate_all(i, t, insts)
+        j = soft_rule(u, lat, self.delta)
+        return break_tie(self, j, lambda k: u[k] - self.delta * (lat[k] if np.isfinite(lat[k]) else 1e30) * 1e6)

@@ -23,6 +23,7 @@ from estimators.estimate import ESTIMATORS, BaselineParams, build
 from estimators.plugins import PluginError
 from routers.base import RouteInputs, Router
 from routers.chance import DEFAULT_EPSILON, ChanceRouter, LognormalError
+from routers.fleet import DEFAULT_TIES, check_ties
 from routers.foreign import PluginRouter
 from routers.latency_aware import LatencyAware
 from routers.prefix_affinity import PrefixAffinity, PrefixLoad
@@ -42,6 +43,7 @@ class BuildContext:
     online_speed: bool = False  # estimators scale their profile by each instance's learned host speed
     epsilon: float = DEFAULT_EPSILON  # chance-constrained routers: allowed P(late)
     true_outputs: object = None  # true output lengths: given to oracle routers only
+    ties: str = DEFAULT_TIES  # two-level routers: the replica among a model's (routers.fleet)
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,18 @@ class RouterEntry:
                 "uses_epsilon": self.uses_epsilon, "seeded": self.seeded, "baseline": self.baseline}
 
 
+def _models(c: BuildContext) -> list[str]:
+    """Each instance's model: instances sharing one are replicas (``routers.fleet``)."""
+    return [str(getattr(s, "model", None) or getattr(s, "instance_id", k)) for k, s in enumerate(c.specs)]
+
+
 def _latency_aware(estimator: str, rule: str) -> Callable[[BuildContext], Router]:
     def make(c: BuildContext) -> Router:
         ests = [build(estimator, s.profile, (c.baselines or {}).get(s.instance_id), c.inputs.pred_total,
                       c.frontend_overhead_s, online_lps=True) for s in c.specs]
         return LatencyAware(c.inputs, ests, rule, c.delta_per_us if rule == "soft" else 0.0,
-                            name=f"{estimator}-{rule}", online_speed=c.online_speed)
+                            name=f"{estimator}-{rule}", online_speed=c.online_speed, models=_models(c),
+                            ties=c.ties, seed=c.seed)
     return make
 
 
@@ -89,7 +97,8 @@ def _chance(estimator: str, rule: str) -> Callable[[BuildContext], Router]:
             if estimator != "sfs":
                 est = LognormalError(est, params.err_log_mu, params.err_log_sigma)
             ests.append(est)
-        return ChanceRouter(c.inputs, ests, rule, c.epsilon, name=f"{estimator}-{rule}")
+        return ChanceRouter(c.inputs, ests, rule, c.epsilon, name=f"{estimator}-{rule}", models=_models(c),
+                            ties=c.ties, seed=c.seed)
     return make
 
 
@@ -222,8 +231,8 @@ def probe_router(name: str, specs, overhead: float = 0.0, seed: int = 0,
 
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,
                 baselines: dict[str, BaselineParams] | None = None, online_speed: bool = False,
-                epsilon: float = DEFAULT_EPSILON, true_outputs=None) -> Router:
+                epsilon: float = DEFAULT_EPSILON, true_outputs=None, ties: str = DEFAULT_TIES) -> Router:
     """``true_outputs`` reach only a router whose entry says ``oracle``."""
     e = router_entry(name)
     return e.make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines, online_speed, epsilon,
-                               true_outputs if e.oracle else None))
+                               true_outputs if e.oracle else None, check_ties(ties)))

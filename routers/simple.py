@@ -21,13 +21,28 @@ class RoundRobin(Router):
         return j
 
 
+def residents_of(insts) -> np.ndarray | list[int]:
+    """Each instance's residents: the twin's ``FleetViews.residents`` array
+    when it offers one (kept current incrementally, no view is read), else
+    read from each view (plug-in twins, stale views, the oracle's live
+    instances)."""
+    res = getattr(insts, "residents", None)
+    if res is not None:
+        return res
+    return [v.residents for v in insts]
+
+
 class ShortestQueue(Router):
-    """Fewest resident requests (running, waiting, not yet scheduled)."""
+    """Fewest resident requests (running, waiting, not yet scheduled); ties:
+    the lowest index (the first minimum)."""
 
     name = "shortest-queue"
 
     def choose(self, i, t, insts) -> int:
-        return min(range(len(insts)), key=lambda j: (insts[j].residents, j))
+        res = residents_of(insts)
+        if isinstance(res, list):
+            return res.index(min(res))
+        return int(np.argmin(res))
 
 
 def outstanding_tokens(inst, pred_total: np.ndarray) -> int:
@@ -61,6 +76,9 @@ class PowerOfTwo(Router):
         if len(insts) == 1:
             return 0
         a, b = self.rng.choice(len(insts), size=2, replace=False)
+        res = getattr(insts, "residents", None)
+        if res is not None:
+            return int(min((a, b), key=lambda j: (int(res[j]), j)))
         return int(min((a, b), key=lambda j: (insts[j].residents, j)))
 
 

@@ -8,6 +8,13 @@ Why one workload for all: a decision's cost depends on the load it sees
 are), so the routers are compared on equal terms. Compile time (the
 replay's warm-up and the baseline estimators' calibration replay) is
 apart, as everywhere in ``bench``.
+
+Fleet sizes (``fleet_sizes``): shortest-queue, sfs-cc and sfs-hard on the
+replica pools (3, 24, 96 and 384 instances) at the paper pool's load per
+instance (8 q/s per three instances), each tie policy of the two-level
+routers, so that the decision's cost against the number of replicas is
+measured in one run (targets at 96 instances: shortest-queue <= 3 us,
+sfs-cc <= 30 us).
 """
 from __future__ import annotations
 
@@ -16,11 +23,17 @@ import time
 from harness.twin.pool_baselines import pool_baselines
 from harness.twin.pools import load_pool
 from harness.twin.replay import ReplayConfig, replay, warm_up
+from routers.fleet import DEFAULT_TIES
 from routers.registry import ROUTERS, router_entry
 from traces.arrivals import ArrivalSpec
 from traces.workload import WorkloadConfig, generate_workload
 
 SOFT_DELTA = 1e-6
+FLEET_POOLS = ("qwen3-h100", "qwen3-h100-x8", "qwen3-h100-x32", "qwen3-h100-x128")
+FLEET_ROUTERS = ("shortest-queue", "sfs-cc", "sfs-hard")
+RATE_PER_INSTANCE = 8.0 / 3.0  # the paper's pool at 8 q/s
+FLEET_SIMULATED_S = 10.0  # arrivals per cell: rate x this (at least FLEET_MIN_REQUESTS)
+FLEET_MIN_REQUESTS = 2000
 
 
 def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[str, ...] = tuple(ROUTERS)) -> dict:
@@ -39,4 +52,28 @@ def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[s
         m = replay(pool, "qwen3-h100", wl.requests, wl.quality, cfg).metrics
         out["routers"][name] = {"mean_decision_us": m["mean_decision_us"], "speedup": m["speedup"],
                                 "wall_s": m["wall_s"], "ontime_utility": m["ontime_utility"]}
+    return out
+
+
+def fleet_sizes(pools: tuple[str, ...] = FLEET_POOLS, routers: tuple[str, ...] = FLEET_ROUTERS,
+                ties: tuple[str, ...] = (DEFAULT_TIES, "least-latency"), seed: int = 0,
+                simulated_s: float = FLEET_SIMULATED_S) -> dict:
+    """Mean decision us per pool size, router and tie policy (shortest-queue has none)."""
+    warm_up()
+    out: dict = {"rate_per_instance": RATE_PER_INSTANCE, "simulated_s": simulated_s, "sizes": {}}
+    for ref in pools:
+        pool = load_pool(ref)
+        n = len(pool.instances)
+        rate = RATE_PER_INSTANCE * n
+        requests = max(FLEET_MIN_REQUESTS, int(rate * simulated_s))
+        wl = generate_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", rate), seed=seed))
+        cells: dict = {}
+        for name in routers:
+            for tie in ties if router_entry(name).estimator is not None else (DEFAULT_TIES,):
+                cfg = ReplayConfig(router=name, seed=seed, ties=tie)
+                m = replay(pool, ref, wl.requests, wl.quality, cfg).metrics
+                key = name if router_entry(name).estimator is None else f"{name} --ties {tie}"
+                cells[key] = {"mean_decision_us": m["mean_decision_us"], "speedup": m["speedup"],
+                              "ontime_utility": m["ontime_utility"]}
+        out["sizes"][n] = {"pool": ref, "rate": rate, "requests": requests, "routers": cells}
     return out

@@ -18,6 +18,7 @@ from harness.cli.replay_options import (
     echo_policies,
     parse_routers,
     policy_options,
+    ties_option,
     view_options,
 )
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
@@ -98,12 +99,13 @@ def _print_replay(m: dict) -> None:
 @click.option("--record-steps", is_flag=True, help="Also write steps and step_items (large; gives ITL).")
 @serving_options
 @view_options
+@ties_option
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: metrics.json, metrics.parquet and the served trace.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
            lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, percentiles_text, goodput_text,
-           epsilon, view_interval_ms, ledger, out,
+           epsilon, view_interval_ms, ledger, ties, out,
            force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
@@ -123,6 +125,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --trace azconv --requests 4000 --router sfs-hard --out r-az   # SLO rule, quality model
       latroute replay --rate 8 --router sfs-cc --epsilon 0.1 --view-interval 100 --ledger on --out r-stale
       latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
+      latroute replay --pool qwen3-h100-x8 --rate 48 --router sfs-cc --ties least-latency --out r-x8
     """
     check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
     names = parse_routers(router_name)
@@ -162,7 +165,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
                        record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
                        online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
-                       ledger=ledger == "on", hash_block_tokens=hash_block)
+                       ledger=ledger == "on", hash_block_tokens=hash_block, ties=ties)
     try:
         inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:

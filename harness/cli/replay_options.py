@@ -11,6 +11,7 @@ from harness.cli.params import (
     PROBABILITY_BELOW_1,
 )
 from routers.chance import DEFAULT_EPSILON
+from routers.fleet import DEFAULT_TIES, TIE_POLICIES
 from routers.registry import router_entry
 from traces.arrivals import ARRIVAL_KINDS, resolve_arrival
 from traces.errors import BadOption
@@ -57,6 +58,15 @@ def view_options(f):
                         help="Chance-constrained routers (sfs-cc, throughput-cc): allowed P(TTFT > SLO), one "
                              "value for every rate. On qwen3-h100 (Poisson 3-9 q/s) sfs-cc's AUC is flat from 0.02 "
                              "to 0.3, within the seed spread; 0.1 sits in the middle of it.")(f)
+
+
+def ties_option(f):
+    """--ties (replay and sweep): the replica two-level routers pick among a model's."""
+    return click.option("--ties", type=click.Choice(TIE_POLICIES), default=DEFAULT_TIES, show_default=True,
+                        help="Latency-aware and chance routers on pools with replicas: the model by predicted "
+                             "utility, then its replica: lowest-index (the first meeting the SLO, as with one "
+                             "instance per model), least-latency (the lowest estimated TTFT; cc: the highest "
+                             "P(on time)) or random (seeded by --seed). One instance per model: all the same.")(f)
 
 
 def arrival_options(f):

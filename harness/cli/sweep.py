@@ -28,6 +28,7 @@ from harness.cli.replay_options import (
     echo_policies,
     parse_routers,
     policy_options,
+    ties_option,
     view_options,
 )
 from harness.cli.serving_options import parse_serving, serving_options
@@ -52,7 +53,7 @@ from traces.store import open_trace
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
                    "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "metric_percentiles", "goodput", "noise", "backend", "address",
-                   "online_speed", "epsilon", "view_interval", "ledger")
+                   "online_speed", "epsilon", "view_interval", "ledger", "ties")
 
 
 SPEC_MAX_BYTES = 1 << 20  # a sweep specification is a few lines; larger is refused
@@ -184,6 +185,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
 @view_options
+@ties_option
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: cells/, results.parquet, metrics.json, metrics.parquet.")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
@@ -191,7 +193,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
           lengths_policy, slo_policy, quality_policy, n_requests, percentiles_text, goodput_text, seeds, first_seed,
-          workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, out, resume,
+          workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, ties, out, resume,
           force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
@@ -244,7 +246,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
                      quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
                      online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
-                     ledger=ledger == "on")
+                     ledger=ledger == "on", ties=ties)
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     try:  # and a policy the workload cannot serve, and a plug-in router that cannot be built
         echo_policies(check_routers(spec, cells))

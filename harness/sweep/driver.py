@@ -33,6 +33,7 @@ from harness.twin.simulation import InstanceSpec
 from reports.paired_stats import mean_ci, paired
 from reports.serving import serving_metrics, tidy
 from routers.chance import DEFAULT_EPSILON
+from routers.fleet import DEFAULT_TIES
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
 from traces.arrivals import ArrivalSpec
@@ -70,6 +71,7 @@ class SweepSpec:
     epsilon: float = DEFAULT_EPSILON  # chance-constrained routers
     view_interval_ms: float = 0.0  # stale views (0: live)
     ledger: bool = True
+    ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet)
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
         # a trace's prompt blocks (hash_ids) are per hash_block_tokens tokens, stated in its meta.json; without
@@ -79,7 +81,7 @@ class SweepSpec:
                             noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality,
                             online_speed=self.online_speed,
                             epsilon=self.epsilon, view_interval_ms=self.view_interval_ms, ledger=self.ledger,
-                            hash_block_tokens=hash_block)
+                            hash_block_tokens=hash_block, ties=self.ties)
 
 
 def workload_seed(seed: int, rate: float) -> int:
@@ -312,7 +314,7 @@ def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None
         df, timings = run_sweep(spec, cells, workers, progress, backend, address, store)
         summary = summarize_sweep(df)
         summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
-                        "burstiness": spec.burstiness, "trace": spec.trace, "requests": int(df["requests"].max()),
+                        "burstiness": spec.burstiness, "trace": spec.trace, "ties": spec.ties, "requests": int(df["requests"].max()),
                         "seeds": len({c.seed for c in cells}), "cells": len(cells),
                         "interarrival_cv2": float(df["interarrival_cv2"].mean()),
                         "policies": sweep_inputs(spec, cells[0]).policies()})

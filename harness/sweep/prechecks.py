@@ -34,7 +34,7 @@ def check_routers(spec: SweepSpec, cells: list[Cell]) -> WorkloadInputs:
         baselines = pool_baselines(spec.pool) if needs_baselines(cell.router) else None
         try:
             make_router(cell.router, inputs.route, specs, pool.frontend_overhead_s, cell.delta_per_us, cell.seed,
-                        baselines, online_speed=spec.online_speed, epsilon=spec.epsilon,
+                        baselines, online_speed=spec.online_speed, epsilon=spec.epsilon, ties=spec.ties,
                         true_outputs=reqs["output_tokens"].to_numpy())
         except BadInput:
             raise

@@ -26,6 +26,7 @@ from harness.twin.simulation import Twin, TwinConfig, TwinResult
 from harness.twin.stale_view import StaleViews, ViewConfig
 from routers.base import RouteInputs
 from routers.chance import DEFAULT_EPSILON
+from routers.fleet import DEFAULT_TIES, TIE_POLICIES
 from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
 from traces.lengths import PredictedLengths, predicted_lengths
@@ -49,6 +50,7 @@ class ReplayConfig:
     view_interval_ms: float = 0.0  # routers see state published every MS (0: live, every step)
     ledger: bool = True  # with a view interval: requests dispatched since the last publication join the view
     hash_block_tokens: int | None = None  # the trace's (meta.json), for instances with prefix caching
+    ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet; random: seeded by seed)
 
     def __post_init__(self) -> None:
         """Refuse what would replay silently wrong: a NaN delta or lambda makes
@@ -59,6 +61,8 @@ class ReplayConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
         if not (isinstance(self.epsilon, int | float) and 0.0 <= self.epsilon < 1.0):
             raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
+        if self.ties not in TIE_POLICIES:
+            raise ValueError(f"ties must be one of {', '.join(TIE_POLICIES)}, got {self.ties!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
 
@@ -131,7 +135,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
                          online_speed=cfg.online_speed, epsilon=cfg.epsilon,
-                         true_outputs=requests["output_tokens"].to_numpy())
+                         true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties)
     warm_s = warm_up()
     t0 = time.perf_counter()
     oracle = router_entry(cfg.router).oracle
@@ -156,7 +160,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
         m["prefix_hit_rate"] = float(out["cached_tokens"].sum()) / max(1.0, float(out["prompt_tokens"].sum()))
     span = res.sim_end_s - float(requests["arrival_s"].iloc[0]) if len(requests) else 0.0
     m.update({"router": cfg.router, "lambda": cfg.lam, "delta_per_us": cfg.delta_per_us, "seed": cfg.seed,
-              "epsilon": cfg.epsilon, "oracle": oracle, "view_interval_ms": cfg.view_interval_ms,
+              "epsilon": cfg.epsilon, "ties": cfg.ties, "oracle": oracle, "view_interval_ms": cfg.view_interval_ms,
               "ledger": cfg.ledger, "view_refreshes": views.refreshes if views else None,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,

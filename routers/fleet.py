@@ -1,0 +1,233 @@
+"""Two-level routing over replicas: the model first, then its replica.
+
+Why: instances of one model (``InstanceSpec.model``) are *replicas*; their
+predicted utility columns are equal, so a rule that walks instances by
+utility with ties to the lowest index fills replica 0 to its SLO edge, then
+replica 1, and so on (issue 26). Production gateways choose the model, then
+balance its replicas. Here level 1 walks the models by predicted utility
+(ties: the lowest first index) and asks the rule's test (estimated TTFT
+meets the SLO; P(on time) >= 1 - epsilon) of the model's *best* replica;
+level 2 picks the replica by the tie policy:
+
+- ``lowest-index``: the first replica meeting the test, in index order.
+  Together with level 1 this is exactly the walk by (-utility, index) of
+  the one-level rule, so results are byte-identical to it on every pool
+  (queries in which two models tie exactly in utility walk the one-level
+  order itself).
+- ``least-latency``: every replica of the model is estimated; the lowest
+  estimated TTFT among those meeting the SLO (chance rule: the highest
+  P(on time), then the lowest estimate), ties to the lowest index.
+- ``random``: the replicas in a random order (a generator seeded by the
+  replay seed), the first meeting the test: the first qualifying element of
+  a uniform permutation is uniform over the qualifying ones, so this is a
+  uniform choice among them that still estimates lazily.
+
+A *group* is the instances of one model whose utility columns are equal (a
+pool whose replicas are priced differently splits into groups). With one
+instance per group every policy walks the one-level order and estimates
+the same instances: byte-identical to it (``tests/test_fleet_routers.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+TIE_POLICIES = ("lowest-index", "least-latency", "random")
+DEFAULT_TIES = "lowest-index"
+PRECOMPUTE_LIMIT = 4_000_000  # queries x groups: above it the level-1 order is sorted per decision
+
+
+def check_ties(ties: str) -> str:
+    if ties not in TIE_POLICIES:
+        raise ValueError(f"unknown tie policy {ties!r} (choose from {', '.join(TIE_POLICIES)})")
+    return ties
+
+
+class ModelGroups:
+    """Groups of replicas and each query's level-1 order of them.
+
+    ``members[g]``: the instances of group ``g`` in index order (groups
+    numbered by their first instance). ``order(i)`` is query ``i``'s
+    groups by (-utility, first index); ``tied(i)`` says whether two groups
+    tie exactly in utility there (then the one-level walk interleaves their
+    instances by index, and ``lowest-index`` walks it instead)."""
+
+    def __init__(self, utility: np.ndarray, models: list[str]):
+        utility = np.asarray(utility, dtype=np.float64)
+        n_inst = utility.shape[1] if utility.ndim == 2 else len(models)
+        if len(models) != n_inst:
+            raise ValueError(f"{len(models)} models for {n_inst} utility columns")
+        key_of: dict = {}
+        group_of = np.zeros(n_inst, dtype=np.int64)
+        members: list[list[int]] = []
+        for j in range(n_inst):
+            key = (models[j], utility[:, j].tobytes())
+            g = key_of.setdefault(key, len(members))
+            if g == len(members):
+                members.append([])
+            members[g].append(j)
+            group_of[j] = g
+        self.members = [np.array(m, dtype=np.int64) for m in members]
+        self.member_lists = [list(m) for m in members]  # Python ints: the walk indexes arrays with them
+        self.group_of = group_of
+        self.first = np.array([m[0] for m in members], dtype=np.int64)
+        self.singletons = all(len(m) == 1 for m in members)
+        self.n_instances = n_inst
+        self._u = utility[:, self.first] if utility.ndim == 2 else np.zeros((0, len(members)))
+        self._nan = bool(np.isnan(utility).any())
+        self._order = self._tied = None
+        if self._u.size <= PRECOMPUTE_LIMIT:
+            self._order, self._tied = self._orders(self._u)
+
+    @staticmethod
+    def _orders(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(-u, axis=1, kind="stable")  # ties: the lower group, i.e. the lower first index
+        su = np.take_along_axis(u, order, axis=1)
+        tied = (su[:, 1:] == su[:, :-1]).any(axis=1) if u.shape[1] > 1 else np.zeros(len(u), dtype=bool)
+        return order, tied | np.isnan(u).any(axis=1)
+
+    def order(self, i: int) -> np.ndarray:
+        if self._order is not None:
+            return self._order[i]
+        return self._orders(self._u[i:i + 1])[0][0]
+
+    def tied(self, i: int) -> bool:
+        if self._tied is not None:
+            return bool(self._tied[i])
+        return bool(self._orders(self._u[i:i + 1])[1][0])
+
+    def flat_order(self, i: int, u: np.ndarray) -> list[int]:
+        """The one-level walk: instances by (-utility, index)."""
+        if self.singletons or self.tied(i):
+            return sorted(range(self.n_instances), key=lambda j: (-u[j], j))
+        out: list[int] = []
+        for g in self.order(i):
+            out.extend(self.member_lists[g])
+        return out
+
+
+class TieBreaker:
+    """The level-2 order of a group under a tie policy (``random``: its own
+    generator, seeded by the replay seed, drawn only for groups of more
+    than one replica, so a pool of singletons draws nothing)."""
+
+    def __init__(self, ties: str, seed: int):
+        self.ties = check_ties(ties)
+        self.rng = np.random.default_rng(seed)
+
+    def walk(self, members: list[int]) -> list[int]:
+        if self.ties == "random" and len(members) > 1:
+            return [members[k] for k in self.rng.permutation(len(members))]
+        return members
+
+    def pick(self, candidates: list[int]) -> int:
+        """One of equally good candidates (in index order)."""
+        if self.ties == "random" and len(candidates) > 1:
+            return candidates[int(self.rng.integers(len(candidates)))]
+        return candidates[0]
+
+
+def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
+    """The hard rule over groups (``r``: a ``LatencyAware``, with
+    ``groups``, ``tie``, ``latency``, ``estimate_one`` and, when
+    ``r.prune``, ``bound_one``: a lower bound on ``estimate_one``).
+
+    Pruning is exact: an instance whose bound exceeds the SLO cannot meet
+    it, so it is not estimated (nor, under least-latency, one whose bound
+    exceeds the group's best so far); when no instance meets the SLO, the
+    rule's fallback (the fastest of all, ``hard_rule``) estimates a pruned
+    instance only if its bound does not exceed the fastest estimate found,
+    so the decision is the one the unpruned rule takes."""
+    from routers.rules import hard_rule
+
+    lat = r.latency
+    lat[:] = np.inf
+    groups, tie = r.groups, r.tie
+    est = r.estimate_one
+    bound = r.bound_one if r.prune else None
+    pruned: list[tuple[float, int]] = []
+    if tie.ties == "least-latency" and not groups.singletons:
+        for g in groups.order(i):
+            best, best_l = -1, np.inf
+            for j in groups.member_lists[g]:
+                if bound is not None:
+                    b = bound(j, i, t, insts)
+                    if b > slo or (best >= 0 and b > best_l):
+                        pruned.append((b, j))
+                        continue
+                lat[j] = x = est(j, i, t, insts)
+                if x <= slo and x < best_l:
+                    best, best_l = j, x
+            if best >= 0:
+                return best
+    else:
+        walk = groups.flat_order(i, u) if tie.ties == "lowest-index" or groups.singletons else None
+        for j in walk if walk is not None else _random_walk(groups, tie, i):
+            if bound is not None:
+                b = bound(j, i, t, insts)
+                if b > slo:
+                    pruned.append((b, j))
+                    continue
+            lat[j] = x = est(j, i, t, insts)
+            if x <= slo:
+                return j
+    if pruned:
+        fastest = np.inf
+        for j in range(len(lat)):
+            if lat[j] < fastest:
+                fastest = lat[j]
+        for b, j in sorted(pruned):
+            if not b <= fastest:
+                break
+            lat[j] = x = est(j, i, t, insts)
+            if x < fastest:
+                fastest = x
+    return hard_rule(u, lat, slo)
+
+
+def _random_walk(groups: ModelGroups, tie: TieBreaker, i: int):
+    for g in groups.order(i):
+        yield from tie.walk(groups.member_lists[g])
+
+
+def chance_walk(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
+    """The chance constraint over groups (``r``: a ``ChanceRouter``): the
+    first group whose best replica has P(on time) >= 1 - epsilon; its
+    replica by the tie policy (least-latency: the highest P(on time), then
+    the lowest estimate, then the lowest index); else the likeliest on time."""
+    p, lat = r.p, r.latency
+    p[:] = 0.0
+    lat[:] = np.inf
+    need = 1.0 - r.epsilon
+    groups, tie = r.groups, r.tie
+    if tie.ties == "least-latency" and not groups.singletons:
+        for g in groups.order(i):
+            best = -1
+            for j in groups.member_lists[g]:
+                p[j] = x = r.p_on_time(j, i, t, slo, insts)
+                if x >= need and (best < 0 or x > p[best] or (x == p[best] and lat[j] < lat[best])):
+                    best = j
+            if best >= 0:
+                return best
+    else:
+        walk = groups.flat_order(i, u) if tie.ties == "lowest-index" or groups.singletons else None
+        for j in walk if walk is not None else _random_walk(groups, tie, i):
+            p[j] = r.p_on_time(j, i, t, slo, insts)
+            if p[j] >= need:
+                return j
+    return r._most_likely()
+
+
+def break_tie(r, best: int, score) -> int:
+    """Level 2 after a rule that scores every instance (expected on-time
+    utility, the soft rule): among ``best``'s replicas scoring exactly as
+    well, the tie policy's choice (least-latency: the lowest estimate, ties
+    lowest index). ``score(j)``: instance ``j``'s score. A group of one
+    keeps ``best``: the one-level rule's choice."""
+    members = r.groups.member_lists[r.groups.group_of[best]]
+    if r.tie.ties == "lowest-index" or len(members) == 1:
+        return best
+    top = score(best)
+    cands = [j for j in members if score(j) == top]
+    if r.tie.ties == "least-latency":
+        return min(cands, key=lambda j: (r.latency[j], j))
+    return r.tie.pick(cands)
