@@ -18,7 +18,8 @@ the same pool, rate, requests, router and seed. The router is the one
 replay here (one replay path, not two that could drift apart).
 
 ``python -m harness.studies.fleet_diagnosis --pool qwen3-h100-x8 --rate 48 --requests 24000 --router sfs-cc
---out DIR [--seed S] [--ties POLICY]`` writes ``DIR/decisions.parquet`` and ``DIR/summary.json``.
+--out DIR [--seed S] [--ties POLICY]`` writes ``DIR/decisions.parquet`` and ``DIR/summary.json``
+(``reports.fleet_diagnosis.summarize``); ``python -m reports.fleet_diagnosis DIR... --out FIG.png`` draws them.
 """
 from __future__ import annotations
 
@@ -32,9 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-# one decode step of the replica pools' instances at the paper's load (issue 26: ~7.5 ms)
-STEP_S = 0.0075
-SLACK_EDGES_S = (-np.inf, 0.0, 0.025, 0.05, 0.1, 0.2, 0.5, np.inf)
+from reports.fleet_diagnosis import summarize
 
 
 class RecordingRouter:
@@ -129,32 +128,6 @@ def diagnose(pool: str, rate: float, requests: int, router: str, seed: int = 0, 
     })
 
 
-def summarize(d: pd.DataFrame, frontend_s: float = 0.005, step_s: float = STEP_S) -> dict:
-    """Per-replica load, misses by estimated slack, misses after a close same-replica predecessor."""
-    miss = ~d["on_time"].to_numpy()
-    out: dict = {"requests": len(d), "ontime_utility": float((d["utility"] * d["on_time"]).mean()),
-                 "slo_attainment": float(d["on_time"].mean())}
-    out["per_instance"] = {str(k): {"requests": int(len(g)), "miss_rate": float((~g["on_time"]).mean())}
-                           for k, g in d.groupby("instance_id", sort=False)}
-    slack = d["est_slack_s"].to_numpy(dtype=np.float64)
-    bins = []
-    for lo, hi in zip(SLACK_EDGES_S[:-1], SLACK_EDGES_S[1:]):
-        m = (slack >= lo) & (slack < hi)
-        bins.append({"lo_s": lo if np.isfinite(lo) else None, "hi_s": hi if np.isfinite(hi) else None, "requests": int(m.sum()), "misses": int(miss[m].sum()),
-                     "miss_rate": float(miss[m].mean()) if m.any() else None})
-    out["by_est_slack"] = bins
-    out["no_estimate"] = {"requests": int(np.isnan(slack).sum()), "misses": int(miss[np.isnan(slack)].sum())}
-    gap = d["gap_same_s"].to_numpy(dtype=np.float64)
-    groups = {f"within {frontend_s * 1e3:g} ms": gap < frontend_s,
-              f"within {step_s * 1e3:g} ms": gap < step_s,
-              f"over {step_s * 1e3:g} ms": gap >= step_s}
-    out["by_same_replica_gap"] = {k: {"requests": int(m.sum()), "misses": int(miss[m].sum()),
-                                      "miss_rate": float(miss[m].mean()) if m.any() else None,
-                                      "share_of_misses": float(miss[m].sum() / max(1, miss.sum()))}
-                                  for k, m in groups.items()}
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.studies.fleet_diagnosis", description=__doc__.split("\n")[0])
     ap.add_argument("--pool", default="qwen3-h100-x8")
@@ -169,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     d.to_parquet(a.out / "decisions.parquet", index=False)
     s = summarize(d)
-    s.update({"pool": a.pool, "rate": a.rate, "router": a.router, "seed": a.seed, "ties": a.ties})
+    from harness.twin.pools import load_pool
+
+    s.update({"pool": a.pool, "rate": a.rate, "router": a.router, "seed": a.seed, "ties": a.ties,
+              "instance_ids": [c.instance_id for c in load_pool(a.pool).instances]})
     (a.out / "summary.json").write_text(json.dumps(s, indent=2, default=float) + "\n")
     print(json.dumps({k: s[k] for k in ("ontime_utility", "slo_attainment", "by_same_replica_gap")}, indent=1))
     return 0
