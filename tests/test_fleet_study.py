@@ -85,3 +85,50 @@ def test_diagnosis_is_the_sweep_cell():
 
 def s_otu(d: pd.DataFrame) -> float:
     return summarize(d)["ontime_utility"]
+
+
+def _sweep_dir(root, name, ties, rows):
+    import json
+
+    d = root / name
+    d.mkdir()
+    pd.DataFrame(rows).to_parquet(d / "results.parquet")
+    (d / "metrics.json").write_text(json.dumps({"ties": ties} if ties else {}))
+    return d
+
+
+def test_acceptance_pairs_cells_across_sweeps(tmp_path):
+    """Per-rate sweeps and a tie-policy sweep combine into one AUC per
+    router and seed; the oracle share uses only the seeds the oracle ran."""
+    from harness.studies.fleet_acceptance import acceptance, load_cells, markdown
+
+    def rows(router, rates, seeds, f):
+        return [{"router": router, "rate": r, "seed": s, "ontime_utility": f(r, s), "slo_attainment": 0.9}
+                for r in rates for s in seeds]
+
+    a = _sweep_dir(tmp_path, "r1", None, rows("sfs-cc", [1], [0, 1, 2], lambda r, s: 0.5 + 0.01 * s)
+                   + rows("shortest-queue", [1], [0, 1, 2], lambda r, s: 0.3 + 0.01 * s)
+                   + rows("oracle", [1], [0, 1, 2], lambda r, s: 0.6))
+    b = _sweep_dir(tmp_path, "r2", None, rows("sfs-cc", [2], [0, 1, 2], lambda r, s: 0.4 + 0.01 * s)
+                   + rows("shortest-queue", [2], [0, 1, 2], lambda r, s: 0.2)
+                   + rows("oracle", [2], [0], lambda r, s: 0.5))
+    c = _sweep_dir(tmp_path, "ll", "least-latency", rows("sfs-cc", [1, 2], [0, 1, 2], lambda r, s: 0.55))
+    res = acceptance(load_cells([a, b, c]))
+    assert res["rates"] == [1.0, 2.0]
+    cc = res["routers"]["sfs-cc"]
+    assert cc["auc"]["mean"] == pytest.approx(np.mean([(0.5 + 0.4) / 2 + 0.01 * s for s in range(3)]))
+    assert res["routers"]["oracle"]["seeds"] == [0]  # seeds 1, 2 did not run every rate
+    assert cc["oracle_share_seeds"] == [0] and cc["oracle_share"] == pytest.approx(0.45 / 0.55)
+    assert res["best_sfs"] == "sfs-cc[least-latency]"
+    vs = res["best_sfs_vs"]["shortest-queue"]
+    assert vs["seeds"] == 3 and vs["difference"]["mean"] == pytest.approx(0.55 - np.mean([0.25 + 0.005 * s
+                                                                                          for s in range(3)]))
+    assert "sfs-cc[least-latency]" in markdown(res)
+
+
+def test_acceptance_refuses_a_cell_in_two_sweeps(tmp_path):
+    from harness.studies.fleet_acceptance import load_cells
+
+    row = [{"router": "sfs-cc", "rate": 1.0, "seed": 0, "ontime_utility": 0.5, "slo_attainment": 0.9}]
+    with pytest.raises(ValueError, match="in two sweeps"):
+        load_cells([_sweep_dir(tmp_path, "a", None, row), _sweep_dir(tmp_path, "b", None, row)])

@@ -94,14 +94,16 @@ def same_replica_gap(t: np.ndarray, instance: np.ndarray) -> np.ndarray:
 
 
 def diagnose(pool: str, rate: float, requests: int, router: str, seed: int = 0, ties: str | None = None,
-             noise: bool = True) -> pd.DataFrame:
+             noise: bool = True, lengths: str | None = None) -> pd.DataFrame:
     """One decision per row: request_id, arrival_s, instance (index and id), model, slo_s, est_ttft_s,
-    est_slack_s, p_on_time, ttft_s, on_time, utility, gap_same_s."""
+    est_slack_s, p_on_time, ttft_s, on_time, utility, gap_same_s. ``lengths``: the sweep's predicted-length
+    policy (``oracle``: routers told the true output lengths, which says how much of the error at the SLO's
+    edge is the residents' unknown lengths)."""
     from harness.sweep.driver import Cell, SweepSpec, cell_workload
     from harness.twin.pools import load_pool
     from harness.twin.replay import replay
 
-    spec = SweepSpec(pool=pool, requests=requests, noise=noise)
+    spec = SweepSpec(pool=pool, requests=requests, noise=noise, lengths=lengths)
     cell = Cell(rate=rate, router=router, seed=seed)
     reqs, quality = cell_workload(spec, cell)
     cfg = spec.replay_config(cell)
@@ -136,15 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--router", default="sfs-cc")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ties", default=None, help="tie policy (needs the fleet routers' --ties)")
+    ap.add_argument("--noise", choices=("on", "off"), default="on", help="the twin's step-time noise")
+    ap.add_argument("--lengths", default=None, help="predicted-length policy, as sweep --lengths (e.g. oracle)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    d = diagnose(a.pool, a.rate, a.requests, a.router, a.seed, a.ties)
+    d = diagnose(a.pool, a.rate, a.requests, a.router, a.seed, a.ties, noise=a.noise == "on", lengths=a.lengths)
     a.out.mkdir(parents=True, exist_ok=True)
     d.to_parquet(a.out / "decisions.parquet", index=False)
     s = summarize(d)
     from harness.twin.pools import load_pool
 
     s.update({"pool": a.pool, "rate": a.rate, "router": a.router, "seed": a.seed, "ties": a.ties,
+              "lengths": a.lengths, "noise": a.noise,
               "instance_ids": [c.instance_id for c in load_pool(a.pool).instances]})
     (a.out / "summary.json").write_text(json.dumps(s, indent=2, default=float) + "\n")
     print(json.dumps({k: s[k] for k in ("ontime_utility", "slo_attainment", "by_same_replica_gap")}, indent=1))
