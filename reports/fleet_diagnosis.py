@@ -5,11 +5,11 @@ Input: the per-decision tables ``harness.studies.fleet_diagnosis`` writes
 (``decisions.parquet``: the replica chosen, the router's estimated TTFT of
 it and so the estimated slack SLO - estimate, the measured TTFT, on time,
 and the gap to the previous request sent to the same replica). One figure,
-three panels, one line or bar series per run (e.g. per tie policy):
+four panels, one line or bar series per run (e.g. per tie policy):
 
 1. requests per replica, instances in pool order (lowest-index fills
    replica 0 of a model first);
-2. the miss rate by estimated slack: a calibrated router at epsilon 0.1
+2. the share of requests by estimated slack, and the miss rate there: a calibrated router at epsilon 0.1
    would miss at most ~10% wherever it admitted a request, so a miss rate
    far above that at small slack is estimation error at the SLO's edge,
    and the share of requests there says how often the policy goes to the
@@ -78,54 +78,50 @@ def summarize(d: pd.DataFrame, frontend_s: float = FRONTEND_S, step_s: float = S
 
 
 def figure(runs: dict[str, pd.DataFrame], instance_ids: list[str], out: Path, title: str = "") -> Path:
-    """The three-panel figure of ``runs`` (label -> decisions), PNG at ``out``."""
+    """The four-panel figure of ``runs`` (label -> decisions), PNG at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [2.2, 1.2, 1.0]})
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.8), gridspec_kw={"width_ratios": [2.2, 1.0, 1.0, 0.9]})
     k = len(runs)
     width = 0.8 / max(1, k)
+    labels: list[str] = []
     for n, (label, d) in enumerate(runs.items()):
         colour = PALETTE[n % len(PALETTE)]
+        shift = (n - (k - 1) / 2) * width
         counts = d["instance_id"].value_counts()
-        x = np.arange(len(instance_ids)) + (n - (k - 1) / 2) * width
-        axes[0].bar(x, [int(counts.get(i, 0)) for i in instance_ids], width, color=colour,
-                    label=f"{label} (SLO met {100 * d['on_time'].mean():.1f}%)")
+        axes[0].bar(np.arange(len(instance_ids)) + shift, [int(counts.get(i, 0)) for i in instance_ids], width,
+                    color=colour, label=f"{label} (SLO met {100 * d['on_time'].mean():.1f}%)")
         s = summarize(d)
         bins = s["by_est_slack"]
-        share = [b["requests"] / max(1, s["requests"]) for b in bins]
-        rate = [np.nan if b["miss_rate"] is None else b["miss_rate"] for b in bins]
-        axes[1].plot(range(len(bins)), rate, marker="o", color=colour, label=label)
-        for xi, (r, sh) in enumerate(zip(rate, share)):
-            if np.isfinite(r) and sh >= 0.005:
-                axes[1].annotate(f"{100 * sh:.0f}%", (xi, r), textcoords="offset points", xytext=(0, 5 + 9 * n),
-                                 ha="center", fontsize=7, color=colour)
+        labels = [b["slack_ms"] for b in bins]
+        axes[1].bar(np.arange(len(bins)) + shift, [100 * b["requests"] / max(1, s["requests"]) for b in bins], width,
+                    color=colour, label=label)
+        axes[2].plot(range(len(bins)), [np.nan if b["miss_rate"] is None else b["miss_rate"] for b in bins],
+                     marker="o", color=colour, label=label)
         groups = s["by_same_replica_gap"]
-        gx = np.arange(len(groups)) + (n - (k - 1) / 2) * width
-        gr = [np.nan if g["miss_rate"] is None else g["miss_rate"] for g in groups.values()]
-        axes[2].bar(gx, gr, width, color=colour, label=label)
-        for xi, (r, g) in zip(gx, zip(gr, groups.values())):
-            if np.isfinite(r):
-                axes[2].annotate(f"n={g['requests']}", (xi, r), textcoords="offset points", xytext=(0, 2),
-                                 ha="center", fontsize=6, rotation=90)
+        axes[3].bar(np.arange(len(groups)) + shift, [np.nan if g["miss_rate"] is None else g["miss_rate"]
+                                                     for g in groups.values()], width, color=colour, label=label)
     axes[0].set_xticks(range(len(instance_ids)), instance_ids, rotation=90, fontsize=6)
     axes[0].set_ylabel("requests routed")
     axes[0].set_title("requests per replica (pool order)")
     axes[0].legend(fontsize=7)
-    labels = [b["slack_ms"] for b in summarize(next(iter(runs.values())))["by_est_slack"]] if runs else []
-    axes[1].set_xticks(range(len(labels)), labels, fontsize=7)
-    axes[1].set_xlabel("estimated slack SLO - estimate (ms); labels: share of requests")
-    axes[1].set_ylabel("SLO miss rate")
-    axes[1].set_title("misses by estimated slack")
-    axes[1].set_ylim(0, 1)
-    axes[1].legend(fontsize=7)
-    gl = list(gap_groups(np.zeros(0)).keys())
-    axes[2].set_xticks(range(len(gl)), gl, fontsize=7)
-    axes[2].set_xlabel("gap to the previous request on the same replica")
+    for ax in axes[1:3]:
+        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_xlabel("estimated slack, SLO - estimate (ms)")
+    axes[1].set_ylabel("% of requests")
+    axes[1].set_title("where the router admits requests")
     axes[2].set_ylabel("SLO miss rate")
-    axes[2].set_title("misses after a close same-replica request")
+    axes[2].set_title("misses by estimated slack")
+    axes[2].set_ylim(0, 1)
+    axes[2].legend(fontsize=7)
+    gl = list(gap_groups(np.zeros(0)).keys())
+    axes[3].set_xticks(range(len(gl)), gl, fontsize=7)
+    axes[3].set_xlabel("gap to the previous request, same replica")
+    axes[3].set_ylabel("SLO miss rate")
+    axes[3].set_title("misses after a close same-replica request", fontsize=10)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
