@@ -86,3 +86,17 @@ def test_sweep_cell_on_a_fleet_rate_trace(tmp_path):
     t = reqs["arrival_s"].to_numpy()
     assert len(reqs) == 5000 and t[0] == 0 and abs((t.size - 1) / t[-1] / 512.0 - 1) < 1e-9
     assert quality is not None and len(quality) >= 3 * 5000
+
+
+def test_head_and_id_reads_are_the_whole_reads_rows(tmp_path):
+    """A cell's rows streamed from a trace are exactly the rows a whole read gives."""
+    out = tmp_path / "wl"
+    assert run_cli("trace", "generate", "--out", str(out), "--requests", "3000", "--rate", "300").exit_code == 0
+    t = open_trace(out)
+    full, fq = t.read("requests"), t.read("quality")
+    pd.testing.assert_frame_equal(t.read("requests", head=1234), full.iloc[:1234])
+    ids = np.array([5, 17, 2999])
+    got = t.read("quality", request_ids=ids)
+    pd.testing.assert_frame_equal(got, fq[fq["request_id"].isin(ids)].reset_index(drop=True))
+    assert list(t.read("quality", columns=["acc"], request_ids=ids).columns) == ["acc"]
+    assert len(t.read("requests", head=10**6)) == 3000
