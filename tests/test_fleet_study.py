@@ -91,9 +91,11 @@ def _sweep_dir(root, name, ties, rows):
     import json
 
     d = root / name
-    d.mkdir()
-    pd.DataFrame(rows).to_parquet(d / "results.parquet")
-    (d / "metrics.json").write_text(json.dumps({"ties": ties} if ties else {}))
+    (d / "cells").mkdir(parents=True)
+    for k, row in enumerate(rows):
+        pd.DataFrame([row]).to_parquet(d / "cells" / f"{k:020x}.parquet")
+        (d / "cells" / f"{k:020x}.timing.json").write_text(json.dumps({"wall_s": 1.0 + k}))
+    (d / "sweep.json").write_text(json.dumps({"spec": {"ties": ties} if ties else {}, "cells": []}))
     return d
 
 

@@ -34,22 +34,26 @@ DEFAULT_TIES = "lowest-index"
 
 
 def load_cells(dirs: list[Path]) -> pd.DataFrame:
-    """Every cell of the sweeps, labelled by router and tie policy, with its wall seconds."""
+    """Every finished cell of the sweeps (``cells/``, so a sweep still
+    running or stopped counts with the cells it finished), labelled by
+    router and tie policy (the sweep's ``sweep.json``), with its wall seconds."""
     frames = []
     for d in dirs:
         d = Path(d)
-        df = pd.read_parquet(d / "results.parquet")
-        meta = json.loads((d / "metrics.json").read_text())
-        ties = meta.get("ties") or DEFAULT_TIES
+        spec = json.loads((d / "sweep.json").read_text()).get("spec", {})
+        ties = spec.get("ties") or DEFAULT_TIES
+        parts = sorted(p for p in (d / "cells").glob("*.parquet") if not p.name.startswith("."))
+        if not parts:
+            continue
+        df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        df["wall_s"] = [json.loads(p.with_name(p.name[: -len(".parquet")] + ".timing.json").read_text())["wall_s"]
+                        for p in parts]
         df["ties"] = ties
         df["label"] = df["router"] if ties == DEFAULT_TIES else df["router"] + f"[{ties}]"
-        timings = d / "timings.parquet"
-        if timings.is_file():
-            t = pd.read_parquet(timings)
-            if "wall_s" in t and len(t) == len(df):
-                df["wall_s"] = t["wall_s"].to_numpy()
         df["sweep"] = d.name
         frames.append(df)
+    if not frames:
+        raise ValueError("no finished cells in " + ", ".join(str(d) for d in dirs))
     cells = pd.concat(frames, ignore_index=True)
     dup = cells.duplicated(["label", "rate", "seed"])
     if dup.any():
@@ -97,14 +101,40 @@ def acceptance(cells: pd.DataFrame) -> dict:
             common = per[best].index.intersection(per[other].index)
             res["best_sfs_vs"][other] = {"seeds": len(common),
                                          **paired(per[best][common].to_numpy(), per[other][common].to_numpy())}
-    by_rate = cells.groupby(["label", "rate"]).agg(ontime_utility=("ontime_utility", "mean"),
-                                                   slo_attainment=("slo_attainment", "mean"),
-                                                   seeds=("seed", "nunique"))
-    res["by_rate"] = {f"{lab}@{r:g}": v for (lab, r), v in by_rate.to_dict("index").items()}
+    res["by_rate"] = per_rate(cells)
     if "wall_s" in cells:
         w = cells.groupby(["label", "rate"])["wall_s"].mean()
         res["wall_s_per_cell"] = {f"{lab}@{r:g}": float(v) for (lab, r), v in w.items()}
     return res
+
+
+def per_rate(cells: pd.DataFrame) -> dict:
+    """Per rate and label: OnTimeUtility and SLO attainment over seeds (95%
+    CI), the share of the oracle on the seeds both ran, and the seeds."""
+    out: dict = {}
+    for rate, g in cells.groupby("rate"):
+        ser = {lab: s.set_index("seed")["ontime_utility"].sort_index() for lab, s in g.groupby("label")}
+        slo = {lab: s["slo_attainment"].mean() for lab, s in g.groupby("label")}
+        oracle = ser.get("oracle")
+        row = {}
+        for lab, s in ser.items():
+            v = {"ontime_utility": mean_ci(s.to_numpy()), "slo_attainment": float(slo[lab]),
+                 "seeds": [int(k) for k in s.index]}
+            if oracle is not None and lab != "oracle":
+                common = s.index.intersection(oracle.index)
+                if len(common):
+                    v["oracle_share"] = float(s[common].mean() / oracle[common].mean())
+                    v["oracle_share_seeds"] = [int(k) for k in common]
+            row[lab] = v
+        sfs = [k for k in ser if is_sfs(k)]
+        if sfs:
+            best = max(sfs, key=lambda k: ser[k].mean())
+            for other in (k for k in ser if k != "oracle" and not is_sfs(k)):
+                common = ser[best].index.intersection(ser[other].index)
+                row[best].setdefault("vs", {})[other] = {
+                    "seeds": len(common), **paired(ser[best][common].to_numpy(), ser[other][common].to_numpy())}
+        out[f"{rate:g}"] = row
+    return out
 
 
 def _ci(c: dict | None, fmt: str = "{:+.3f}") -> str:
@@ -125,6 +155,22 @@ def markdown(res: dict) -> str:
         share = f"{100 * v['oracle_share']:.1f}% ({','.join(map(str, v['oracle_share_seeds']))})" \
             if "oracle_share" in v else ("100%" if k == "oracle" else "—")
         lines.append(f"| {k} | {v['auc']['mean']:.3f} {_ci(v['auc'], '{:.3f}')} | {len(v['seeds'])} | {share} |")
+    lines += ["", "per rate: OnTimeUtility mean over seeds [95% CI] (seeds); SLO met; share of the oracle (its seeds)",
+              "", "| rate | router | OnTimeUtility | SLO met | share of the oracle |", "|---|---|---|---|---|"]
+    for rate, row in res["by_rate"].items():
+        for k in sorted(row, key=lambda k: -row[k]["ontime_utility"]["mean"]):
+            v = row[k]
+            share = f"{100 * v['oracle_share']:.1f}% ({','.join(map(str, v['oracle_share_seeds']))})" \
+                if "oracle_share" in v else "—"
+            lines.append(f"| {rate} | {k} | {v['ontime_utility']['mean']:.4f} {_ci(v['ontime_utility'], '{:.4f}')} "
+                         f"({','.join(map(str, v['seeds']))}) | {100 * v['slo_attainment']:.1f}% | {share} |")
+    lines += ["", "per rate, the best SFS router there vs each non-SFS router: OnTimeUtility difference, paired "
+              "[95% CI] (seeds)", "", "| rate | best SFS | vs | difference |", "|---|---|---|---|"]
+    for rate, row in res["by_rate"].items():
+        for k, v in row.items():
+            for other, p in v.get("vs", {}).items():
+                d = p["difference"]
+                lines.append(f"| {rate} | {k} | {other} | {d['mean']:+.4f} {_ci(d, '{:+.4f}')} ({p['seeds']}) |")
     if "best_sfs" in res:
         lines += ["", f"best SFS router: {res['best_sfs']}; paired over seeds, AUC difference (95% CI) and ratio:", "",
                   "| vs | difference | ratio | seeds |", "|---|---|---|---|"]
