@@ -11,6 +11,9 @@
   rate ratio r = high/low, high-state time fraction f and correlation time c
   (the state process's autocorrelation decays as exp(-t/c)), so the switching
   rates are low->high = f/c and high->low = (1-f)/c.
+- ``azure-conv``: the Azure conversation trace's hour-long arrival shape
+  (per-10 s intensity) at mean rate R, Poisson within each 10 s
+  (``traces.azure_shape``): an hour of real-shaped traffic at fleet rates.
 
 All generators are vectorised (a 1M-request trace takes well under a second)
 and take either a request count or a duration.
@@ -21,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ARRIVAL_KINDS = ("poisson", "mmpp", "gamma")
+from traces.azure_shape import shaped_arrivals
+
+ARRIVAL_KINDS = ("poisson", "mmpp", "gamma", "azure-conv")
 # gamma shape (burstiness) accepted: CV^2 from 100 down to 0.01; beyond, the draws degenerate (a shape of
 # 1e-300 gives gaps of 0 and one gap of the whole run). harness.cli.params.BURSTINESS states the same range.
 BURSTINESS_RANGE = (0.01, 100.0)
@@ -150,6 +155,8 @@ def generate_arrivals(spec: ArrivalSpec, rng: np.random.Generator, n: int | None
     if spec.kind == "gamma":
         shape, scale = spec.burstiness, 1.0 / (spec.rate * spec.burstiness)
         return _renewal(rng, lambda k: rng.gamma(shape, scale, k), 1.0 / spec.rate, n, duration)
+    if spec.kind == "azure-conv":
+        return shaped_arrivals(spec.rate, rng, n, duration)
     return mmpp_path(spec, rng, n, duration).times
 
 

@@ -34,6 +34,32 @@ RECORDING_TABLES = ("requests", "steps", "step_items", "preemptions", "instances
 ROW_GROUP_ROWS = 1 << 20
 
 
+def _read_rows(pf: pq.ParquetFile, columns: list[str] | None, head: int | None, request_ids) -> pa.Table:
+    """The whole file, its first ``head`` rows, or its rows of ``request_ids``."""
+    if head is None and request_ids is None:
+        return pf.read(columns=columns)
+    import pyarrow.compute as pc
+
+    read_cols = columns if columns is None or request_ids is None or "request_id" in columns \
+        else [*columns, "request_id"]
+    keep = None if request_ids is None else pa.array(request_ids, type=pa.int64())
+    parts, rows = [], 0
+    for batch in pf.iter_batches(batch_size=1 << 16, columns=read_cols):
+        if keep is not None:
+            batch = batch.filter(pc.is_in(batch.column("request_id").cast(pa.int64()), value_set=keep))
+        if head is not None:
+            batch = batch.slice(0, head - rows)
+        parts.append(batch)
+        rows += batch.num_rows
+        if head is not None and rows >= head:
+            break
+    table = pa.Table.from_batches(parts, schema=pf.schema_arrow if read_cols is None else None) if parts \
+        else pf.schema_arrow.empty_table()
+    if columns is not None:
+        table = table.select(columns)
+    return table
+
+
 def table_path(trace_dir: Path, name: str) -> Path:
     return Path(trace_dir) / f"{name}.parquet"
 
@@ -172,8 +198,14 @@ class Trace:
     def columns(self, name: str) -> list[str]:
         return self.parquet(name).schema_arrow.names
 
-    def read(self, name: str, columns: list[str] | None = None, validate: bool = True) -> pd.DataFrame:
-        """Read a whole table into pandas, checked against the schema."""
+    def read(self, name: str, columns: list[str] | None = None, validate: bool = True, head: int | None = None,
+             request_ids=None) -> pd.DataFrame:
+        """Read a table into pandas, checked against the schema: whole, or
+        only its first ``head`` rows, or only the rows whose request_id is
+        in ``request_ids``. The last two stream the file a batch at a time,
+        so a sweep cell of 2,000 requests from a fleet-sized trace (an hour
+        at 256 q/s: 0.9M requests, 2.8M quality rows) holds its own rows,
+        not the whole trace."""
         path = self.file(name)
         if not path.is_file():
             raise BadInput(path, None, name, "table not present in this trace")
@@ -183,7 +215,7 @@ class Trace:
             if missing:
                 raise BadInput(path, None, missing[0], "missing column")
         try:
-            df = pf.read(columns=columns).to_pandas()
+            df = _read_rows(pf, columns, head, request_ids).to_pandas()
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInput(path, None, name, f"not a Parquet file or truncated ({str(e).splitlines()[0]})") from None
         if validate:

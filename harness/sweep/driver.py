@@ -99,9 +99,10 @@ def cell_workload(spec: SweepSpec, cell: Cell) -> tuple[pd.DataFrame, pd.DataFra
     """The requests (and quality table, if any) a cell replays."""
     if spec.trace is not None:
         tr = open_trace(spec.trace)
-        reqs = tr.read("requests").iloc[: spec.requests].reset_index(drop=True)
+        reqs = tr.read("requests", head=spec.requests)  # a cell's rows, not a fleet-sized trace's
         reqs["arrival_s"] = rescaled_arrivals(reqs["arrival_s"].to_numpy(dtype=np.float64), cell.rate)
-        return reqs, tr.read("quality") if tr.has("quality") else None
+        ids = reqs["request_id"].to_numpy(dtype=np.int64)
+        return reqs, tr.read("quality", request_ids=ids) if tr.has("quality") else None
     arrivals = ArrivalSpec(spec.arrival, cell.rate, spec.burst_ratio, spec.high_fraction, spec.correlation_s,
                            spec.burstiness)
     wl = generate_workload(WorkloadConfig(requests=spec.requests, arrivals=arrivals,
