@@ -24,6 +24,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from routers.utility import ByInstance
+
 
 @runtime_checkable
 class ClairvoyantView(Protocol):
@@ -47,15 +49,17 @@ class RouteInputs:
 
     prompt: np.ndarray  # (N,)
     slo: np.ndarray  # (N,) TTFT SLO tau_i, seconds
-    utility: np.ndarray  # (N, J) predicted utility
+    utility: np.ndarray | ByInstance  # (N, J) predicted utility (replicas share a column: ByInstance)
     pred_total: np.ndarray  # (N,) predicted output length (for residents' remaining work)
 
     def __post_init__(self) -> None:
         """Own copies: an array taken from a DataFrame column is often a view
         of a block holding other columns too (``output_tokens``!), reachable
         through its ``base``."""
-        for name in ("prompt", "slo", "utility", "pred_total"):
+        for name in ("prompt", "slo", "pred_total"):
             setattr(self, name, np.array(getattr(self, name)))
+        u = self.utility
+        self.utility = u.copy() if isinstance(u, ByInstance) else np.array(u)  # replicas: a column per model
 
 
 class Router:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from routers.rules import hard_rule
+from routers.utility import ByInstance
 
 TIE_POLICIES = ("lowest-index", "least-latency", "random")
 DEFAULT_TIES = "lowest-index"
@@ -55,16 +56,24 @@ class ModelGroups:
     tie exactly in utility there (then the one-level walk interleaves their
     instances by index, and ``lowest-index`` walks it instead)."""
 
-    def __init__(self, utility: np.ndarray, models: list[str]):
-        utility = np.asarray(utility, dtype=np.float64)
-        n_inst = utility.shape[1] if utility.ndim == 2 else len(models)
+    def __init__(self, utility: np.ndarray | ByInstance, models: list[str]):
+        if isinstance(utility, ByInstance):  # replicas point at a shared column: compare each column once
+            table, cols = np.asarray(utility.table, dtype=np.float64), utility.cols
+        else:
+            table = np.asarray(utility, dtype=np.float64)
+            cols = np.arange(table.shape[1] if table.ndim == 2 else len(models))
+        n_inst = len(cols)
         if len(models) != n_inst:
             raise ValueError(f"{len(models)} models for {n_inst} utility columns")
+        col_bytes: dict[int, bytes] = {}
         key_of: dict = {}
         group_of = np.zeros(n_inst, dtype=np.int64)
         members: list[list[int]] = []
         for j in range(n_inst):
-            key = (models[j], utility[:, j].tobytes())
+            c = int(cols[j])
+            if c not in col_bytes:
+                col_bytes[c] = table[:, c].tobytes() if table.ndim == 2 else b""
+            key = (models[j], col_bytes[c])
             g = key_of.setdefault(key, len(members))
             if g == len(members):
                 members.append([])
@@ -76,8 +85,8 @@ class ModelGroups:
         self.first = np.array([m[0] for m in members], dtype=np.int64)
         self.singletons = all(len(m) == 1 for m in members)
         self.n_instances = n_inst
-        self._u = utility[:, self.first] if utility.ndim == 2 else np.zeros((0, len(members)))
-        self._nan = bool(np.isnan(utility).any())
+        self._u = table[:, cols[self.first]] if table.ndim == 2 else np.zeros((0, len(members)))
+        self._nan = bool(np.isnan(table).any())
         self._order = self._tied = None
         self._flat: dict[bytes, list[int]] = {}
         if self._u.size <= PRECOMPUTE_LIMIT:

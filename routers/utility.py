@@ -5,6 +5,13 @@ cost = p_i * price_in_j + o_i * price_out_j with prices in USD per million
 tokens. Routers see the *predicted* utility (acc_hat, predicted output
 length from the one predicted-length policy, ``traces.lengths``); metrics
 use the *realised* one (realised accuracy, true length).
+
+Replicas (issue 26) share a column: instances of one model at the same
+prices have equal utilities, so the tables hold one column per *distinct*
+(model, price in, price out) and each instance points at its column
+(``ByInstance``). 384 instances of three models x one hour at 1,024 q/s
+were four 11 GB tables as N x J float64; they are N x 3 now. A pool with
+no shared column keeps plain N x J arrays, so its results are unchanged.
 """
 from __future__ import annotations
 
@@ -16,18 +23,77 @@ import pandas as pd
 DEFAULT_LAMBDA = 5e-4
 
 
+class ByInstance:
+    """An N x J table stored as its K distinct columns: ``table`` (N, K)
+    and ``cols`` (J,), instance j's column. Indexing reads like the N x J
+    array: ``t[i]`` is query i's row over instances, ``t[rows, j]`` picks
+    per query; ``np.asarray(t)`` builds the full array (small tables only)."""
+
+    ndim = 2
+
+    def __init__(self, table: np.ndarray, cols: np.ndarray):
+        self.table = table
+        self.cols = np.asarray(cols, dtype=np.int64)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.table.shape[0], len(self.cols))
+
+    def __len__(self) -> int:
+        return self.table.shape[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            rows, j = key
+            return self.table[rows, self.cols[j]]
+        return self.table[key][..., self.cols]
+
+    def column(self, j: int) -> np.ndarray:
+        return self.table[:, self.cols[j]]
+
+    def copy(self) -> ByInstance:
+        return ByInstance(np.array(self.table), self.cols.copy())
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.table[:, self.cols]
+        return out if dtype is None else out.astype(dtype)
+
+
+Table = np.ndarray | ByInstance
+
+
 @dataclass
 class UtilityTables:
-    predicted: np.ndarray  # (N, J)
-    realised: np.ndarray  # (N, J)
-    cost_realised: np.ndarray  # (N, J) micro-dollars
-    acc_realised: np.ndarray  # (N, J)
+    predicted: Table  # (N, J)
+    realised: Table  # (N, J)
+    cost_realised: Table  # (N, J) micro-dollars
+    acc_realised: Table  # (N, J)
+
+
+def distinct_columns(models: list[str], price_in: np.ndarray, price_out: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The instances that start a distinct (model, price in, price out),
+    in index order, and each instance's column among them."""
+    key_of: dict = {}
+    firsts: list[int] = []
+    cols = np.zeros(len(models), dtype=np.int64)
+    for j, (model, pin, pout) in enumerate(zip(models, price_in, price_out)):
+        k = key_of.setdefault((model, repr(float(pin)), repr(float(pout))), len(firsts))  # repr: NaN == NaN
+        if k == len(firsts):
+            firsts.append(j)
+        cols[j] = k
+    return firsts, cols
 
 
 def utility_tables(requests: pd.DataFrame, quality: pd.DataFrame | None, models: list[str], price_in: np.ndarray,
                    price_out: np.ndarray, pred_tokens: np.ndarray, lam: float = DEFAULT_LAMBDA) -> UtilityTables:
     """``pred_tokens``: predicted output length per request (the length
     policy's); the true ``output_tokens`` enter the realised table only."""
+    firsts, cols = distinct_columns(models, price_in, price_out)
+    if len(firsts) < len(models):
+        t = utility_tables(requests, quality, [models[f] for f in firsts], np.asarray(price_in)[firsts],
+                           np.asarray(price_out)[firsts], pred_tokens, lam)
+        return UtilityTables(*(ByInstance(x, cols) for x in (t.predicted, t.realised, t.cost_realised,
+                                                                t.acc_realised)))
     n, j = len(requests), len(models)
     acc = np.zeros((n, j))
     acc_hat = np.zeros((n, j))

@@ -251,3 +251,27 @@ def test_replay_and_sweep_record_the_tie_policy(tmp_path):
                 "sfs-hard", "--ties", "least-latency", "--workers", "1", "--out", tmp_path / "s")
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "s" / "metrics.json").read_text())["ties"] == "least-latency"
+
+
+# --- shared utility columns (memory at fleet size) -------------------------
+
+def test_replicas_share_utility_columns_and_replay_as_full_tables(monkeypatch):
+    """x8's 24 instances hold 3 utility columns (one per model), and a
+    replay reading them gives the bytes of the full N x J tables."""
+    import routers.utility as ut
+
+    pool, wl, specs, inputs = _workload("qwen3-h100-x8", 48.0, 600)
+    u = inputs.utility.predicted
+    assert isinstance(u, ut.ByInstance) and u.table.shape == (600, 3) and u.shape == (600, 24)
+    full = np.asarray(u)
+    assert full.shape == (600, 24) and np.array_equal(full[5], u[5]) and u[7, 13] == full[7, 13]
+    rows, cols = np.arange(600), np.arange(600) % 24
+    assert np.array_equal(inputs.utility.realised[rows, cols], np.asarray(inputs.utility.realised)[rows, cols])
+    shared = [_bytes(replay(pool, "qwen3-h100-x8", wl.requests, wl.quality, ReplayConfig(router=r, ties=t)))
+              for r, t in (("sfs-cc", "least-latency"), ("latency-agnostic", "lowest-index"))]
+    monkeypatch.setattr(ut, "distinct_columns", lambda m, a, b: (list(range(len(m))), np.arange(len(m))))
+    plain = workload_inputs(wl.requests, wl.quality, specs, ReplayConfig(seed=0)).utility.predicted
+    assert isinstance(plain, np.ndarray) and np.array_equal(plain, full)
+    apart = [_bytes(replay(pool, "qwen3-h100-x8", wl.requests, wl.quality, ReplayConfig(router=r, ties=t)))
+             for r, t in (("sfs-cc", "least-latency"), ("latency-agnostic", "lowest-index"))]
+    assert shared == apart
