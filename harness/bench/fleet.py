@@ -13,9 +13,9 @@ keeps this figure flat as n grows. Each cell runs in its own child process
 warm-up is reported apart, and its peak resident memory is its own.
 
 Memory for an hour of traffic at 384 instances is estimated, not run:
-the 384-instance cell's peak plus the memory per request (the slope between
-two replays of different length on the paper pool) times the hour's extra
-requests.
+two replays of 40 and 120 simulated seconds on the 384-instance pool give
+the memory per request, and the hour is extrapolated along it (a full hour
+was run once to check it; docs/results/fleet.md).
 """
 from __future__ import annotations
 
@@ -92,18 +92,21 @@ def run(cfg: FleetBench = FleetBench(), echo=None) -> dict:  # noqa: B008 (froze
 
 
 def memory_estimate(here: Path, cells: list[dict], cfg: FleetBench, tmp: Path) -> dict:
-    """Peak memory of an hour of traffic at 384 instances (shortest-queue,
-    no step log), from the largest cell's peak and the per-request slope."""
-    small, large = 4000, 40000
-    a = run_cell(here, POOLS[3], "shortest-queue", 8.0, small, cfg.seed, tmp)
-    b = run_cell(here, POOLS[3], "shortest-queue", 8.0, large, cfg.seed, tmp)
+    """Peak memory of an hour of traffic at the largest pool (shortest-queue,
+    no step log): two replays of different length *on that pool*, and the
+    hour extrapolated along their slope. Why on that pool: memory per request
+    may grow with the instances (the utility tables once were N x J, which
+    a slope on three instances missed by 19 GB)."""
+    n = max(cfg.sizes)
+    rate = RATE_PER_INSTANCE * n
+    small, large = int(rate * 40), int(rate * 120)  # 40 and 120 simulated seconds
+    a = run_cell(here, POOLS[n], "shortest-queue", rate, small, cfg.seed, tmp)
+    b = run_cell(here, POOLS[n], "shortest-queue", rate, large, cfg.seed, tmp)
     per_req_kb = (b["peak_rss_mb"] - a["peak_rss_mb"]) * 1024.0 / (large - small)
-    mine = [c for c in cells if c["checkout"] == "this" and c["router"] == "shortest-queue"]
-    base = max(mine, key=lambda c: c["instances"]) if mine else a
-    hour = int(RATE_PER_INSTANCE * base["instances"] * 3600)
-    est_mb = base["peak_rss_mb"] + per_req_kb * (hour - base["requests"]) / 1024.0
-    return {"per_request_kb": per_req_kb, "base_instances": base["instances"], "base_requests": base["requests"],
-            "base_peak_mb": base["peak_rss_mb"], "hour_requests": hour, "hour_estimate_mb": est_mb}
+    hour = int(rate * 3600)
+    est_mb = b["peak_rss_mb"] + per_req_kb * (hour - large) / 1024.0
+    return {"per_request_kb": per_req_kb, "base_instances": n, "base_requests": large,
+            "base_peak_mb": b["peak_rss_mb"], "hour_requests": hour, "hour_estimate_mb": est_mb}
 
 
 def summary(cells: list[dict]) -> dict:

@@ -262,7 +262,8 @@ def bench_fleet(sizes: tuple[str, ...], seconds: float, against: Path | None, as
                     if v[p + "vs_against"] else ""))
         m = r.get("memory")
         if m:
-            click.echo(f"          memory: {m['per_request_kb']:.2f} KB per request (slope on the paper pool); "
+            click.echo(f"          memory: {m['per_request_kb']:.2f} KB per request "
+                       f"(slope on the {m['base_instances']}-instance pool); "
                        f"{m['base_instances']} instances x {m['hour_requests']:,} requests (1 hour) ~ "
                        f"{m['hour_estimate_mb']:,.0f} MB estimated (target 4096 MB)")
     return r
