@@ -66,3 +66,12 @@ def test_replicas_share_their_configuration_s_calibration():
     assert distinct_configs(base) == (base, {c.instance_id: c.instance_id for c in base.instances})
     two = replace(base, instances=(base.instances[1], replace(base.instances[1], instance_id="b", host_speed=1.5)))
     assert distinct_configs(two)[0] == two  # configurations that differ are calibrated apart
+
+
+def test_replay_prints_replica_shares_by_group():
+    from harness.cli.replay import format_shares
+
+    shares = {"m-r0": 0.1, "m-r1": 0.3, "solo": 0.2, "x-r7": 0.4}
+    assert format_shares(shares) == "m-r0..r1 40.0% (2 replicas, 10.0-30.0% each), solo 20.0%, x-r7 40.0%"
+    plain = {"qwen3-0.6b": 0.5, "qwen3-8b": 0.3, "qwen3-32b": 0.2}
+    assert format_shares(plain) == "qwen3-0.6b 50.0%, qwen3-8b 30.0%, qwen3-32b 20.0%"

@@ -60,6 +60,26 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
         write_parquet(tmp / "metrics.parquet", tidy(serving, router=router_name, seed=seed))
 
 
+def format_shares(shares: dict[str, float]) -> str:
+    """Each instance's share of the requests; replicas (``<id>-r0`` ... ``<id>-r{N-1}``,
+    ``harness.twin.pools.replica_id``) as one entry with their total and range,
+    so that 384 instances are three entries, not a screenful."""
+    groups: dict[str, list[float]] = {}
+    for k, v in shares.items():
+        base, sep, tail = k.rpartition("-r")
+        groups.setdefault(base if sep and tail.isdigit() else k, []).append(v)
+    parts = []
+    for k, v in shares.items():
+        base, sep, tail = k.rpartition("-r")
+        g = groups.get(base) if sep and tail.isdigit() else None
+        if g is None or len(g) < 2:
+            parts.append(f"{k} {100 * v:.1f}%")
+        elif tail == "0":
+            parts.append(f"{base}-r0..r{len(g) - 1} {100 * sum(g):.1f}% ({len(g)} replicas, "
+                         f"{100 * min(g):.1f}-{100 * max(g):.1f}% each)")
+    return ", ".join(parts)
+
+
 def _print_replay(m: dict) -> None:
     if m["policies"]["lengths"]["oracle"]:
         click.echo("ORACLE LENGTHS: the router saw true output lengths")
@@ -67,7 +87,7 @@ def _print_replay(m: dict) -> None:
                f"{100 * m['slo_attainment']:.1f}%, mean utility {m['mean_utility']:.4f}")
     click.echo(f"TTFT mean {m['ttft_mean_s']:.3f} s, p50 {m['ttft_p50_s']:.3f}, p90 {m['ttft_p90_s']:.3f}, "
                f"p99 {m['ttft_p99_s']:.3f}; unserved {m['unserved']}")
-    click.echo("share by instance: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in m["share_by_instance"].items()))
+    click.echo("share by instance: " + format_shares(m["share_by_instance"]))
     from reports.serving import format_serving
 
     click.echo(format_serving(m["serving"]))
