@@ -158,3 +158,67 @@ def test_usage_inference_recovers_the_4090_cache_size(tmp_path):
     assert run_cli("trace", "import", "vllm-reqstats", d, "--out", tmp_path / "t").exit_code == 0
     blocks = open_trace(tmp_path / "t").meta["engine"]["settings"]["num_kv_blocks"]
     assert abs(blocks / 2588 - 1) < 0.05, blocks
+
+
+# ------------------------------------------------ request-level calibration on the import (no ITLs)
+
+@pytest.fixture(scope="module")
+def r4090(tmp_path_factory):
+    if not R4090.is_dir():
+        pytest.skip("shared GPU runs not present")
+    out = tmp_path_factory.mktemp("rq") / "r4090"
+    assert run_cli("trace", "import", "vllm-reqstats", R4090, "--out", out).exit_code == 0
+    return out
+
+
+def _copy_with(src: Path, out: Path, edit) -> Path:
+    from traces.store import TraceWriter
+
+    t = open_trace(src)
+    reqs = edit(t.read("requests"))
+    with TraceWriter(out) as w:
+        w.meta.update({k: t.meta[k] for k in ("arrivals", "engine")})
+        w.write_table("requests", reqs)
+    return out
+
+
+def test_calibrate_fits_decode_from_first_and_last_tokens_with_a_fit_window(r4090, tmp_path):
+    """No ITLs, only first- and last-token times: the fit runs without numpy warnings, takes the engine
+    the run states, fits on the first half's timings only; second-half timings cannot change it."""
+    import warnings
+
+    args = ["--max-evals", "8", "--fit-window", "0:0.5"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = run_cli("calibrate", "--from-requests", r4090, *args, "--out", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["fitted_on"]["fit_window"] == [0.0, 0.5] and doc["fitted_on"]["timed_requests"] == 150
+    eng = doc["fitted_on"]["engine"]
+    assert (eng["num_kv_blocks"], eng["max_model_len"], eng["gpus"]) == (2588, 32768, 1)  # the run's own
+    half = 150
+
+    def scramble(r):
+        r = r.copy()
+        r.loc[half:, "ttft_s"] *= 0.5
+        r.loc[half:, "finish_s"] = r.loc[half:, "arrival_s"] + r.loc[half:, "ttft_s"] + 1.0
+        return r
+    other = _copy_with(r4090, tmp_path / "scrambled", scramble)
+    res = run_cli("calibrate", "--from-requests", other, *args, "--out", tmp_path / "b.json")
+    assert res.exit_code == 0, res.output
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["coefficients"] == doc["coefficients"]
+    assert b["fitted_on"]["request_fit"]["frontend_overhead_s"] == doc["fitted_on"]["request_fit"]["frontend_overhead_s"]
+    res = run_cli("validate", r4090, "--profile", tmp_path / "a.json", "--score-window", "0.5:1",
+                  "--out", tmp_path / "v")
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "v" / "metrics.json").read_text())
+    assert m["scored_requests"] == 150 and m["ttft"]["n"] == 150 and m["tpot"]["n"] == 150
+    assert m["ttft"]["distribution"]["mean"]["measured"] > 90.0  # the second half waited ~100 s
+
+
+def test_calibrate_names_the_missing_last_token_time(r4090, tmp_path):
+    only_ttft = _copy_with(r4090, tmp_path / "ttft", lambda r: r.drop(columns=["finish_s"]))
+    out = tmp_path / "p.json"
+    assert_refused(run_cli("calibrate", "--from-requests", only_ttft, "--out", out), out,
+                   "finish_s: missing column: the decode cost is fitted from each request's last-token time")
