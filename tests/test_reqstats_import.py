@@ -215,6 +215,18 @@ def test_calibrate_fits_decode_from_first_and_last_tokens_with_a_fit_window(r409
     m = json.loads((tmp_path / "v" / "metrics.json").read_text())
     assert m["scored_requests"] == 150 and m["ttft"]["n"] == 150 and m["tpot"]["n"] == 150
     assert m["ttft"]["distribution"]["mean"]["measured"] > 90.0  # the second half waited ~100 s
+    ev = m["engine_view"]  # the peer's definitions: from the queued stamp
+    assert ev["ttft"]["n"] == 150 and set(ev["within_3pct"]) == {"ttft mean", "ttft p50", "ttft p99", "tpot mean",
+                                                                  "e2e mean"}
+    r = open_trace(r4090).read("requests")
+    second = r.sort_values("arrival_s").iloc[150:]
+    peer = (second["arrival_s"] + second["ttft_s"] - second["added_s"]).mean()
+    assert ev["ttft"]["mean"]["measured"] == pytest.approx(peer)
+    assert ev["queueing"]["mean"]["measured"] == pytest.approx((second["scheduled_s"] - second["added_s"]).mean())
+    for k in ("running", "waiting"):
+        s = ev["series"][k]
+        assert s["samples"] == 184 and 0 <= s["twin_mae"] < s["mean_logged"] and s["stamps_mae"] < 0.2 * s["mean_logged"]
+    assert "engine view (TTFT = first token - queued" in res.output and "running series MAE twin" in res.output
 
 
 def test_calibrate_names_the_missing_last_token_time(r4090, tmp_path):

@@ -73,6 +73,8 @@ REQUESTS = TableSchema(
         Column("predicted_output_tokens", I64, required=False, nullable=True, nonneg=True, maximum=MAX_TOKENS),
         Column("added_s", F64, required=False, nullable=True, nonneg=True, doc="handed to the engine (recordings)"),
         Column("preemptions", I64, required=False, nullable=True, nonneg=True),
+        Column("scheduled_s", F64, required=False, nullable=True, nonneg=True,
+               doc="first scheduled by the engine (vLLM's per-request stats: vllm-reqstats imports)"),
         Column("finish_reason", STR, required=False, nullable=True,
                doc="as vLLM names it: stop (its own end) or length (reached max_model_len); twin traces"),
         Column("hash_ids", pa.list_(I64), required=False, nullable=True,

@@ -342,6 +342,11 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
                           virtual_engines=virtual_engines(profile), frontend=frontend_of(profile),
                           score_window=score_window)
     m = v.metrics
+    from harness.requestlevel.engine_view import engine_view, format_engine_view, has_engine_stamps
+
+    if has_engine_stamps(rt.requests):  # a vLLM run's own stats (vllm-reqstats): the engine's definitions too
+        m["engine_view"] = engine_view(rt.requests, v.per_request, v.twin,
+                                       trace.read("engine_series") if trace.has("engine_series") else None)
     m["trace"] = str(trace_dir)
     m["wall_s"] = time.perf_counter() - t
     with StagedDir(out, force) as tmp:
@@ -358,7 +363,13 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
          f"{1e3 * m['frontend_overhead_s']:.1f} ms + {1e3 * m['frontend']['per_request_s']:.2f} ms per request "
          f"and {1e3 * m['frontend'].get('per_output_s', 0.0):.3f} ms per delivered token queued, "
          f"{m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+    if score_window is not None:
+        echo(f"scored: requests {score_window[0]:g}:{score_window[1]:g} by arrival ({m['scored_requests']} of "
+             f"{m['requests']}); the twin replayed all of them")
     for line in format_request_metrics(m):
         echo(line)
+    if "engine_view" in m:
+        for line in format_engine_view(m["engine_view"]):
+            echo(line)
     echo(f"wrote {out}")
     return v

@@ -21,8 +21,8 @@ leaves above ``MAX_ALIGN_LAG_S`` means the clocks cannot be aligned (another
 run's file, a clock jump) and the import is refused, naming that request.
 
 The trace: ``requests`` with ``arrival_s`` (client), ``added_s`` (queued,
-aligned), ``ttft_s`` (first token - arrival, as the client sees it),
-``finish_s`` (last token); ``engine_series`` (the logger's samples, ``t_s``
+aligned), ``scheduled_s`` (first scheduled), ``ttft_s`` (first token -
+arrival, as the client sees it), ``finish_s`` (last token); ``engine_series`` (the logger's samples, ``t_s``
 on the trace's clock); and the engine configuration in ``meta.json``
 ``engine`` with where each setting came from (``reqstats_engine``).
 The trace's clock starts at the run's ``started_at`` (client clock) when
@@ -99,6 +99,7 @@ def import_vllm_reqstats(src: Path, writer: TraceWriter, opts: ImportOptions) ->
         "ttft_s": eng["first_token_ts"].to_numpy() - arrival,
         "finish_s": eng["last_token_ts"].to_numpy(),
         "added_s": eng["queued_ts"].to_numpy(),
+        "scheduled_s": eng["scheduled_ts"].to_numpy(),
     })
     order = np.argsort(arrival, kind="stable")
     requests = requests.iloc[order].reset_index(drop=True)
