@@ -86,7 +86,7 @@ def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool, timeout_s: float) -
     """Run SQL over a trace with DuckDB.
 
     Tables named after those present: requests, steps, step_items,
-    preemptions, instances, quality. Read-only: the SQL can open no file,
+    preemptions, instances, quality, engine_series. Read-only: the SQL can open no file,
     database or extension and change no setting (DuckDB enforces it);
     --unsafe lifts that.
 
