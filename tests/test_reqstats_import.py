@@ -234,3 +234,15 @@ def test_calibrate_names_the_missing_last_token_time(r4090, tmp_path):
     out = tmp_path / "p.json"
     assert_refused(run_cli("calibrate", "--from-requests", only_ttft, "--out", out), out,
                    "finish_s: missing column: the decode cost is fitted from each request's last-token time")
+
+
+def test_traces_stating_different_engines_are_not_calibrated_together(tmp_path):
+    for name, blocks in (("a", 640), ("b", 1280)):
+        res = run_cli("trace", "import", "vllm-reqstats", _run(tmp_path, name=f"src{name}"), "--out", tmp_path / name,
+                      "--engine", f"num_kv_blocks={blocks}")
+        assert res.exit_code == 0, res.output
+    out = tmp_path / "p.json"
+    assert_refused(run_cli("calibrate", "--from-requests", tmp_path / "a", tmp_path / "b", "--out", out), out,
+                   "b/meta.json: engine.settings.num_kv_blocks: 1280 but")
+    assert_refused(run_cli("calibrate", tmp_path / "a", "--fit-window", "0:0.5", "--out", out), out,
+                   "--fit-window", "only with --from-requests")
