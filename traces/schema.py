@@ -73,6 +73,8 @@ REQUESTS = TableSchema(
         Column("predicted_output_tokens", I64, required=False, nullable=True, nonneg=True, maximum=MAX_TOKENS),
         Column("added_s", F64, required=False, nullable=True, nonneg=True, doc="handed to the engine (recordings)"),
         Column("preemptions", I64, required=False, nullable=True, nonneg=True),
+        Column("scheduled_s", F64, required=False, nullable=True, nonneg=True,
+               doc="first scheduled by the engine (vLLM's per-request stats: vllm-reqstats imports)"),
         Column("finish_reason", STR, required=False, nullable=True,
                doc="as vLLM names it: stop (its own end) or length (reached max_model_len); twin traces"),
         Column("hash_ids", pa.list_(I64), required=False, nullable=True,
@@ -190,6 +192,20 @@ QUALITY = TableSchema(
     doc="per (request, model) accuracy, realised and predicted",
 )
 
+ENGINE_SERIES = TableSchema(
+    "engine_series",
+    (
+        Column("t_s", F64, nonneg=True, doc="sample time (the logger's, once a second), seconds since trace start"),
+        Column("prompt_throughput", F64, nonneg=True, doc="prompt tokens/s over the last interval"),
+        Column("gen_throughput", F64, nonneg=True, doc="generated tokens/s over the last interval"),
+        Column("running", I64, nonneg=True, doc="requests running"),
+        Column("waiting", I64, nonneg=True, doc="requests waiting"),
+        Column("kv_cache_pct", F64, nonneg=True, maximum=100.0, doc="KV cache usage, % of blocks"),
+    ),
+    sorted_by="t_s",
+    doc="the engine's own periodic stats (vLLM's logger: vllm-reqstats imports)",
+)
+
 TABLES: dict[str, TableSchema] = {
-    t.name: t for t in (REQUESTS, STEPS, STEP_ITEMS, PREEMPTIONS, INSTANCES, QUALITY)
+    t.name: t for t in (REQUESTS, STEPS, STEP_ITEMS, PREEMPTIONS, INSTANCES, QUALITY, ENGINE_SERIES)
 }

@@ -105,6 +105,10 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--frontend-accept-share", "frontend_accept", type=Finite(0.0, 1.0), metavar="SHARE",
               help="--from-requests: the share, in [0, 1], of the per-request cost the front end does for every waiting "
                    "request before handling any (replaces --frontend's; 0 = one FIFO queue).")
+@click.option("--fit-window", "fit_window", type=Window(),
+              help="--from-requests: fit on the timings of this share of each trace's requests in arrival order "
+                   "(0:0.5 = the first half); every request's arrival and lengths are still replayed. "
+                   "`validate --score-window 0.5:1` then scores the rest.")
 @click.option("--steps-window", "steps_window", type=Window(),
               help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
                    "`estimate --score-window 0.3:1` then scores on the rest.")
@@ -112,7 +116,8 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
               virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
-              steps_window: tuple[float, float] | None, frontend: str, frontend_ms: float | None,
+              steps_window: tuple[float, float] | None, fit_window: tuple[float, float] | None, frontend: str,
+              frontend_ms: float | None,
               frontend_out_ms: float | None, frontend_accept: float | None) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
@@ -128,6 +133,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
       latroute calibrate --update d1.json d1c --out d1-on-hostb.json
       latroute calibrate d10 --steps-window 0:0.3 --out d10-head.json   # then: estimate --score-window 0.3:1
       latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
+      latroute calibrate --from-requests r4090 --fit-window 0:0.5 --out r4090-h1.json   # validate --score-window 0.5:1
     """
     refuse_non_utf8({"TRACES": traces, "--out": out, "--evaluate-on": evaluate_on, "--update": update_ref,
                      "--warm": warm, "--name": name})
@@ -148,7 +154,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         if frontend_accept is not None:
             fe = replace(fe, accept_share=frontend_accept, accept_source="given (--frontend-accept-share)")
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
-                                virtual_engines, parse_search_options(search_opts), warm, fe)
+                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window)
         return
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
@@ -185,7 +191,8 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
 _REQUEST_ONLY = {"engine_opts": "--engine", "search_engine": "--search-engine", "max_evals": "--max-evals",
                  "search_opts": "--search", "warm": "--warm", "virtual_engines": "--virtual-engines",
                  "frontend": "--frontend", "frontend_ms": "--frontend-per-request",
-                 "frontend_out_ms": "--frontend-per-output", "frontend_accept": "--frontend-accept-share"}
+                 "frontend_out_ms": "--frontend-per-output", "frontend_accept": "--frontend-accept-share",
+                 "fit_window": "--fit-window"}
 _STEPS_ONLY = {"update_ref": "--update", "steps_window": "--steps-window", "form": "--form", "holdout": "--holdout",
                "stall_pct": "--stall-pct", "loss": "--loss", "seed": "--seed", "evaluate_on": "--evaluate-on",
                "instance": "--instance"}

@@ -86,7 +86,7 @@ def query(trace_dir: Path, sql: str, fmt: str, unsafe: bool, timeout_s: float) -
     """Run SQL over a trace with DuckDB.
 
     Tables named after those present: requests, steps, step_items,
-    preemptions, instances, quality. Read-only: the SQL can open no file,
+    preemptions, instances, quality, engine_series. Read-only: the SQL can open no file,
     database or extension and change no setting (DuckDB enforces it);
     --unsafe lifts that.
 
@@ -228,11 +228,14 @@ def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, a
 @click.option("--keep-failed", is_flag=True, help="burstgpt: keep failed rows (Response tokens = 0).")
 @click.option("--run", help="lmbench: the run_id to import (one trace per run).")
 @click.option("--seed", type=SEED, help="vllm-bench: seed of the benchmark's arrival schedule (default: from the file, else 0).")
+@click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
+              help="vllm-reqstats: an engine setting the run's meta.json lacks or that replaces it (repeatable; "
+                   "e.g. num_kv_blocks=4000).")
 @click.option("--chunk-rows", type=COUNT, default=DEFAULT_CHUNK_ROWS, show_default=True,
               help="Rows per chunk (memory bound).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool, run: str | None,
-            seed: int | None, chunk_rows: int, force: bool) -> None:
+            seed: int | None, engine_opts: tuple[str, ...], chunk_rows: int, force: bool) -> None:
     """Import a public trace format into a latroute trace.
 
     \b
@@ -243,19 +246,24 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
       vllm-bench   vllm bench serve / benchmark_serving --save-result JSON
       lmbench      llm-d-benchmark per-request LMBench CSV (--run RUN_ID)
       vllm-record  a vLLM engine recording directory (engine.json, requests.csv, steps.jsonl)
+      vllm-reqstats  a vLLM run's per-request stats (requests.jsonl, timeseries.csv, meta.json)
 
     \b
     Examples:
       latroute trace import azure AzureLLMInferenceTrace_conv.csv --out azconv
       latroute trace import vllm-record shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
       latroute trace import lmbench per_request.csv --run r042 --out r042
+      latroute trace import vllm-reqstats shared/data/vllm_gpu_llmservingsim/RTX4090_Llama-3.1-8B --out r4090
     """
     check_out(out, force, inputs=[src])  # before any work
     from traces.importers import import_trace
     from traces.importers.common import ImportOptions
 
     src_size = src.stat().st_size if src.is_file() else 0
-    opts = ImportOptions(model=model, run=run, seed=seed, keep_failed=keep_failed, chunk_rows=chunk_rows)
+    if engine_opts and fmt != "vllm-reqstats":
+        raise BadOption("--engine", f"only with FORMAT vllm-reqstats (a {fmt} import has no engine configuration)")
+    opts = ImportOptions(model=model, run=run, seed=seed, keep_failed=keep_failed, chunk_rows=chunk_rows,
+                         engine=engine_opts)
     t = time.perf_counter()
     if sys.stderr.isatty() and src_size > (32 << 20):
         with click.progressbar(length=src_size, label=f"importing {src.name}", file=sys.stderr) as bar:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
 from estimators.profile import load_profile
-from harness.cli.params import SEED, EngineSetting, refuse_given, refuse_non_utf8
+from harness.cli.params import SEED, EngineSetting, Window, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
 from harness.twin.simulation import write_twin_trace
 from harness.twin.validate import validate as run_validation
@@ -38,10 +38,13 @@ from traces.vllm_versions import unchecked_version_warning
 @click.option("--prefix-cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="Request-level TRACE: warm = its prompts were already in the prefix cache (a benchmark re-run "
                    "on the same server).")
+@click.option("--score-window", "score_window", type=Window(),
+              help="Request-level TRACE: score only this share of its requests in arrival order (0.5:1 = the "
+                   "second half); the twin still replays every request (pairs with calibrate --fit-window).")
 @serving_options
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int,
              join_dir: Path | None, out: Path, force: bool, engine_opts: tuple[str, ...], prefix_cache: str,
-             percentiles_text: str, goodput_text: str | None) -> None:
+             score_window: tuple[float, float] | None, percentiles_text: str, goodput_text: str | None) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -58,6 +61,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
       latroute validate d1 --profile d2.json --out val-d1
       latroute validate d1 --calibrate --noise on --seed 3 --out val-d1-noisy
       latroute validate l70-q4 --profile l70.json --out val-q4   # request-level: no steps
+      latroute validate r4090 --profile r4090-h1.json --score-window 0.5:1 --out val-h2
 
     A request-level TRACE (measured TTFT, no steps or instances) is replayed
     on one twin instance with the engine the profile's calibration fitted
@@ -74,7 +78,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
                                               "every step takes its expected time)")
     trace = open_trace(trace_dir)
     if trace.has("instances") or trace.has("steps"):
-        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache", "score_window": "--score-window"},
                      f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
                      "engine and its prefix cache")
     joined = read_join(join_dir, trace, trace_dir) if join_dir is not None else None
@@ -84,7 +88,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
         if self_calibrate:
             raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")
         validate_request_trace(trace, trace_dir, load_profile(profile_ref), engine_opts, noise == "on", seed, out,
-                               force, click.echo, prefix_cache)
+                               force, click.echo, prefix_cache, score_window)
         return
     if (warning := unchecked_version_warning(trace.meta)) is not None:
         click.echo(warning, err=True)

@@ -8,7 +8,9 @@ an ``InstanceConfig``; it comes, in increasing priority, from
 1. ``REQUEST_TRACE_DEFAULTS`` below,
 2. the ``engine`` section that ``calibrate --from-requests`` writes into
    a profile's ``fitted_on`` (so ``validate --profile P`` needs nothing else),
-3. ``--engine KEY=VALUE`` options (any ``InstanceConfig`` field).
+3. what the trace itself states (``meta.json`` ``engine.settings``, from
+   ``trace import vllm-reqstats``: the run's own engine configuration),
+4. ``--engine KEY=VALUE`` options (any ``InstanceConfig`` field).
 
 Defaults and why (the A100 ``benchmark_serving`` runs of April 2025 name
 no vLLM version; the ``.commands`` files start ``vllm serve`` with no
@@ -114,12 +116,37 @@ def parse_search_options(items: tuple[str, ...] | list[str]) -> dict:
     return grid
 
 
+def trace_engine(traces: list) -> dict:
+    """The engine settings the traces themselves state (``meta.json`` ``engine.settings``, written by
+    ``trace import vllm-reqstats``), as ``InstanceConfig`` fields: settings the kernel has no field for
+    (``async_scheduling`` until its async mode lands) are left out. Traces that state different values
+    for one setting are refused (calibrate the runs of one engine together, or give ``--engine``)."""
+    from traces.errors import BadInput
+
+    out: dict = {}
+    first: dict = {}
+    for t in traces:
+        settings = ((t.meta.get("engine") or {}).get("settings") or {})
+        for k, v in settings.items():
+            if k not in _FIELDS or k in _SKIP:
+                continue
+            if k in out and out[k] != v:
+                raise BadInput(t.path / "meta.json", None, f"engine.settings.{k}",
+                               f"{v} but {first[k]} states {out[k]}: calibrate one engine's traces together "
+                               f"(or give --engine {k}=N)")
+            out.setdefault(k, v)
+            first.setdefault(k, t.path)
+    return out
+
+
 def request_engine(profile: BatchTimeProfile | None, options: dict | None = None,
-                   base: InstanceConfig = REQUEST_TRACE_DEFAULTS) -> InstanceConfig:
-    """Defaults, then the profile's fitted engine, then explicit options."""
+                   base: InstanceConfig = REQUEST_TRACE_DEFAULTS, stated: dict | None = None) -> InstanceConfig:
+    """Defaults, then the profile's fitted engine, then what the trace states (``trace_engine``), then
+    explicit options."""
     kw = {}
     if profile is not None:
         kw.update({k: v for k, v in (profile.fitted_on.get("engine") or {}).items() if k in _FIELDS and k not in _SKIP})
+    kw.update(stated or {})
     kw.update(options or {})
     try:
         return replace(base, **kw)

@@ -113,6 +113,10 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 
 def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.ndarray:
     """For each interval i, the time-averaged sum of ``w`` over the intervals alive during it."""
     out = np.zeros(len(start))
+    known = np.isfinite(start) & np.isfinite(end)  # outside a fit window the timings are not known
+    start, end, w = start[known], end[known], w[known]
+    full = out
+    out = np.zeros(len(start))
     for i in range(len(start)):
         lo, hi = start[i], end[i]
         if not hi > lo:
@@ -120,7 +124,9 @@ def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.
             continue
         ov = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
         out[i] = float((ov * w).sum() / (hi - lo))
-    return out
+    full[:] = np.nan
+    full[known] = out
+    return full
 
 
 def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
@@ -221,7 +227,9 @@ def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets]
             return 1e3
         fin = res.requests["finish_s"].to_numpy(dtype=np.float64) + values[4]
         tp = tpot_of(tg.rt.requests, ttft, fin)
-        total += w["ttft_q"] * _logerr(np.percentile(ttft, TTFT_QUANTILES), tg.q)
+        timed = np.isfinite(tg.ttft)  # a fit window scores its own requests only
+        tp = np.where(np.isfinite(tg.tpot), tp, np.nan)
+        total += w["ttft_q"] * _logerr(np.percentile(ttft[timed], TTFT_QUANTILES), tg.q)
         total += w["ttft_req"] * _logerr(ttft, tg.ttft)
         if np.isfinite(tg.tpot).any():
             total += w["tpot_req"] * _logerr(tp, tg.tpot)
@@ -281,6 +289,19 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     return RequestFit(prof, engine, x, fx, evals, time.perf_counter() - t0, grid)
 
 
+def require_decode_input(traces: list[RequestTrace]) -> None:
+    """The decode cost is fitted from each request's time between its first and last token,
+    ``(finish_s - arrival_s - ttft_s) / (output_tokens - 1)`` (vLLM's TPOT: ITLs are not needed, a
+    last-token time is enough). A trace set in which no request has a last-token time has nothing to fit
+    it on: named here, in one line, before any replay."""
+    if any("finish_s" in rt.requests for rt in traces):
+        return
+    raise BadInput(traces[0].source, None, "finish_s",
+                   "missing column: the decode cost is fitted from each request's last-token time "
+                   "((finish_s - first token) / (output_tokens - 1)); this trace has TTFTs only (no finish_s, "
+                   "no ITLs)")
+
+
 def initial_values(traces: list[RequestTrace]) -> dict:
     return dict(zip(PARAMS, map(float, initial_guess(traces))))
 
@@ -288,7 +309,8 @@ def initial_values(traces: list[RequestTrace]) -> dict:
 def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tuple[str, ...], search_engine: bool,
                             max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1,
                             grid: dict | None = None, warm: tuple = (),
-                            frontend: FrontEnd | None = None) -> RequestFit:
+                            frontend: FrontEnd | None = None,
+                            fit_window: tuple[float, float] | None = None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work."""
     from pathlib import Path
@@ -298,20 +320,24 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
         parse_engine_options,
         refuse_unservable,
         request_engine,
+        trace_engine,
     )
     from harness.requestlevel.reconstruct import baseline_params
     from harness.requestlevel.validate import format_request_metrics, validate_requests
     from traces.store import open_trace
 
     options = parse_engine_options(engine_opts)
-    engine = request_engine(None, options)
     from traces.errors import BadOption
 
     unknown = [w for w in warm if str(w) not in {str(p) for p in paths}]
     if unknown:
         raise BadOption("--warm", f"{unknown[0]} is not one of the traces being calibrated on")
     warm_set = {str(w) for w in warm}
-    rts = [RequestTrace.of(open_trace(p)).warmed("warm" if str(p) in warm_set else "cold") for p in paths]
+    opened = [open_trace(p) for p in paths]
+    engine = request_engine(None, options, stated=trace_engine(opened))
+    rts = [RequestTrace.of(t).warmed("warm" if str(p) in warm_set else "cold").windowed(fit_window)
+           for p, t in zip(paths, opened)]
+    require_decode_input(rts)
     refuse_unservable(engine, [r.requests["prompt_tokens"] for r in rts], [r.requests["output_tokens"] for r in rts],
                       options)
     out = Path(out)
@@ -323,6 +349,8 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     overhead = float(fit.values[4])
     # no wall time in the file (it is printed): same traces, options and seed, same bytes
     prof.fitted_on = {"traces": [str(p) for p in paths], "warm_prefix": sorted(warm_set), "requests": int(sum(len(r.requests) for r in rts)),
+                      **({"fit_window": list(fit_window), "timed_requests": int(sum(r.timed() for r in rts))}
+                         if fit_window is not None else {}),
                       "method": "request-level: twin in the loop (Nelder-Mead on TTFT quantiles, per-request "
                                 "TTFT and TPOT log errors)",
                       "engine": engine_settings(fit.engine),
@@ -333,6 +361,10 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     if fit.engine_search:
         prof.fitted_on["request_fit"]["engine_search"] = fit.engine_search
     prof.derived = baseline_params(rts, prof, fit.engine, overhead, virtual_engines, frontend)
+    if fit_window is not None:
+        echo(f"fit window {fit_window[0]:g}:{fit_window[1]:g} of each trace's requests by arrival: "
+             f"{prof.fitted_on['timed_requests']} requests' timings fitted on, every request's arrival and lengths "
+             "replayed")
     echo(f"calibrating from requests: {prof.fitted_on['requests']} requests in {len(rts)} trace(s), "
          f"{fit.evals} twin replays in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
     echo("fitted: " + "  ".join(f"{k}={v:.4g}" for k, v in zip(PARAMS, fit.values)))

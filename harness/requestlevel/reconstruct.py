@@ -121,6 +121,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         parse_engine_options,
         refuse_unservable,
         request_engine,
+        trace_engine,
         virtual_engines,
     )
     from traces.errors import BadOption
@@ -131,7 +132,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
                                      "--from-requests to reconstruct its engine")
     profile = load_profile(profile_ref)
     options = parse_engine_options(engine_opts)
-    engine = request_engine(profile, options)
+    engine = request_engine(profile, options, stated=trace_engine([trace]))
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, str(profile_ref),
                       profile)

@@ -49,6 +49,26 @@ class RequestTrace:
             raise ValueError(f"prefix cache must be one of {', '.join(PREFIX_CACHE)}, not {mode!r}")
         return RequestTrace(self.requests, self.source, mode)
 
+    def windowed(self, window: tuple[float, float] | None) -> RequestTrace:
+        """The trace with the measured timings (``ttft_s``, ``finish_s``) of the requests outside
+        ``window`` (a share A:B of its requests in arrival order, ``window_mask``) blanked: every
+        request is still replayed with its arrival and lengths, only the window's timings are known
+        to a fit."""
+        if window is None:
+            return self
+        keep = window_mask(len(self.requests), window)
+        reqs = self.requests.copy()
+        for col in ("ttft_s", "finish_s"):
+            if col in reqs:
+                reqs.loc[~keep, col] = np.nan
+        if not np.isfinite(reqs["ttft_s"].to_numpy(dtype=np.float64)).any():
+            raise BadInput(self.source, None, "ttft_s", f"no measured TTFT in the window {window[0]:g}:{window[1]:g}")
+        return RequestTrace(reqs, self.source, self.prefix_cache)
+
+    def timed(self) -> int:
+        """Requests with a measured TTFT (all of them, or a fit window's)."""
+        return int(np.isfinite(self.requests["ttft_s"].to_numpy(dtype=np.float64)).sum())
+
     @classmethod
     def of(cls, trace: Trace) -> RequestTrace:
         f = trace.file("requests")
@@ -72,6 +92,18 @@ class RequestTrace:
         """Measured mean time per output token after the first (NaN without finish_s)."""
         return tpot_of(self.requests, self.requests["ttft_s"].to_numpy(dtype=np.float64),
                        self.requests["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in self.requests else None)
+
+
+def window_mask(n: int, window: tuple[float, float] | None) -> np.ndarray:
+    """Requests ``[floor(A n), floor(B n))`` of ``n`` in arrival order (all without a window): the
+    split ``calibrate --from-requests --fit-window`` and ``validate --score-window`` share, so 0:0.5
+    and 0.5:1 are complements."""
+    keep = np.ones(n, dtype=bool)
+    if window is not None:
+        lo, hi = int(np.floor(window[0] * n)), int(np.floor(window[1] * n + 1e-9))
+        keep[:] = False
+        keep[lo:hi] = True
+    return keep
 
 
 def _check_served(reqs: pd.DataFrame, source: str) -> None:
@@ -220,7 +252,9 @@ class RequestValidation:
 
 def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
                       record_steps: bool = True, noise: bool = False, seed: int = 0,
-                      virtual_engines: int = 1, frontend: FrontEnd | None = None) -> RequestValidation:
+                      virtual_engines: int = 1, frontend: FrontEnd | None = None,
+                      score_window: tuple[float, float] | None = None) -> RequestValidation:
+    """Replay every request; score those in ``score_window`` (``window_mask``; all without one)."""
     fe = frontend or FrontEnd()
     res = replay_requests(rt, profile, engine, overhead_s, record_steps, noise, seed, virtual_engines, fe)
     rec = rt.requests
@@ -240,6 +274,8 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
     })
     with np.errstate(invalid="ignore", divide="ignore"):
         per["ape"] = np.abs(per["ttft_twin_s"] - per["ttft_true_s"]) / per["ttft_true_s"]
+    per["scored"] = window_mask(len(per), score_window)
+    sc = per[per["scored"]]
     metrics = {
         "profile": {"name": profile.name, "form": profile.form, "fitted_on": profile.fitted_on.get("traces")},
         "engine": {k: v for k, v in engine.to_row().items() if k not in ("price_in", "price_out", "device")},
@@ -248,9 +284,10 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
         "noise": noise, "seed": seed,
         "requests": int(len(per)), "steps": {"recorded": 0, "twin": int(res.steps_run)},
         "request_level": True,
-        "ttft": compare(ttft_m, ttft_t),
-        "tpot": compare(per["tpot_true_s"].to_numpy(), per["tpot_twin_s"].to_numpy()),
-        "e2e": compare(per["e2e_true_s"].to_numpy(dtype=np.float64), per["e2e_twin_s"].to_numpy()),
+        **({"score_window": list(score_window), "scored_requests": int(len(sc))} if score_window is not None else {}),
+        "ttft": compare(sc["ttft_true_s"].to_numpy(dtype=np.float64), sc["ttft_twin_s"].to_numpy(dtype=np.float64)),
+        "tpot": compare(sc["tpot_true_s"].to_numpy(), sc["tpot_twin_s"].to_numpy()),
+        "e2e": compare(sc["e2e_true_s"].to_numpy(dtype=np.float64), sc["e2e_twin_s"].to_numpy()),
         "rejected_twin": res.extra.get("rejected", 0),
     }
     return RequestValidation(metrics, per, res)
@@ -272,7 +309,8 @@ def format_request_metrics(m: dict) -> list[str]:
 
 def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, engine_opts: tuple[str, ...],
                            noise: bool, seed: int, out, force: bool, echo,
-                           prefix_cache: str = "cold") -> RequestValidation:
+                           prefix_cache: str = "cold",
+                           score_window: tuple[float, float] | None = None) -> RequestValidation:
     """``validate`` on a request-level trace: checks, replay, metrics.json,
     requests.parquet, ttft_cdf.png (measured vs twin TTFT CDFs) and the
     twin's trace (with steps) under twin/."""
@@ -285,6 +323,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
         parse_engine_options,
         refuse_unservable,
         request_engine,
+        trace_engine,
         virtual_engines,
     )
     from harness.twin.simulation import write_twin_trace
@@ -294,14 +333,20 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from traces.store import TraceWriter
 
     options = parse_engine_options(engine_opts)
-    engine = request_engine(profile, options)
+    engine = request_engine(profile, options, stated=trace_engine([trace]))
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}",
                       profile)
     t = time.perf_counter()
     v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
-                          virtual_engines=virtual_engines(profile), frontend=frontend_of(profile))
+                          virtual_engines=virtual_engines(profile), frontend=frontend_of(profile),
+                          score_window=score_window)
     m = v.metrics
+    from harness.requestlevel.engine_view import engine_view, format_engine_view, has_engine_stamps
+
+    if has_engine_stamps(rt.requests):  # a vLLM run's own stats (vllm-reqstats): the engine's definitions too
+        m["engine_view"] = engine_view(rt.requests, v.per_request, v.twin,
+                                       trace.read("engine_series") if trace.has("engine_series") else None)
     m["trace"] = str(trace_dir)
     m["wall_s"] = time.perf_counter() - t
     with StagedDir(out, force) as tmp:
@@ -318,7 +363,13 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
          f"{1e3 * m['frontend_overhead_s']:.1f} ms + {1e3 * m['frontend']['per_request_s']:.2f} ms per request "
          f"and {1e3 * m['frontend'].get('per_output_s', 0.0):.3f} ms per delivered token queued, "
          f"{m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+    if score_window is not None:
+        echo(f"scored: requests {score_window[0]:g}:{score_window[1]:g} by arrival ({m['scored_requests']} of "
+             f"{m['requests']}); the twin replayed all of them")
     for line in format_request_metrics(m):
         echo(line)
+    if "engine_view" in m:
+        for line in format_engine_view(m["engine_view"]):
+            echo(line)
     echo(f"wrote {out}")
     return v

@@ -17,6 +17,7 @@ from traces.importers.lmbench import import_lmbench
 from traces.importers.mooncake import import_mooncake
 from traces.importers.vllm_bench import import_vllm_bench
 from traces.importers.vllm_record import import_vllm_record
+from traces.importers.vllm_reqstats import import_vllm_reqstats
 from traces.store import TraceWriter
 
 Importer = Callable[[Path, TraceWriter, ImportOptions], list[str]]
@@ -28,6 +29,7 @@ IMPORTERS: dict[str, Importer] = {
     "vllm-bench": import_vllm_bench,
     "lmbench": import_lmbench,
     "vllm-record": import_vllm_record,
+    "vllm-reqstats": import_vllm_reqstats,
 }
 
 

@@ -36,6 +36,7 @@ class ImportOptions:
     run: str | None = None  # lmbench: run id to import
     seed: int | None = None  # vllm-bench: seed of the arrival schedule
     keep_failed: bool = False  # burstgpt: keep zero-response (failed) rows
+    engine: tuple[str, ...] = ()  # vllm-reqstats: KEY=VALUE engine settings the run's meta.json lacks or overrides
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     progress: Callable[[int], None] | None = None  # called with bytes of the source read so far
 
