@@ -56,6 +56,12 @@ class _Cold:
         return 0.01 + q.prompt * 1e-4
 
 
+def _workload(seed: int, n: int):
+    """Poisson-ish arrivals, lognormal TTFTs, prompt lengths."""
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.exponential(0.05, n)), rng.lognormal(np.log(0.08), 0.6, n), rng.integers(20, 800, n)
+
+
 def _run(arrival, ttft, prompts, seed=0, cfg=SMALL):
     """Every query estimated in arrival order, then taught (as ``estimate`` does); the estimates and sources."""
     rng = np.random.default_rng(seed)
@@ -72,31 +78,18 @@ def _run(arrival, ttft, prompts, seed=0, cfg=SMALL):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1), st.integers(12, 36), st.floats(1.5, 20.0))
 def test_later_first_tokens_and_its_own_ttft_change_no_estimate(seed, n, factor):
-    rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.exponential(0.05, n))
-    ttft = rng.lognormal(np.log(0.08), 0.6, n)
-    prompts = rng.integers(20, 800, n)
-    m = int(rng.integers(n // 2, n))
+    arrival, ttft, prompts = _workload(seed, n)
+    m = int(np.random.default_rng(seed).integers(n // 2, n))
     base, _, _ = _run(arrival, ttft, prompts)
     later = arrival + ttft >= arrival[m]  # first tokens not strictly before query m's arrival (m's own included)
     assert later[m]
     bumped = np.where(later, ttft * factor, ttft)  # later stays later: only lengthened
     other, _, _ = _run(arrival, bumped, prompts)
     np.testing.assert_array_equal(base[: m + 1], other[: m + 1])
-    # and a change to a first token that *was* before m's arrival may change it (the test can fail)
-    early = np.flatnonzero(~later[:m])
-    if early.size:
-        moved = ttft.copy()
-        moved[early] *= 0.5  # earlier still: still before m's arrival
-        assert np.isfinite(_run(arrival, moved, prompts)[0][: m + 1]).all()
 
 
 def test_earlier_first_tokens_do_teach():
-    rng = np.random.default_rng(3)
-    n = 60
-    arrival = np.cumsum(rng.exponential(0.05, n))
-    ttft = rng.lognormal(np.log(0.08), 0.6, n)
-    prompts = rng.integers(20, 800, n)
+    arrival, ttft, prompts = _workload(3, 60)
     a, src, est = _run(arrival, ttft, prompts)
     b, _, _ = _run(arrival, ttft * 3.0, prompts)
     learned = np.array(src) == LEARNED
@@ -107,11 +100,8 @@ def test_earlier_first_tokens_do_teach():
 
 
 def test_same_seed_same_bytes_and_cold_start_until_min_samples():
-    rng = np.random.default_rng(5)
     n = 50
-    arrival = np.cumsum(rng.exponential(0.05, n))
-    ttft = rng.lognormal(np.log(0.08), 0.6, n)
-    prompts = rng.integers(20, 800, n)
+    arrival, ttft, prompts = _workload(5, n)
     cfg = LearnedConfig(retrain_every_s=0.2, window=30, min_samples=6, n_estimators=20, min_child_samples=3,
                         seed=7)
     a, src, est = _run(arrival, ttft, prompts, cfg=cfg)
@@ -119,8 +109,9 @@ def test_same_seed_same_bytes_and_cold_start_until_min_samples():
     assert a.tobytes() == b.tobytes()
     first = src.index(LEARNED)
     known = [(arrival[:k] + ttft[:k] < arrival[k]).sum() for k in range(n)]
-    assert known[first] >= cfg.min_samples and all(s == COLD_START for s in src[:first])
-    assert all(k < cfg.min_samples for k in known[:first]) or est.trainer.fits
+    # the cold start answers exactly until min_samples first tokens came back before an arrival
+    assert first == next(k for k in range(n) if known[k] >= cfg.min_samples)
+    assert all(s == COLD_START for s in src[:first]) and est.trainer.fits > 0
     # quantiles ordered, P(on time) a probability
     assert (a[:, 3] <= a[:, 4] + 1e-12).all() and ((a[:, 1] >= 0) & (a[:, 1] <= 1)).all()
 
