@@ -26,7 +26,7 @@ from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegativ
 from estimators.calibrate import step_window
 from estimators.learned.estimator import LearnedTTFT
 from estimators.learned.model import LearnedConfig
-from estimators.learned.scoring import teach, training_summary
+from estimators.learned.scoring import carried, pretrained, teach, training_summary
 from estimators.learned.trainer import OnlineTrainer
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.plugins import PluginEstimator
@@ -96,6 +96,7 @@ class EstimateConfig:
     recalibration: RecalibrationConfig | None = None
     # the learned estimator's online training (retrain interval, window); one model per instance
     learned: LearnedConfig = field(default_factory=LearnedConfig)
+    learned_train_on: Trace | None = None  # a recording the learned model is first trained on, then carried in
 
 
 @dataclass
@@ -233,6 +234,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     rows, attr, floor_parts, floors = [], [], [], []
     sources: list[str] = []  # per row: which model answered (the learned estimator's cold start says so)
     trainers: list[OnlineTrainer] = []
+    carry = pretrained(cfg.learned_train_on, cfg.learned) if cfg.learned_train_on is not None else {}
     warmup_us: dict[str, float] = {}
     rid = reqs["request_id"].to_numpy()
     share = (reqs["cached_tokens"].to_numpy(dtype=np.float64) / np.maximum(reqs["prompt_tokens"].to_numpy(), 1)
@@ -243,7 +245,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         profile, params = models[inst]
         walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None, predicted=pred_total)
         ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, cache_aware=cfg.cache_aware,
-                      trainer=OnlineTrainer(cfg.learned) if n == "learned" else None)
+                      trainer=(carried(carry, inst) or OnlineTrainer(cfg.learned)) if n == "learned" else None)
                 for n in cfg.estimators]
         learners = [e for e in ests if isinstance(e, LearnedTTFT)]
         trainers.extend(e.trainer for e in learners)

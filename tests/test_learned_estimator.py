@@ -2,10 +2,7 @@
 determinism, its cold start, and ``latroute estimate --estimators learned``."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
-import pandas as pd
 import pytest
 
 pytest.importorskip("lightgbm")
@@ -129,20 +126,31 @@ def test_config_refuses_nonsense():
         LearnedConfig(retrain_every_s=float("nan"))
 
 
-def test_estimate_command_learned_on_a_twin_trace(tmp_path):
+def test_estimate_learned_on_a_twin_trace_and_carried_in(tmp_path):
+    from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
+    from estimators.profile import load_profile
+    from harness.cli.estimate import format_metrics
     from tests.conftest import run_cli, served_twin_trace
+    from traces.store import open_trace
 
-    trace = served_twin_trace(tmp_path / "served")
-    out = tmp_path / "est"
-    res = run_cli("estimate", trace, "--calibrate-on", trace, "--estimators", "learned,throughput",
-                  "--retrain-every", "2", "--out", out)
-    assert res.exit_code == 0, res.output
-    assert "learned training:" in res.stdout and "learned pinball loss" in res.stdout
-    m = json.loads((out / "metrics.json").read_text())["estimators"]["learned"]
+    path = served_twin_trace(tmp_path / "served")
+    trace = open_trace(path)
+    # the trace's own (built-in) profiles; hand-made baseline parameters for the cold start
+    base = BaselineParams(2e4, 0.01, 8, 1.0, 1.0, 1.0, 0.01, 0.01, 0.0, 0.3)
+    models = {i: (load_profile(p), base) for i, p in trace.read("instances")[["instance_id", "profile"]].values}
+    cfg = EstimateConfig(estimators=("learned", "throughput"), learned=LearnedConfig(retrain_every_s=2.0))
+    res = estimate_trace(trace, models, cfg)
+    m = res.metrics["estimators"]["learned"]
     assert m["training"]["retrain_every_s"] == 2.0 and m["training"]["fits"] > 0
-    assert set(m["training"]["by_source"]) <= {"learned", "cold-start"} and "p90" in m["pinball_s"]
-    a = pd.read_parquet(out / "estimates.parquet")
+    assert set(m["training"]["by_source"]) == {"learned", "cold-start"} and "p90" in m["pinball_s"]
+    text = format_metrics(res.metrics)
+    assert "learned training:" in text and "learned pinball loss" in text
+    a = res.estimates
     assert set(a.loc[a["estimator"] == "learned", "source"]) == {"learned", "cold-start"}
     assert set(a.loc[a["estimator"] == "throughput", "source"]) == {"throughput"}
-    refused = run_cli("estimate", trace, "--estimators", "throughput", "--window", "50", "--out", tmp_path / "x")
-    assert refused.exit_code == 2 and "--window" in refused.stderr
+    # a model trained on another recording (here: the same one) is carried in: no cold start at all
+    carried = estimate_trace(trace, models, EstimateConfig(estimators=("learned",), learned_train_on=trace))
+    assert set(carried.estimates["source"]) == {"learned"}
+    for opt, val in (("--window", "50"), ("--train-on", str(path))):
+        refused = run_cli("estimate", path, "--estimators", "throughput", opt, val, "--out", tmp_path / "x")
+        assert refused.exit_code == 2 and opt in refused.stderr

@@ -62,6 +62,17 @@ def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, ne
     return models
 
 
+def _train_on(path: Path) -> Trace:
+    """The recording ``--train-on`` names, checked before any work: it needs measured TTFTs and steps."""
+    other = open_trace(path)
+    for table in ("requests", "steps", "step_items", "instances"):
+        if not other.has(table):
+            raise BadInput(other.file(table), None, table, "--train-on needs a recording with this table")
+    if "ttft_s" not in other.columns("requests"):
+        raise BadInput(other.file("requests"), None, "ttft_s", "--train-on needs measured TTFTs")
+    return other
+
+
 def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
     """The estimate's summary lines; ``coinciding``: estimators whose
     predicted quantiles coincide on every request (``coinciding_quantiles``)."""
@@ -140,6 +151,9 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "code's default: 1800).")
 @click.option("--window", type=click.IntRange(min=10), default=WINDOW, show_default=True,
               help="learned: the newest labelled samples a refit trains on (llm-d's example deployment: 100).")
+@click.option("--train-on", type=click.Path(path_type=Path),
+              help="learned: first train its model on this other recording's measured requests (e.g. another "
+                   "host's), then carry it into TRACE instead of starting from the cold start.")
 @click.option("--cache-blind", is_flag=True,
               help="Ignore the instances' prefix cache (SFS computes every prompt token): what ignoring it costs.")
 @click.option("--cache-aware", is_flag=True,
@@ -158,7 +172,8 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, recalibrate: str,
-             recalibration_step: float, retrain_every: float, window: int, cache_blind: bool, cache_aware: bool, out: Path, force: bool,
+             recalibration_step: float, retrain_every: float, window: int, train_on: Path | None,
+             cache_blind: bool, cache_aware: bool, out: Path, force: bool,
              engine_opts: tuple[str, ...], prefix_cache: str, score_window: tuple[float, float] | None,
              join_dir: Path | None) -> None:
     """Estimate every measured request's TTFT with each estimator, from
@@ -183,7 +198,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     twin's reconstructed states, scored against the measured TTFTs.
     """
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
-                     "--join": join_dir})
+                     "--join": join_dir, "--train-on": train_on})
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in KNOWN_ESTIMATORS and ":" not in n]  # module:Class = a plug-in
@@ -206,7 +221,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if recalibrate != "on":
         refuse_given(ctx, {"recalibration_step": "--recalibration-step"}, "only with --recalibrate on")
     if "learned" not in chosen:
-        refuse_given(ctx, {"retrain_every": "--retrain-every", "window": "--window"},
+        refuse_given(ctx, {"retrain_every": "--retrain-every", "window": "--window", "train_on": "--train-on"},
                      "only with the learned estimator (its online training)")
     if "lps-mg" not in chosen:
         refuse_given(ctx, {"ewma_tau": "--ewma-tau"}, "only with the lps-mg estimator (the only one using the "
@@ -233,6 +248,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     for table in ("requests", "steps", "step_items", "instances"):
         if not trace.has(table):
             raise BadInput(trace.file(table), None, table, "estimate needs this table (a recorded or twin trace)")
+    carry = _train_on(train_on) if train_on is not None else None
     models = _models(trace, profile_ref, calibrate_on, needs_baselines=any(n != "sfs" for n in chosen))
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
     speed_cfg = OnlineSpeedConfig(half_life_steps=speed_half_life) if online_speed == "on" else None
@@ -240,7 +256,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                          online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware,
                          score_window=score_window,
                          recalibration=RecalibrationConfig(recalibration_step) if recalibrate == "on" else None,
-                         learned=LearnedConfig(retrain_every_s=retrain_every, window=window))
+                         learned=LearnedConfig(retrain_every_s=retrain_every, window=window), learned_train_on=carry)
     drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
@@ -259,6 +275,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
               "drift": {i: d.to_json() for i, d in drift.items()},
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
               "wall_s": time.perf_counter() - t})
+    if train_on is not None:
+        m["learned_trained_on"] = str(train_on)
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
     if join_dir is not None:
