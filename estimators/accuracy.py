@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def ape(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
@@ -52,4 +53,45 @@ def error_by_cached_share(est: np.ndarray, true: np.ndarray, share: np.ndarray) 
         if m.any():
             e = error_summary(est[m], true[m])
             out[label] = {k: e.get(k) for k in ("n", "mape", "median_ape", "p90_ape")}
+    return out
+
+
+def pinball(g: pd.DataFrame) -> dict:
+    """Mean pinball (quantile) loss, in seconds, of the predicted p50 and
+    p90: tau (y - q) when the truth y is above the quantile q, (1 - tau) (q - y)
+    below; lower is better, and unlike coverage it charges how far off a quantile is."""
+    out = {}
+    true = g["true_s"].to_numpy(dtype=np.float64)
+    for lv, tau in (("p50", 0.5), ("p90", 0.9)):
+        q = g[f"{lv}_s"].to_numpy(dtype=np.float64)
+        m = np.isfinite(q) & np.isfinite(true)
+        d = true[m] - q[m]
+        out[lv] = float(np.mean(np.where(d >= 0, tau * d, (tau - 1.0) * d))) if m.any() else None
+    return out
+
+
+def coverage(g: pd.DataFrame) -> dict | None:
+    """Share of measured TTFTs at or below the predicted p50, p90, p99
+    (nominal 0.5, 0.9, 0.99), for an estimator that gives a distribution;
+    None for a point estimator."""
+    if "p50_s" not in g or not g["p50_s"].notna().any():
+        return None
+    m = g["p50_s"].notna() & np.isfinite(g["p50_s"])
+    true = g["true_s"][m].to_numpy()
+    return {"n": int(m.sum()), **{lv: float(np.mean(true <= g[f"{lv}_s"][m].to_numpy()))
+                                  for lv in ("p50", "p90", "p99")}}
+
+
+def coinciding_quantiles(est: pd.DataFrame) -> set[str]:
+    """Estimators whose predicted p50 and p99 are the same on every request
+    (no spread: a profile without a noise model), so that their coverage
+    shares are one number."""
+    if "p50_s" not in est:
+        return set()
+    out = set()
+    for name, g in est.groupby("estimator", sort=False):
+        p50, p99 = g["p50_s"].to_numpy(dtype=np.float64), g["p99_s"].to_numpy(dtype=np.float64)
+        m = np.isfinite(p50)
+        if m.any() and np.array_equal(p50[m], p99[m]):
+            out.add(str(name))
     return out

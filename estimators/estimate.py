@@ -21,9 +21,13 @@ import numpy as np
 import pandas as pd
 
 from estimators import plugins
-from estimators.accuracy import error_by_cached_share, error_summary
+from estimators.accuracy import coinciding_quantiles, coverage, error_by_cached_share, error_summary, pinball  # noqa: F401
 from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegative
 from estimators.calibrate import step_window
+from estimators.learned.estimator import LearnedTTFT
+from estimators.learned.model import LearnedConfig
+from estimators.learned.scoring import carried, pretrained, teach, training_summary
+from estimators.learned.trainer import OnlineTrainer
 from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.plugins import PluginEstimator
 from estimators.profile import BatchTimeProfile
@@ -34,6 +38,9 @@ from traces.lengths import PredictedLengths, predicted_lengths
 from traces.store import Trace
 
 ESTIMATORS = ("sfs", "throughput", "lps", "lps-mg", "queue")
+# estimators that need an optional extra (learned: LightGBM), so not in the default list
+OPTIONAL_ESTIMATORS = ("learned",)
+KNOWN_ESTIMATORS = ESTIMATORS + OPTIONAL_ESTIMATORS
 LOAD_BINS = (0, 1, 4, 16, 64, 256)
 
 
@@ -87,6 +94,9 @@ class EstimateConfig:
     # quantiles recalibrated online from the measured TTFTs of requests whose first token came before each
     # arrival (estimators.recalibration); None: the distribution as the model gives it
     recalibration: RecalibrationConfig | None = None
+    # the learned estimator's online training (retrain interval, window); one model per instance
+    learned: LearnedConfig = field(default_factory=LearnedConfig)
+    learned_train_on: Trace | None = None  # a recording the learned model is first trained on, then carried in
 
 
 @dataclass
@@ -97,7 +107,10 @@ class EstimateResult:
 
 
 def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
-          overhead: float, online_lps: bool = False, cache_aware: bool = False):
+          overhead: float, online_lps: bool = False, cache_aware: bool = False,
+          trainer: OnlineTrainer | None = None):
+    """``trainer``: the learned estimator's online model (instances sharing
+    one share what they learn; None: a model of its own)."""
     if name == "sfs":
         return SFS(profile, pred_total, overhead)
     if ":" in name:
@@ -114,7 +127,10 @@ def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, p
                      params.mean_decode_step_s, overhead, cache_aware)
     if name == "queue":
         return QueueLength(params.queue_b0, params.queue_b1, overhead)
-    raise ValueError(f"unknown estimator {name!r} (choose from {', '.join(ESTIMATORS)})")
+    if name == "learned":  # cold start: the throughput baseline and its calibration error
+        return LearnedTTFT(Throughput(params.theta_pre, params.mean_decode_step_s, overhead, cache_aware),
+                           trainer or OnlineTrainer(), params.err_log_mu, params.err_log_sigma)
+    raise ValueError(f"unknown estimator {name!r} (choose from {', '.join(KNOWN_ESTIMATORS)})")
 
 
 def plugin_estimator(path: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
@@ -216,6 +232,9 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     pred_total = np.array(lengths.tokens, dtype=np.int64)  # own copy: a column's array may view the true lengths
     ttft = reqs["ttft_s"].to_numpy(dtype=np.float64)
     rows, attr, floor_parts, floors = [], [], [], []
+    sources: list[str] = []  # per row: which model answered (the learned estimator's cold start says so)
+    trainers: list[OnlineTrainer] = []
+    carry = pretrained(cfg.learned_train_on, cfg.learned) if cfg.learned_train_on is not None else {}
     warmup_us: dict[str, float] = {}
     rid = reqs["request_id"].to_numpy()
     share = (reqs["cached_tokens"].to_numpy(dtype=np.float64) / np.maximum(reqs["prompt_tokens"].to_numpy(), 1)
@@ -225,8 +244,11 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             raise ValueError(f"no profile for instance {inst!r}")
         profile, params = models[inst]
         walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None, predicted=pred_total)
-        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, cache_aware=cfg.cache_aware)
+        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, cache_aware=cfg.cache_aware,
+                      trainer=(carried(carry, inst) or OnlineTrainer(cfg.learned)) if n == "learned" else None)
                 for n in cfg.estimators]
+        learners = [e for e in ests if isinstance(e, LearnedTTFT)]
+        trainers.extend(e.trainer for e in learners)
         rate = RateTracker(cfg.ewma_tau_s)
         exp_step = profile.expected(walk.steps) if len(walk.steps) else np.zeros(0)
         cum = np.cumsum(profile.step_gap_s + exp_step)
@@ -240,9 +262,11 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             rate.observe(snap.t)
             if progress is not None:
                 progress(1)
-            if not np.isfinite(ttft[idx]) or ttft[idx] <= 0 or not span[0] <= snap.t < span[1]:
-                continue
             q = Query(idx, snap.t, int(walk.prompt[idx]))
+            if not np.isfinite(ttft[idx]) or ttft[idx] <= 0 or not span[0] <= snap.t < span[1]:
+                for est in learners:  # not scored, yet it teaches once its first token is out (a training window)
+                    teach(est, snap, q, ttft[idx])
+                continue
             residents, waiting = snap.residents, snap.queued
             speed = 1.0 if speeds is None else float(speeds[walk.k])  # steps 0..k-1 have completed
             for est in ests:
@@ -251,6 +275,9 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
                 except plugins.PluginError as e:  # a plug-in failed: say at which request
                     raise e.at_request(rid[idx]) from None
                 rows.append((rid[idx], inst, est.name, ttft[idx], value, residents, waiting, dt, *qs, share[idx]))
+                sources.append(getattr(est, "last_source", est.name))
+                if isinstance(est, LearnedTTFT):
+                    teach(est, snap, q, ttft[idx])
                 if est.name == "sfs":
                     f = ft[idx]
                     k0 = walk.k
@@ -267,6 +294,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             floor_parts = []
     est_df = pd.DataFrame(rows, columns=["request_id", "instance_id", "estimator", "true_s", "est_s", "residents",
                                          "waiting", "est_us", "p50_s", "p90_s", "p99_s", "cached_share"])
+    if any(n == "learned" for n in cfg.estimators):
+        est_df["source"] = sources
     att_df = pd.DataFrame(attr, columns=["request_id", "instance_id", "true_s", "sfs_s", "reference_s",
                                          "sim_steps", "real_steps"])
     raw_coverage = None
@@ -288,6 +317,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         metrics["sfs_attribution"]["jitter_floor_mape"] = float(np.mean(apes))
     for name, us in warmup_us.items():
         metrics["estimators"].setdefault(name, {})["warmup_us"] = us
+    if trainers and "learned" in metrics["estimators"]:
+        metrics["estimators"]["learned"]["training"] = training_summary(trainers, est_df, cfg.learned)
     return EstimateResult(est_df, att_df, metrics)
 
 
@@ -324,33 +355,6 @@ def score_span(start: np.ndarray, end: np.ndarray, window: tuple[float, float] |
     return t_lo, t_hi
 
 
-def coverage(g: pd.DataFrame) -> dict | None:
-    """Share of measured TTFTs at or below the predicted p50, p90, p99
-    (nominal 0.5, 0.9, 0.99), for an estimator that gives a distribution;
-    None for a point estimator."""
-    if "p50_s" not in g or not g["p50_s"].notna().any():
-        return None
-    m = g["p50_s"].notna() & np.isfinite(g["p50_s"])
-    true = g["true_s"][m].to_numpy()
-    return {"n": int(m.sum()), **{lv: float(np.mean(true <= g[f"{lv}_s"][m].to_numpy()))
-                                  for lv in ("p50", "p90", "p99")}}
-
-
-def coinciding_quantiles(est: pd.DataFrame) -> set[str]:
-    """Estimators whose predicted p50 and p99 are the same on every request
-    (no spread: a profile without a noise model), so that their coverage
-    shares are one number."""
-    if "p50_s" not in est:
-        return set()
-    out = set()
-    for name, g in est.groupby("estimator", sort=False):
-        p50, p99 = g["p50_s"].to_numpy(dtype=np.float64), g["p99_s"].to_numpy(dtype=np.float64)
-        m = np.isfinite(p50)
-        if m.any() and np.array_equal(p50[m], p99[m]):
-            out.add(str(name))
-    return out
-
-
 def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
     out: dict = {"estimators": {}, "requests": int(est["request_id"].nunique()) if len(est) else 0}
     for name, g in est.groupby("estimator", sort=False):
@@ -372,6 +376,7 @@ def summarize(est: pd.DataFrame, att: pd.DataFrame) -> dict:
         cov = coverage(g)
         if cov is not None:
             s["coverage"] = cov
+            s["pinball_s"] = pinball(g)
         out["estimators"][str(name)] = s
     if len(att):
         ref, sfs, true = att["reference_s"].to_numpy(), att["sfs_s"].to_numpy(), att["true_s"].to_numpy()

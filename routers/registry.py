@@ -102,6 +102,31 @@ def _chance(estimator: str, rule: str) -> Callable[[BuildContext], Router]:
     return make
 
 
+def _learned(kind: str) -> Callable[[BuildContext], Router]:
+    """A learned router: one online model per model of the pool (its
+    replicas share it, as llm-d trains one per pool), each instance's
+    estimator asking it, the throughput baseline as its cold start.
+    Imported when built: ``latroute --help`` loads neither these modules'
+    rules nor LightGBM (which only the first fit imports)."""
+    def make(c: BuildContext) -> Router:
+        from estimators.learned.trainer import OnlineTrainer
+        from routers.learned import LearnedCC, LearnedHard
+        from routers.llmd import LlmdHeadroom
+
+        models = _models(c)
+        trainers = {m: OnlineTrainer() for m in dict.fromkeys(models)}
+        ests = [build("learned", s.profile, (c.baselines or {}).get(s.instance_id), c.inputs.pred_total,
+                      c.frontend_overhead_s, trainer=trainers[m]) for s, m in zip(c.specs, models)]
+        if kind == "hard":
+            return LearnedHard(c.inputs, ests, c.frontend_overhead_s, online_speed=c.online_speed, models=models,
+                               ties=c.ties, seed=c.seed)
+        if kind == "cc":
+            return LearnedCC(c.inputs, ests, c.epsilon, c.frontend_overhead_s, models=models, ties=c.ties,
+                             seed=c.seed)
+        return LlmdHeadroom(c.inputs, ests, models, c.seed, overhead_s=c.frontend_overhead_s)
+    return make
+
+
 def _oracle(c: BuildContext) -> Router:
     from routers.oracle import Oracle  # the twin's fork: imported only when asked
 
@@ -111,7 +136,8 @@ def _oracle(c: BuildContext) -> Router:
 
 
 # estimator -> whether it needs the pool's baseline parameters (SFS needs only the batch-time profile)
-ESTIMATOR_NEEDS_BASELINES = {"sfs": False, "throughput": True, "lps": True, "lps-mg": True, "queue": True}
+ESTIMATOR_NEEDS_BASELINES = {"sfs": False, "throughput": True, "lps": True, "lps-mg": True, "queue": True,
+                             "learned": True}  # learned: its cold start is the throughput baseline
 
 _ENTRIES = [
     RouterEntry("round-robin", "instances in turn", lambda c: RoundRobin(c.inputs), baseline=True),
@@ -142,6 +168,17 @@ _ENTRIES = [
                 _chance(est, rule), estimator=est, rule=rule, uses_lambda=True, uses_epsilon=rule == "cc",
                 needs_baselines=ESTIMATOR_NEEDS_BASELINES[est], main=est == "sfs")
     for est in ("sfs", "throughput") for rule in ("cc", "eu")
+] + [
+    RouterEntry("learned-hard", "llm-d's online-trained LightGBM TTFT model (mean) per instance, best utility "
+                "meeting the SLO (throughput baseline until trained; learned extra)", _learned("hard"),
+                estimator="learned", rule="hard", uses_lambda=True, needs_baselines=True),
+    RouterEntry("learned-cc", "the learned model's p50/p90 per instance, best utility with P(on time) >= "
+                "1 - epsilon, else the likeliest on time (learned extra)", _learned("cc"), estimator="learned",
+                rule="cc", uses_lambda=True, uses_epsilon=True, needs_baselines=True),
+    RouterEntry("llmd-headroom", "llm-d's SLO-aware profile: models by utility, then its headroom tier filter "
+                "(SLO - learned p90; 1% exploration) and latency scorer over the replicas (learned extra)",
+                _learned("headroom"), estimator="learned", rule="headroom", uses_lambda=True, seeded=True,
+                needs_baselines=True),
 ] + [
     RouterEntry("oracle", "clairvoyant: forks each instance's future (noise and true lengths included, later "
                 "arrivals not routed yet) and picks the best on-time utility", _oracle, uses_lambda=True,

@@ -149,7 +149,7 @@ def test_registry_declares_what_each_router_needs():
     assert not any(e.uses_delta or e.needs_baselines for e in simple)
     assert [n for n, e in REGISTRY.items() if e.oracle] == ["oracle"]
     assert [n for n, e in REGISTRY.items() if e.uses_lambda and e.estimator is None] == ["latency-agnostic", "oracle"]
-    assert [n for n, e in REGISTRY.items() if e.uses_epsilon] == ["sfs-cc", "throughput-cc"]
+    assert [n for n, e in REGISTRY.items() if e.uses_epsilon] == ["sfs-cc", "throughput-cc", "learned-cc"]
     assert MAIN_ROUTERS == ("shortest-queue", "latency-agnostic", "sfs-hard", "sfs-soft", "sfs-cc", "sfs-eu")
     assert {n for n, e in REGISTRY.items() if e.baseline} == {"round-robin", "shortest-queue", "latency-agnostic"}
     # a router built through the registry ignores delta unless it declares it

@@ -11,12 +11,14 @@ from estimators.calibrate import calibrate_instance
 from estimators.drift import trace_drift
 from estimators.estimate import (
     ESTIMATORS,
+    KNOWN_ESTIMATORS,
     BaselineParams,
     EstimateConfig,
     check_plugin_estimator,
     coinciding_quantiles,
     estimate_trace,
 )
+from estimators.learned.model import RETRAIN_EVERY_S, WINDOW, LearnedConfig
 from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
 from estimators.profile import load_profile
 from estimators.recalibration import STEP, RecalibrationConfig
@@ -60,6 +62,17 @@ def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, ne
     return models
 
 
+def _train_on(path: Path) -> Trace:
+    """The recording ``--train-on`` names, checked before any work: it needs measured TTFTs and steps."""
+    other = open_trace(path)
+    for table in ("requests", "steps", "step_items", "instances"):
+        if not other.has(table):
+            raise BadInput(other.file(table), None, table, "--train-on needs a recording with this table")
+    if "ttft_s" not in other.columns("requests"):
+        raise BadInput(other.file("requests"), None, "ttft_s", "--train-on needs measured TTFTs")
+    return other
+
+
 def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
     """The estimate's summary lines; ``coinciding``: estimators whose
     predicted quantiles coincide on every request (``coinciding_quantiles``)."""
@@ -82,6 +95,21 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
         if raw:
             lines.append(f"{name} coverage before recalibration: p50 {100 * raw['p50']:.1f}%, "
                          f"p90 {100 * raw['p90']:.1f}%, p99 {100 * raw['p99']:.1f}%")
+    for name, s in m["estimators"].items():
+        pb = s.get("pinball_s")
+        if pb and pb.get("p50") is not None:
+            lines.append(f"{name} pinball loss: p50 {1e3 * pb['p50']:.2f} ms, p90 {1e3 * pb['p90']:.2f} ms")
+        tr = s.get("training")
+        if tr:
+            fit = "no fit" if tr["mean_fit_ms"] is None else f"{tr['mean_fit_ms']:.1f} ms per fit"
+            lines.append(f"{name} training: {tr['fits']} fits of <= {tr['window']} samples every "
+                         f"{tr['retrain_every_s']:g} s ({fit}, {tr['amortised_fit_us_per_estimate'] or 0:.1f} us "
+                         f"per estimate amortised, in the mean us above); cold start (throughput) answered "
+                         f"{100 * (tr['cold_start_share'] or 0):.1f}% of estimates")
+            for src, b in tr["by_source"].items():
+                if b.get("n"):
+                    lines.append(f"  {name} from {src}: n {b['n']}, MAPE {100 * b['mape']:.1f}%, "
+                                 f"p90 APE {100 * b['p90_ape']:.1f}%")
     a = m.get("sfs_attribution")
     if a:
         lines.append(f"SFS error split: trajectory {100 * a['trajectory_error']:.1f}% (simulation and lengths), "
@@ -96,8 +124,9 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
 @click.command()
 @click.argument("trace_dir", metavar="TRACE", type=click.Path(path_type=Path))
 @click.option("--estimators", "names", default=",".join(ESTIMATORS), show_default=True,
-              help=f"Comma-separated estimators, of: {', '.join(ESTIMATORS)} (latroute list estimators), or "
-                   "plug-ins as module:Class.")
+              help=f"Comma-separated estimators, of: {', '.join(KNOWN_ESTIMATORS)} (latroute list estimators), or "
+                   "plug-ins as module:Class. learned (llm-d's online-trained LightGBM model) needs the "
+                   "learned extra and is not in the default list.")
 @click.option("--lengths", metavar="|".join(LENGTH_POLICIES),
               help="Predicted output lengths of residents. Default: column (predicted_output_tokens) if the trace "
                    "has it, else median (of the trace's output lengths); oracle = true lengths (a bound).")
@@ -117,6 +146,14 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "as p50_raw_s..p99_raw_s.")
 @click.option("--recalibration-step", type=POSITIVE, default=STEP, show_default=True,
               help="Step (log time) of the online recalibration's quantile offsets.")
+@click.option("--retrain-every", type=click.FloatRange(min=0.0), default=RETRAIN_EVERY_S, show_default=True,
+              help="learned: seconds (of the trace's clock) between refits (llm-d's example deployment: 1; its "
+                   "code's default: 1800).")
+@click.option("--window", type=click.IntRange(min=10), default=WINDOW, show_default=True,
+              help="learned: the newest labelled samples a refit trains on (llm-d's example deployment: 100).")
+@click.option("--train-on", type=click.Path(path_type=Path),
+              help="learned: first train its model on this other recording's measured requests (e.g. another "
+                   "host's), then carry it into TRACE instead of starting from the cold start.")
 @click.option("--cache-blind", is_flag=True,
               help="Ignore the instances' prefix cache (SFS computes every prompt token): what ignoring it costs.")
 @click.option("--cache-aware", is_flag=True,
@@ -135,7 +172,8 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, recalibrate: str,
-             recalibration_step: float, cache_blind: bool, cache_aware: bool, out: Path, force: bool,
+             recalibration_step: float, retrain_every: float, window: int, train_on: Path | None,
+             cache_blind: bool, cache_aware: bool, out: Path, force: bool,
              engine_opts: tuple[str, ...], prefix_cache: str, score_window: tuple[float, float] | None,
              join_dir: Path | None) -> None:
     """Estimate every measured request's TTFT with each estimator, from
@@ -160,13 +198,13 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     twin's reconstructed states, scored against the measured TTFTs.
     """
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
-                     "--join": join_dir})
+                     "--join": join_dir, "--train-on": train_on})
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
-    unknown = [n for n in chosen if n not in ESTIMATORS and ":" not in n]  # module:Class = a plug-in
+    unknown = [n for n in chosen if n not in KNOWN_ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
-                                 f"(choose from {', '.join(ESTIMATORS)})", param_hint="--estimators")
+                                 f"(choose from {', '.join(KNOWN_ESTIMATORS)})", param_hint="--estimators")
     for name in chosen:
         if ":" in name:  # a plug-in is foreign code: loaded and checked before any work or output
             check_plugin_estimator(name)
@@ -182,6 +220,9 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                                                                     "online speed factor's half-life)")
     if recalibrate != "on":
         refuse_given(ctx, {"recalibration_step": "--recalibration-step"}, "only with --recalibrate on")
+    if "learned" not in chosen:
+        refuse_given(ctx, {"retrain_every": "--retrain-every", "window": "--window", "train_on": "--train-on"},
+                     "only with the learned estimator (its online training)")
     if "lps-mg" not in chosen:
         refuse_given(ctx, {"ewma_tau": "--ewma-tau"}, "only with the lps-mg estimator (the only one using the "
                                                       "online arrival-rate estimate)")
@@ -207,13 +248,15 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     for table in ("requests", "steps", "step_items", "instances"):
         if not trace.has(table):
             raise BadInput(trace.file(table), None, table, "estimate needs this table (a recorded or twin trace)")
+    carry = _train_on(train_on) if train_on is not None else None
     models = _models(trace, profile_ref, calibrate_on, needs_baselines=any(n != "sfs" for n in chosen))
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)
     speed_cfg = OnlineSpeedConfig(half_life_steps=speed_half_life) if online_speed == "on" else None
     cfg = EstimateConfig(estimators=chosen, lengths=lengths, ewma_tau_s=ewma_tau, frontend_overhead_s=overhead,
                          online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware,
                          score_window=score_window,
-                         recalibration=RecalibrationConfig(recalibration_step) if recalibrate == "on" else None)
+                         recalibration=RecalibrationConfig(recalibration_step) if recalibrate == "on" else None,
+                         learned=LearnedConfig(retrain_every_s=retrain_every, window=window), learned_train_on=carry)
     drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()
@@ -232,6 +275,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
               "drift": {i: d.to_json() for i, d in drift.items()},
               "profiles": {i: {"name": p.name, "form": p.form} for i, (p, _) in models.items()},
               "wall_s": time.perf_counter() - t})
+    if train_on is not None:
+        m["learned_trained_on"] = str(train_on)
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
     if join_dir is not None:

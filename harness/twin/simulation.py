@@ -190,6 +190,9 @@ class Twin:
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = np.maximum(requests["output_tokens"].to_numpy(dtype=np.int64), 1)
         ev = Events.new(n)
+        watch = getattr(router, "watch_first_tokens", None)
+        if callable(watch):  # a router that learns online (routers.learned): first tokens as a gateway sees them
+            watch(first_token_feed(ev.out.first_t))
         fork_outcomes = ForkOutcomes(n)
         clock = np.zeros(1, dtype=np.float64)  # "now", shared by the instances and their views
         insts = [Instance(i, s, self.cfg, fork_outcomes, clock) for i, s in enumerate(self.specs)]
@@ -294,6 +297,17 @@ class Twin:
             steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
             extra={"rejected": int(np.isfinite(o.reject_t).sum())},
         )
+
+
+def first_token_feed(first_t: np.ndarray) -> np.ndarray:
+    """A read-only view of the twin's first-token times (NaN until a
+    request's first token is out): what a gateway sees stream back. A
+    value is written when the step producing it completes, so at an
+    arrival it holds only the past; the routers that read it still take
+    only those strictly before the arrival (``routers.learned``)."""
+    v = first_t.view()
+    v.flags.writeable = False
+    return v
 
 
 def checked_index(j, n: int) -> int:
