@@ -86,3 +86,14 @@ def test_on_a_replica_pool_seeded(router):
     assert a.to_json() == b.to_json()
     assert len({id(e.trainer) for e in r.estimators}) == 3  # one model per model of the pool, shared by replicas
     assert a["instance_id"].nunique() > 3  # replicas used, not only replica 0
+
+
+def test_learned_routers_without_lightgbm_are_refused_before_any_work(tmp_path, monkeypatch):
+    import harness.cli.replay_options as ro
+    from tests.conftest import run_cli
+
+    monkeypatch.setattr(ro, "learned_available", lambda: False)
+    for args in (["replay", "--router", "learned-cc"], ["sweep", "--routers", "sfs-cc,llmd-headroom", "--rates", "4"]):
+        r = run_cli(*args, "--requests", "20", "--out", tmp_path / args[0])
+        assert r.exit_code == 2 and "needs LightGBM" in r.output, r.output
+        assert not (tmp_path / args[0]).exists()

@@ -69,6 +69,13 @@ class LearnedConfig:
         return p
 
 
+def available() -> bool:
+    """Whether LightGBM is installed (looked up, not imported: ``--help`` stays fast)."""
+    import importlib.util
+
+    return importlib.util.find_spec("lightgbm") is not None
+
+
 def lightgbm():
     """The LightGBM module, imported on first use; a clear error without the extra."""
     try:

@@ -37,13 +37,22 @@ FLEET_MIN_REQUESTS = 2000
 ALL_TIES_UP_TO = 96  # instances: past it only lowest-index (least-latency estimates every replica: minutes at 384)
 
 
-def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[str, ...] = tuple(ROUTERS)) -> dict:
+def default_routers() -> tuple[str, ...]:
+    """Every registry router; the learned ones only where LightGBM is installed."""
+    from estimators.learned.model import available
+
+    have = available()
+    return tuple(n for n in ROUTERS if have or router_entry(n).estimator != "learned")
+
+
+def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[str, ...] | None = None) -> dict:
     t = time.perf_counter()
     warm_up()
     pool_baselines("qwen3-h100")  # the baseline estimators' calibration replay, once (cached for every router)
     setup_s = time.perf_counter() - t
     wl = generate_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", rate), seed=seed))
     pool = load_pool("qwen3-h100")
+    routers = default_routers() if routers is None else routers
     out: dict = {"pool": "qwen3-h100", "requests": requests, "rate": rate, "setup_s": setup_s,
                  "soft_delta_per_us": SOFT_DELTA, "routers": {}}
     for name in routers:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from estimators.learned.model import available as learned_available
 from harness.cli.params import (
     AT_LEAST_1,
     BURSTINESS,
@@ -26,10 +27,14 @@ def parse_routers(text: str) -> list[str]:
         raise click.BadParameter("no router given", param_hint="--router(s)")
     for n in names:  # built-in names, or plug-ins as module:Class (routers.registry.plugin_entry)
         try:
-            router_entry(n)
+            e = router_entry(n)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--router(s)") from None
+        if e.estimator == "learned" and not learned_available():  # refused before any work, not at its first fit
+            raise click.BadParameter(f"{n} needs LightGBM (the learned extra): pip install -e '.[learned]'",
+                                     param_hint="--router(s)")
     return names
+
 
 
 def policy_options(f):
