@@ -1,0 +1,44 @@
+"""The compiled forest walk gives LightGBM's own predictions, exactly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lightgbm")
+
+from estimators.learned.forest import Forest  # noqa: E402
+from estimators.learned.model import COMPILE_AFTER, LearnedConfig, TTFTModel  # noqa: E402
+
+
+def _data(seed: int, n: int = 100):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 8)) * rng.integers(1, 2000, 8)
+    X[: n // 4, 2] = 0.0  # counts that are often zero (waiting, prefix score)
+    X[:, 5] = np.round(X[:, 5])
+    y = np.abs(X @ rng.random(8) * 1e-4 + rng.lognormal(-3, 0.5, n))
+    return rng, X, y
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_forest_equals_booster_predict(seed):
+    import lightgbm as lgb
+
+    rng, X, y = _data(seed)
+    cfg = LearnedConfig(seed=seed)
+    for objective, alpha in (("regression", None), ("quantile", 0.5), ("quantile", 0.9)):
+        b = lgb.train(cfg.params(objective, alpha), lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}),
+                      num_boost_round=cfg.n_estimators)
+        f = Forest.from_booster(b)
+        rows = np.vstack([X, rng.random((500, 8)) * rng.integers(1, 3000, 8), np.zeros((2, 8))])
+        rows[3, 4] = np.nan  # a missing value goes the way LightGBM sends it
+        assert np.array_equal(b.predict(rows, num_threads=1), np.array([f.predict(r) for r in rows]))
+
+
+def test_a_model_gives_the_same_numbers_before_and_after_it_is_compiled():
+    rng, X, y = _data(2)
+    m = TTFTModel(LearnedConfig(), X, y)
+    rows = rng.random((COMPILE_AFTER + 50, 8)) * 1500
+    out = [m.predict(r) for r in rows]
+    assert m.forests is not None and m.boosters is None
+    # the first COMPILE_AFTER answers came from the boosters: the forests give them again
+    assert [m.predict(r) for r in rows[:COMPILE_AFTER]] == out[:COMPILE_AFTER]
