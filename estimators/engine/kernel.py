@@ -44,6 +44,7 @@ from estimators.engine.kv_blocks import (
     settle,
 )
 from estimators.engine.layout import (
+    C_ASYNC,
     C_BLOCK,
     C_BUDGET,
     C_CHUNKED,
@@ -59,9 +60,14 @@ from estimators.engine.layout import (
     F_BLOCKS,
     F_COMPUTED,
     F_EVENT,
+    F_INFLIGHT,
     F_NCACHED,
     F_OUTPUTS,
+    F_PH,
     F_PROMPT,
+    F_RID,
+    F_STALE,
+    F_STATUS,
     F_TARGET,
     PL_N,
     PL_NREJ,
@@ -71,6 +77,8 @@ from estimators.engine.layout import (
     S_NR,
     S_STEP,
     S_WN,
+    ST_RUNNING,
+    ST_WAITING,
 )
 from estimators.engine.primitives import (
     admit_uncached,
@@ -80,15 +88,18 @@ from estimators.engine.primitives import (
     finish_uncached,
     finished_slot,
     wait_head,
+    wait_remove,
 )
 from estimators.engine.sched_moves import (
     _admit,
+    _at_max_tokens_in_flight,
     _fills,
     _given_hit,
     _grow_fast,
     _grow_slow,
     _hit,
     _needs_blocks,
+    _place,
     _put,
     _register_slow,
     _reject_head,
@@ -103,11 +114,15 @@ def _schedule_v1(st, plan):
     b = cfg[C_BLOCK]
     max_len = cfg[C_MAX_LEN]
     cap = cfg[C_LONG_PREFILL] if sc[S_NR] + sc[S_WN] > 1 else 0
+    asy = cfg[C_ASYNC] != 0
     k = 0
     i = 0
     while i < sc[S_NR] and budget > 0:
         s = running[i]
-        n = req[s, F_PROMPT] + req[s, F_OUTPUTS] - req[s, F_COMPUTED]
+        if _at_max_tokens_in_flight(req, s):
+            i += 1
+            continue
+        n = req[s, F_PROMPT] + req[s, F_OUTPUTS] + req[s, F_PH] - req[s, F_COMPUTED]
         if 0 < cap < n:
             n = cap
         if n > budget:
@@ -122,6 +137,8 @@ def _schedule_v1(st, plan):
                 not (_grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n)):
             break
         k = _put(req, plan, k, s, n)
+        if asy:
+            _place(req, plan, k - 1, s)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
@@ -161,6 +178,8 @@ def _schedule_v1(st, plan):
         else:
             s = _admit(st, hb if ev >= 0 else 0, cdiv(hit + n, b), hit)
         k = _put(req, plan, k, s, n)
+        if asy:
+            _place(req, plan, k - 1, s)
         if cfg[C_PREFIX] != 0 and _fills(b, req[s, F_PROMPT], req[s, F_OUTPUTS], req[s, F_COMPUTED], req[s, F_NCACHED]) and \
                 not register_overlay(cfg, req, osc, rng, rslots, s):
             _register_slow(st, s)
@@ -315,6 +334,64 @@ def schedule_step(st, plan):
 
 
 @njit(cache=True)
+def _complete_async(st, plan, n):
+    """``complete_step`` under async scheduling (``AsyncScheduler``'s
+    ``update_from_output``), for a step whose outputs arrive after the next
+    step was planned: an item whose request finished meanwhile (or whose
+    slot now holds another request) is skipped; a sampled token is appended
+    and, unless the output is stale (scheduled before the request's last
+    preemption), takes a placeholder back; the stop checks are sync mode's,
+    and a stale token can finish a preempted request in ``waiting``. A
+    running request's blocks are registered up to its computed tokens
+    minus the placeholders still in flight. Prefix caching with SFS's
+    overlay is not modelled here."""
+    req, sc, cfg = st.req, st.sc, st.cfg
+    max_len = cfg[C_MAX_LEN]
+    b = cfg[C_BLOCK]
+    finished = 0
+    for j in range(n):
+        s = plan.slot[j]
+        status = req[s, F_STATUS]
+        if req[s, F_RID] != plan.rid[j] or (status != ST_RUNNING and status != ST_WAITING):
+            continue
+        req[s, F_EVENT] = 0
+        req[s, F_INFLIGHT] -= 1
+        stale = req[s, F_STALE] > 0
+        if stale:
+            req[s, F_STALE] -= 1
+        if plan.samples[j] == 0:
+            continue
+        req[s, F_OUTPUTS] += 1
+        if not stale:
+            req[s, F_PH] -= 1
+        if req[s, F_OUTPUTS] == 1:
+            req[s, F_EVENT] |= EV_FIRST
+        if req[s, F_OUTPUTS] >= req[s, F_TARGET]:
+            req[s, F_EVENT] |= EV_FINISH
+        elif req[s, F_PROMPT] + req[s, F_OUTPUTS] >= max_len:
+            req[s, F_EVENT] |= EV_FINISH | EV_LENGTH
+        if req[s, F_EVENT] & EV_FINISH:
+            if status == ST_WAITING:  # preempted, finished by its stale token: it holds no blocks
+                wait_remove(sc, st.waiting, s)
+                finished_slot(req, sc, st.free_slots, s)
+            elif cfg[C_PREFIX] == PREFIX_OFF:
+                finish_uncached(req, sc, st.free_slots, s)
+            else:
+                finish(st, s)
+            finished += 1
+        elif status == ST_RUNNING and cfg[C_PREFIX] != PREFIX_OFF:
+            done = req[s, F_COMPUTED] - req[s, F_PH]
+            if done // b > req[s, F_NCACHED]:
+                computed = req[s, F_COMPUTED]
+                req[s, F_COMPUTED] = done  # register up to the tokens whose outputs are known
+                _register_slow(st, s)
+                req[s, F_COMPUTED] = computed
+    if finished > 0:
+        compact_running(req, st.sc, st.running)
+    return finished
+
+
+@njit(cache=True)
 def complete_step(st, plan, n):
     """Apply the outputs of a step that scheduled ``plan.slot[:n]``.
 
@@ -324,6 +401,8 @@ def complete_step(st, plan, n):
     finishes at its target output length, or (EV_LENGTH) as soon as its
     prompt + outputs reach max_model_len, as vLLM's ``check_stop`` does."""
     req, sc, cfg = st.req, st.sc, st.cfg
+    if cfg[C_ASYNC] != 0:
+        return _complete_async(st, plan, n)
     osc, pend = ov_lists(st)
     max_len = cfg[C_MAX_LEN]
     finished = 0

@@ -80,11 +80,13 @@ class StepPlan(NamedTuple):
     preempted: np.ndarray
     rejected: np.ndarray
     counts: np.ndarray
+    rid: np.ndarray  # async scheduling: the request each item was for (its slot may be reused before the outputs)
+    samples: np.ndarray  # async scheduling: 1 if the item samples a token (not a prefill chunk)
 
     @classmethod
     def new(cls, capacity: int) -> StepPlan:
         z = lambda: np.zeros(capacity, dtype=np.int64)  # noqa: E731
-        return cls(z(), z(), z(), z(), z(), np.zeros(NPL, dtype=np.int64))
+        return cls(z(), z(), z(), z(), z(), np.zeros(NPL, dtype=np.int64), z(), z())
 
     def grown(self, capacity: int) -> StepPlan:
         """A larger plan with the same contents (a step in flight keeps its
