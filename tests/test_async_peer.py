@@ -14,7 +14,6 @@ test, which skips cleanly without it.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.peer.latroute_side import run_scenario, run_scenario_async
-from tests.test_vllm_peer import FIELDS, first_difference, load
+from tests.test_vllm_peer import FIELDS, assert_agrees, first_difference, load
 
 PEER = Path(__file__).resolve().parent / "peer"
 ASYNC = sorted((PEER / "fixtures" / "async").glob("*.json"))
@@ -30,25 +29,15 @@ ASYNC_FIELDS = FIELDS + ("completed",)
 SYNC_NAMES = {p.stem for p in (PEER / "fixtures").glob("*.json")}
 
 
-def _diff(expected: list[dict], got: list[dict], fields=ASYNC_FIELDS) -> str | None:
-    for want, have in zip(expected, got):
-        for field in fields:
-            if want[field] != have[field]:
-                return (f"step {want['step']}: {field} differs\n  vLLM:     {json.dumps(want)}\n"
-                        f"  latroute: {json.dumps(have)}")
-    return None if len(expected) == len(got) else f"vLLM ran {len(expected)} calls, latroute {len(got)}"
+def _diff(expected: list[dict], got: list[dict]) -> str | None:
+    return first_difference(expected, got, ASYNC_FIELDS)
 
 
 @pytest.mark.parametrize("path", ASYNC, ids=[p.stem for p in ASYNC])
 def test_async_kernel_agrees_with_vllm_async_scheduler(path: Path):
     fx = load(path)
     assert fx["async_scheduling"] is True
-    start_free, steps = run_scenario_async(fx, len(fx["steps"]))
-    assert start_free == fx["start"]["free_blocks"]
-    diff = _diff(fx["steps"], steps)
-    assert diff is None, f"{fx['name']} ({fx['source']['test']}): {diff}"
-    finished = [rid for st in steps for rid in st["finished"]]
-    assert sorted(finished) == sorted(r["id"] for r in fx["requests"]), "every request finishes once"
+    assert_agrees(fx, *run_scenario_async(fx, len(fx["steps"])), ASYNC_FIELDS)
 
 
 def test_suite_covers_every_sync_scenario_and_eight_async_ones():

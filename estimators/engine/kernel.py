@@ -333,6 +333,20 @@ def schedule_step(st, plan):
     return n
 
 
+@njit(cache=True, inline="always")
+def _token_events(outputs, target, prompt, max_len):
+    """The events of a request that has just appended its ``outputs``-th
+    token: the first token; the finish at its target length, or (vLLM's
+    "length") once prompt + outputs reach max_model_len (``check_stop``).
+    Scalars only: the per-item loops cannot afford an array's incref."""
+    ev = EV_FIRST if outputs == 1 else 0
+    if outputs >= target:
+        ev |= EV_FINISH
+    elif prompt + outputs >= max_len:
+        ev |= EV_FINISH | EV_LENGTH
+    return ev
+
+
 @njit(cache=True)
 def _complete_async(st, plan, n):
     """``complete_step`` under async scheduling (``AsyncScheduler``'s
@@ -364,12 +378,7 @@ def _complete_async(st, plan, n):
         req[s, F_OUTPUTS] += 1
         if not stale:
             req[s, F_PH] -= 1
-        if req[s, F_OUTPUTS] == 1:
-            req[s, F_EVENT] |= EV_FIRST
-        if req[s, F_OUTPUTS] >= req[s, F_TARGET]:
-            req[s, F_EVENT] |= EV_FINISH
-        elif req[s, F_PROMPT] + req[s, F_OUTPUTS] >= max_len:
-            req[s, F_EVENT] |= EV_FINISH | EV_LENGTH
+        req[s, F_EVENT] |= _token_events(req[s, F_OUTPUTS], req[s, F_TARGET], req[s, F_PROMPT], max_len)
         if req[s, F_EVENT] & EV_FINISH:
             if status == ST_WAITING:  # preempted, finished by its stale token: it holds no blocks
                 wait_remove(sc, st.waiting, s)
@@ -411,12 +420,7 @@ def complete_step(st, plan, n):
         req[s, F_EVENT] = 0
         if req[s, F_COMPUTED] >= req[s, F_PROMPT] + req[s, F_OUTPUTS]:
             req[s, F_OUTPUTS] += 1
-            if req[s, F_OUTPUTS] == 1:
-                req[s, F_EVENT] |= EV_FIRST
-            if req[s, F_OUTPUTS] >= req[s, F_TARGET]:
-                req[s, F_EVENT] |= EV_FINISH
-            elif req[s, F_PROMPT] + req[s, F_OUTPUTS] >= max_len:
-                req[s, F_EVENT] |= EV_FINISH | EV_LENGTH
+            req[s, F_EVENT] |= _token_events(req[s, F_OUTPUTS], req[s, F_TARGET], req[s, F_PROMPT], max_len)
             if req[s, F_EVENT] & EV_FINISH:
                 if cfg[C_PREFIX] == PREFIX_OFF:
                     finish_uncached(req, sc, st.free_slots, s)
