@@ -16,11 +16,11 @@ F_PREEMPTIONS = 8
 F_EVENT = 9  # set by complete_step: EV_* bits
 F_NCACHED = 10  # prefix caching: leading blocks registered in the cache (vLLM's num_cached_block)
 F_HITB = 11  # SFS overlay: live hit blocks taken at admission, or -(live blocks + 1) for a live holder
-# async scheduling (``docs/reference/async-scheduling.md``; always 0 in sync mode)
+NF = 12  # the row of every instance (SFS copies NF fields per resident: sync rows keep their width)
+# async scheduling only (``docs/reference/async-scheduling.md``): one more column, read and written only when
+# cfg[C_ASYNC] is on (``SchedState.new`` gives async instances NF_ASYNC columns)
 F_PH = 12  # vLLM's num_output_placeholders: tokens sampled by steps in flight, counted in F_COMPUTED
-F_INFLIGHT = 13  # steps in flight that scheduled this request
-F_STALE = 14  # of those, steps scheduled before its last preemption (their outputs are stale)
-NF = 15
+NF_ASYNC = 13
 
 # statuses
 ST_FREE, ST_WAITING, ST_RUNNING, ST_FINISHED, ST_PENDING, ST_REJECTED = 0, 1, 2, 3, 4, 5
