@@ -177,6 +177,9 @@ INSTANCES = TableSchema(
         Column("host_speed", F64, required=False, nullable=True, nonneg=True,
                doc="the twin's true step time / the profile's (1.45 = a host 45% slower than the profile says; "
                    "estimators keep the profile); empty = 1"),
+        Column("async_scheduling", BOOL, required=False, nullable=True,
+               doc="vLLM's async scheduling (AsyncScheduler, two-deep batch queue; vllm-v1 only); off = the synchronous "
+                   "scheduler (vLLM on CPU, and the built-in pools)"),
     ),
     doc="one row per serving instance",
 )

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from estimators.engine.layout import (
+    C_ASYNC,
     C_BLOCK,
     C_BUDGET,
     C_CHUNKED,
@@ -113,6 +114,9 @@ class InstanceConfig:
     host_speed: float | None = field(default=None, metadata=meta(
         "the twin's true step time / the profile's (1.45 = a host 45% slower than the profile says; estimators "
         "keep the profile); empty = 1"))
+    async_scheduling: bool = field(default=False, metadata=meta(
+        "vLLM's async scheduling (AsyncScheduler, two-deep batch queue; vllm-v1 only); off = the synchronous "
+        "scheduler (vLLM on CPU, and the built-in pools)"))
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -133,6 +137,10 @@ class InstanceConfig:
                                  f"got {shown(v)}")
         if not isinstance(self.chunked_prefill, (bool, np.bool_)):
             raise ValueError(f"chunked_prefill must be true or false, got {shown(self.chunked_prefill)}")
+        if not isinstance(self.async_scheduling, (bool, np.bool_)):
+            raise ValueError(f"async_scheduling must be true or false, got {shown(self.async_scheduling)}")
+        if self.async_scheduling and self.policy != "vllm-v1":
+            raise ValueError(f"async_scheduling is vLLM V1's (policy vllm-v1), not {self.policy}'s")
         if self.prefix_caching is not None and not isinstance(self.prefix_caching, (bool, np.bool_)):
             raise ValueError(f"prefix_caching must be true, false or null, got {shown(self.prefix_caching)}")
         if self.device is not None and not isinstance(self.device, str):
@@ -184,6 +192,7 @@ class InstanceConfig:
         cfg[C_MAX_LEN] = self.max_model_len
         cfg[C_WATERMARK] = int(self.watermark_fraction * self.num_kv_blocks)
         cfg[C_PREFIX] = 1 if self.caching else 0
+        cfg[C_ASYNC] = 1 if self.async_scheduling else 0
         return cfg
 
     # --- the instances table and pool files

@@ -16,7 +16,11 @@ F_PREEMPTIONS = 8
 F_EVENT = 9  # set by complete_step: EV_* bits
 F_NCACHED = 10  # prefix caching: leading blocks registered in the cache (vLLM's num_cached_block)
 F_HITB = 11  # SFS overlay: live hit blocks taken at admission, or -(live blocks + 1) for a live holder
-NF = 12
+NF = 12  # the row of every instance (SFS copies NF fields per resident: sync rows keep their width)
+# async scheduling only (``docs/reference/async-scheduling.md``): one more column, read and written only when
+# cfg[C_ASYNC] is on (``SchedState.new`` gives async instances NF_ASYNC columns)
+F_PH = 12  # vLLM's num_output_placeholders: tokens sampled by steps in flight, counted in F_COMPUTED
+NF_ASYNC = 13
 
 # statuses
 ST_FREE, ST_WAITING, ST_RUNNING, ST_FINISHED, ST_PENDING, ST_REJECTED = 0, 1, 2, 3, 4, 5
@@ -48,7 +52,8 @@ C_MAX_LEN = 7  # max_model_len
 C_WATERMARK = 8  # blocks kept free at admission
 C_PREFIX = 9  # prefix caching: 0 off, 1 on (``SchedState.bc`` holds the KV blocks), 2 SFS overlay
 PREFIX_OFF, PREFIX_ON, PREFIX_OVERLAY = 0, 1, 2
-NC = 10
+C_ASYNC = 10  # async scheduling: 1 = vLLM's AsyncScheduler (placeholders, stale outputs), 0 = sync
+NC = 11
 
 # --- plan counts
 PL_N = 0  # requests in the batch

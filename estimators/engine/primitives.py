@@ -12,9 +12,11 @@ from numba import njit
 
 from estimators.engine.kv_blocks import release_blocks, take_blocks
 from estimators.engine.layout import (
+    C_ASYNC,
     F_BLOCKS,
     F_COMPUTED,
     F_NCACHED,
+    F_PH,
     F_PREEMPTIONS,
     F_STATUS,
     S_CAP,
@@ -143,6 +145,8 @@ def preempt(st, s):
     req[s, F_COMPUTED] = 0
     req[s, F_STATUS] = ST_WAITING
     req[s, F_PREEMPTIONS] += 1
+    if st.cfg[C_ASYNC] != 0:
+        req[s, F_PH] = 0  # async scheduling: the outputs in flight are stale (no F_PH column in sync mode)
     wait_push_front(sc, st.waiting, s)
     sc[S_NPREEMPT] += 1
 

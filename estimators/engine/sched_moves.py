@@ -23,6 +23,11 @@ from estimators.engine.layout import (
     F_COMPUTED,
     F_EVENT,
     F_HIT,
+    F_OUTPUTS,
+    F_PH,
+    F_PREEMPTIONS,
+    F_PROMPT,
+    F_RID,
     F_STATUS,
     PREFIX_OFF,
     PREFIX_OVERLAY,
@@ -129,6 +134,31 @@ def _put(req, plan, k, s, n):
     plan.computed[k] = req[s, F_COMPUTED]
     req[s, F_COMPUTED] += n
     return k + 1
+
+
+@njit(cache=True, inline="always")
+def _place(req, plan, j, s):
+    """Async scheduling, after ``_put`` of item ``j``: a request whose
+    scheduled tokens reach its known tokens plus placeholders (not a prefill
+    chunk) samples a token in this step, so it gets a placeholder for it
+    (``AsyncScheduler._update_after_schedule``); the item remembers its
+    request, whether it samples and the request's preemptions so far, for
+    when its outputs are applied (a preemption in between makes them stale)."""
+    samples = req[s, F_COMPUTED] >= req[s, F_PROMPT] + req[s, F_OUTPUTS] + req[s, F_PH]
+    plan.rid[j] = req[s, F_RID]
+    plan.samples[j] = 1 if samples else 0
+    plan.preemptions[j] = req[s, F_PREEMPTIONS]
+    if samples:
+        req[s, F_PH] += 1
+
+
+@njit(cache=True, inline="always")
+def _at_max_tokens_in_flight(placeholders, computed, prompt, max_tokens):
+    """Async scheduling: the tokens in flight already take the request to
+    max_tokens, so no further step is planned for it (vLLM's
+    ``num_computed_tokens + 2 - num_output_placeholders >= P + max_tokens``).
+    Scalars only: the per-resident loop cannot afford an array's incref."""
+    return placeholders > 0 and computed + 2 - placeholders >= prompt + max_tokens
 
 
 @njit(cache=True, inline="always")

@@ -54,6 +54,7 @@ from estimators.engine.layout import (
     F_STATUS,
     F_TARGET,
     NF,
+    NF_ASYNC,
     NPL,
     NS,
     PREFIX_ON,
@@ -80,11 +81,14 @@ class StepPlan(NamedTuple):
     preempted: np.ndarray
     rejected: np.ndarray
     counts: np.ndarray
+    rid: np.ndarray  # async scheduling: the request each item was for (its slot may be reused before the outputs)
+    samples: np.ndarray  # async scheduling: 1 if the item samples a token (not a prefill chunk)
+    preemptions: np.ndarray  # async scheduling: the request's preemptions then (more by the outputs: stale)
 
     @classmethod
     def new(cls, capacity: int) -> StepPlan:
         z = lambda: np.zeros(capacity, dtype=np.int64)  # noqa: E731
-        return cls(z(), z(), z(), z(), z(), np.zeros(NPL, dtype=np.int64))
+        return cls(z(), z(), z(), z(), z(), np.zeros(NPL, dtype=np.int64), z(), z(), z())
 
     def grown(self, capacity: int) -> StepPlan:
         """A larger plan with the same contents (a step in flight keeps its
@@ -134,7 +138,8 @@ class SchedState(NamedTuple):
             table = np.zeros((capacity, -(-engine.max_model_len // engine.block_size) + 1), dtype=np.int64)
         else:
             bc, table = new_block_cache(2), np.zeros((capacity, 0), dtype=np.int64)
-        return cls(cfg, np.zeros((capacity, NF), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
+        width = NF_ASYNC if engine.async_scheduling else NF  # F_PH exists only where async rules touch it
+        return cls(cfg, np.zeros((capacity, width), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
                    np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64), table, bc,
                    hashes if hashes is not None else no_request_hashes(), new_overlay(0, 2))
 
@@ -172,7 +177,7 @@ class SchedState(NamedTuple):
         old = self.capacity
         if capacity <= old:
             return self
-        req = np.zeros((capacity, NF), dtype=np.int64)
+        req = np.zeros((capacity, self.req.shape[1]), dtype=np.int64)
         req[:old] = self.req
         running = np.zeros(capacity, dtype=np.int64)
         running[:old] = self.running

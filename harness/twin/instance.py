@@ -98,6 +98,9 @@ class Instance:
         self.fork_outcomes = fork_outcomes if fork_outcomes is not None else ForkOutcomes(0)
         self.spec = spec
         self.instance_id = spec.instance_id
+        if spec.config.async_scheduling:  # the kernel has the rules; this loop does not drive vLLM's batch queue yet
+            raise ValueError(f"instance {spec.instance_id}: async_scheduling is not supported by the engine twin yet "
+                             "(docs/reference/async-scheduling.md)")
         self.state = SchedState.new(spec.config, capacity=256)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)

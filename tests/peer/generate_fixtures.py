@@ -15,15 +15,33 @@ computed; ``ignore_eos`` so a request ends at ``max_tokens`` or at
 The records are written as small JSON fixtures so CI needs no vLLM.
 
 It runs in vLLM's own environment and imports only the standard library and
-vLLM. Regenerate (e.g. to check a new vLLM release) from the repository root:
+vLLM. Regenerate (e.g. to check a new vLLM release) from the repository root
+with the Python of vLLM's environment (``LATROUTE_VLLM_PYTHON``; the tests
+read the same variable):
 
-    /work/vllm-env/bin/python tests/peer/generate_fixtures.py
+    $LATROUTE_VLLM_PYTHON tests/peer/generate_fixtures.py
 
 Options: ``--model DIR`` (a model directory whose configuration vLLM can
-read; default ``/work/shared/models/tiny-a``), ``--out DIR`` (default
-``tests/peer/fixtures``), ``--only NAME`` (one scenario). A fixture whose
-content did not change is left untouched, so ``git diff`` shows exactly
-what a new vLLM release changed.
+read; default ``../shared/models/tiny-a`` beside the repository), ``--out
+DIR`` (default ``tests/peer/fixtures``; the async fixtures go to its
+``async`` folder), ``--only NAME`` (one scenario), ``--mode sync|async|both``
+(default both). A fixture whose content did not change is left untouched,
+so ``git diff`` shows exactly what a new vLLM release changed.
+
+Async mode (``docs/reference/async-scheduling.md``). The same scenarios, and
+the async-specific ones of ``async_scenarios()``, run through vLLM's
+``AsyncScheduler`` driven by the engine core's own
+``EngineCore.step_with_batch_queue`` (the real method, called on an engine
+core object holding only what that method reads) over a mock executor whose
+``execute_model`` / ``sample_tokens`` return futures: nothing runs on a
+device, and the two-deep batch queue decides when each step's outputs are
+applied, exactly as in a GPU server. A request samples a token in a step
+iff that step is not a prefill chunk for it (``is_prefill_chunk`` right
+after ``schedule()``, which is what the model runner's discard mask
+computes). One record per call of ``step_with_batch_queue``: the batch it
+scheduled (each item with the request's ``num_output_placeholders`` after
+``schedule()``), ``completed`` = the call whose batch's outputs it applied
+(0: none), the rest as in sync mode.
 
 Token content. Without ``blocks`` a request's prompt is one token value
 repeated, unique to the request, so no two requests share a cached block.
@@ -52,11 +70,13 @@ from pathlib import Path
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 FORMAT = "latroute-vllm-peer/1"
-DEFAULT_MODEL = "/work/shared/models/tiny-a"
+DEFAULT_MODEL = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tiny-a")
 MAX_STEPS = 400
 SCHEDULER_TESTS = "tests/v1/core/test_scheduler.py"
 PREFIX_TESTS = "tests/v1/core/test_prefix_caching.py"
 OURS = "latroute (issue 19)"
+OURS_ASYNC = "latroute (issue 27)"
+ASYNC_TESTS = "tests/v1/core/test_async_scheduler.py"
 
 
 def engine(budget=8192, max_num_seqs=16, block_size=16, num_blocks=10000, long_prefill=0, max_model_len=None,
@@ -224,10 +244,105 @@ def scenarios() -> list[dict]:
     return out
 
 
+
+def async_scenarios() -> list[dict]:
+    """Scenarios whose outcome depends on async scheduling (recorded in async
+    mode only; each must disagree with the kernel's synchronous rules)."""
+    out = []
+    for m in (1, 2, 3, 5):
+        out.append(scenario(
+            f"async_stop_by_max_tokens_{m}", ASYNC_TESTS, "test_stop_by_max_tokens",
+            f"Two 10-token prompts with max_tokens {m}, the second arriving one step later: no step is scheduled "
+            "past max_tokens although the last token is still in flight when the next plan is made (the "
+            "prompt plus max_tokens - 1 tokens are scheduled per request, no more).",
+            engine(), [req(0, 10, m), req(1, 10, m, arrival_step=2)]))
+    out.append(scenario(
+        "async_prefill_dedup", ASYNC_TESTS, "test_prefix_caching_for_prefill_dedup",
+        "Budget 1000, block size 16, prefix caching: two 100-token prompts with the same six full blocks arrive "
+        "together (the second hits 96 tokens registered by the first in the same step), then one more per "
+        "step; each hits the blocks while their holders still have tokens in flight.",
+        engine(budget=1000, prefix_caching=True),
+        [req(0, 100, 3, 1, range(6)), req(1, 100, 3, 1, range(6))]
+        + [req(i, 100, 3, i, range(6)) for i in (3, 4, 5)]))
+    out.append(scenario(
+        "async_finish_while_planning", OURS_ASYNC, "a finish applied after the next plan",
+        "Block size 4, 10 blocks (9 usable): a 24-token prompt (3 outputs) holds 7 blocks; a 20-token prompt "
+        "arriving at step 2 needs 5 more. The first one's last token is applied only after the next plan has "
+        "been made, so its blocks come back one step later than in sync mode and the second starts later.",
+        engine(block_size=4, num_blocks=10), [req(0, 24, 3), req(1, 20, 2, arrival_step=2)]))
+    out.append(scenario(
+        "async_preempt_in_flight", OURS_ASYNC, "preemption with a step in flight",
+        "Block size 2, 7 blocks (6 usable), two 5-token prompts with 4 outputs: when the first needs a block "
+        "the second is preempted while its own decode is still in flight; that stale token is still "
+        "appended to it (it waits with one more output and recomputes it), its placeholders are reset.",
+        engine(block_size=2, num_blocks=7), [req(0, 5, 4), req(1, 5, 4)]))
+    out.append(scenario(
+        "async_preempt_last_token_in_flight", OURS_ASYNC, "a preempted request finished by its stale token",
+        "Block size 2, 7 blocks (6 usable): two 5-token prompts with 6 and 2 outputs. "
+        "The second's last token is in flight (so it is not scheduled) when the first needs a block and "
+        "preempts it from the tail; the stale token then finishes it in the waiting queue.",
+        engine(block_size=2, num_blocks=7), [req(0, 5, 6), req(1, 5, 2)]))
+    out.append(scenario(
+        "async_max_model_len_in_flight", OURS_ASYNC, "max_model_len reached with a token in flight",
+        "Prompt 60, max_model_len 64, 20 outputs wanted: the plan made while the last admissible token is in "
+        "flight schedules nothing for it (max_model_len - computed - 1 = 0), and it finishes with 'length'.",
+        engine(budget=2048, max_model_len=64), [req(0, 60, max_tokens=20), req(1, 10, 3, arrival_step=3)]))
+    out.append(scenario(
+        "async_chunked_prefill_no_placeholder", OURS_ASYNC, "prefill chunks carry no placeholder",
+        "Budget 50: an 80-token prompt is prefilled in two chunks (no placeholder for the first chunk, one for "
+        "the last) while a 4-token request decodes next to it with its token in flight.",
+        engine(budget=50, max_model_len=256), [req("dec0", 4, max_tokens=6), req("chk0", 80, max_tokens=3)]))
+    out.append(scenario(
+        "async_seq_slot_freed_late", OURS_ASYNC, "max_num_seqs slot freed one step later",
+        "max_num_seqs 1 and three requests: each one's slot is given back only when its last token is applied, "
+        "after the next plan was made, so every admission comes a step later than in sync mode.",
+        engine(max_num_seqs=1), [req(i, 10, max_tokens=2) for i in range(3)]))
+    out.append(scenario(
+        "async_apc_hit_after_finish", OURS_ASYNC, "prefix hit on blocks freed one step earlier",
+        "Block size 16, 8 blocks (7 usable), prefix caching: request 0 ([A B C] plus 7) finishes; request 1 "
+        "([A B C] plus 9) arrives as it finishes and request 2 (80 fresh tokens) with it: the plan made before "
+        "0's last token is applied still sees 0's blocks held, so 1 hits them in use and 2 waits for blocks.",
+        engine(block_size=16, num_blocks=8, prefix_caching=True),
+        [req(0, 55, 2, 1, [0, 1, 2]), req(1, 57, 2, 3, [0, 1, 2]), req(2, 80, 2, 3)]))
+    out.append(scenario(
+        "async_arrivals_each_step", OURS_ASYNC, "arrivals while a step is in flight",
+        "Budget 64, long_prefill_token_threshold 16: a 40-token prompt and three 20-token prompts arriving one "
+        "per step; running prefills are planned from computed tokens that include the in-flight chunk.",
+        engine(budget=64, long_prefill=16), [req(i, 40 if i == 0 else 20, 3, arrival_step=i + 1) for i in range(4)]))
+    for caching in (False, True):
+        out.append(scenario(
+            f"async_mixed_pressure{'_apc' if caching else ''}", OURS_ASYNC, "many requests under KV pressure",
+            "Sixteen requests (prompts 5-60 tokens, 1-12 outputs, arriving over 12 steps; with prefix caching "
+            "half of them share leading blocks) on block size 4, 40 blocks, budget 48, max_num_seqs 6, "
+            "long_prefill_token_threshold 16: preemptions with steps in flight, finishes applied after the next "
+            "plan and hits on blocks of requests that just finished, all at once.",
+            engine(budget=48, max_num_seqs=6, block_size=4, num_blocks=40, long_prefill=16, max_model_len=256,
+                   prefix_caching=caching),
+            mixed_requests(16, caching)))
+    return out
+
+
+def mixed_requests(n: int, shared: bool) -> list[dict]:
+    """``n`` requests of varied lengths and arrivals from a fixed seed (the
+    same list every run); with ``shared`` every other one starts with one
+    of two common block prefixes."""
+    import random
+
+    rng = random.Random(27)
+    out = []
+    for i in range(n):
+        prompt, outputs, arrival = rng.randint(5, 60), rng.randint(1, 12), rng.randint(1, 12)
+        blocks = None
+        if shared and i % 2 == 0:
+            blocks = [100 * (i % 4) + b for b in range(min(prompt // 4, rng.randint(1, 6)))]
+        out.append(req(i, prompt, outputs, arrival, blocks))
+    return sorted(out, key=lambda r: r["arrival_step"])
+
 # ---------------------------------------------------------------- vLLM side
-def build_scheduler(eng: dict, model_dir: str):
+def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False):
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -236,7 +351,8 @@ def build_scheduler(eng: dict, model_dir: str):
     sched = SchedulerConfig(max_num_seqs=eng["max_num_seqs"], max_num_batched_tokens=eng["max_num_batched_tokens"],
                             max_model_len=eng["max_model_len"],
                             long_prefill_token_threshold=eng["long_prefill_token_threshold"],
-                            enable_chunked_prefill=eng["chunked_prefill"], is_encoder_decoder=False)
+                            enable_chunked_prefill=eng["chunked_prefill"], is_encoder_decoder=False,
+                            async_scheduling=async_scheduling)
     cache = CacheConfig(block_size=eng["block_size"], enable_prefix_caching=eng["prefix_caching"])
     cache.num_gpu_blocks = eng["num_blocks"]
     config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
@@ -244,8 +360,13 @@ def build_scheduler(eng: dict, model_dir: str):
                              dtype=STR_DTYPE_TO_TORCH_DTYPE["float32"])
     kv = KVCacheConfig(num_blocks=eng["num_blocks"], kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
-    return Scheduler(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
-                     block_size=eng["block_size"], hash_block_size=eng["block_size"], log_stats=True)
+    if async_scheduling:  # vLLM's CPU platform turns it off (vllm/platforms/cpu.py); the scheduler needs no device
+        config.scheduler_config.async_scheduling = True
+    if async_scheduling and config.max_concurrent_batches != 2:
+        raise RuntimeError("vLLM did not keep async scheduling with a two-deep batch queue for this configuration")
+    cls = AsyncScheduler if async_scheduling else Scheduler
+    return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
+               block_size=eng["block_size"], hash_block_size=eng["block_size"], log_stats=True)
 
 
 def prompt_tokens(r: dict, index: int, block_size: int) -> list[int]:
@@ -256,12 +377,25 @@ def prompt_tokens(r: dict, index: int, block_size: int) -> list[int]:
     return toks + [1_000_000 + index] * (r["prompt"] - len(toks))
 
 
-def run_vllm(sc: dict, model_dir: str) -> dict:
+def add_arrivals(s, pending: list[dict], step: int, reqs: dict, index: dict, block_size: int, hasher) -> None:
+    """The requests arriving at ``step`` into vLLM's scheduler, in fixture order
+    (``ignore_eos``: they end at max_tokens or max_model_len)."""
     from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    for r in [r for r in pending if r["arrival_step"] == step]:
+        vr = Request(r["id"], prompt_tokens(r, index[r["id"]], block_size),
+                     SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True), None,
+                     arrival_time=float(step), block_hasher=hasher)
+        reqs[r["id"]] = vr
+        s.add_request(vr)
+        pending.remove(r)
+
+
+def run_vllm(sc: dict, model_dir: str) -> dict:
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
 
     eng = sc["engine"]
     init_none_hash(sha256)
@@ -275,13 +409,7 @@ def run_vllm(sc: dict, model_dir: str) -> dict:
     steps = []
     start = {"free_blocks": pool.get_num_free_blocks()}
     for step in range(1, MAX_STEPS + 1):
-        for r in [r for r in pending if r["arrival_step"] == step]:
-            vr = Request(r["id"], prompt_tokens(r, index[r["id"]], eng["block_size"]),
-                         SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True), None,
-                         arrival_time=float(step), block_hasher=hasher)
-            reqs[r["id"]] = vr
-            s.add_request(vr)
-            pending.remove(r)
+        add_arrivals(s, pending, step, reqs, index, eng["block_size"], hasher)
         out = s.schedule()
         ids = list(out.num_scheduled_tokens)
         batch = [[i, n, reqs[i].num_computed_tokens - n] for i, n in out.num_scheduled_tokens.items()]
@@ -300,6 +428,131 @@ def run_vllm(sc: dict, model_dir: str) -> dict:
         record["free_blocks"] = pool.get_num_free_blocks()
         steps.append(record)
         if not pending and len(finished) == len(sc["requests"]):
+            break
+    else:
+        raise RuntimeError(f"{sc['name']}: not finished after {MAX_STEPS} steps")
+    reasons = {i: str(reqs[i].get_finished_reason()) for i in sorted(reqs)}
+    return {"start": start, "steps": steps, "finish_reasons": reasons}
+
+
+class MockExecutor:
+    """The executor of an engine core without a model: ``execute_model``
+    returns a future of None (sampling follows; vLLM's empty output for an
+    empty batch), ``sample_tokens`` a future
+    of the fabricated output of the batch last executed. A request samples a
+    token iff the step is not a prefill chunk for it (its
+    ``is_prefill_chunk`` right after ``schedule()``, the model runner's
+    discard mask); the token is unique to the request."""
+
+    def __init__(self, scheduler, index: dict[str, int]):
+        self.scheduler, self.index, self.pending = scheduler, index, None
+
+    def execute_model(self, scheduler_output, non_block=False):
+        from concurrent.futures import Future
+
+        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+
+        ids = list(scheduler_output.num_scheduled_tokens)
+        reqs = self.scheduler.requests
+        self.pending = (ids, [[] if reqs[i].is_prefill_chunk else [2_000_000 + self.index[i]] for i in ids])
+        fut = Future()
+        fut.set_result(None if ids else EMPTY_MODEL_RUNNER_OUTPUT)  # the model runner's answer to an empty batch
+        return fut
+
+    def sample_tokens(self, grammar_output, non_block=False):
+        from concurrent.futures import Future
+
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        ids, sampled = self.pending
+        fut = Future()
+        fut.set_result(ModelRunnerOutput(req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
+                                         sampled_token_ids=sampled))
+        return fut
+
+
+def engine_core(scheduler, executor):
+    """vLLM's ``EngineCore`` holding only what ``step_with_batch_queue``
+    reads: the scheduler, the executor and a batch queue of
+    ``max_concurrent_batches`` (2 with async scheduling)."""
+    import queue
+    from collections import deque
+
+    from vllm.v1.engine.core import EngineCore
+
+    core = object.__new__(EngineCore)
+    core.vllm_config = scheduler.vllm_config
+    core.scheduler, core.model_executor = scheduler, executor
+    core.log_stats = False
+    core._weight_version = "default"
+    core.batch_queue_size = scheduler.vllm_config.max_concurrent_batches
+    core.batch_queue = deque(maxlen=core.batch_queue_size)
+    core.is_mm_encoder_only = False
+    core.is_pooling_model = False
+    core.check_for_draft_tokens = False
+    core.async_scheduling = True
+    core.aborts_queue = queue.Queue()
+    return core
+
+
+def run_vllm_async(sc: dict, model_dir: str) -> dict:
+    """The scenario through ``AsyncScheduler`` and the engine core's own
+    ``step_with_batch_queue``: one record per call (see module doc)."""
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.engine.core import EngineCore
+
+    eng = sc["engine"]
+    init_none_hash(sha256)
+    s = build_scheduler(eng, model_dir, async_scheduling=True)
+    pool = s.kv_cache_manager.block_pool
+    hasher = get_request_block_hasher(eng["block_size"], sha256)
+    index = {r["id"]: i for i, r in enumerate(sc["requests"])}
+    core = engine_core(s, MockExecutor(s, index))
+    reqs = {}
+    pending = list(sc["requests"])
+    finished: set[str] = set()
+    steps = []
+    calls_of = {}  # id(scheduler_output) -> the call that scheduled it
+    start = {"free_blocks": pool.get_num_free_blocks()}
+    original_schedule, original_update = s.schedule, s.update_from_output
+    seen: dict = {}
+
+    def schedule(*a, **k):  # the record's schedule part, before the same call applies older outputs
+        stale = [r.request_id for r in s.waiting if r.num_stale_output_tokens and not r.drop_stale_output]
+        if stale:  # pass 2 would skip them: a rule the kernel does not carry (it cannot fire two deep, FCFS)
+            raise RuntimeError(f"{sc['name']}: call {seen['step']}: waiting requests with stale output in flight "
+                               f"{stale}")
+        out = original_schedule(*a, **k)
+        seen["out"] = out
+        calls_of[id(out)] = seen["step"]
+        seen["sched"] = {
+            "batch": [[i, n, reqs[i].num_computed_tokens - n, reqs[i].num_output_placeholders]
+                      for i, n in out.num_scheduled_tokens.items()],
+            "preempted": sorted(out.preempted_req_ids or ()),
+            "running": [r.request_id for r in s.running], "waiting": [r.request_id for r in s.waiting],
+            "free_blocks_scheduled": pool.get_num_free_blocks()}
+        return out
+
+    def update(so, mro):
+        seen["completed"] = calls_of[id(so)]
+        return original_update(so, mro)
+
+    s.schedule, s.update_from_output = schedule, update
+    for step in range(1, MAX_STEPS + 1):
+        add_arrivals(s, pending, step, reqs, index, eng["block_size"], hasher)
+        seen.clear()
+        seen["step"] = step
+        EngineCore.step_with_batch_queue(core)
+        record = {"step": step, **seen.get("sched", {"batch": [], "preempted": [], "running": None,
+                                                    "waiting": None, "free_blocks_scheduled": None})}
+        steps.append(record)
+        record["completed"] = seen.get("completed", 0)
+        done = [i for i in reqs if reqs[i].is_finished() and i not in finished]
+        finished.update(done)
+        record["finished"] = sorted(done, key=lambda i: index[i])
+        record["free_blocks"] = pool.get_num_free_blocks()
+        if not pending and len(finished) == len(sc["requests"]) and not core.batch_queue and not s.has_requests():
             break
     else:
         raise RuntimeError(f"{sc['name']}: not finished after {MAX_STEPS} steps")
@@ -327,29 +580,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "fixtures"))
     ap.add_argument("--only", default=None)
+    ap.add_argument("--mode", choices=("sync", "async", "both"), default="both")
     args = ap.parse_args(argv)
+    if not Path(args.model, "config.json").is_file():
+        print(f"error: --model {args.model}: no config.json (a model directory vLLM can read)", file=sys.stderr)
+        return 2
     import vllm
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    chosen = [sc for sc in scenarios() if args.only in (None, sc["name"])]
+    runs = []  # (scenario, runner, folder)
+    if args.mode in ("sync", "both"):
+        runs += [(sc, run_vllm, out) for sc in scenarios()]
+    if args.mode in ("async", "both"):
+        runs += [(sc, run_vllm_async, out / "async") for sc in scenarios() + async_scenarios()]
+    chosen = [r for r in runs if args.only in (None, r[0]["name"])]
     if not chosen:
         print(f"error: no scenario named {args.only!r}", file=sys.stderr)
         return 2
     changed = 0
-    for sc in chosen:
-        text = fixture_text(sc, run_vllm(sc, args.model), vllm.__version__)
-        path = out / f"{sc['name']}.json"
+    for sc, runner, folder in chosen:
+        folder.mkdir(parents=True, exist_ok=True)
+        if runner is run_vllm_async:  # the sync fixtures keep their bytes
+            sc = {**sc, "async_scheduling": True}
+        text = fixture_text(sc, runner(sc, args.model), vllm.__version__)
+        path = folder / f"{sc['name']}.json"
         same = path.exists() and path.read_text() == text
         if not same:
             path.write_text(text)
             changed += 1
         last = json.loads(text)["steps"][-1]
-        print(f"{sc['name']:45s} {len(json.loads(text)['steps']):3d} steps  free blocks at end "
-              f"{last['free_blocks']:5d}  {'unchanged' if same else 'written'}")
+        print(f"{'async ' if sc.get('async_scheduling') else 'sync  '}{sc['name']:45s} {len(json.loads(text)['steps']):3d} "
+              f"steps  free blocks at end {last['free_blocks']:5d}  {'unchanged' if same else 'written'}")
     print(f"vLLM {vllm.__version__}: {len(chosen)} scenarios, {changed} fixtures written")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,14 +12,15 @@ import numpy as np
 from estimators.engine.block_ids import RequestHashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, schedule_step
-from estimators.engine.layout import EV_FINISH, F_EVENT, F_PREEMPTIONS, F_RID
+from estimators.engine.layout import EV_FINISH, F_EVENT, F_PH, F_PREEMPTIONS, F_RID, F_STATUS, ST_FINISHED
 from estimators.engine.state import SchedState, StepPlan
 
 
-def engine_config(eng: dict) -> InstanceConfig:
+def engine_config(eng: dict, async_scheduling: bool = False) -> InstanceConfig:
     """The fixture's engine as latroute's configuration (vLLM V1 has no
     admission watermark by default)."""
     return InstanceConfig(policy="vllm-v1", prefix_caching=bool(eng["prefix_caching"]),
+                          async_scheduling=async_scheduling,
                           max_num_batched_tokens=eng["max_num_batched_tokens"],
                         max_num_seqs=eng["max_num_seqs"], block_size=eng["block_size"],
                         num_kv_blocks=eng["num_blocks"],
@@ -38,15 +39,17 @@ def _hashes(requests: list[dict]) -> RequestHashes:
     return RequestHashes(flat, off, cnt)
 
 
-def run_scenario(scenario: dict, num_steps: int) -> tuple[int, list[dict]]:
+def run_scenario(scenario: dict, num_steps: int, async_rules: bool = False) -> tuple[int, list[dict]]:
     """Free blocks at the start and ``num_steps`` step records.
 
     Requests join the waiting queue (in fixture order) before the
     ``schedule()`` of their arrival step, as in vLLM's engine loop. Their
-    output length is ``max_tokens`` (the fixtures use ignore_eos)."""
+    output length is ``max_tokens`` (the fixtures use ignore_eos).
+    ``async_rules``: the kernel's async mode driven in synchronous order
+    (each step's outputs applied before the next plan)."""
     requests = scenario["requests"]
-    state = SchedState.new(engine_config(scenario["engine"]), capacity=max(8, len(requests)),
-                           hashes=_hashes(requests))
+    state = SchedState.new(engine_config(scenario["engine"], async_scheduling=async_rules),
+                           capacity=max(8, len(requests)), hashes=_hashes(requests))
     plan = StepPlan.new(len(state.running))
     name = {}  # latroute's integer request id -> fixture id
     start_free = state.free_blocks
@@ -69,6 +72,70 @@ def run_scenario(scenario: dict, num_steps: int) -> tuple[int, list[dict]]:
                   "free_blocks_scheduled": state.free_blocks}
         complete_step(state, plan, n)
         record["finished"] = [name[int(state.req[s, F_RID])] for s in slots if state.req[s, F_EVENT] & EV_FINISH]
+        record["free_blocks"] = state.free_blocks
+        records.append(record)
+    return start_free, records
+
+
+BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling and no pipeline parallelism
+
+
+def run_scenario_async(scenario: dict, num_calls: int) -> tuple[int, list[dict]]:
+    """The scenario with the kernel in async mode, driven in the order of
+    vLLM's ``EngineCore.step_with_batch_queue`` (queue of two): each call
+    plans a batch when the scheduler has requests (unfinished, or finished
+    since the last plan), returns at once while the queue is not full, else
+    applies the oldest batch's outputs. One record per call, in the async
+    fixtures' format."""
+    from collections import deque
+
+    requests = scenario["requests"]
+    state = SchedState.new(engine_config(scenario["engine"], async_scheduling=True),
+                           capacity=max(8, len(requests)), hashes=_hashes(requests))
+    name: dict[int, str] = {}
+    slot_of: dict[int, int] = {}
+    queue: deque = deque()
+    start_free = state.free_blocks
+    finished_since_plan = False
+    done: set[int] = set()
+    records = []
+    for call in range(1, num_calls + 1):
+        for i, r in enumerate(requests):
+            if r["arrival_step"] == call:
+                slot_of[i] = state.add(i, r["prompt"], r["max_tokens"])
+                name[i] = r["id"]
+        record = {"step": call, "batch": [], "preempted": [], "running": None, "waiting": None,
+                  "free_blocks_scheduled": None}
+        unfinished = len(state.running_slots()) + len(state.waiting_slots())
+        executed = False
+        if unfinished > 0 or finished_since_plan:
+            plan = StepPlan.new(len(state.running))
+            preemptions = state.req[:, F_PREEMPTIONS].copy()
+            n = schedule_step(state, plan)
+            finished_since_plan = False
+            executed = n > 0
+            record["batch"] = [[name[int(r)], int(t), int(c), int(state.req[s, F_PH])]
+                               for s, r, t, c in zip(plan.slot[:n], plan.rid[:n], plan.tokens[:n], plan.computed[:n])]
+            record["preempted"] = sorted(name[int(state.req[s, F_RID])]
+                                         for s in np.flatnonzero(state.req[:, F_PREEMPTIONS] > preemptions))
+            record["running"] = [name[r] for r in state.rids(state.running_slots())]
+            record["waiting"] = [name[r] for r in state.rids(state.waiting_slots())]
+            record["free_blocks_scheduled"] = state.free_blocks
+            queue.appendleft((call, plan, n))
+            unfinished = len(state.running_slots()) + len(state.waiting_slots())
+            if len(queue) < BATCH_QUEUE and (executed or unfinished > 0):
+                record.update(completed=0, finished=[], free_blocks=state.free_blocks)
+                records.append(record)
+                continue
+        record["completed"] = 0
+        if queue:
+            record["completed"], plan, n = queue.pop()
+            complete_step(state, plan, n)
+        now = [i for i in name if i not in done and state.req[slot_of[i], F_RID] == i
+               and state.req[slot_of[i], F_STATUS] == ST_FINISHED]
+        done.update(now)
+        finished_since_plan = finished_since_plan or bool(now)
+        record["finished"] = [name[i] for i in sorted(now)]
         record["free_blocks"] = state.free_blocks
         records.append(record)
     return start_free, records

@@ -93,7 +93,8 @@ def instance_row(eng: dict, instance: str) -> dict:
             "long_prefill_token_threshold": int(eng.get("long_prefill", 0) or 0),
             "max_model_len": int(eng["max_model_len"]) if eng.get("max_model_len") else DEFAULT_MAX_MODEL_LEN,
             "chunked_prefill": True, "watermark": np.nan, "prefix_caching": bool(eng.get("prefix_caching", False)),
-            "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None, "host_speed": np.nan}
+            "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None, "host_speed": np.nan,
+            "async_scheduling": False}  # vLLM's CPU platform turns async scheduling off
 
 
 def _request_ids(raw: list[str]) -> dict[str, int]:
