@@ -70,10 +70,13 @@ class LearnedConfig:
 
 
 def available() -> bool:
-    """Whether LightGBM is installed (looked up, not imported: ``--help`` stays fast)."""
-    import importlib.util
-
-    return importlib.util.find_spec("lightgbm") is not None
+    """Whether LightGBM is installed. Asked only by a command that names a
+    learned router (which imports it anyway), never by ``--help``."""
+    try:
+        lightgbm()
+    except RuntimeError:
+        return False
+    return True
 
 
 def lightgbm():

@@ -65,7 +65,8 @@ REQUEST_TRACE_DEFAULTS = InstanceConfig(
 
 _MAX_SETTING = 2**31 - 1
 _FIELDS = {f.name: f for f in fields(InstanceConfig)}
-_SKIP = {"instance_id", "model", "profile", "price_in", "price_out", "device"}
+_SKIP = {"instance_id", "model", "profile", "price_in", "price_out", "device",
+         "async_scheduling"}  # the kernel has vLLM's async rules; the twin does not drive them yet (instance.py)
 
 
 def engine_settings(config: InstanceConfig) -> dict:
@@ -119,7 +120,7 @@ def parse_search_options(items: tuple[str, ...] | list[str]) -> dict:
 def trace_engine(traces: list) -> dict:
     """The engine settings the traces themselves state (``meta.json`` ``engine.settings``, written by
     ``trace import vllm-reqstats``), as ``InstanceConfig`` fields: settings the kernel has no field for
-    (``async_scheduling`` until its async mode lands) are left out. Traces that state different values
+    (and ``async_scheduling``, which the kernel follows but the twin cannot replay yet) are left out. Traces that state different values
     for one setting are refused (calibrate the runs of one engine together, or give ``--engine``)."""
     from traces.errors import BadInput
 
