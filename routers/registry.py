@@ -44,6 +44,7 @@ class BuildContext:
     epsilon: float = DEFAULT_EPSILON  # chance-constrained routers: allowed P(late)
     true_outputs: object = None  # true output lengths: given to oracle routers only
     ties: str = DEFAULT_TIES  # two-level routers: the replica among a model's (routers.fleet)
+    learned: object = None  # learned routers: their estimators.learned.model.LearnedConfig (None: its defaults)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _learned(kind: str) -> Callable[[BuildContext], Router]:
         from routers.llmd import LlmdHeadroom
 
         models = _models(c)
-        trainers = {m: OnlineTrainer() for m in dict.fromkeys(models)}
+        trainers = {m: OnlineTrainer(c.learned) for m in dict.fromkeys(models)}
         ests = [build("learned", s.profile, (c.baselines or {}).get(s.instance_id), c.inputs.pred_total,
                       c.frontend_overhead_s, trainer=trainers[m]) for s, m in zip(c.specs, models)]
         if kind == "hard":
@@ -268,8 +269,9 @@ def probe_router(name: str, specs, overhead: float = 0.0, seed: int = 0,
 
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,
                 baselines: dict[str, BaselineParams] | None = None, online_speed: bool = False,
-                epsilon: float = DEFAULT_EPSILON, true_outputs=None, ties: str = DEFAULT_TIES) -> Router:
+                epsilon: float = DEFAULT_EPSILON, true_outputs=None, ties: str = DEFAULT_TIES,
+                learned=None) -> Router:
     """``true_outputs`` reach only a router whose entry says ``oracle``."""
     e = router_entry(name)
     return e.make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines, online_speed, epsilon,
-                               true_outputs if e.oracle else None, check_ties(ties)))
+                               true_outputs if e.oracle else None, check_ties(ties), learned))

@@ -97,3 +97,23 @@ def test_learned_routers_without_lightgbm_are_refused_before_any_work(tmp_path, 
         r = run_cli(*args, "--requests", "20", "--out", tmp_path / args[0])
         assert r.exit_code == 2 and "needs LightGBM" in r.output, r.output
         assert not (tmp_path / args[0]).exists()
+
+
+def test_the_training_schedule_is_an_option_of_replay_and_sweep(tmp_path):
+    """--retrain-every / --window reach the learned routers' trainers and are
+    recorded; a sweep spec takes them as keys (retrain_every, window)."""
+    import json
+
+    from tests.conftest import run_cli
+
+    r = run_cli("replay", "--router", "learned-hard", "--rate", "4", "--requests", "300", "--retrain-every", "20", "--window", "50",
+                "--out", tmp_path / "r")
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert m["learned"]["retrain_every_s"] == 20.0 and m["learned"]["window"] == 50
+    spec = tmp_path / "spec.toml"
+    spec.write_text('rates = [4]\nrouters = ["learned-hard"]\nrequests = 300\nretrain_every = 20\nwindow = 50\n')
+    r = run_cli("sweep", "--spec", spec, "--out", tmp_path / "s")
+    assert r.exit_code == 0, r.output
+    s = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert s["retrain_every_s"] == 20.0 and s["window"] == 50, sorted(s)

@@ -16,6 +16,7 @@ from harness.cli.replay_options import (
     arrival_options,
     check_lengths_option,
     echo_policies,
+    learned_options,
     parse_routers,
     policy_options,
     ties_option,
@@ -120,12 +121,13 @@ def _print_replay(m: dict) -> None:
 @serving_options
 @view_options
 @ties_option
+@learned_options
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: metrics.json, metrics.parquet and the served trace.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
            lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, percentiles_text, goodput_text,
-           epsilon, view_interval_ms, ledger, ties, out,
+           epsilon, view_interval_ms, ledger, ties, retrain_every_s, window, out,
            force) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
@@ -185,7 +187,8 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     cfg = ReplayConfig(router=router_name, lam=lam, delta_per_us=delta, seed=seed, noise=noise == "on",
                        record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
                        online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
-                       ledger=ledger == "on", hash_block_tokens=hash_block, ties=ties)
+                       ledger=ledger == "on", hash_block_tokens=hash_block, ties=ties,
+                       retrain_every_s=retrain_every_s, window=window)
     try:
         inputs = workload_inputs(requests[keep], quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from estimators.learned.model import MIN_SAMPLES, RETRAIN_EVERY_S, WINDOW
 from estimators.learned.model import available as learned_available
 from harness.cli.params import (
     AT_LEAST_1,
@@ -63,6 +64,18 @@ def view_options(f):
                         help="Chance-constrained routers (sfs-cc, throughput-cc): allowed P(TTFT > SLO), one "
                              "value for every rate. On qwen3-h100 (Poisson 3-9 q/s) sfs-cc's AUC is flat from 0.02 "
                              "to 0.3, within the seed spread; 0.1 sits in the middle of it.")(f)
+
+
+def learned_options(f):
+    """--retrain-every and --window (replay and sweep): the learned routers' online training schedule."""
+    f = click.option("--window", type=click.IntRange(MIN_SAMPLES, 1_000_000), default=WINDOW, show_default=True,
+                     help="Learned routers: the newest labelled samples each fit uses (llm-d's example "
+                          "deployment: 100).")(f)
+    return click.option("--retrain-every", "retrain_every_s", type=NON_NEGATIVE, default=RETRAIN_EVERY_S,
+                        show_default=True,
+                        help="Learned routers: simulated seconds between fits (llm-d's example deployment retrains "
+                             "every second; its code's default is 1800). Only first tokens out before an arrival "
+                             "teach.")(f)
 
 
 def ties_option(f):

@@ -26,6 +26,7 @@ from harness.cli.replay_options import (
     arrival_options,
     check_lengths_option,
     echo_policies,
+    learned_options,
     parse_routers,
     policy_options,
     ties_option,
@@ -53,14 +54,14 @@ from traces.store import open_trace
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
                    "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "metric_percentiles", "goodput", "noise", "backend", "address",
-                   "online_speed", "epsilon", "view_interval", "ledger", "ties")
+                   "online_speed", "epsilon", "view_interval", "ledger", "ties", "retrain_every", "window")
 
 
 SPEC_MAX_BYTES = 1 << 20  # a sweep specification is a few lines; larger is refused
 SPEC_NAMES = {"routers": "router_names", "requests": "n_requests", "pool": "pool_ref", "trace": "trace_dir",
               "lengths": "lengths_policy", "slo": "slo_policy", "quality": "quality_policy",
               "seed": "first_seed", "metric_percentiles": "percentiles_text", "goodput": "goodput_text",
-              "view_interval": "view_interval_ms"}
+              "view_interval": "view_interval_ms", "retrain_every": "retrain_every_s"}
 
 
 def _key_row(text: str, key: str) -> int | None:
@@ -186,6 +187,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
               help="Step-time noise of the twin (the profiles' jitter and stalls); off: expected step times.")
 @view_options
 @ties_option
+@learned_options
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: cells/, results.parquet, metrics.json, metrics.parquet.")
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
@@ -193,7 +195,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
           lengths_policy, slo_policy, quality_policy, n_requests, percentiles_text, goodput_text, seeds, first_seed,
-          workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, ties, out, resume,
+          workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, ties, retrain_every_s, window, out, resume,
           force) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
@@ -246,7 +248,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
                      quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
                      online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
-                     ledger=ledger == "on", ties=ties)
+                     ledger=ledger == "on", ties=ties, retrain_every_s=retrain_every_s, window=window)
     load_pool(pool_ref)  # refuse a bad pool before starting workers
     try:  # and a policy the workload cannot serve, and a plug-in router that cannot be built
         echo_policies(check_routers(spec, cells))

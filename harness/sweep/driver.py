@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from estimators.learned.model import RETRAIN_EVERY_S, WINDOW
 from harness.sweep.backends import check_ray, latched_interrupts, run_cells
 from harness.sweep.store import SweepStore, cell_key, check_sweep_out
 from harness.twin.pools import load_pool
@@ -72,6 +73,8 @@ class SweepSpec:
     view_interval_ms: float = 0.0  # stale views (0: live)
     ledger: bool = True
     ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet)
+    retrain_every_s: float = RETRAIN_EVERY_S  # learned routers: simulated seconds between fits
+    window: int = WINDOW  # learned routers: samples per fit
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
         # a trace's prompt blocks (hash_ids) are per hash_block_tokens tokens, stated in its meta.json; without
@@ -81,7 +84,8 @@ class SweepSpec:
                             noise=self.noise, lengths=self.lengths, slo=self.slo, quality=self.quality,
                             online_speed=self.online_speed,
                             epsilon=self.epsilon, view_interval_ms=self.view_interval_ms, ledger=self.ledger,
-                            hash_block_tokens=hash_block, ties=self.ties)
+                            hash_block_tokens=hash_block, ties=self.ties, retrain_every_s=self.retrain_every_s,
+                            window=self.window)
 
 
 def workload_seed(seed: int, rate: float) -> int:
@@ -315,7 +319,9 @@ def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None
         df, timings = run_sweep(spec, cells, workers, progress, backend, address, store)
         summary = summarize_sweep(df)
         summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
-                        "burstiness": spec.burstiness, "trace": spec.trace, "ties": spec.ties, "requests": int(df["requests"].max()),
+                        "burstiness": spec.burstiness, "trace": spec.trace, "ties": spec.ties,
+                        "retrain_every_s": spec.retrain_every_s, "window": spec.window,
+                        "requests": int(df["requests"].max()),
                         "seeds": len({c.seed for c in cells}), "cells": len(cells),
                         "interarrival_cv2": float(df["interarrival_cv2"].mean()),
                         "policies": sweep_inputs(spec, cells[0]).policies()})

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from estimators.learned.model import MIN_SAMPLES, RETRAIN_EVERY_S, WINDOW, LearnedConfig
 from harness.twin.pool_baselines import pool_baselines
 from harness.twin.pools import Pool
 from harness.twin.simulation import Twin, TwinConfig, TwinResult
@@ -51,6 +52,13 @@ class ReplayConfig:
     ledger: bool = True  # with a view interval: requests dispatched since the last publication join the view
     hash_block_tokens: int | None = None  # the trace's (meta.json), for instances with prefix caching
     ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet; random: seeded by seed)
+    retrain_every_s: float = RETRAIN_EVERY_S  # learned routers: simulated seconds between fits
+    window: int = WINDOW  # learned routers: the newest labelled samples a fit uses
+
+    def learned(self):
+        """The learned routers' training schedule (``estimators.learned.model.LearnedConfig``), seeded by the replay."""
+        return LearnedConfig(retrain_every_s=float(self.retrain_every_s), window=self.window,
+                             min_samples=MIN_SAMPLES, seed=self.seed)
 
     def __post_init__(self) -> None:
         """Refuse what would replay silently wrong: a NaN delta or lambda makes
@@ -61,6 +69,11 @@ class ReplayConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
         if not (isinstance(self.epsilon, int | float) and 0.0 <= self.epsilon < 1.0):
             raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
+        if not (isinstance(self.retrain_every_s, int | float) and math.isfinite(self.retrain_every_s)
+                and self.retrain_every_s >= 0):
+            raise ValueError(f"retrain_every_s must be a finite number >= 0, got {self.retrain_every_s!r}")
+        if not (isinstance(self.window, int) and self.window >= MIN_SAMPLES):
+            raise ValueError(f"window must be a whole number >= {MIN_SAMPLES}, got {self.window!r}")
         if self.ties not in TIE_POLICIES:
             raise ValueError(f"ties must be one of {', '.join(TIE_POLICIES)}, got {self.ties!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or not 0 <= self.seed < 2**32:
@@ -135,7 +148,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
                          online_speed=cfg.online_speed, epsilon=cfg.epsilon,
-                         true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties)
+                         true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties, learned=cfg.learned())
     warm_s = warm_up()
     t0 = time.perf_counter()
     oracle = router_entry(cfg.router).oracle
@@ -167,6 +180,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
               "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),
               "online_speed": cfg.online_speed, "host_speed": {sp.instance_id: sp.config.speed for sp in specs},
               "router_capabilities": capabilities([cfg.router])})
+    if router_entry(cfg.router).estimator == "learned":
+        m["learned"] = cfg.learned().record()
     return ReplayResult(out, m, res, {"quality": workload.quality.table})
 
 
