@@ -37,6 +37,7 @@ from harness.twin import kernel as tk
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
 
 VOCAB = 8192  # ../shared/models' word-level tokenizer: ids 0-2 are <unk>, <s>, </s>
+HOLD_S = 1e-6  # twin seconds: how far past a step's end the next schedule() is held while aborts land
 LATE_S = 0.005  # a step boundary handled later than this (wall) is counted as an overrun
 
 
@@ -66,6 +67,7 @@ class Served:
     finish_reason: str | None = None
     preemptions: int = 0
     cached: int = 0
+    engine_outputs: int = -1  # outputs the engine had produced when it dropped the request (aborts)
     gid: int = -1  # pool-wide request id, in arrival order (the recording's request_id)
 
     def tokens(self, seed: int, start: int, stop: int) -> list[int]:
@@ -133,7 +135,10 @@ class ServedEngine:
 
     def _apply_aborts(self) -> None:
         inst = self.inst
+        req = inst.state.req
         for h in self.aborts:
+            if req[h.slot, F_RID] == h.rid:
+                h.engine_outputs = int(req[h.slot, F_OUTPUTS])  # a discarded last step's token included
             abort_slot(inst.state, inst.tw.inbox, inst.meta, tk.M_INBOX_N, h.slot, h.rid)
         self.aborts.clear()  # an engine left with nothing goes idle at its next schedule(), by the kernel
 
@@ -186,7 +191,11 @@ class ServedEngine:
         n = int(inst.meta[tk.M_N])
         slots = inst.plan.slot[:n].copy()
         scheduled = int(inst.plan.tokens[:n].sum())
-        inst.advance(t_end, self.out)
+        if self.aborts:
+            self._complete_holding(t_end)
+            self._apply_aborts()
+        else:
+            inst.advance(t_end, self.out)
         req, out, seed = inst.state.req, self.out, self.cfg.seed
         produced = 0
         for s in slots:
@@ -214,6 +223,22 @@ class ServedEngine:
                     self.metrics.finished(h, self)
         if self.metrics is not None:
             self.metrics.step(scheduled, produced)
+
+    def _complete_holding(self, t_end: float) -> None:
+        """Complete the in-flight step but stop before the next schedule(),
+        so that aborts land between the two as in vLLM's engine loop (with
+        a zero inter-step gap the kernel would schedule at once): the
+        kernel runs with its gap lengthened by HOLD_S, then the next
+        schedule() is put back where the kernel's own gap puts it."""
+        inst = self.inst
+        model = inst.model
+        inst.model = model._replace(gap=model.gap + HOLD_S)
+        try:
+            inst.advance(t_end, self.out)
+        finally:
+            inst.model = model
+        if inst.meta[tk.M_BUSY] == tk.GAP:
+            inst.times[tk.T_START] = t_end + model.gap
 
     def _schedule(self, t: float) -> None:
         inst = self.inst

@@ -5,7 +5,9 @@ pool-wide, in arrival order; ``client_id`` is the X-Request-Id. Times are
 twin seconds since the server started; ``ttft_s`` includes the pool's
 front-end overhead, as the offline twin's does (``finish_s`` too: the
 client sees every token after it). Requests a client
-abandoned are kept (finish_reason ``abort``, output_tokens what it had).
+abandoned are kept (finish_reason ``abort``, output_tokens what the engine
+had produced when it dropped them, a discarded last token included, so
+the step log's walk ends them where the engine did).
 The lag report goes to meta.json (``serve.lag``).
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ def requests_frame(engines: list[ServedEngine], overhead_s: float) -> pd.DataFra
     for e in engines:
         for h in e.requests:
             rows.append({"request_id": h.gid, "arrival_s": h.arrival_t, "prompt_tokens": h.prompt,
-                         "output_tokens": h.delivered, "instance_id": e.spec.instance_id, "added_s": h.arrival_t,
+                         "output_tokens": max(h.delivered, h.engine_outputs), "instance_id": e.spec.instance_id, "added_s": h.arrival_t,
                          "ttft_s": h.first_t - h.arrival_t + overhead_s if h.delivered else np.nan,
                          "finish_s": h.finish_t + overhead_s if h.finish_reason == "length" else np.nan,
                          "preemptions": h.preemptions, "finish_reason": h.finish_reason,
