@@ -104,9 +104,14 @@ class InstanceApp:
         return {"prompt_tokens": h.prompt, "total_tokens": h.prompt + h.delivered, "completion_tokens": h.delivered,
                 "prompt_tokens_details": {"cached_tokens": h.cached}}
 
-    async def _first_wait(self) -> None:
+    async def _first_wait(self, h: Served) -> None:
+        """Until the first token's step end plus the front-end overhead (wall
+        clock): a late delivery is not charged the overhead again."""
         if self.state.overhead_s > 0:
-            await asyncio.sleep(self.state.overhead_s / self.state.speed)
+            clock = self.engine.clock
+            delay = clock.wall(h.first_t + self.state.overhead_s) - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
 
     async def _stream(self, request: web.Request, h: Served, p: Parsed, rid: str) -> web.StreamResponse:
         resp = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": h.client_id})
@@ -131,7 +136,7 @@ class InstanceApp:
             kind, payload, _t = await h.queue.get()
             if kind == "tokens":
                 if sent == 0 and not pending:
-                    await self._first_wait()
+                    await self._first_wait(h)
                 pending.extend(payload)
                 if sent == 0 or len(pending) >= interval:
                     await flush(None)
@@ -158,7 +163,7 @@ class InstanceApp:
             kind, payload, _t = await h.queue.get()
             if kind == "tokens":
                 if not tokens:
-                    await self._first_wait()
+                    await self._first_wait(h)
                 tokens.extend(payload)
             elif kind == "end":
                 break
