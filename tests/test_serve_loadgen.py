@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from harness.live.loadgen import assign_backends
-from tests.test_serve_http import ROOT, start_serve
+from tests.test_serve_http import ROOT, events, open_stream, start_serve
 from traces.errors import BadInput
 
 pytest.importorskip("aiohttp")
@@ -50,8 +50,13 @@ def _assignment_trace(path, n: int, seed: int) -> pd.DataFrame:
 
 def test_loadgen_backends_assign_from(tmp_path):
     req = _assignment_trace(tmp_path / "assign", 40, 3)
-    p, base = start_serve(tmp_path, "--record", str(tmp_path / "rec"))
+    p, base = start_serve(tmp_path, "--record", str(tmp_path / "rec"), "--stream-interval", "3")
     try:
+        c, resp = open_stream(base, {"prompt": [4] * 10, "max_tokens": 8}, "interval-1")
+        ev = events(resp)
+        c.close()
+        texts = [e["choices"][0]["text"] for e in ev[:-1] if e["choices"]]
+        assert [len(t.split()) for t in texts] == [1, 3, 3, 1]  # the first at once, then every 3, the rest at the end
         urls = ",".join(f"http://127.0.0.1:{base + k}" for k in range(3))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         lg = subprocess.run([sys.executable, "-m", "harness.cli", "loadgen", "--backends", urls,
@@ -71,6 +76,7 @@ def test_loadgen_backends_assign_from(tmp_path):
     assert (client["output_tokens"] == want["output_tokens"].reindex(client.index)).all()
     rec = open_trace(tmp_path / "rec")
     served = rec.read("requests")
+    served = served[served["client_id"] != "interval-1"].copy()
     served["rid"] = served["client_id"].str[1:].astype(int)
     served = served.set_index("rid")
     assert (served["instance_id"] == want["instance_id"].reindex(served.index)).all()
