@@ -6,6 +6,7 @@ recycled. No scheduling rule here: the kernel plans the next step with
 what is left."""
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from estimators.engine.layout import F_RID, F_STATUS, ST_PENDING, ST_RUNNING, ST_WAITING
@@ -13,9 +14,10 @@ from estimators.engine.primitives import finish, running_remove, wait_remove
 
 
 @njit(cache=True)
-def abort_slot(st, inbox, meta, inbox_n_field, s, rid):
-    """Abort request ``rid`` in slot ``s``; returns the status it had (0 if
-    the slot no longer holds it: finished meanwhile, nothing to do)."""
+def abort_slot(st, s, rid):
+    """Abort request ``rid`` in slot ``s`` (out of the inbox already, if it
+    was there: ``take_from_inbox``); returns the status it had (0 if the
+    slot no longer holds it: finished meanwhile, nothing to do)."""
     if st.req[s, F_RID] != rid:
         return 0
     status = st.req[s, F_STATUS]
@@ -23,14 +25,18 @@ def abort_slot(st, inbox, meta, inbox_n_field, s, rid):
         running_remove(st.sc, st.running, s)
     elif status == ST_WAITING:
         wait_remove(st.sc, st.waiting, s)
-    elif status == ST_PENDING:
-        w = 0
-        for i in range(meta[inbox_n_field]):
-            if inbox[i] != s:
-                inbox[w] = inbox[i]
-                w += 1
-        meta[inbox_n_field] = w
-    else:
+    elif status != ST_PENDING:
         return 0
     finish(st, s)
     return status
+
+
+def take_from_inbox(inbox: np.ndarray, meta: np.ndarray, n_field: int, s: int) -> None:
+    """Slot ``s`` out of the inbox (arrived, not yet handed to schedule()),
+    the others' order kept."""
+    n = int(meta[n_field])
+    box = inbox[:n]
+    if s in box:
+        keep = box[box != s]
+        inbox[: keep.size] = keep
+        meta[n_field] = keep.size

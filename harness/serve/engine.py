@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from estimators.engine.layout import F_OUTPUTS, F_PREEMPTIONS, F_RID, S_NPREEMPT, S_NR, S_WN
-from harness.serve.abort import abort_slot
+from harness.serve.abort import abort_slot, take_from_inbox
 from harness.serve.clock import Clock
 from harness.twin import kernel as tk
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
@@ -139,7 +139,8 @@ class ServedEngine:
         for h in self.aborts:
             if req[h.slot, F_RID] == h.rid:
                 h.engine_outputs = int(req[h.slot, F_OUTPUTS])  # a discarded last step's token included
-            abort_slot(inst.state, inst.tw.inbox, inst.meta, tk.M_INBOX_N, h.slot, h.rid)
+                take_from_inbox(inst.tw.inbox, inst.meta, tk.M_INBOX_N, h.slot)
+            abort_slot(inst.state, h.slot, h.rid)
         self.aborts.clear()  # an engine left with nothing goes idle at its next schedule(), by the kernel
 
     def _grow_outcomes(self) -> None:

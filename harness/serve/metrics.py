@@ -24,6 +24,18 @@ ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
                80.0]
 ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 FINISH_REASONS = ("stop", "length", "abort")
+_PHASE = "Histogram of time spent in {} phase for request."
+TIMINGS = {  # attribute: vLLM's histogram (name, documentation, buckets)
+    "iteration": ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_BUCKETS),
+    "ttft": ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    "itl": ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    "tpot": ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", ITL_BUCKETS),
+    "e2e": ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS),
+    "queue": ("vllm:request_queue_time_seconds", _PHASE.format("WAITING"), LATENCY_BUCKETS),
+    "inference": ("vllm:request_inference_time_seconds", _PHASE.format("RUNNING"), LATENCY_BUCKETS),
+    "prefill": ("vllm:request_prefill_time_seconds", _PHASE.format("PREFILL"), LATENCY_BUCKETS),
+    "decode": ("vllm:request_decode_time_seconds", _PHASE.format("DECODE"), LATENCY_BUCKETS),
+}
 LABELS = ["model_name", "engine"]
 
 
@@ -71,24 +83,8 @@ class EngineMetrics:
         self.req_prompt = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lens)
         self.req_gen = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", lens)
         self.req_max = hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", lens)
-        self.iteration = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-                              ITERATION_BUCKETS)
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                         TTFT_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                        ITL_BUCKETS)
-        self.tpot = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
-                         ITL_BUCKETS)
-        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                        LATENCY_BUCKETS)
-        self.queue = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-                          LATENCY_BUCKETS)
-        self.inference = hist("vllm:request_inference_time_seconds",
-                              "Histogram of time spent in RUNNING phase for request.", LATENCY_BUCKETS)
-        self.prefill = hist("vllm:request_prefill_time_seconds",
-                            "Histogram of time spent in PREFILL phase for request.", LATENCY_BUCKETS)
-        self.decode = hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-                           LATENCY_BUCKETS)
+        for attr, (name, doc, buckets) in TIMINGS.items():
+            setattr(self, attr, hist(name, doc, buckets))
 
     def bind(self, engine) -> None:
         """Gauges read the engine when scraped."""
