@@ -24,7 +24,7 @@ from aiohttp import web
 
 from harness.serve.engine import Served, ServedEngine
 from harness.serve.metrics import EngineMetrics
-from harness.serve.protocol import ApiError, Parsed, detokenize_one, error_body, parse
+from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, parse
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -127,28 +127,23 @@ class InstanceApp:
 
         async def flush(finish: str | None) -> None:
             nonlocal sent
-            text = "".join(detokenize_one(t, sent + i == 0) for i, t in enumerate(pending))
-            await send({"choices": [self._choice(p, text, finish, sent == 0)]})
+            await send({"choices": [self._choice(p, detokenize(pending), finish, sent == 0)]})
             sent += len(pending)
             pending.clear()
 
         while True:
-            kind, payload, _t = await h.queue.get()
-            if kind == "tokens":
+            kind, payload, finish = await h.queue.get()
+            if kind == "tokens":  # the last ones carry the finish reason, as vLLM's last chunk does
                 if sent == 0 and not pending:
                     await self._first_wait(h)
                 pending.extend(payload)
-                if sent == 0 or len(pending) >= interval:
-                    await flush(None)
-            elif kind == "end":
-                if pending or sent == 0:
-                    await flush(payload)
-                else:
-                    await send({"choices": [self._choice(p, "", payload, False)]})
-                if p.include_usage:
-                    await send({"choices": [], "usage": self._usage(h)})
-                await resp.write(b"data: [DONE]\n\n")
-                break
+                if sent == 0 or len(pending) >= interval or finish is not None:
+                    await flush(finish)
+                if finish is not None:
+                    if p.include_usage:
+                        await send({"choices": [], "usage": self._usage(h)})
+                    await resp.write(b"data: [DONE]\n\n")
+                    break
             else:  # "error": the engine refused it, or the server is stopping
                 await resp.write(b"data: " + json.dumps(error_body(payload, 503 if self.state.closing else 400))
                                  .encode() + b"\n\n")
@@ -160,17 +155,17 @@ class InstanceApp:
     async def _whole(self, h: Served, p: Parsed, rid: str) -> web.Response:
         tokens: list[int] = []
         while True:
-            kind, payload, _t = await h.queue.get()
+            kind, payload, finish = await h.queue.get()
             if kind == "tokens":
                 if not tokens:
                     await self._first_wait(h)
                 tokens.extend(payload)
-            elif kind == "end":
-                break
+                if finish is not None:
+                    break
             else:
                 status = 503 if self.state.closing else 400
                 return web.json_response(error_body(payload, status), status=status)
-        text = "".join(detokenize_one(t, i == 0) for i, t in enumerate(tokens))
+        text = detokenize(tokens)
         if p.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                       "finish_reason": h.finish_reason}

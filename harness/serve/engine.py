@@ -211,7 +211,8 @@ class ServedEngine:
                     self.metrics.token(h, t_end)  # before the counts move: it reads the previous token's time
                 if h.delivered == 0:
                     h.first_t = t_end
-                h.queue.put_nowait(("tokens", h.tokens(seed, h.delivered, k), t_end))
+                done = bool(math.isfinite(out.finish_t[rid]))  # a request finishes only on a step that gave it a token
+                h.queue.put_nowait(("tokens", h.tokens(seed, h.delivered, k), "length" if done else None))
                 h.delivered = k
                 h.last_t = t_end
             if math.isfinite(out.finish_t[rid]):
@@ -219,7 +220,6 @@ class ServedEngine:
                 h.finish_reason = "length"  # max_tokens or max_model_len: the emulated model never stops
                 h.preemptions = int(req[s, F_PREEMPTIONS])
                 del self.live[rid]
-                h.queue.put_nowait(("end", h.finish_reason, t_end))
                 if self.metrics is not None:
                     self.metrics.finished(h, self)
         if self.metrics is not None:
@@ -260,7 +260,7 @@ class ServedEngine:
             h = self.unstarted.pop(rid)
             self.live.pop(rid, None)
             h.finish_reason, h.finish_t = "rejected", t
-            h.queue.put_nowait(("error", "the request needs more KV cache than the instance has", t))
+            h.queue.put_nowait(("error", "the request needs more KV cache than the instance has", None))
 
     # --- what /metrics and the recording read
     @property

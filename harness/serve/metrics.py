@@ -3,7 +3,9 @@
 Names, label keys (``model_name``, ``engine``; ``finished_reason`` on
 ``vllm:request_success``) and histogram buckets are vLLM's v1
 ``PrometheusStatLogger``'s, through the same library (prometheus-client),
-so a router or dashboard that reads a vLLM server reads this one. Gauges
+so a router or dashboard that reads a vLLM server reads this one: every
+family served is checked against a real vLLM 0.32 server's ``/metrics``
+(tests/data/vllm_0_32_metrics.json; ``_created`` series included, as there). Gauges
 are read from the engine at scrape time; counters and histograms are fed
 as steps end. Times are the emulated engine's seconds (twin time; with
 ``--speed K`` they run K times faster than the wall clock).
@@ -12,9 +14,7 @@ from __future__ import annotations
 
 import math
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-
-disable_created_metrics()  # vLLM's server exposes no *_created series
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                    480.0, 960.0, 1920.0, 7680.0]
@@ -23,13 +23,14 @@ TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
                80.0]
 ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
-FINISH_REASONS = ("stop", "length", "abort")
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM 0.32's, all exposed
 _PHASE = "Histogram of time spent in {} phase for request."
 TIMINGS = {  # attribute: vLLM's histogram (name, documentation, buckets)
     "iteration": ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_BUCKETS),
     "ttft": ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS),
     "itl": ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS),
-    "tpot": ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", ITL_BUCKETS),
+    "tpot": ("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+             ITL_BUCKETS),
     "e2e": ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS),
     "queue": ("vllm:request_queue_time_seconds", _PHASE.format("WAITING"), LATENCY_BUCKETS),
     "inference": ("vllm:request_inference_time_seconds", _PHASE.format("RUNNING"), LATENCY_BUCKETS),

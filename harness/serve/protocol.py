@@ -47,8 +47,10 @@ def tokenize(text: str) -> list[int]:
     return out
 
 
-def detokenize_one(token: int, first: bool) -> str:
-    return ("" if first else " ") + f"w{token}"
+def detokenize(tokens: list[int]) -> str:
+    """Output text as vLLM 0.32 decodes the word-level tokenizer's ids: each
+    word after a space (``" w7573 w3464"``), the first too."""
+    return "".join(f" w{t}" for t in tokens)
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
         await site.stop()
     for e in engines:
         for h in list(e.live.values()):
-            h.queue.put_nowait(("error", "the server is shutting down", clock.now()))
+            h.queue.put_nowait(("error", "the server is shutting down", None))
     deadline = time.monotonic() + DRAIN_S
     while any(e.live for e in engines) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
