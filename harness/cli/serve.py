@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from harness.cli.params import SEED, Finite, IntIn
-from traces.errors import BadInput
+from traces.errors import BadInput, BadOption
 from traces.outputs import check_out
 
 
@@ -44,7 +44,7 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
       latroute serve --pool qwen3-h100-x8 --port-base 8100 --speed 4
     """
     if record is not None:
-        check_out(record, force, inputs=[pool_ref])  # before any work
+        check_out(record, force, inputs=[pool_ref], option="--record")  # before any work
     from harness.twin.pools import load_pool
 
     pool = load_pool(pool_ref)
@@ -52,8 +52,7 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
         pool = replace(pool, instances=tuple(replace(c, profile=profile) for c in pool.instances))
     last = port_base + len(pool.instances) - 1
     if last > 65535:
-        raise BadInput("--port-base", None, "--port-base",
-                       f"{len(pool.instances)} instances need ports {port_base}..{last}, above 65535")
+        raise BadOption("--port-base", f"{len(pool.instances)} instances need ports {port_base}..{last}, above 65535")
     cached = [c.instance_id for c in pool.instances if c.caching]
     if cached:
         raise BadInput(pool_ref, None, "prefix_caching",
