@@ -84,3 +84,11 @@ def test_loadgen_backends_assign_from(tmp_path):
     for inst in IDS:
         r = decision_agreement(rec, inst)
         assert r.agree == r.steps > 0, inst
+    from harness.serve.faithful import offline_on_served
+    from harness.twin.pools import load_pool
+
+    both = offline_on_served(rec, load_pool("qwen3-h100"))  # the offline twin on the arrivals served
+    full = both[rec.read("requests").set_index("request_id").loc[both["request_id"], "finish_reason"].to_numpy()
+                == "length"]  # requests no client cut short
+    assert len(full) == len(req) + 1
+    np.testing.assert_array_equal(full["served"].to_numpy(), full["offline"].to_numpy())
