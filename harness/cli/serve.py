@@ -23,11 +23,14 @@ from traces.outputs import check_out
               help="Run the clock this many times faster than real time (quick tests).")
 @click.option("--stream-interval", type=IntIn(1, 1 << 20), default=1, show_default=True,
               help="Send streamed tokens in groups of this many (vLLM's --stream-interval; first and last at once).")
+@click.option("--frontend-overhead", type=Finite(0.0, 3600.0), default=None,
+              help="Seconds waited before a request's first token (default: the pool's frontend_overhead_s, which "
+                   "the offline twin adds to every TTFT; this server's own HTTP path comes on top).")
 @click.option("--record", type=click.Path(path_type=Path),
               help="Write every request and step as a latroute trace here at shutdown.")
 @click.option("--force", is_flag=True, help="Replace --record if it exists.")
 def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: int, speed: float,
-          stream_interval: int, record: Path | None, force: bool) -> None:
+          stream_interval: int, frontend_overhead: float | None, record: Path | None, force: bool) -> None:
     """Serve every instance of a pool as an emulated vLLM server on 127.0.0.1.
 
     The twin's kernel plans each step, the step lasts what the profile (and
@@ -50,6 +53,8 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
     pool = load_pool(pool_ref)
     if profile is not None:
         pool = replace(pool, instances=tuple(replace(c, profile=profile) for c in pool.instances))
+    if frontend_overhead is not None:
+        pool = replace(pool, frontend_overhead_s=frontend_overhead)
     last = port_base + len(pool.instances) - 1
     if last > 65535:
         raise BadOption("--port-base", f"{len(pool.instances)} instances need ports {port_base}..{last}, above 65535")
