@@ -93,6 +93,8 @@ async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
         loop.add_signal_handler(sig, stop.set)
     clock.origin = time.monotonic()  # t = 0: every instance listening
     tasks = [asyncio.create_task(e.run()) for e in engines]
+    for task in tasks:  # an engine that fails stops the server (the error is raised after the shutdown)
+        task.add_done_callback(lambda t: stop.set() if not t.cancelled() and t.exception() else None)
     for k, spec in enumerate(specs):
         say(f"serving {spec.instance_id} ({spec.model}) on http://{HOST}:{cfg.port_base + k}")
     say(f"ready: {len(specs)} instances of {cfg.pool.name}, noise {'on' if cfg.noise else 'off'}, "
