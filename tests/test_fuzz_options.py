@@ -29,7 +29,8 @@ VALUES = ["NaN", "nan", "inf", "-inf", "-1", "0", "1e300", "1e-300", "", str(2**
           "1e-7", str(2**31)]
 NUMERIC = ("IntIn", "Finite", "FloatList", "KeyFraction", "EngineSetting", "Window", "IntParamType",
            "FloatParamType", "IntRange", "FloatRange")
-SLOW = {"demo"}  # a whole pipeline per run: its one numeric option is --seed, fuzzed in replay and generate
+SLOW = {"demo", "serve"}  # demo: a whole pipeline per run (its one numeric option, --seed, is fuzzed in replay
+# and generate); serve: a server runs until signalled (its options are click types, tests/test_serve_*.py)
 
 
 def walk(name: str, cmd: click.Command):

@@ -335,6 +335,12 @@ def _loadgen() -> click.Command:
     return loadgen
 
 
+def _serve() -> click.Command:
+    from harness.cli.serve import serve
+
+    return serve
+
+
 COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "trace": (_trace, "Generate, import, inspect and query traces (Parquet + DuckDB)."),
     "demo": (_demo, "Run the pipeline on built-in defaults and say where the results are."),
@@ -349,6 +355,7 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "check": (_check, "Regression gate for CI: compare a result's metrics with a baseline."),
     "record": (_record, "Record a real vLLM engine's every step (in vLLM's own environment)."),
     "loadgen": (_loadgen, "Open-loop streaming load on an OpenAI-compatible endpoint."),
+    "serve": (_serve, "A pool's instances as emulated vLLM servers (OpenAI API, /metrics), in real time."),
 }
 
 

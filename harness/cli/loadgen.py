@@ -12,6 +12,7 @@ import numpy as np
 from harness.cli.params import BURSTINESS, COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
 from harness.live.loadgen import (
     LoadgenConfig,
+    assign_backends,
     bench_result,
     check_base_url,
     generated_workload,
@@ -25,7 +26,12 @@ from traces.store import TraceWriter, open_trace
 
 
 @click.command()
-@click.option("--base-url", required=True, help="Server root, e.g. http://127.0.0.1:8765.")
+@click.option("--base-url", help="Server root, e.g. http://127.0.0.1:8765 (or --backends).")
+@click.option("--backends", help="Several server roots, comma-separated (an emulated pool, `latroute serve`): "
+                                 "requests round robin, or as --assign-from says.")
+@click.option("--assign-from", "assign_from", type=click.Path(path_type=Path),
+              help="A replay's result directory: send each request to the instance that replay chose "
+                   "(backend k serves the pool's instance k).")
 @click.option("--trace", "trace_dir", type=click.Path(path_type=Path),
               help="Replay this trace's arrivals, lengths and hash_ids (else arrivals are generated).")
 @click.option("--out", required=True, type=click.Path(path_type=Path),
@@ -52,7 +58,7 @@ from traces.store import TraceWriter, open_trace
               help="Seconds after which unfinished requests are abandoned (counted as failed); bounds every "
                    "network wait, GET /v1/models included.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None, num_prompts: int | None,
+def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None, trace_dir: Path | None, out: Path, model: str | None, num_prompts: int | None,
             request_rate: float, burstiness: float, seed: int, max_concurrency: int | None, input_len: int,
             output_len: int, hash_block_tokens: int | None, id_prefix: str, prompt_format: str,
             request_timeout: float, time_limit: float, force: bool) -> None:
@@ -71,9 +77,16 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
     Examples:
       latroute loadgen --base-url http://127.0.0.1:8765 --trace d1 --out client-d1
       latroute loadgen --base-url http://127.0.0.1:8765 --num-prompts 200 --request-rate 2 --out client
+      latroute loadgen --backends http://127.0.0.1:8100,http://127.0.0.1:8101,http://127.0.0.1:8102 \\
+          --trace r-sq/served --assign-from r-sq --out client-sq   # each request where replay r-sq sent it
     """
-    check_out(out, force, inputs=[trace_dir])  # before any work
-    url = check_base_url(base_url)
+    check_out(out, force, inputs=[trace_dir, assign_from])  # before any work
+    if (base_url is None) == (backends is None):
+        raise BadInput("--base-url", None, "--base-url", "give --base-url URL or --backends URL,... (exactly one)")
+    urls = tuple(check_base_url(u.strip()) for u in backends.split(",")) if backends else ()
+    if assign_from is not None and not urls:
+        raise BadInput("--assign-from", None, "--assign-from", "needs --backends (one URL per instance of the pool)")
+    url = check_base_url(base_url) if base_url is not None else urls[0]
     if trace_dir is not None:
         if not math.isinf(request_rate) or burstiness != 1.0:
             raise BadInput("--request-rate", None, "--request-rate",
@@ -87,7 +100,16 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
         if num_prompts is None:
             raise BadInput("--num-prompts", None, "--num-prompts", "give --trace DIR or --num-prompts N")
         wl = generated_workload(num_prompts, request_rate, burstiness, seed, input_len, output_len)
-    cfg = LoadgenConfig(base_url=url, model=model, max_concurrency=max_concurrency, request_timeout_s=request_timeout,
+    names: list[str] = list(urls)
+    assignment = None
+    if assign_from is not None:
+        served = assign_from / "served"  # a replay's result directory holds its served trace there
+        t_assign = open_trace(served if (served / "meta.json").is_file() else assign_from)
+        names = t_assign.read("instances")["instance_id"].tolist()
+        assignment = t_assign.read("requests")[["request_id", "instance_id"]]
+    backend_of = assign_backends(np.asarray(wl.request_id), len(urls), assignment, names) if urls else ()
+    cfg = LoadgenConfig(base_url=url, backends=urls, backend_of=backend_of, backend_names=tuple(names[:len(urls)]),
+                        model=model, max_concurrency=max_concurrency, request_timeout_s=request_timeout,
                         time_limit_s=time_limit, id_prefix=id_prefix, prompt_format=prompt_format, seed=seed,
                         request_rate=request_rate, burstiness=burstiness)
     date = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
@@ -107,7 +129,8 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
         sys.exit(1)
     with TraceWriter(out, force) as w:
         has_hash = any(h for h in wl.hash_ids)
-        w.meta["source"] = {"kind": "loadgen", "base_url": url, "endpoint": cfg.endpoint, "model": cfg.model,
+        w.meta["source"] = {"kind": "loadgen", "base_url": url, "backends": list(urls) or None,
+                            "assign_from": str(assign_from) if assign_from else None, "endpoint": cfg.endpoint, "model": cfg.model,
                             "trace": str(trace_dir) if trace_dir else None, "id_prefix": id_prefix,
                             "prompt_format": prompt_format, "seed": seed, "max_concurrency": max_concurrency,
                             "request_rate": None if math.isinf(request_rate) else request_rate,
@@ -115,7 +138,7 @@ def loadgen(base_url: str, trace_dir: Path | None, out: Path, model: str | None,
         w.meta["arrivals"] = "measured"
         if has_hash:
             w.meta["hash_block_tokens"] = wl.hash_block_tokens
-        w.write_table("requests", requests_frame(results, wl.hash_ids if has_hash else None))
+        w.write_table("requests", requests_frame(results, wl.hash_ids if has_hash else None, cfg.backend_names))
         write_json(w.tmp / "bench.json", bench_result(results, duration, cfg, len(results), date))
     ttft = np.array([r.ttft_s for r in ok]) * 1e3
     click.echo(f"loadgen {len(results)} requests in {duration:.1f} s: {len(ok)} ok, {failed} failed; "

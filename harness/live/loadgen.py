@@ -59,6 +59,11 @@ class LoadgenConfig:
     request_rate: float = math.inf  # for the bench JSON (arrivals generated or from a trace)
     burstiness: float = 1.0
     extra_body: dict = field(default_factory=dict)
+    # several servers (``--backends``): request i goes to backends[backend_of[i]] (``assign_backends``);
+    # empty: every request to base_url
+    backends: tuple[str, ...] = ()
+    backend_of: tuple[int, ...] = ()
+    backend_names: tuple[str, ...] = ()  # instance ids for the client trace's instance_id (default: the URLs)
 
     def __post_init__(self) -> None:
         """Refuse settings that would hang or flood: a NaN timeout never fires, a
@@ -92,6 +97,7 @@ class RequestResult:
     output_tokens: int = 0
     error: str = ""
     queue_s: float = 0.0
+    backend: int = -1  # index into LoadgenConfig.backends (-1: base_url)
 
     @property
     def ok(self) -> bool:
@@ -132,6 +138,7 @@ class _Client:
     def __init__(self, cfg: LoadgenConfig, session, t0: float) -> None:
         self.cfg, self.session, self.t0 = cfg, session, t0
         self.sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+        self.models: list[str | None] = []  # per backend (GET /v1/models of each)
 
     async def send(self, r: RequestResult, prompt) -> RequestResult:
         try:
@@ -149,7 +156,9 @@ class _Client:
         import aiohttp
 
         cfg = self.cfg
-        body = {"model": cfg.model, "prompt": prompt, "max_tokens": r.max_tokens, "ignore_eos": True,
+        url = cfg.base_url if r.backend < 0 else cfg.backends[r.backend]
+        model = cfg.model if r.backend < 0 else self.models[r.backend]
+        body = {"model": model, "prompt": prompt, "max_tokens": r.max_tokens, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.0, **cfg.extra_body}
         start = time.perf_counter()
         r.send_s = start - self.t0
@@ -157,7 +166,7 @@ class _Client:
         chunks = 0
         done = False
         try:
-            async with self.session.post(cfg.base_url + cfg.endpoint, json=body,
+            async with self.session.post(url + cfg.endpoint, json=body,
                                          headers={"X-Request-Id": r.client_id}) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].replace("\n", " ")
@@ -231,15 +240,23 @@ async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], f
     timeout = aiohttp.ClientTimeout(total=min(cfg.request_timeout_s, cfg.time_limit_s))
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        if cfg.model is None:
+        models = []
+        for url in cfg.backends:  # each server serves its own model: ask each
+            models.append(cfg.model if cfg.model is not None else
+                          await _model_name(session, url, min(cfg.request_timeout_s, left())))
+        if cfg.backends:
+            cfg.model = cfg.model or models[0]
+        elif cfg.model is None:
             cfg.model = await _model_name(session, cfg.base_url, min(cfg.request_timeout_s, left()))
         else:
             await _probe(session, cfg.base_url, min(cfg.request_timeout_s, left()))
         t0 = time.perf_counter()
         client = _Client(cfg, session, t0)
+        client.models = models
         results = [RequestResult(int(rid), f"{cfg.id_prefix}{int(rid)}", float(a) - float(wl.arrival_s.min()),
-                                 int(p), int(o))
-                   for rid, a, p, o in zip(wl.request_id, wl.arrival_s, wl.prompt_tokens, wl.output_tokens)]
+                                 int(p), int(o), backend=cfg.backend_of[k] if cfg.backends else -1)
+                   for k, (rid, a, p, o) in enumerate(zip(wl.request_id, wl.arrival_s, wl.prompt_tokens,
+                                                          wl.output_tokens))]
         order = np.argsort([r.scheduled_s for r in results], kind="stable")
         tasks: list[asyncio.Task] = []
 
@@ -269,7 +286,33 @@ def run_loadgen(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], 
     return asyncio.run(_run(wl, cfg))
 
 
-def requests_frame(results: list[RequestResult], hash_ids: list | None = None) -> pd.DataFrame:
+def assign_backends(request_ids: np.ndarray, n_backends: int, assignment: pd.DataFrame | None,
+                    names: list[str] | None) -> tuple[int, ...]:
+    """The backend of each request: the instance an offline replay chose
+    (``assignment``: its request_id and instance_id, ``names`` the
+    instances in pool order, backend k serving instance k), else round
+    robin. BadInput: a request the replay did not place, or an instance
+    beyond the backends."""
+    if assignment is None:
+        return tuple(int(k % n_backends) for k in range(len(request_ids)))
+    index = {name: k for k, name in enumerate(names or [])}
+    where = dict(zip(assignment["request_id"].to_numpy().tolist(), assignment["instance_id"].tolist()))
+    out = []
+    for rid in request_ids.tolist():
+        inst = where.get(rid)
+        if inst is None or inst not in index:
+            raise BadInput("--assign-from", None, "request_id",
+                           f"request {rid}: {'not in the replay' if rid not in where else 'not placed by it'}")
+        if index[inst] >= n_backends:
+            raise BadInput("--backends", None, "--backends",
+                           f"request {rid} went to instance {inst} (#{index[inst]} of the pool); only "
+                           f"{n_backends} backends given")
+        out.append(index[inst])
+    return tuple(out)
+
+
+def requests_frame(results: list[RequestResult], hash_ids: list | None = None,
+                   backend_names: tuple[str, ...] = ()) -> pd.DataFrame:
     """The client trace's ``requests`` table: arrival_s is the measured send
     time (s since the run's start), ttft_s/finish_s/e2e_s and ITL statistics
     measured, NaN for a failed request, whose ``error`` says why."""
@@ -286,6 +329,7 @@ def requests_frame(results: list[RequestResult], hash_ids: list | None = None) -
             "client_id": r.client_id, "status": "ok" if r.ok else "error", "error": r.error or None,
             "e2e_s": r.e2e_s if r.ok else math.nan,
             "itl_mean_s": mean, "itl_p50_s": p50, "itl_p90_s": p90, "itl_max_s": mx,
+            **({"instance_id": backend_names[r.backend]} if backend_names and r.backend >= 0 else {}),
         })
     df = pd.DataFrame(rows)
     if hash_ids is None or all(h is None for h in hash_ids):

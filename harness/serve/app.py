@@ -1,0 +1,179 @@
+"""One emulated instance's HTTP face: vLLM's OpenAI routes on aiohttp.
+
+``/v1/completions`` and ``/v1/chat/completions`` (SSE streaming or one
+JSON answer), ``/v1/models``, ``/health``, ``/metrics``. The request id is
+``X-Request-Id`` when the client sends one (echoed back, as vLLM's
+``--enable-request-id-headers`` does). Streams send every token at the end
+of the step that produced it, or every ``stream_interval`` tokens (vLLM's
+``--stream-interval``; the first and the last always at once). The pool's
+front-end overhead (``frontend_overhead_s``, which the offline twin adds to
+every TTFT) is waited once before the first token. A client that goes away
+(the handler is cancelled, or a write fails) aborts its request in the
+engine; a server shutting down ends open streams with an error event.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from harness.serve.engine import Served, ServedEngine
+from harness.serve.metrics import EngineMetrics
+from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, parse
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+@dataclass
+class ServerState:
+    """What every instance of one ``serve`` process shares."""
+
+    speed: float
+    overhead_s: float
+    stream_interval: int = 1
+    closing: bool = False
+    ids: itertools.count = field(default_factory=itertools.count)  # request ids in arrival order, pool-wide
+
+
+class InstanceApp:
+    def __init__(self, engine: ServedEngine, metrics: EngineMetrics, model: str, state: ServerState):
+        self.engine, self.metrics, self.model, self.state = engine, metrics, model, state
+        self.max_model_len = engine.spec.config.max_model_len
+        self.created = int(time.time())
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=64 << 20)
+        app.add_routes([web.post("/v1/completions", self.completions),
+                        web.post("/v1/chat/completions", self.chat),
+                        web.get("/v1/models", self.models), web.get("/health", self.health),
+                        web.get("/metrics", self.metrics_text)])
+        return app
+
+    # --- simple routes
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=503 if self.state.closing else 200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": self.model, "object": "model", "created": self.created, "owned_by": "vllm", "root": self.model,
+            "parent": None, "max_model_len": self.max_model_len}]})
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.text(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    # --- generation
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        if self.state.closing:
+            return web.json_response(error_body("the server is shutting down", 503), status=503)
+        try:
+            try:
+                body = json.loads(await request.read())
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ApiError(f"the request body is not JSON ({e})") from None
+            p = parse(body, chat, self.model, self.max_model_len)
+        except ApiError as e:
+            return web.json_response(e.body(), status=e.status)
+        client_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        h = self.engine.submit(client_id, len(p.prompt_ids), p.max_tokens)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{client_id}"
+        try:
+            if p.stream:
+                return await self._stream(request, h, p, rid)
+            return await self._whole(h, p, rid)
+        finally:
+            self.engine.abort(h)  # a no-op for a finished request; frees one whose client went away
+
+    def _choice(self, p: Parsed, text: str, finish: str | None, first: bool) -> dict:
+        if p.chat:
+            delta = {"role": "assistant", "content": text} if first else {"content": text}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+
+    def _usage(self, h: Served) -> dict:
+        return {"prompt_tokens": h.prompt, "total_tokens": h.prompt + h.delivered, "completion_tokens": h.delivered,
+                "prompt_tokens_details": {"cached_tokens": h.cached}}
+
+    async def _first_wait(self, h: Served) -> None:
+        """Until the first token's step end plus the front-end overhead (wall
+        clock): a late delivery is not charged the overhead again."""
+        if self.state.overhead_s > 0:
+            clock = self.engine.clock
+            delay = clock.wall(h.first_t + self.state.overhead_s) - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    async def _stream(self, request: web.Request, h: Served, p: Parsed, rid: str) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": h.client_id})
+        await resp.prepare(request)
+        obj = "chat.completion.chunk" if p.chat else "text_completion"
+        head = {"id": rid, "object": obj, "created": int(time.time()), "model": self.model}
+        sent = 0
+        pending: list[int] = []
+        interval = self.state.stream_interval
+
+        async def send(data: dict) -> None:
+            await resp.write(b"data: " + json.dumps({**head, **data}, separators=(",", ":")).encode() + b"\n\n")
+
+        async def flush(finish: str | None) -> None:
+            nonlocal sent
+            await send({"choices": [self._choice(p, detokenize(pending), finish, sent == 0)]})
+            sent += len(pending)
+            pending.clear()
+
+        while True:
+            kind, payload, finish = await h.queue.get()
+            if kind == "tokens":  # the last ones carry the finish reason, as vLLM's last chunk does
+                if sent == 0 and not pending:
+                    await self._first_wait(h)
+                pending.extend(payload)
+                if sent == 0 or len(pending) >= interval or finish is not None:
+                    await flush(finish)
+                if finish is not None:
+                    if p.include_usage:
+                        await send({"choices": [], "usage": self._usage(h)})
+                    await resp.write(b"data: [DONE]\n\n")
+                    break
+            else:  # "error": the engine refused it, or the server is stopping
+                await resp.write(b"data: " + json.dumps(error_body(payload, 503 if self.state.closing else 400))
+                                 .encode() + b"\n\n")
+                await resp.write(b"data: [DONE]\n\n")
+                break
+        await resp.write_eof()
+        return resp
+
+    async def _whole(self, h: Served, p: Parsed, rid: str) -> web.Response:
+        tokens: list[int] = []
+        while True:
+            kind, payload, finish = await h.queue.get()
+            if kind == "tokens":
+                if not tokens:
+                    await self._first_wait(h)
+                tokens.extend(payload)
+                if finish is not None:
+                    break
+            else:
+                status = 503 if self.state.closing else 400
+                return web.json_response(error_body(payload, status), status=status)
+        text = detokenize(tokens)
+        if p.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": h.finish_reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": h.finish_reason,
+                      "stop_reason": None}
+            obj = "text_completion"
+        return web.json_response({"id": rid, "object": obj, "created": int(time.time()), "model": self.model,
+                                  "choices": [choice], "usage": self._usage(h)},
+                                 headers={"X-Request-Id": h.client_id})

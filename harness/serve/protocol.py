@@ -1,0 +1,160 @@
+"""What a client may send, and what vLLM answers when it may not.
+
+Requests are checked field by field before anything reaches the engine; a
+refusal is vLLM's error body (``{"error": {"message", "type", "param",
+"code"}}``, status 400, or 404 for an unknown model) naming the field, and
+the server goes on serving.
+
+Prompts are token ids, or text through ``../shared/models``' word-level
+tokenizer (``w12 w55`` is tokens 12 and 55; any other word is ``<unk>``,
+id 0). Chat messages go through a plain template of our own (the tiny
+models ship none): each message is ``<s>`` (id 1) followed by its
+content's tokens; roles add no tokens.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+VOCAB = 8192
+_WORD = re.compile(r"w(\d{1,5})")
+
+
+class ApiError(Exception):
+    """A request refused with vLLM's error body."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.message, self.param, self.status = message, param, status
+
+    def body(self) -> dict:
+        kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(self.status,
+                                                                                                 "InternalServerError")
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
+
+
+def error_body(message: str, status: int = 400, param: str | None = None) -> dict:
+    return ApiError(message, param, status).body()
+
+
+def tokenize(text: str) -> list[int]:
+    """The word-level tokenizer: ``w<id>`` words are their ids, others <unk>."""
+    out = []
+    for word in text.split():
+        m = _WORD.fullmatch(word)
+        out.append(int(m.group(1)) if m and int(m.group(1)) < VOCAB else 0)
+    return out
+
+
+def detokenize(tokens: list[int]) -> str:
+    """Output text as vLLM 0.32 decodes the word-level tokenizer's ids: each
+    word after a space (``" w7573 w3464"``), the first too."""
+    return "".join(f" w{t}" for t in tokens)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    prompt_ids: list[int]
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    chat: bool
+
+
+def _int(body: dict, key: str, lo: int, hi: int | None = None) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ApiError(f"{key}: must be an integer, got {json.dumps(v)[:40]}", key)
+    if v < lo or (hi is not None and v > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ApiError(f"{key} must be {bound}, got {v}.", key)
+    return v
+
+
+def _bool(body: dict, key: str) -> bool:
+    v = body.get(key, False)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise ApiError(f"{key}: must be a boolean, got {json.dumps(v)[:40]}", key)
+    return v
+
+
+def _prompt(v) -> list[int]:
+    if isinstance(v, str):
+        return tokenize(v)
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str | list):
+        return _prompt(v[0])  # a batch of one
+    if isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        if any(not 0 <= x < VOCAB for x in v):
+            raise ApiError(f"prompt: token id out of vocabulary [0, {VOCAB})", "prompt")
+        return list(v)
+    if isinstance(v, list) and len(v) > 1 and all(isinstance(x, str | list) for x in v):
+        raise ApiError("prompt: this server takes one prompt per request", "prompt")
+    raise ApiError("prompt: must be a string or a non-empty list of token ids", "prompt")
+
+
+def _messages(v) -> list[int]:
+    if not isinstance(v, list) or not v:
+        raise ApiError("messages: must be a non-empty list", "messages")
+    ids: list[int] = []
+    for i, m in enumerate(v):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(f"messages[{i}]: must be an object with a role", "messages")
+        c = m.get("content", "")
+        if isinstance(c, list):  # content parts: their text
+            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+        if not isinstance(c, str):
+            raise ApiError(f"messages[{i}].content: must be a string", "messages")
+        ids.append(1)
+        ids.extend(tokenize(c))
+    return ids
+
+
+def parse(body: object, chat: bool, served_model: str, max_model_len: int) -> Parsed:
+    """A completions (or chat completions) body, checked as vLLM checks it."""
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served_model:
+        raise ApiError(f"The model `{model}` does not exist.", "model", 404)
+    if chat:
+        if "messages" not in body:
+            raise ApiError("messages: field required", "messages")
+        ids = _messages(body["messages"])
+    else:
+        if "prompt" not in body:
+            raise ApiError("prompt: field required", "prompt")
+        ids = _prompt(body["prompt"])
+    if not ids:
+        raise ApiError("The prompt cannot be empty.", "prompt")
+    n = _int(body, "n", 1, 1)
+    del n
+    max_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _int(body, max_key, 1)
+    min_tokens = _int(body, "min_tokens", 0) or 0
+    _bool(body, "ignore_eos")
+    stream = _bool(body, "stream")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise ApiError("stream_options: must be an object", "stream_options")
+    if opts and not stream:
+        raise ApiError("Stream options can only be defined when `stream=True`.", "stream_options")
+    include_usage = bool(opts and opts.get("include_usage"))
+    p = len(ids)
+    if p >= max_model_len:
+        raise ApiError(f"This model's maximum context length is {max_model_len} tokens. However, your request has "
+                       f"{p} input tokens. Please reduce the length of the input messages.", "prompt")
+    if max_tokens is None:
+        max_tokens = max_model_len - p  # vLLM's default: up to the context length
+    if p + max_tokens > max_model_len:
+        raise ApiError(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                       f"{p + max_tokens} tokens ({p} in the messages, {max_tokens} in the completion). Please "
+                       f"reduce the length of the messages or completion.", max_key)
+    if min_tokens > max_tokens:
+        raise ApiError(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+                       "min_tokens")
+    return Parsed(ids, max_tokens, stream, include_usage, chat)
