@@ -149,9 +149,12 @@ def speed_drift(profile: BatchTimeProfile, steps: pd.DataFrame, min_steps: int =
 
 
 def trace_drift(trace: Trace, profiles: dict[str, BatchTimeProfile]) -> dict[str, DriftReport]:
-    """The speed factor of each instance of a trace with steps against its profile."""
+    """The speed factor of each instance of a trace with steps against its
+    profile; an instance with too few steps to tell (one that served next to
+    nothing, e.g. an emulated replica no request reached) has no report."""
     if not trace.has("steps"):
         return {}
     steps = trace.read("steps")
-    return {inst: speed_drift(prof, steps[steps["instance_id"].astype(str) == inst])
-            for inst, prof in profiles.items()}
+    reports = {inst: speed_drift(prof, steps[steps["instance_id"].astype(str) == inst])
+               for inst, prof in profiles.items()}
+    return {inst: r for inst, r in reports.items() if r.classes}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from estimators.batch_fit import NoiseModel
@@ -150,3 +151,20 @@ def test_validate_reports_the_host_speed_factor(hosts):
     m = json.loads((hosts / "v-d1c" / "metrics.json").read_text())
     d = m["drift"]["tiny-a"]
     assert d["drift"] and d["ci95"][0] <= d["speed_factor"] <= d["ci95"][1] and d["speed_factor"] > 1.3
+
+
+def test_an_instance_with_too_few_steps_has_no_drift_report(tmp_path):
+    """A trace where one instance ran a handful of steps (an emulated replica
+    next to no request reached): the others are judged, it is left out
+    (``estimate`` crashed on it with an IndexError)."""
+    from estimators.drift import trace_drift
+    from traces.store import TraceWriter, open_trace
+
+    prof = _profile()
+    busy = _slower(1.0, seed=13, n=400).assign(instance_id="a")
+    idle = _slower(1.0, seed=14, n=5).assign(instance_id="b")
+    assert speed_drift(prof, idle).classes == []
+    with TraceWriter(tmp_path / "t", force=True) as w:
+        w.write_table("steps", pd.concat([busy, idle], ignore_index=True))
+    reports = trace_drift(open_trace(tmp_path / "t"), {"a": prof, "b": prof})
+    assert list(reports) == ["a"] and not reports["a"].drift
