@@ -38,16 +38,18 @@ def list_rows(kind: str) -> list[tuple[str, str]]:
             return (f"; estimator {e.estimator}" if e.estimator else "") + (f" [{', '.join(flags)}]" if flags else "")
 
         return [(name, e.summary + caps(e)) for name, e in REGISTRY.items()]
-    from estimators.estimate import ESTIMATORS
+    from estimators.estimate import KNOWN_ESTIMATORS
     from routers.registry import ESTIMATOR_NEEDS_BASELINES
 
     doc = {"sfs": "simulates the instance's scheduler forward from its honest state (the shared kernel)",
            "throughput": "outstanding prefill tokens / prefill rate + a decode step",
            "lps": "paper's LPS queueing formula, calibration mean arrival rate",
            "lps-mg": "M/G/k-style wait with an online EWMA arrival rate (rho held at 0.95)",
-           "queue": "b0 + b1 * residents, fitted"}
+           "queue": "b0 + b1 * residents, fitted",
+           "learned": "llm-d's online-trained LightGBM model (mean, p50, p90) on the view's features, trained "
+                      "only on first tokens out before the query arrived; the learned extra; not in the default list"}
     return [(n, doc.get(n, "") + ("; needs baseline parameters" if ESTIMATOR_NEEDS_BASELINES.get(n) else ""))
-            for n in ESTIMATORS]
+            for n in KNOWN_ESTIMATORS]
 
 
 @click.command("list")
