@@ -24,11 +24,14 @@ MIN_DELTA_E = 20.0
 # lightness at most 80 and at least 30 from white (thin lines stay visible on
 # the page): each colour the one furthest from every colour already in,
 # starting from matplotlib's first blue, until none is 20.5 away. The 23 it
-# gives are pairwise at least 20.6 apart: one for each built-in router (22),
-# and one more for a plug-in.
+# gives are pairwise at least 20.6 apart; four lighter ones were added after
+# them: one for each built-in router (25), and two more for plug-ins.
 PALETTE = ("#1f77b4", "#b4d200", "#ff5a00", "#1e4b00", "#3c000f", "#ff00e1", "#00c3b4", "#5a00b4", "#784b00",
            "#968787", "#d2004b", "#ffb40f", "#0f1e1e", "#009600", "#a596f0", "#007869", "#96873c", "#5a4b4b",
-           "#ff87a5", "#00003c", "#870f00", "#875a96", "#1eb4e1")
+           "#ff87a5", "#00003c", "#870f00", "#875a96", "#1eb4e1",
+           # issue 28's three learned routers: the same greedy from these 23, on a 35-step grid, any lightness at
+           # least 20.3 from white (no darker colour is 20 from all 23)
+           "#00ff8e", "#f8c3ac", "#f8d2ff", "#b4c3a5")
 
 
 def _linear(c: float) -> float:

@@ -170,6 +170,10 @@ _ENTRIES = [
                 needs_baselines=ESTIMATOR_NEEDS_BASELINES[est], main=est == "sfs")
     for est in ("sfs", "throughput") for rule in ("cc", "eu")
 ] + [
+    RouterEntry("oracle", "clairvoyant: forks each instance's future (noise and true lengths included, later "
+                "arrivals not routed yet) and picks the best on-time utility", _oracle, uses_lambda=True,
+                oracle=True),
+] + [  # after the oracle: the report palette keeps every earlier router's colour
     RouterEntry("learned-hard", "llm-d's online-trained LightGBM TTFT model (mean) per instance, best utility "
                 "meeting the SLO (throughput baseline until trained; learned extra)", _learned("hard"),
                 estimator="learned", rule="hard", uses_lambda=True, needs_baselines=True),
@@ -180,10 +184,6 @@ _ENTRIES = [
                 "(SLO - learned p90; 1% exploration) and latency scorer over the replicas (learned extra)",
                 _learned("headroom"), estimator="learned", rule="headroom", uses_lambda=True, seeded=True,
                 needs_baselines=True),
-] + [
-    RouterEntry("oracle", "clairvoyant: forks each instance's future (noise and true lengths included, later "
-                "arrivals not routed yet) and picks the best on-time utility", _oracle, uses_lambda=True,
-                oracle=True),
 ]
 
 REGISTRY: dict[str, RouterEntry] = {e.name: e for e in _ENTRIES}
