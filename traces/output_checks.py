@@ -126,7 +126,10 @@ def write_manifest(directory: Path, kind: str) -> None:
     (Path(directory) / MARKER).write_text(f"{kind}\n" + "".join(f"{ln}\n" for ln in lines))
 
 
-def _manifest(lines: list[str]) -> set[tuple[str, str]] | None:
+DAMAGED = frozenset()  # a manifest whose lines do not parse: it covers nothing, and is itself what to name
+
+
+def _manifest(lines: list[str]) -> set[tuple[str, str]] | frozenset | None:
     if len(lines) < 2:
         return None  # kind only: written in place, or before manifests
     listed = set()
@@ -135,7 +138,7 @@ def _manifest(lines: list[str]) -> set[tuple[str, str]] | None:
         try:
             name = json.loads(rel)
         except ValueError:
-            return set()  # a damaged list covers nothing
+            return DAMAGED
         if t in ("d", "f") and isinstance(name, str):
             listed.add((t, name))
     return listed
@@ -150,6 +153,8 @@ def stranger(out: Path) -> str | None:
     entries = _entries(out)
     if len(entries) > MANIFEST_MAX_ENTRIES:
         return f"more than {MANIFEST_MAX_ENTRIES:,} entries"
+    if listed is DAMAGED:
+        return f"{out / MARKER} (its list of what latroute wrote there is damaged)"
     for t, rel in entries:
         if rel == MARKER or (rel in LEGACY_MARKERS and t == "f"):
             continue

@@ -139,6 +139,8 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
         text_value = _spec_value(value, params[name], path, row, key)
         try:  # the flag's own type checks it now, so the refusal names the file and the key
             params[name].type.convert(text_value, params[name], ctx)
+            if key == "routers":  # names, checked here too: a misspelt router is the file's fault
+                parse_routers(str(text_value))
         except click.BadParameter as e:
             raise BadInput(path, row, key, e.format_message()) from None
         defaults[name] = text_value
