@@ -69,11 +69,7 @@ class ReplayConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
         if not (isinstance(self.epsilon, int | float) and 0.0 <= self.epsilon < 1.0):
             raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
-        if not (isinstance(self.retrain_every_s, int | float) and math.isfinite(self.retrain_every_s)
-                and self.retrain_every_s >= 0):
-            raise ValueError(f"retrain_every_s must be a finite number >= 0, got {self.retrain_every_s!r}")
-        if not (isinstance(self.window, int) and self.window >= MIN_SAMPLES):
-            raise ValueError(f"window must be a whole number >= {MIN_SAMPLES}, got {self.window!r}")
+        self.learned()  # LearnedConfig refuses a bad training schedule (interval, window below its min_samples)
         if self.ties not in TIE_POLICIES:
             raise ValueError(f"ties must be one of {', '.join(TIE_POLICIES)}, got {self.ties!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or not 0 <= self.seed < 2**32:
