@@ -210,3 +210,23 @@ class EstimatorArray(EstimatorAnswers):
 class EstimatorRaisesInInit(EstimatorAnswers):
     def __init__(self, profile, params, pred_total, frontend_overhead_s):
         raise ValueError("needs a GPU")
+
+
+class SwallowsCtrlC(Router):
+    """Ctrl-C arrives (sent to itself) inside a library that swallows the
+    KeyboardInterrupt and then fails on what it left undone, as llvmlite's
+    ctypes callback and Numba's ``no compiled object yet`` do."""
+
+    summary = "Ctrl-C swallowed, then an error"
+
+    def choose(self, i: int, t: float, insts) -> int:
+        import os
+        import signal
+
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**7):  # the handler runs between bytecodes
+                pass
+        except KeyboardInterrupt:
+            pass
+        raise RuntimeError("no compiled object yet")

@@ -28,7 +28,7 @@ printing the error can never itself fail.
 from __future__ import annotations  # noqa: I001 (harness.cli.signals first, on purpose)
 
 # first, before click and the rest: Ctrl-C while they import is one line, not a traceback
-from harness.cli.signals import _early_interrupt, _handle_sigterm, _signum
+from harness.cli.signals import _handle_sigterm, _signum, _watch_sigint, keep_exit_status, sigint_seen
 from harness.cli.signals import Terminated as Terminated
 
 import os
@@ -129,6 +129,29 @@ def _tolerate_undecodable_output() -> None:
             pass
 
 
+def _interrupted(signum: int) -> int:
+    if signum == signal.SIGTERM:
+        _say("terminated")
+        return EXIT_TERMINATED
+    _say("interrupted")
+    return EXIT_INTERRUPTED
+
+
+def _failed(e: Exception, debug: bool) -> int:
+    """The line and status for a command's error: bad input (2), a click
+    error (its own status), or an internal error (1, the one place they end)."""
+    if isinstance(e, BadInput):
+        _say(f"error: {e}")
+        return EXIT_BAD_INPUT
+    if isinstance(e, click.ClickException):
+        _say(click_error_line(e))
+        return EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code
+    if debug:
+        click.echo(traceback.format_exc(), err=True, nl=False)
+    _say(f"error: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)")
+    return EXIT_INTERNAL
+
+
 class LatrouteGroup(click.Group):
     """A click group that runs every command through the one error path
     (``main``: one line, exit 2 / 1 / 130), keeps the command line for the results' headers, and imports a command's
@@ -171,34 +194,29 @@ class LatrouteGroup(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         argv = sys.argv[1:] if args is None else [str(a) for a in args]
         _tolerate_undecodable_output()
-        sys.exit(self._run(argv, prog_name or "latroute", complete_var, **extra))
+        try:
+            status = self._run(argv, prog_name or "latroute", complete_var, **extra)
+        except SystemExit as e:  # a command that ends itself (sweep's "interrupted: N of M cells ...")
+            status = e.code
+        if status == EXIT_INTERRUPTED:
+            keep_exit_status()
+        sys.exit(status)
 
     def _run(self, argv: list[str], prog_name: str, complete_var, **extra) -> int:
         debug = _debug_requested(argv)
-        if signal.getsignal(signal.SIGINT) is _early_interrupt:  # from here on Ctrl-C unwinds (outputs cleaned)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        watching = _watch_sigint()  # from here on Ctrl-C unwinds (outputs cleaned)
         restore = _handle_sigterm()
         try:
             rv = super().main(argv, prog_name, complete_var, False, **extra)
-        except BadInput as e:
-            _say(f"error: {e}")
-            return EXIT_BAD_INPUT
-        except click.ClickException as e:
-            _say(click_error_line(e))
-            return EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code
         except (_Interrupted, KeyboardInterrupt, click.Abort) as e:
-            if _signum(e) == signal.SIGTERM:
-                _say("terminated")
-                return EXIT_TERMINATED
-            _say("interrupted")
-            return EXIT_INTERRUPTED
-        except Exception as e:  # the one place internal errors end
-            if debug:
-                click.echo(traceback.format_exc(), err=True, nl=False)
-            _say(f"error: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)")
-            return EXIT_INTERNAL
+            return _interrupted(_signum(e))
+        except Exception as e:
+            if sigint_seen():  # Ctrl-C that a library swallowed, then failed on: still an interruption
+                return _interrupted(signal.SIGINT)
+            return _failed(e, debug)
         finally:
             restore()
+            watching()
         # library mode returns ctx.exit(N)'s N, or the command's value (None for every latroute command)
         return rv if type(rv) is int else 0
 

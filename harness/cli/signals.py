@@ -52,6 +52,63 @@ if _run_as_program() and threading.current_thread() is threading.main_thread():
         pass
 
 
+_SEEN: list[int] = []
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C while a command runs: noted, then raised as Python's own
+    handler would. The note lets the error path tell an interruption that
+    a library swallowed (a KeyboardInterrupt raised inside llvmlite's
+    ctypes callback while Numba loads its cache is printed and dropped, and
+    Numba then fails with ``no compiled object yet``) from a real error."""
+    _SEEN.append(signum)
+    raise KeyboardInterrupt
+
+
+def _watch_sigint() -> Callable[[], None]:
+    """While a command runs, Ctrl-C goes through ``_interrupt``; returns
+    the undo. A background job's ignored SIGINT stays ignored."""
+    _SEEN.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    if signal.getsignal(signal.SIGINT) not in (_early_interrupt, signal.default_int_handler):
+        return lambda: None
+    signal.signal(signal.SIGINT, _interrupt)
+    return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def sigint_seen() -> bool:
+    """Whether Ctrl-C came while the current command ran."""
+    return bool(_SEEN)
+
+
+def keep_exit_status() -> None:
+    """Make the interpreter exit with the status the CLI chose.
+
+    CPython 3.11 remembers, for good, any KeyboardInterrupt that passed
+    through an ``exec`` of a string (scipy's array-API shim imports numpy
+    that way, under Numba's first compile), even when latroute caught it,
+    and then ends the process by SIGINT at exit (status -2, not 130). The
+    flag is an exported global there; where it is not (other versions) the
+    exit is made directly, after the exit handlers and a flush."""
+    import ctypes
+
+    try:
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+        return
+    except (ValueError, AttributeError, OSError):
+        pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
 def _terminate(signum, frame) -> None:
     raise Terminated()
 

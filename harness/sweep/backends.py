@@ -184,18 +184,22 @@ def latched_interrupts() -> Iterator[Callable[[], None]]:
     cell if anything under the cell (a C extension's signal handling, a
     cleanup swallowing exceptions) consumed the KeyboardInterrupt. A sweep
     that was once seen running to its end and exiting 0 after a Ctrl-C is
-    why. An ignored SIGINT (a background job's) stays ignored."""
+    why; so is an error a library raised after swallowing one (llvmlite
+    drops a KeyboardInterrupt raised in its ctypes callback and Numba then
+    fails with ``no compiled object yet``), which becomes the interruption
+    it was. An ignored SIGINT (a background job's) stays ignored."""
     import threading
 
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield lambda: None
         return
     seen: list[int] = []
 
     def record_and_raise(signum, frame):
         seen.append(signum)
-        raise KeyboardInterrupt
+        previous(signum, frame)
+        raise KeyboardInterrupt  # a handler that returned: Ctrl-C still ends the cells
 
     def check() -> None:
         if seen:
@@ -204,8 +208,12 @@ def latched_interrupts() -> Iterator[Callable[[], None]]:
     signal.signal(signal.SIGINT, record_and_raise)
     try:
         yield check
+    except Exception:
+        if seen:
+            raise KeyboardInterrupt from None
+        raise
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_cells(task: Callable, spec, cells: list, workers: int, backend: str = "local",
