@@ -1,0 +1,109 @@
+"""Regenerate the tables of docs/results/serve-faithfulness.md (issue 29):
+is an emulated run (``latroute serve`` driven by ``loadgen``) the offline
+twin's, request for request?
+
+Why a script: one measurement is four processes in order (an offline
+replay that fixes arrivals and assignment, a server, a client, SIGTERM to
+the server) and a comparison; the script runs them on loopback, bounded in
+time, and prints the figures the acceptance names.
+
+``python docs/serve_faithfulness.py OUT_DIR --pool POOL --rate R --requests N --port-base P [--stream-interval K]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def latroute(*args, **kw) -> subprocess.Popen:
+    print("latroute", " ".join(map(str, args)), flush=True)
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *map(str, args)], **kw)
+
+
+def wait_healthy(url: str, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"{url} not healthy after {seconds} s")
+
+
+def measure(out: Path, pool_ref: str, rate: float, n: int, port_base: int, stream_interval: int) -> None:
+    from harness.twin.pools import load_pool
+
+    out.mkdir(parents=True, exist_ok=True)
+    pool = load_pool(pool_ref)
+    if latroute("replay", "--pool", pool_ref, "--rate", rate, "--requests", n, "--router", "shortest-queue",
+                "--noise", "off", "--force", "--out", out / "r-sq", stdout=subprocess.DEVNULL).wait(900):
+        raise SystemExit("replay failed")
+    extra = ["--stream-interval", stream_interval] if stream_interval > 1 else []
+    server = latroute("serve", "--pool", pool_ref, "--port-base", port_base, "--noise", "off",
+                      "--frontend-overhead", "0.0025", "--record", out / "rec", "--force", *extra,
+                      stdout=subprocess.DEVNULL, stderr=open(out / "serve.txt", "w"))
+    try:
+        urls = [f"http://127.0.0.1:{port_base + i}" for i in range(len(pool.instances))]
+        wait_healthy(urls[0], 120)
+        client = latroute("loadgen", "--backends", ",".join(urls), "--trace", out / "r-sq" / "served",
+                          "--assign-from", out / "r-sq", "--out", out / "client", "--force",
+                          stdout=subprocess.DEVNULL)
+        if client.wait(n / rate + 600):
+            raise SystemExit("loadgen failed")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(120)
+
+
+def compare(out: Path, pool_ref: str) -> dict:
+    import numpy as np
+
+    from harness.serve.faithful import offline_on_served
+    from harness.twin.decisions import decision_agreement
+    from harness.twin.pools import load_pool
+    from traces.store import open_trace
+
+    rec = open_trace(out / "rec")
+    off = offline_on_served(rec, load_pool(pool_ref))
+    client = open_trace(out / "client").read("requests")[["client_id", "ttft_s"]]
+    m = off.merge(client.rename(columns={"ttft_s": "client"}), on="client_id")
+    d = np.abs(m["client"].to_numpy() - m["offline"].to_numpy()) * 1e3
+    engine = (m["served"] - m["offline"]).to_numpy() * 1e3
+    lag = json.loads((out / "rec" / "meta.json").read_text())["serve"]["lag"]
+    steps = agree = 0
+    for iid in rec.read("instances")["instance_id"]:
+        r = decision_agreement(rec, str(iid))
+        steps, agree = steps + r.steps, agree + r.agree
+    return {"requests": len(m), "median_ms": float(np.median(d)), "p99_ms": float(np.percentile(d, 99)),
+            "median_limit_ms": lag["p50_ms"] + 1, "p99_limit_ms": lag["p99_ms"] + 5,
+            "lag_p50_ms": lag["p50_ms"], "lag_p99_ms": lag["p99_ms"], "lag_max_ms": lag["max_ms"],
+            "late_over_5ms": lag["overruns"], "engine_minus_offline_ms": [float(engine.min()), float(engine.max())],
+            "decision_agreement": f"{agree}/{steps}"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--pool", default="qwen3-h100")
+    ap.add_argument("--rate", type=float, default=8.0)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--port-base", type=int, default=8100)
+    ap.add_argument("--stream-interval", type=int, default=1)
+    a = ap.parse_args()
+    os.environ.setdefault("PYTHONPATH", str(REPO))
+    measure(a.out, a.pool, a.rate, a.requests, a.port_base, a.stream_interval)
+    print(json.dumps(compare(a.out, a.pool), indent=1))
+
+
+if __name__ == "__main__":
+    main()
