@@ -20,14 +20,17 @@ import sys
 import time
 from pathlib import Path
 
+from harness.studies import coverage
+
 DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
 CPU = DATA / "vllm_cpu"
 A100 = DATA / "vllm_bench_serving_a100_per_request" / "runs"
-# The coverage study's profiles (harness/studies/coverage.py): a sibling
-# recording of the same model and host, or the recording's own first 30% of steps.
-CALIBRATE_ON = {"d1": "d2", "d2": "d1", "d4": "d1", "d5": "d1", "d6": "d1", "d7": "d1",
-                "d1b": "d1c", "d1c": "d1b", "d8": "d9", "d9": "d8"}
-OWN_HEAD = ("d3", "d10")
+# The coverage study's profiles, taken from it (its keys are the recordings'
+# name prefixes, "d1_"): a sibling recording of the same model and host, or
+# the recording's own first 30% of steps.
+CALIBRATE_ON = {k.rstrip("_"): v.rstrip("_") for k, v in coverage.CALIBRATE_ON.items()}
+OWN_HEAD = tuple(p.rstrip("_") for p in coverage.OWN_PREFIX)
+HEAD_WINDOW = f"0:{coverage.OWN_SHARE}"
 ESTIMATORS = "sfs,learned,throughput"
 RUN = "serving_meta-llama-Llama-3.3-70B-Instruct_tp8_pp1_sharegpt_qps"
 RUNS = {"q1": "01", "q4": "04", "q16": "16", "qinf": "inf"}
@@ -67,7 +70,7 @@ def recordings(root: Path, log: Path, timeout: float) -> dict:
         rec = root / "recs" / name
         if name in OWN_HEAD:
             prof = root / "prof" / f"{name}-head.json"
-            run(["latroute", "calibrate", str(rec), "--steps-window", "0:0.3", "--out", str(prof)], prof, log, timeout)
+            run(["latroute", "calibrate", str(rec), "--steps-window", HEAD_WINDOW, "--out", str(prof)], prof, log, timeout)
         else:
             src = CALIBRATE_ON[name]
             prof = root / "prof" / f"{src}.json"
