@@ -49,9 +49,10 @@ def measure(out: Path, pool_ref: str, rate: float, n: int, port_base: int, strea
                 "--noise", "off", "--force", "--out", out / "r-sq", stdout=subprocess.DEVNULL).wait(900):
         raise SystemExit("replay failed")
     extra = ["--stream-interval", stream_interval] if stream_interval > 1 else []
-    server = latroute("serve", "--pool", pool_ref, "--port-base", port_base, "--noise", "off",
-                      "--frontend-overhead", "0.0025", "--record", out / "rec", "--force", *extra,
-                      stdout=subprocess.DEVNULL, stderr=open(out / "serve.txt", "w"))
+    with open(out / "serve.txt", "w") as log:
+        server = latroute("serve", "--pool", pool_ref, "--port-base", port_base, "--noise", "off",
+                          "--frontend-overhead", "0.0025", "--record", out / "rec", "--force", *extra,
+                          stdout=subprocess.DEVNULL, stderr=log)
     try:
         urls = [f"http://127.0.0.1:{port_base + i}" for i in range(len(pool.instances))]
         wait_healthy(urls[0], 120)
