@@ -14,14 +14,13 @@ from tests.conftest import run_cli, shared
 
 pytestmark = pytest.mark.realdata
 
-RUNS = shared("vllm_bench_serving_a100_per_request", "runs")
-
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    d = tmp_path_factory.mktemp("llama")
+    runs = shared("vllm_bench_serving_a100_per_request", "runs")  # here, not at import: the realdata stage is
+    d = tmp_path_factory.mktemp("llama")  # only these tests, and a module skipped at collection is "no tests" (exit 5)
     for q in ("01", "04", "16", "inf"):
-        run = next(RUNS.glob(f"*Llama-3.3-70B*tp8_pp1*qps_{q}_*"))
+        run = next(runs.glob(f"*Llama-3.3-70B*tp8_pp1*qps_{q}_*"))
         assert run_cli("trace", "import", "vllm-bench", run, "--out", d / f"q{q}").exit_code == 0
     res = run_cli("calibrate", "--from-requests", d / "q01", d / "q16", "--warm", d / "q16", "--frontend", "measured",
                   "--out", d / "w70.json")
