@@ -13,6 +13,15 @@ from click.testing import CliRunner
 from harness.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
+if "LATROUTE_CACHE_DIR" not in os.environ:
+    # the pool-baseline disk cache (harness.twin.baseline_cache) of this test session only, shared with the
+    # CLI processes tests start: tests neither read a user's cache nor leave entries in it
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["LATROUTE_CACHE_DIR"] = tempfile.mkdtemp(prefix="latroute-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["LATROUTE_CACHE_DIR"], ignore_errors=True)
 SHARED_DATA = Path(os.environ.get("LATROUTE_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 

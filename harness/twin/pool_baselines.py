@@ -3,7 +3,10 @@ replay (a pool's built-in profiles carry the batch-time model but no
 request-level calibration: LPS service times, queue-length fit).
 
 The calibration replay is fixed (4000 requests of the paper's workload at
-6 q/s, shortest-queue routing, noise on, seeded), cached per process.
+6 q/s, shortest-queue routing, noise on, seeded), cached per process and
+on disk (``harness.twin.baseline_cache``: keyed by the configurations,
+their profiles, the seed and the code, so a cached run's bytes are a
+computed run's).
 
 Replicas (instances whose configuration differs only in ``instance_id``)
 share one calibration: the replay runs on the pool's *distinct*
@@ -27,6 +30,8 @@ import numpy as np
 from estimators.calibrate import load_steps
 from estimators.derived import throughput_params
 from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
+from estimators.profile import load_profile
+from harness.twin.baseline_cache import cached_json
 from harness.twin.pools import Pool, load_pool
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from traces.arrivals import ArrivalSpec
@@ -56,6 +61,16 @@ def distinct_configs(pool: Pool) -> tuple[Pool, dict[str, str]]:
 def pool_baselines(pool_ref: str, seed: int = 0) -> dict[str, BaselineParams]:
     full = load_pool(pool_ref)
     pool, stands = distinct_configs(full)
+    parts = {"instances": [{**asdict(c), "profile": load_profile(c.profile).to_json()} for c in pool.instances],
+             "frontend_overhead_s": pool.frontend_overhead_s, "seed": seed,
+             "requests": CALIBRATION_REQUESTS, "rate": CALIBRATION_RATE}
+    stored = cached_json("pool-baselines", parts, lambda: {k: asdict(v) for k, v in _calibrate(pool, seed).items()})
+    out = {k: BaselineParams(**v) for k, v in stored.items()}
+    return {iid: out[rep] for iid, rep in stands.items()}
+
+
+def _calibrate(pool: Pool, seed: int) -> dict[str, BaselineParams]:
+    """The calibration replay on ``pool`` (one instance per configuration) and its parameters per instance."""
     wl = generate_workload(WorkloadConfig(requests=CALIBRATION_REQUESTS,
                                           arrivals=ArrivalSpec("poisson", CALIBRATION_RATE), seed=seed + 7919))
     res = Twin.from_pool(pool, TwinConfig(seed=seed + 7919)).run(wl.requests, shortest_queue_router)
@@ -70,8 +85,7 @@ def pool_baselines(pool_ref: str, seed: int = 0) -> dict[str, BaselineParams]:
             derived["lps"] = {**(data.lps or {}), "arrival_rate": data.requests.get("arrival_rate", 0.0)}
             derived["queue"] = data.requests.get("queue")
             out[str(inst)] = BaselineParams.from_derived(derived)
-        out = throughput_errors(open_trace(path), pool, out)
-    return {iid: out[rep] for iid, rep in stands.items()}
+        return throughput_errors(open_trace(path), pool, out)
 
 
 def throughput_errors(trace, pool, params: dict[str, BaselineParams]) -> dict[str, BaselineParams]:
