@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("lightgbm")
 
 from estimators.learned.forest import Forest  # noqa: E402
-from estimators.learned.model import COMPILE_AFTER, LearnedConfig, TTFTModel  # noqa: E402
+from estimators.learned.model import LearnedConfig, TTFTModel  # noqa: E402
 
 
 def _data(seed: int, n: int = 100):
@@ -28,17 +28,41 @@ def test_forest_equals_booster_predict(seed):
     for objective, alpha in (("regression", None), ("quantile", 0.5), ("quantile", 0.9)):
         b = lgb.train(cfg.params(objective, alpha), lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}),
                       num_boost_round=cfg.n_estimators)
-        f = Forest.from_booster(b)
+        f = Forest.from_model_string(b.model_to_string())
         rows = np.vstack([X, rng.random((500, 8)) * rng.integers(1, 3000, 8), np.zeros((2, 8))])
         rows[3, 4] = np.nan  # a missing value goes the way LightGBM sends it
         assert np.array_equal(b.predict(rows, num_threads=1), np.array([f.predict(r) for r in rows]))
 
 
-def test_a_model_gives_the_same_numbers_before_and_after_it_is_compiled():
+def test_a_model_answers_its_boosters_numbers():
+    import lightgbm as lgb
+
     rng, X, y = _data(2)
-    m = TTFTModel(LearnedConfig(), X, y)
-    rows = rng.random((COMPILE_AFTER + 50, 8)) * 1500
-    out = [m.predict(r) for r in rows]
+    cfg = LearnedConfig()
+    m = TTFTModel(cfg, X, y)
+    rows = rng.random((300, 8)) * 1500
+    out = np.array([m.predict(r) for r in rows])
     assert m.forests is not None and m.boosters is None
-    # the first COMPILE_AFTER answers came from the boosters: the forests give them again
-    assert [m.predict(r) for r in rows[:COMPILE_AFTER]] == out[:COMPILE_AFTER]
+    # the same fit, made again (deterministic, one thread), answered by LightGBM itself
+    raw = np.column_stack([lgb.train(cfg.params(o, a), lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}),
+                                     num_boost_round=cfg.n_estimators).predict(rows, num_threads=1)
+                           for o, a in (("regression", None), ("quantile", 0.5), ("quantile", 0.9))])
+    raw = np.maximum(raw, 0.0)
+    raw[:, 2] = np.maximum(raw[:, 2], raw[:, 1])
+    assert np.array_equal(out, raw)
+
+
+def test_single_leaf_trees_and_bad_texts():
+    import lightgbm as lgb
+
+    X = np.ones((12, 3))
+    b = lgb.train(LearnedConfig().params("regression"), lgb.Dataset(X, np.full(12, 0.25),
+                                                                   params={"verbose": -1, "min_data_in_bin": 1}),
+                  num_boost_round=5)
+    f = Forest.from_model_string(b.model_to_string())
+    assert f.predict(np.array([5.0, 0.0, np.nan])) == b.predict(np.array([[5.0, 0.0, np.nan]]))[0]
+    with pytest.raises(ValueError, match="no trees"):
+        Forest.from_model_string("tree\nversion=v4\n")
+    text = b.model_to_string().replace("num_leaves=1", "num_leaves=2", 1)
+    with pytest.raises(ValueError, match="num_leaves"):
+        Forest.from_model_string(text)

@@ -88,39 +88,32 @@ def lightgbm():
     return lgb
 
 
-COMPILE_AFTER = 200  # one-row predictions before a fit's boosters are walked as compiled forests
-
-
 class TTFTModel:
-    """The three boosters of one fit. A fit asked often enough is turned
-    into compiled forests (``estimators.learned.forest``: the same numbers
-    as ``Booster.predict``, ~3 µs instead of ~40-300 µs a call); turning
-    one costs about as much as ``COMPILE_AFTER`` calls, so a model refitted
-    every simulated second, asked a few times, stays a booster."""
+    """The three boosters of one fit, walked as compiled forests
+    (``estimators.learned.forest``: the same numbers as ``Booster.predict``,
+    ~3 µs instead of ~40-300 µs a call) from the first prediction on.
+    Turning a booster into a forest costs ~1.5 ms (its text model, read
+    field by field), about the price of 30 booster calls; a fit that is
+    never asked is never turned."""
 
     def __init__(self, cfg: LearnedConfig, X: np.ndarray, y: np.ndarray):
         lgb = lightgbm()
         self.n = len(y)
         self.boosters = []
         self.forests = None
-        self.calls = 0
         for objective, alpha in (("regression", None), ("quantile", 0.5), ("quantile", 0.9)):
             data = lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}, free_raw_data=True)
             self.boosters.append(lgb.train(cfg.params(objective, alpha), data, num_boost_round=cfg.n_estimators))
 
     def predict(self, x: np.ndarray) -> tuple[float, float, float]:
         """(mean, p50, p90) of one feature row, floored at 0 and p90 >= p50."""
-        self.calls += 1
-        if self.forests is None and self.calls > COMPILE_AFTER:
+        if self.forests is None:
             from estimators.learned.forest import Forest
 
-            self.forests, self.boosters = [Forest.from_booster(b) for b in self.boosters], None
-        if self.forests is not None:
-            row = np.asarray(x, dtype=np.float64).ravel()
-            mean, p50, p90 = (max(f.predict(row), 0.0) for f in self.forests)
-        else:
-            row = x.reshape(1, -1)
-            mean, p50, p90 = (max(float(b.predict(row, num_threads=1)[0]), 0.0) for b in self.boosters)
+            self.forests = [Forest.from_model_string(b.model_to_string()) for b in self.boosters]
+            self.boosters = None
+        row = np.asarray(x, dtype=np.float64).ravel()
+        mean, p50, p90 = (max(f.predict(row), 0.0) for f in self.forests)
         return mean, p50, max(p90, p50)
 
 
