@@ -103,7 +103,9 @@ class TTFTModel:
         self.forests = None
         for objective, alpha in (("regression", None), ("quantile", 0.5), ("quantile", 0.9)):
             data = lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}, free_raw_data=True)
-            self.boosters.append(lgb.train(cfg.params(objective, alpha), data, num_boost_round=cfg.n_estimators))
+            # keep_training_booster: no text round trip at the end of train (~2 ms a booster; the same model text)
+            self.boosters.append(lgb.train(cfg.params(objective, alpha), data, num_boost_round=cfg.n_estimators,
+                                           keep_training_booster=True))
 
     def predict(self, x: np.ndarray) -> tuple[float, float, float]:
         """(mean, p50, p90) of one feature row, floored at 0 and p90 >= p50."""
