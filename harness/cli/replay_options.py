@@ -75,7 +75,8 @@ def learned_options(f):
                         show_default=True,
                         help="Learned routers: simulated seconds between fits (llm-d's example deployment retrains "
                              "every second; its code's default is 1800). Only first tokens out before an arrival "
-                             "teach.")(f)
+                             "teach. Each fit costs ~20 ms of wall time: at 600 a learned router's sweep cells "
+                             "cost ~2x sfs-cc's, at 1 about 30x (docs/results/learned-routing.md).")(f)
 
 
 def ties_option(f):
