@@ -331,11 +331,13 @@ def checked_index(j, n: int) -> int:
 
 def fixed_router(assignment: np.ndarray) -> Router:
     """Send request i to instance ``assignment[i]`` (replaying a recording;
-    ``blind``: the twin does not refresh views it never reads)."""
+    ``blind``: the twin does not refresh views it never reads); -1 (SHED):
+    a request the replay's router shed, shed again."""
     def route(i: int, t: float, insts) -> int:
         return int(assignment[i])
 
     route.blind = True
+    route.sheds = bool((np.asarray(assignment) == SHED).any())
     return route
 
 
