@@ -15,6 +15,12 @@ finds no true length and no step end: ``tests/test_r25_views_truth.py``).
 The one explicit path to the truth is ``oracle``: a router whose class (or
 registry entry) says ``oracle = True`` is handed the live instances, which
 offer ``ClairvoyantView``; results record it as an oracle.
+
+A router may also *shed* a request -- decline it before any instance sees
+it, as llm-d's admitters do (``routers.llmd_admit``) -- by returning
+``SHED``; the twin takes that answer only from a router whose class says
+``sheds = True`` (any other router answering it is a bug, refused). A shed
+request is served nowhere: utility 0 and an SLO miss in every metric.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from routers.utility import ByInstance
+
+SHED = -1  # a router's answer: the request is declined, no instance serves it (only routers with sheds = True)
 
 
 @runtime_checkable
@@ -67,6 +75,7 @@ class Router:
 
     name = "router"
     oracle = False  # True: handed the live instances (ClairvoyantView), recorded as an oracle
+    sheds = False  # True: may answer SHED (decline the request) instead of an instance index
 
     def __init__(self, inputs: RouteInputs):
         self.inputs = inputs

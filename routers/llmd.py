@@ -60,12 +60,24 @@ class LlmdHeadroom(Learning, Router):
         return self.learned_choice(self._choose, i, t, insts)
 
     def _choose(self, i, t, insts) -> int:
+        self.predict(i, t, insts)
+        return self.route(i, insts)
+
+    def predict(self, i, t, insts) -> None:
+        """Every instance's p90 headroom for query ``i`` (``self.headroom``;
+        each estimator's ``last`` and ``last_x`` hold its prediction and the
+        features it was made from): llm-d's predicted-latency producer, run
+        once per request for every plugin that reads it."""
         slo = float(self.inputs.slo[i])
         q = Query(i, t, int(self.inputs.prompt[i]))
         h = self.headroom
         for j, est in enumerate(self.estimators):
             est.estimate(insts[j], q)
             h[j] = slo - est.last[2]
+
+    def route(self, i, insts) -> int:
+        """The tier filter, scorer and picker over ``predict``'s headroom."""
+        h = self.headroom
         for g in self.groups.order(i):
             members = self.groups.member_lists[g]
             pos = [j for j in members if h[j] >= 0.0]

@@ -60,6 +60,7 @@ class RouterEntry:
     oracle: bool = False  # sees what a production router cannot
     uses_epsilon: bool = False  # the chance constraint's epsilon changes its decisions
     seeded: bool = False  # draws random numbers (from the replay's seed)
+    sheds: bool = False  # may decline a request (routers.base.SHED): utility 0 and an SLO miss
     baseline: bool = False  # a baseline that latency-aware routers are compared against
     main: bool = False  # in the default sweep
 
@@ -69,9 +70,12 @@ class RouterEntry:
 
     def capabilities(self) -> dict:
         """The JSON block results carry per router."""
-        return {"estimator": self.estimator, "rule": self.rule, "uses_delta": self.uses_delta,
+        caps = {"estimator": self.estimator, "rule": self.rule, "uses_delta": self.uses_delta,
                 "uses_lambda": self.uses_lambda, "needs_baselines": self.needs_baselines, "oracle": self.oracle,
                 "uses_epsilon": self.uses_epsilon, "seeded": self.seeded, "baseline": self.baseline}
+        if self.sheds:  # only where true: the results of routers that never shed keep the keys they always had
+            caps["sheds"] = True
+        return caps
 
 
 def _models(c: BuildContext) -> list[str]:
@@ -113,6 +117,7 @@ def _learned(kind: str) -> Callable[[BuildContext], Router]:
         from estimators.learned.trainer import OnlineTrainer
         from routers.learned import LearnedCC, LearnedHard
         from routers.llmd import LlmdHeadroom
+        from routers.llmd_admit import LlmdAdmit
 
         models = _models(c)
         trainers = {m: OnlineTrainer(c.learned) for m in dict.fromkeys(models)}
@@ -124,6 +129,8 @@ def _learned(kind: str) -> Callable[[BuildContext], Router]:
         if kind == "cc":
             return LearnedCC(c.inputs, ests, c.epsilon, c.frontend_overhead_s, models=models, ties=c.ties,
                              seed=c.seed)
+        if kind == "admit":
+            return LlmdAdmit(c.inputs, ests, models, c.seed, overhead_s=c.frontend_overhead_s)
         return LlmdHeadroom(c.inputs, ests, models, c.seed, overhead_s=c.frontend_overhead_s)
     return make
 
@@ -184,6 +191,11 @@ _ENTRIES = [
                 "(SLO - learned p90; 1% exploration) and latency scorer over the replicas (learned extra)",
                 _learned("headroom"), estimator="learned", rule="headroom", uses_lambda=True, seeded=True,
                 needs_baselines=True),
+    RouterEntry("llmd-admit", "llmd-headroom behind llm-d's latency-slo-admitter: sheds a request (utility 0, "
+                "an SLO miss) when no instance of the pool has learned p90 within its SLO, none is idle and none "
+                "cold (KV < 2%); fail-open while no model is trained (learned extra)", _learned("admit"),
+                estimator="learned", rule="headroom", uses_lambda=True, seeded=True, needs_baselines=True,
+                sheds=True),
 ]
 
 REGISTRY: dict[str, RouterEntry] = {e.name: e for e in _ENTRIES}

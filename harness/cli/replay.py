@@ -88,6 +88,9 @@ def _print_replay(m: dict) -> None:
                f"{100 * m['slo_attainment']:.1f}%, mean utility {m['mean_utility']:.4f}")
     click.echo(f"TTFT mean {m['ttft_mean_s']:.3f} s, p50 {m['ttft_p50_s']:.3f}, p90 {m['ttft_p90_s']:.3f}, "
                f"p99 {m['ttft_p99_s']:.3f}; unserved {m['unserved']}")
+    if "shed" in m:  # a router that sheds (its registry entry says so): shed requests are unserved SLO misses
+        click.echo(f"shed {m['shed']:,} of {m['requests']:,} requests ({100 * m['shed_share']:.1f}%): utility 0, "
+                   f"SLO missed")
     click.echo("share by instance: " + format_shares(m["share_by_instance"]))
     from reports.serving import format_serving
 

@@ -137,8 +137,9 @@ def run_cell(spec: SweepSpec, cell: Cell) -> dict:
     for k in ("ontime_utility", "slo_attainment", "mean_utility", "mean_cost_micro_usd", "ttft_mean_s",
               "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "unserved", "simulated_s"):
         row[k] = m[k]
-    if "prefix_hit_rate" in m:
-        row["prefix_hit_rate"] = m["prefix_hit_rate"]
+    for k in ("prefix_hit_rate", "shed", "shed_share"):  # prefix caching; a router that sheds (llmd-admit)
+        if k in m:
+            row[k] = m[k]
     for inst, share in m["share_by_instance"].items():
         row[f"share_{inst}"] = share
     row.update(serving_columns(serving_metrics(res.requests, spec.percentiles, dict(spec.goodput))))

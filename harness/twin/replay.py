@@ -3,7 +3,12 @@ pool, and the metrics that compare routers (DESIGN section 1).
 
 OnTimeUtility = (1/N) sum_i U_real(i) * 1[TTFT_i <= tau_i], with the
 realised utility of the instance that served i (realised accuracy minus
-lambda times realised cost); requests never served count as late.
+lambda times realised cost); requests never served count as late. A
+request the router *shed* (an admitter declined it: ``routers.base.SHED``)
+was served nowhere: its instance_id is null, its utility, cost and
+accuracy 0, its on_time false -- an SLO miss that adds 0 to OnTimeUtility,
+in every metric and in sweeps' AUC alike. Results of a router whose entry
+says ``sheds`` also carry ``shed`` (the count) and ``shed_share``.
 
 What the router is told about each request comes from three explicit
 policies for what a trace may lack (``traces.lengths``, ``traces.slo``,
@@ -155,11 +160,14 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     wall = time.perf_counter() - t0
     out = res.requests.copy()
     idx = {s.instance_id: k for k, s in enumerate(specs)}
-    j = out["instance_id"].map(idx).to_numpy()
-    rows = np.arange(len(out))
-    out["utility"] = util.realised[rows, j]
-    out["cost_micro_usd"] = util.cost_realised[rows, j]
-    out["acc"] = util.acc_realised[rows, j]
+    j = out["instance_id"].map(idx).fillna(-1).to_numpy(dtype=np.int64)
+    shed = j < 0  # served nowhere (the twin routes every other request)
+    rows, jj = np.arange(len(out)), np.maximum(j, 0)
+    for col, table in (("utility", util.realised), ("cost_micro_usd", util.cost_realised),
+                       ("acc", util.acc_realised)):
+        v = table[rows, jj]  # a fresh array (fancy indexing)
+        v[shed] = 0.0  # a shed request: no answer, no cost
+        out[col] = v
     ttft = out["ttft_s"].to_numpy(dtype=np.float64)
     slo = inputs.slo
     out["on_time"] = np.isfinite(ttft) & (ttft <= slo)
@@ -173,12 +181,21 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
               "ledger": cfg.ledger, "view_refreshes": views.refreshes if views else None,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
-              "rejected": res.extra.get("rejected", 0), "policies": workload.policies(),
+              "rejected": res.extra.get("rejected", 0), **shed_metrics(cfg.router, int(shed.sum()), len(out)),
+              "policies": workload.policies(),
               "online_speed": cfg.online_speed, "host_speed": {sp.instance_id: sp.config.speed for sp in specs},
               "router_capabilities": capabilities([cfg.router])})
     if router_entry(cfg.router).estimator == "learned":
         m["learned"] = cfg.learned().record()
     return ReplayResult(out, m, res, {"quality": workload.quality.table})
+
+
+def shed_metrics(router: str, shed: int, n: int) -> dict:
+    """``shed`` and ``shed_share`` for a router whose entry says it sheds;
+    nothing for the others (their results keep the keys they always had)."""
+    if not router_entry(router).sheds:
+        return {}
+    return {"shed": shed, "shed_share": shed / n if n else float("nan")}
 
 
 def replay_metrics(out: pd.DataFrame, specs) -> dict:
@@ -187,7 +204,7 @@ def replay_metrics(out: pd.DataFrame, specs) -> dict:
     served = np.isfinite(ttft)
     t = ttft[served]
     pct = (lambda q: float(np.percentile(t, q))) if t.size else (lambda q: float("nan"))
-    share_inst = out["instance_id"].value_counts(normalize=True)
+    share_inst = out["instance_id"].value_counts() / n if n else {}  # of every request: shed ones count for none
     m = {
         "requests": n,
         "ontime_utility": float((out["utility"] * out["on_time"]).sum() / n) if n else float("nan"),

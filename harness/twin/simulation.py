@@ -9,7 +9,10 @@ during a step join ``waiting`` at the next step boundary, as in vLLM's sync
 engine loop. At each arrival a router chooses the instance from honest
 views: each instance's state after its last completed step plus the
 in-flight step's start and composition, never its end, and never the true
-output lengths of residents.
+output lengths of residents. A router that sheds (``routers.base.SHED``,
+from a router whose class says ``sheds``) sends the request nowhere: it
+never enters an instance, its ``instance_id`` stays null and it has no
+first token (``TwinResult.extra["shed"]`` counts them).
 
 The twin writes the same tables as a recorded trace (requests with
 instance_id, ttft_s, finish_s, preemptions, finish_reason; the step log:
@@ -34,6 +37,7 @@ from harness.twin.event_queue import EventQueue
 from harness.twin.fleet_views import FleetViews
 from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
 from harness.twin.pools import Pool
+from routers.base import SHED
 from traces.steplog import StepLog
 from traces.store import TraceWriter
 
@@ -101,6 +105,7 @@ class _Run:
     hits: np.ndarray | None
     rid_map: np.ndarray
     ev: Events
+    sheds: bool = False  # the router may answer SHED
 
     def seen(self, insts: list[Instance], refresh: Callable[[], None]):
         """What the router is handed: the stale views, the live instances
@@ -123,13 +128,17 @@ class _Run:
         if type(j) is not int:
             return checked_index(j, n_inst)
         if not 0 <= j < n_inst:
+            if j == SHED and self.sheds:
+                return SHED
             raise ValueError(f"router returned instance {j} for request {self.rid_map[i]!r}: "
                              f"not in 0..{n_inst - 1}")
         return j
 
     def place(self, i: int, j: int, t: float, insts: list[Instance], views) -> bool:
-        """Send request ``i`` to instance ``j`` (False: its front end refused
-        it, and the instance is unchanged)."""
+        """Send request ``i`` to instance ``j`` (False: it was shed, or its
+        front end refused it, and every instance is unchanged)."""
+        if j == SHED:
+            return False  # ev.instance[i] stays -1: served nowhere
         if views is not None:
             views.dispatched(j, i, int(self.prompt[i]))
         inst = insts[j]
@@ -214,7 +223,8 @@ class Twin:
                                                  prompt, hash_block_tokens, b)
                 inst.state = inst.state.with_hashes(by_block[b])
         out = ev.out
-        ctx = _Run(router, on_arrival, views, honest, blind, arrival, prompt, output, hits, rid_map, ev)
+        ctx = _Run(router, on_arrival, views, honest, blind, arrival, prompt, output, hits, rid_map, ev,
+                   getattr(router, "sheds", False) is True)
         if self.fleet_loop:
             self._replay_fleet(ctx, insts, clock)
         else:
@@ -295,7 +305,7 @@ class Twin:
             instances=instances_table([s.row_config() for s in self.specs]),
             sim_end_s=sim_end,
             steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
-            extra={"rejected": int(np.isfinite(o.reject_t).sum())},
+            extra={"rejected": int(np.isfinite(o.reject_t).sum()), "shed": int((ev.instance < 0).sum())},
         )
 
 
@@ -321,11 +331,13 @@ def checked_index(j, n: int) -> int:
 
 def fixed_router(assignment: np.ndarray) -> Router:
     """Send request i to instance ``assignment[i]`` (replaying a recording;
-    ``blind``: the twin does not refresh views it never reads)."""
+    ``blind``: the twin does not refresh views it never reads); -1 (SHED):
+    a request the replay's router shed, shed again."""
     def route(i: int, t: float, insts) -> int:
         return int(assignment[i])
 
     route.blind = True
+    route.sheds = bool((np.asarray(assignment) == SHED).any())
     return route
 
 

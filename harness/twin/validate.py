@@ -3,7 +3,10 @@
 The recording's arrivals are replayed on the twin with the recording's
 engine configuration and instance assignment, timed by a batch-time
 profile; the twin's per-request TTFT is compared with the measured one and
-its step count with the recorded one. Decision agreement (``decisions``)
+its step count with the recorded one. A twin replay's served trace may
+hold requests its router shed (null instance_id, ``harness.twin.replay``):
+they never entered an instance, so the twin sheds them again and only the
+served ones are compared. Decision agreement (``decisions``)
 checks the kernel step by step against the recorded batches.
 """
 from __future__ import annotations
@@ -36,15 +39,16 @@ def replay_recording(trace: Trace, profile: BatchTimeProfile, noise: bool, seed:
         if not trace.has(name):
             raise BadInput(trace.file(name), None, name, "a recording needs this table to be replayed")
     reqs = trace.read("requests")
-    if "instance_id" not in reqs or reqs["instance_id"].isna().any():
+    shed = reqs["instance_id"].isna().to_numpy() if "instance_id" in reqs else None
+    if shed is None or (shed.any() and (trace.meta.get("source") or {}).get("kind") != "replay"):
         raise BadInput(trace.file("requests"), None, "instance_id", "every request needs the instance that served it")
     instances = trace.read("instances")
     ids = list(instances["instance_id"])
-    unknown = set(reqs["instance_id"]) - set(ids)
+    unknown = set(reqs["instance_id"].dropna()) - set(ids)
     if unknown:
         raise BadInput(trace.file("requests"), None, "instance_id", f"not in the instances table: {sorted(unknown)[0]}")
     specs = [InstanceSpec(InstanceConfig.from_table(instances, i), profile) for i in ids]
-    assignment = reqs["instance_id"].map({i: k for k, i in enumerate(ids)}).to_numpy()
+    assignment = reqs["instance_id"].map({i: k for k, i in enumerate(ids)}).fillna(-1).to_numpy(dtype=np.int64)
     twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps, frontend_overhead_s=0.0))
     cols = ["request_id", "arrival_s", "prompt_tokens", "output_tokens"] + (["hash_ids"] if "hash_ids" in reqs else [])
     return twin.run(reqs[cols], fixed_router(assignment), hash_block_tokens=trace.meta.get("hash_block_tokens"))
