@@ -104,8 +104,11 @@ def test_without_hash_ids_nothing_is_shared():
 
 
 def test_many_requests_grow_the_hash_arrays():
-    """More requests and ids than the first arrays hold: the state is handed
-    the re-made arrays and hits go on (the offline twin agrees)."""
+    """More requests and ids than the first arrays hold, arriving faster
+    than they are served (most are first scheduled by the step that ends
+    as the next is planned, the inter-step gap being 0): the state is
+    handed the re-made arrays, every request gets its hit and its start,
+    and the offline twin agrees."""
     spec = InstanceSpec.from_config(load_pool("qwen3-h100-pc").instances[0])
     clock = HandClock()
     e = ServedEngine(0, spec, TwinConfig(seed=0, noise=False, record_steps=False), clock, hash_block=B)
@@ -113,7 +116,7 @@ def test_many_requests_grow_the_hash_arrays():
     system = _toks(9, 320)
     rows = []
     for i in range(300):
-        clock.t = i * 0.02
+        clock.t = i * 0.004
         e.catch_up(clock.t)
         tokens = system + _toks(100 + i, int(rng.integers(900, 1100)))
         h = e.submit(f"r{i}", len(tokens), 4, block_hashes(tokens, B))
@@ -123,6 +126,8 @@ def test_many_requests_grow_the_hash_arrays():
     assert e.hashes.used > 1 << 14 and e.hashes.off.size > 256
     got = [h.cached for h in e.requests]
     assert got[0] == 0 and min(got[1:]) == 320  # the system prompt's 20 blocks, every time
+    assert all(np.isfinite(h.scheduled_t) and h.scheduled_t >= h.arrival_t for h in e.requests)
+    assert sum(h.scheduled_t > h.arrival_t for h in e.requests) > 100  # most queued behind a step
     off = Twin([spec], TwinConfig(seed=0, noise=False, record_steps=False)).run(
         pd.DataFrame(rows), fixed_router(np.zeros(len(rows), dtype=np.int64)), hash_block_tokens=B)
     assert off.requests["cached_tokens"].tolist() == got

@@ -214,6 +214,8 @@ class ServedEngine:
             self._apply_aborts()
         else:
             inst.advance(t_end, self.out)
+            if inst.busy:  # a zero gap: the kernel planned the next step in the same call
+                self._planned()
         req, out, seed = inst.state.req, self.out, self.cfg.seed
         produced = 0
         for s in slots:
@@ -264,22 +266,28 @@ class ServedEngine:
             self._apply_aborts()
         inst.advance(t, self.out)
         if inst.busy:
-            start = float(inst.times[tk.T_START])
-            req = inst.state.req
-            for s in inst.plan.slot[: int(inst.meta[tk.M_N])]:
-                h = self.unstarted.pop(int(req[s, F_RID]), None)
-                if h is not None:
-                    h.scheduled_t = start
-                    h.cached = int(max(self.out.cached[h.rid], 0))
-                    if self.metrics is not None and self.caching:
-                        self.metrics.admitted(h)
-            if self.metrics is not None:
-                self.metrics.preempted(int(inst.state.sc[S_NPREEMPT]))
+            self._planned()
         for rid in [r for r in self.unstarted if np.isfinite(self.out.reject_t[r])]:
             h = self.unstarted.pop(rid)
             self.live.pop(rid, None)
             h.finish_reason, h.finish_t = "rejected", t
             h.queue.put_nowait(("error", "the request needs more KV cache than the instance has", None))
+
+    def _planned(self) -> None:
+        """A step was just planned: its requests scheduled for the first
+        time get their start and prefix-cache hit (and the counters)."""
+        inst = self.inst
+        start = float(inst.times[tk.T_START])
+        req = inst.state.req
+        for s in inst.plan.slot[: int(inst.meta[tk.M_N])]:
+            h = self.unstarted.pop(int(req[s, F_RID]), None)
+            if h is not None:
+                h.scheduled_t = start
+                h.cached = int(max(self.out.cached[h.rid], 0))
+                if self.metrics is not None and self.caching:
+                    self.metrics.admitted(h)
+        if self.metrics is not None:
+            self.metrics.preempted(int(inst.state.sc[S_NPREEMPT]))
 
     # --- what /metrics and the recording read
     @property
