@@ -36,15 +36,19 @@ def pool_hash_block(block_sizes: list[int]) -> int | None:
 
 def block_hashes(tokens: list[int], block: int, salt: str | None = None) -> list[int]:
     """Chained ids of every full ``block``-token block of ``tokens``."""
-    out = []
+    n = len(tokens) // block
+    raw = memoryview(array("i", tokens[:n * block]).tobytes())
+    step = 4 * block
+    out = [0] * n
     parent = _ROOT
-    for i in range(len(tokens) // block):
-        h = hashlib.blake2b(parent, digest_size=8)
-        h.update(array("i", tokens[i * block:(i + 1) * block]).tobytes())
+    blake = hashlib.blake2b
+    for i in range(n):
+        h = blake(parent, digest_size=8)
+        h.update(raw[i * step:(i + 1) * step])
         if i == 0 and salt:
             h.update(b"\0salt\0" + salt.encode())
         parent = h.digest()
-        out.append(int.from_bytes(parent, "little") & MAX_SHARED_ID)
+        out[i] = int.from_bytes(parent, "little") & MAX_SHARED_ID
     return out
 
 
