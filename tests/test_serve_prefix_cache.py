@@ -133,6 +133,37 @@ def test_many_requests_grow_the_hash_arrays():
     assert off.requests["cached_tokens"].tolist() == got
 
 
+@pytest.mark.parametrize("pool", ["qwen3-h100", "qwen3-h100-pc"])
+def test_counters_with_and_without_caching(pool):
+    """Queued requests (first scheduled as a step ends) all reach the
+    queue-time histogram; the prefix-cache counters move only where the
+    instance caches, by prompt and cached tokens (vLLM skips the lookup
+    without caching)."""
+    from harness.serve.metrics import EngineMetrics
+
+    spec = InstanceSpec.from_config(load_pool(pool).instances[0])
+    clock = HandClock()
+    m = EngineMetrics(spec.model, spec.config.max_model_len)
+    e = ServedEngine(0, spec, TwinConfig(noise=False, record_steps=False), clock, m, hash_block=B)
+    system = _toks(9, 64)
+    for i in range(40):
+        clock.t = i * 0.002
+        e.catch_up(clock.t)
+        tokens = system + _toks(200 + i, 500)
+        e.submit(f"m{i}", len(tokens), 6, block_hashes(tokens, B))
+    e.catch_up(np.inf)
+    assert sum(h.scheduled_t > h.arrival_t for h in e.requests) > 10
+    lab = {"model_name": spec.model, "engine": "0"}
+
+    def value(name: str) -> float:
+        return m.registry.get_sample_value(name, lab)
+
+    assert value("vllm:request_queue_time_seconds_count") == 40 and value("vllm:request_queue_time_seconds_sum") > 0
+    caching = spec.config.caching
+    assert value("vllm:prefix_cache_queries_total") == (40 * 564 if caching else 0)
+    assert value("vllm:prefix_cache_hits_total") == (39 * 64 if caching else 0)
+
+
 # ------------------------------------------------------------------ the server, over HTTP
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
