@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from harness.cli.params import SEED, Finite, IntIn
-from traces.errors import BadInput, BadOption
+from traces.errors import BadOption
 from traces.outputs import check_out
 
 
@@ -38,13 +38,17 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
     end of its step. Each instance serves vLLM's /v1/completions,
     /v1/chat/completions (SSE streaming or not), /v1/models, /health and
     /metrics (vLLM's Prometheus names). The emulated model never emits EOS:
-    a request runs to max_tokens. Stops on SIGTERM or Ctrl-C: open streams
+    a request runs to max_tokens. With prefix caching on (pool qwen3-h100-pc),
+    each prompt's full blocks get chained hash ids from its token ids, so
+    requests sharing a prefix hit the twin's cache (usage's cached_tokens).
+    Stops on SIGTERM or Ctrl-C: open streams
     end with an error event, --record is written, the lag report printed.
 
     \b
     Examples:
       latroute serve --pool qwen3-h100 --port-base 8100 --noise off --record served
       latroute serve --pool qwen3-h100-x8 --port-base 8100 --speed 4
+      latroute serve --pool qwen3-h100-pc --port-base 8100 --noise off
     """
     if record is not None:
         check_out(record, force, inputs=[pool_ref], option="--record")  # before any work
@@ -58,10 +62,6 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
     last = port_base + len(pool.instances) - 1
     if last > 65535:
         raise BadOption("--port-base", f"{len(pool.instances)} instances need ports {port_base}..{last}, above 65535")
-    cached = [c.instance_id for c in pool.instances if c.caching]
-    if cached:
-        raise BadInput(pool_ref, None, "prefix_caching",
-                       f"serve does not emulate prefix caching yet (instance {cached[0]}); use a pool without it")
     from harness.serve.server import ServeConfig
     from harness.serve.server import serve as run_serve
 

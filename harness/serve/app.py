@@ -10,6 +10,9 @@ front-end overhead (``frontend_overhead_s``, which the offline twin adds to
 every TTFT) is waited once before the first token. A client that goes away
 (the handler is cancelled, or a write fails) aborts its request in the
 engine; a server shutting down ends open streams with an error event.
+With prefix caching in the pool, each prompt's block hash ids are taken
+from its token ids (the templated ones for chat) before it is submitted
+(``harness.serve.prefix``).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from aiohttp import web
 
 from harness.serve.engine import Served, ServedEngine
 from harness.serve.metrics import EngineMetrics
+from harness.serve.prefix import block_hashes
 from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, parse
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -38,6 +42,7 @@ class ServerState:
     stream_interval: int = 1
     closing: bool = False
     ids: itertools.count = field(default_factory=itertools.count)  # request ids in arrival order, pool-wide
+    hash_block: int | None = None  # tokens per prefix hash id (None: no instance caches, no hashing)
 
 
 class InstanceApp:
@@ -85,7 +90,9 @@ class InstanceApp:
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)
         client_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        h = self.engine.submit(client_id, len(p.prompt_ids), p.max_tokens)
+        block = self.state.hash_block
+        hashes = block_hashes(p.prompt_ids, block, p.cache_salt) if block else None
+        h = self.engine.submit(client_id, len(p.prompt_ids), p.max_tokens, hashes)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{client_id}"
         try:
             if p.stream:

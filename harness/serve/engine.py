@@ -16,6 +16,11 @@ max_model_len, vLLM's ``length``); ``min_tokens`` and ``ignore_eos`` are
 accepted and change nothing. Output token ids are a seeded function of the
 request and position, so a run is reproducible.
 
+With prefix caching on, each request brings its prompt's block hash ids
+(``harness.serve.prefix``, computed from its token ids by the HTTP side)
+before it is added, so the kernel's block pool finds its hits as the
+offline twin's does for a trace's ``hash_ids``.
+
 Aborts (a client that went away) are applied at the next step boundary,
 as vLLM's engine core applies them between steps (``harness.serve.abort``).
 """
@@ -33,6 +38,7 @@ import numpy as np
 from estimators.engine.layout import F_OUTPUTS, F_PREEMPTIONS, F_RID, S_NPREEMPT, S_NR, S_WN
 from harness.serve.abort import abort_slot, take_from_inbox
 from harness.serve.clock import Clock
+from harness.serve.prefix import GrowingHashes
 from harness.twin import kernel as tk
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
 
@@ -69,6 +75,7 @@ class Served:
     cached: int = 0
     engine_outputs: int = -1  # outputs the engine had produced when it dropped the request (aborts)
     gid: int = -1  # pool-wide request id, in arrival order (the recording's request_id)
+    hash_ids: list[int] | None = None  # prompt block ids per the pool's hash block (None: no caching in the pool)
 
     def tokens(self, seed: int, start: int, stop: int) -> list[int]:
         return [output_token(seed, self.gid, k) for k in range(start, stop)]
@@ -79,13 +86,18 @@ class ServedEngine:
     requests (``submit``) and aborts (``abort``) as they come."""
 
     def __init__(self, index: int, spec: InstanceSpec, cfg: TwinConfig, clock: Clock, metrics=None,
-                 ids: itertools.count | None = None):
+                 ids: itertools.count | None = None, hash_block: int | None = None):
         self.index, self.spec, self.clock, self.metrics = index, spec, clock, metrics
         self.ids = ids if ids is not None else itertools.count()
         self.cfg = cfg
         self.inst = Instance(index, spec, TwinConfig(seed=cfg.seed, noise=cfg.noise, record_steps=cfg.record_steps,
                                                      skip=False))
         self.out = new_outcomes(256)
+        self.caching = bool(spec.config.caching)
+        self.hash_block = hash_block or spec.config.block_size  # tokens per hash id submitted
+        self.hashes = GrowingHashes() if self.caching else None
+        if self.hashes is not None:
+            self.inst.state = self.inst.state.with_hashes(self.hashes.value())
         self.requests: list[Served] = []  # every request, by rid
         self.live: dict[int, Served] = {}  # not finished, not aborted
         self.unstarted: dict[int, Served] = {}  # not yet scheduled once
@@ -96,17 +108,22 @@ class ServedEngine:
         self.stopping = False
 
     # --- requests
-    def submit(self, client_id: str, prompt: int, max_tokens: int) -> Served:
+    def submit(self, client_id: str, prompt: int, max_tokens: int, hash_ids: list[int] | None = None) -> Served:
         """A request arrives now: bring the engine to now, then add it (an
-        idle engine wakes: the gap, then schedule())."""
+        idle engine wakes: the gap, then schedule()). ``hash_ids``: its
+        prompt's block ids, one per ``hash_block`` tokens (None: every
+        block its own)."""
         t = self.clock.now()
         self.catch_up(t)
         rid = len(self.requests)
         if rid >= self.out.first_t.size:
             self._grow_outcomes()
-        h = Served(rid, client_id, prompt, max_tokens, t, gid=next(self.ids))
+        h = Served(rid, client_id, prompt, max_tokens, t, gid=next(self.ids), hash_ids=hash_ids)
         self.requests.append(h)
         inst = self.inst
+        if self.hashes is not None and self.hashes.add(rid, hash_ids, self.hash_block, prompt,
+                                                       self.spec.config.block_size):
+            inst.state = inst.state.with_hashes(self.hashes.value())
         inst.add(rid, prompt, max_tokens)
         h.slot = int(inst.tw.inbox[inst.meta[tk.M_INBOX_N] - 1])
         if inst.idle:
@@ -197,6 +214,8 @@ class ServedEngine:
             self._apply_aborts()
         else:
             inst.advance(t_end, self.out)
+            if inst.busy:  # a zero gap: the kernel planned the next step in the same call
+                self._planned()
         req, out, seed = inst.state.req, self.out, self.cfg.seed
         produced = 0
         for s in slots:
@@ -247,20 +266,28 @@ class ServedEngine:
             self._apply_aborts()
         inst.advance(t, self.out)
         if inst.busy:
-            start = float(inst.times[tk.T_START])
-            req = inst.state.req
-            for s in inst.plan.slot[: int(inst.meta[tk.M_N])]:
-                h = self.unstarted.pop(int(req[s, F_RID]), None)
-                if h is not None:
-                    h.scheduled_t = start
-                    h.cached = int(max(self.out.cached[h.rid], 0))
-            if self.metrics is not None:
-                self.metrics.preempted(int(inst.state.sc[S_NPREEMPT]))
+            self._planned()
         for rid in [r for r in self.unstarted if np.isfinite(self.out.reject_t[r])]:
             h = self.unstarted.pop(rid)
             self.live.pop(rid, None)
             h.finish_reason, h.finish_t = "rejected", t
             h.queue.put_nowait(("error", "the request needs more KV cache than the instance has", None))
+
+    def _planned(self) -> None:
+        """A step was just planned: its requests scheduled for the first
+        time get their start and prefix-cache hit (and the counters)."""
+        inst = self.inst
+        start = float(inst.times[tk.T_START])
+        req = inst.state.req
+        for s in inst.plan.slot[: int(inst.meta[tk.M_N])]:
+            h = self.unstarted.pop(int(req[s, F_RID]), None)
+            if h is not None:
+                h.scheduled_t = start
+                h.cached = int(max(self.out.cached[h.rid], 0))
+                if self.metrics is not None and self.caching:
+                    self.metrics.admitted(h)
+        if self.metrics is not None:
+            self.metrics.preempted(int(inst.state.sc[S_NPREEMPT]))
 
     # --- what /metrics and the recording read
     @property

@@ -103,8 +103,15 @@ class EngineMetrics:
         else:
             self.ttft.observe(t - h.arrival_t)
             self.prompt_tokens.inc(h.prompt)
-            self.pc_queries.inc(h.prompt)
-            self.pc_hits.inc(h.cached)
+
+    def admitted(self, h) -> None:
+        """First admission of a request on an instance with prefix caching:
+        vLLM 0.32 records the lookup then (``record_prefix_cache_stats``),
+        queries = its tokens, hits = its cached tokens; a preempted request's
+        re-admission goes to stats this counter does not show, and an
+        instance without caching counts nothing."""
+        self.pc_queries.inc(h.prompt)
+        self.pc_hits.inc(h.cached)
 
     def step(self, scheduled: int, produced: int) -> None:
         self.iteration.observe(scheduled)

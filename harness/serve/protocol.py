@@ -9,7 +9,9 @@ Prompts are token ids, or text through ``../shared/models``' word-level
 tokenizer (``w12 w55`` is tokens 12 and 55; any other word is ``<unk>``,
 id 0). Chat messages go through a plain template of our own (the tiny
 models ship none): each message is ``<s>`` (id 1) followed by its
-content's tokens; roles add no tokens.
+content's tokens; roles add no tokens. ``cache_salt`` (vLLM's: a
+non-empty string) goes into the first prefix block's hash, so requests
+with different salts share no cached blocks.
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class Parsed:
     stream: bool
     include_usage: bool
     chat: bool
+    cache_salt: str | None = None
 
 
 def _int(body: dict, key: str, lo: int, hi: int | None = None) -> int | None:
@@ -144,6 +147,9 @@ def parse(body: object, chat: bool, served_model: str, max_model_len: int) -> Pa
     if opts and not stream:
         raise ApiError("Stream options can only be defined when `stream=True`.", "stream_options")
     include_usage = bool(opts and opts.get("include_usage"))
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise ApiError("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
     p = len(ids)
     if p >= max_model_len:
         raise ApiError(f"This model's maximum context length is {max_model_len} tokens. However, your request has "
@@ -157,4 +163,4 @@ def parse(body: object, chat: bool, served_model: str, max_model_len: int) -> Pa
     if min_tokens > max_tokens:
         raise ApiError(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
                        "min_tokens")
-    return Parsed(ids, max_tokens, stream, include_usage, chat)
+    return Parsed(ids, max_tokens, stream, include_usage, chat, salt)

@@ -8,6 +8,10 @@ client sees every token after it). Requests a client
 abandoned are kept (finish_reason ``abort``, output_tokens what the engine
 had produced when it dropped them, a discarded last token included, so
 the step log's walk ends them where the engine did).
+With prefix caching in the pool, ``requests.hash_ids`` holds each
+prompt's block ids and meta.json ``hash_block_tokens`` their block, so the
+offline twin replays the served run's cache hits; ``cached_tokens`` is the
+hit each request was granted at its first scheduling (as the twin's).
 The lag report goes to meta.json (``serve.lag``).
 """
 from __future__ import annotations
@@ -23,7 +27,7 @@ from traces.steplog import StepLog
 from traces.store import TraceWriter
 
 
-def requests_frame(engines: list[ServedEngine], overhead_s: float) -> pd.DataFrame:
+def requests_frame(engines: list[ServedEngine], overhead_s: float, hashed: bool = False) -> pd.DataFrame:
     rows = []
     for e in engines:
         for h in e.requests:
@@ -32,12 +36,15 @@ def requests_frame(engines: list[ServedEngine], overhead_s: float) -> pd.DataFra
                          "ttft_s": h.first_t - h.arrival_t + overhead_s if h.delivered else np.nan,
                          "finish_s": h.finish_t + overhead_s if h.finish_reason == "length" else np.nan,
                          "preemptions": h.preemptions, "finish_reason": h.finish_reason,
-                         "client_id": h.client_id, "max_tokens": h.max_tokens})
+                         "client_id": h.client_id, "max_tokens": h.max_tokens,
+                         "hash_ids": list(h.hash_ids) if h.hash_ids is not None else [],
+                         "cached_tokens": float(h.cached) if np.isfinite(h.scheduled_t) else np.nan})
     cols = ["request_id", "arrival_s", "prompt_tokens", "output_tokens", "instance_id", "added_s", "ttft_s", "finish_s",
-            "preemptions", "finish_reason", "client_id"]
+            "preemptions", "finish_reason", "client_id"] + (["hash_ids", "cached_tokens"] if hashed else [])
     if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("instance_id", "finish_reason", "client_id")
-                                          else np.float64 if c.endswith("_s") else np.int64) for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("instance_id", "finish_reason", "client_id", "hash_ids")
+                                          else np.float64 if c.endswith("_s") or c == "cached_tokens"
+                                          else np.int64) for c in cols})
     df = pd.DataFrame(rows)[cols]
     return df.sort_values(["arrival_s", "request_id"], kind="stable").reset_index(drop=True)
 
@@ -54,11 +61,13 @@ def step_log(engines: list[ServedEngine]) -> StepLog | None:
 
 
 def write_recording(out: Path, engines: list[ServedEngine], overhead_s: float, meta: dict,
-                    force: bool = False) -> None:
+                    force: bool = False, hash_block: int | None = None) -> None:
     with TraceWriter(out, force) as w:
         w.meta.update(meta)
         w.meta["arrivals"] = "measured"
-        w.write_table("requests", requests_frame(engines, overhead_s))
+        if hash_block:
+            w.meta["hash_block_tokens"] = int(hash_block)
+        w.write_table("requests", requests_frame(engines, overhead_s, hashed=bool(hash_block)))
         w.write_table("instances", instances_table([e.spec.row_config() for e in engines]))
         log = step_log(engines)
         if log is not None:

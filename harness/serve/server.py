@@ -25,6 +25,7 @@ from harness.serve.app import InstanceApp, ServerState
 from harness.serve.clock import Clock
 from harness.serve.engine import ServedEngine
 from harness.serve.metrics import EngineMetrics
+from harness.serve.prefix import pool_hash_block
 from harness.twin.instance import InstanceSpec, TwinConfig
 from harness.twin.pools import Pool
 
@@ -66,13 +67,15 @@ def _warm(spec: InstanceSpec) -> None:
 async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
     from aiohttp import web
 
-    state = ServerState(speed=cfg.speed, overhead_s=cfg.pool.frontend_overhead_s, stream_interval=cfg.stream_interval)
+    hash_block = pool_hash_block([s.config.block_size for s in specs if s.config.caching])
+    state = ServerState(speed=cfg.speed, overhead_s=cfg.pool.frontend_overhead_s, stream_interval=cfg.stream_interval,
+                        hash_block=hash_block)
     clock = Clock(speed=cfg.speed)
     tcfg = TwinConfig(seed=cfg.seed, noise=cfg.noise, record_steps=cfg.record is not None)
     engines, runners, sites = [], [], []
     for k, spec in enumerate(specs):
         m = EngineMetrics(spec.model, spec.config.max_model_len)
-        e = ServedEngine(k, spec, tcfg, clock, m, ids=state.ids)
+        e = ServedEngine(k, spec, tcfg, clock, m, ids=state.ids, hash_block=hash_block)
         m.bind(e)
         engines.append(e)
         runner = web.AppRunner(InstanceApp(e, m, spec.model, state).application(), handler_cancellation=True,
@@ -125,7 +128,7 @@ async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
         meta = {"source": {"kind": "serve", "pool": cfg.pool_ref, "noise": cfg.noise, "seed": cfg.seed,
                            "speed": cfg.speed, "stream_interval": cfg.stream_interval, "argv": sys.argv[1:]},
                 "serve": {"lag": report, "frontend_overhead_s": cfg.pool.frontend_overhead_s}}
-        write_recording(cfg.record, engines, cfg.pool.frontend_overhead_s, meta, cfg.force)
+        write_recording(cfg.record, engines, cfg.pool.frontend_overhead_s, meta, cfg.force, hash_block)
     return report
 
 
