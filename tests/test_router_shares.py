@@ -17,10 +17,10 @@ CELLS = {"oracle": ([0.6, 0.5], [0.61, 0.52], [0.59, 0.49], 3.0), "sfs-cc": ([0.
          "learned-cc": ([0.5, 0.3], [0.55, 0.35], [0.5, 0.2], 2.0)}
 
 
-def _sweep(tmp_path):
+def _sweep(tmp_path, ties=None):
     d = tmp_path / "sw"
     (d / "cells").mkdir(parents=True)
-    (d / "sweep.json").write_text(json.dumps({"spec": {}}))
+    (d / "sweep.json").write_text(json.dumps({"spec": {"ties": ties} if ties else {}}))
     for router, (*seeds, wall) in CELLS.items():
         for seed, vals in enumerate(seeds):
             for rate, v in zip((2.0, 4.0), vals):
@@ -52,3 +52,9 @@ def test_unknown_reference_is_one_line_exit_2(tmp_path, capsys):
     assert main([str(_sweep(tmp_path)), "--reference", "sfs-hard"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sfs-hard" in err[0] and "learned-cc" in err[0]
+
+
+def test_a_tie_policy_labels_the_routers_it_reaches_not_the_oracle(tmp_path):
+    res = shares(load_cells([_sweep(tmp_path, "least-latency")]), "sfs-cc[least-latency]")
+    assert sorted(res["routers"]) == ["learned-cc[least-latency]", "oracle", "sfs-cc[least-latency]"]
+    assert res["routers"]["sfs-cc[least-latency]"]["vs_oracle"]["seeds"] == 3

@@ -7,7 +7,7 @@ another. The cells pair across sweeps (the workload seed comes from the
 cell's seed and rate, the twin's from its seed: ``harness.sweep.driver``),
 so the paired intervals are those ``latroute sweep`` would print had it run
 them together. A router run under a tie policy other than lowest-index is
-labelled ``router[ties]``.
+labelled ``router[ties]``, except the oracle, which no tie policy reaches.
 
 Per router: the OnTimeUtility AUC over the rates (trapezoid,
 ``harness.sweep.driver.auc``) for each seed and its mean with a 95%
@@ -49,7 +49,9 @@ def load_cells(dirs: list[Path]) -> pd.DataFrame:
         df["wall_s"] = [json.loads(p.with_name(p.name[: -len(".parquet")] + ".timing.json").read_text())["wall_s"]
                         for p in parts]
         df["ties"] = ties
-        df["label"] = df["router"] if ties == DEFAULT_TIES else df["router"] + f"[{ties}]"
+        # the oracle picks by forking every instance's future: no tie policy reaches it, so it keeps its name
+        tied = (df["router"] != "oracle") & (ties != DEFAULT_TIES)
+        df["label"] = df["router"].where(~tied, df["router"] + f"[{ties}]")
         df["sweep"] = d.name
         frames.append(df)
     if not frames:
