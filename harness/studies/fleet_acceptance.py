@@ -7,7 +7,9 @@ another. The cells pair across sweeps (the workload seed comes from the
 cell's seed and rate, the twin's from its seed: ``harness.sweep.driver``),
 so the paired intervals are those ``latroute sweep`` would print had it run
 them together. A router run under a tie policy other than lowest-index is
-labelled ``router[ties]``, except the oracle, which no tie policy reaches.
+labelled ``router[ties]``, except the oracle, which no tie policy reaches;
+a learned router refitted at another interval than llm-d's 1 s is
+labelled ``router[ties]@Ns``.
 
 Per router: the OnTimeUtility AUC over the rates (trapezoid,
 ``harness.sweep.driver.auc``) for each seed and its mean with a 95%
@@ -27,7 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from estimators.learned.model import RETRAIN_EVERY_S
 from harness.sweep.driver import auc
+from routers.registry import router_entry
 from reports.paired_stats import mean_ci, paired
 
 DEFAULT_TIES = "lowest-index"
@@ -52,6 +56,9 @@ def load_cells(dirs: list[Path]) -> pd.DataFrame:
         # the oracle picks by forking every instance's future: no tie policy reaches it, so it keeps its name
         tied = (df["router"] != "oracle") & (ties != DEFAULT_TIES)
         df["label"] = df["router"].where(~tied, df["router"] + f"[{ties}]")
+        every = spec.get("retrain_every_s", RETRAIN_EVERY_S)
+        if every != RETRAIN_EVERY_S:  # learned routers' refit interval, when not llm-d's 1 s: sweeps differ by it
+            df["label"] = df["label"].where(~df["router"].map(_learned), df["label"] + f"@{every:g}s")
         df["sweep"] = d.name
         frames.append(df)
     if not frames:
@@ -62,6 +69,13 @@ def load_cells(dirs: list[Path]) -> pd.DataFrame:
         r = cells[dup].iloc[0]
         raise ValueError(f"{r['sweep']}: cell {r['label']} at {r['rate']:g} q/s seed {r['seed']} is in two sweeps")
     return cells
+
+
+def _learned(router: str) -> bool:
+    try:
+        return router_entry(router).estimator == "learned"
+    except (KeyError, ValueError):
+        return False
 
 
 def seed_aucs(cells: pd.DataFrame, rates: list[float]) -> dict[str, pd.Series]:
