@@ -31,8 +31,8 @@ import pandas as pd
 
 from estimators.learned.model import RETRAIN_EVERY_S
 from harness.sweep.driver import auc
-from routers.registry import router_entry
 from reports.paired_stats import mean_ci, paired
+from routers.registry import router_entry
 
 DEFAULT_TIES = "lowest-index"
 
