@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("lightgbm")
 
 from estimators.learned.forest import Forest  # noqa: E402
-from estimators.learned.model import LearnedConfig, TTFTModel  # noqa: E402
+from estimators.learned.model import COMPILE_AFTER, LearnedConfig, TTFTModel  # noqa: E402
 
 
 def _data(seed: int, n: int = 100):
@@ -40,9 +40,9 @@ def test_a_model_answers_its_boosters_numbers():
     rng, X, y = _data(2)
     cfg = LearnedConfig()
     m = TTFTModel(cfg, X, y)
-    rows = rng.random((300, 8)) * 1500
+    rows = rng.random((COMPILE_AFTER + 200, 8)) * 1500
     out = np.array([m.predict(r) for r in rows])
-    assert m.forests is not None and m.boosters is None
+    assert m.forests is not None and m.boosters is None  # booster answers first, then the compiled forests
     # the same fit, made again (deterministic, one thread), answered by LightGBM itself
     raw = np.column_stack([lgb.train(cfg.params(o, a), lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}),
                                      num_boost_round=cfg.n_estimators).predict(rows, num_threads=1)

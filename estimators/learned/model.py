@@ -88,20 +88,26 @@ def lightgbm():
     return lgb
 
 
+COMPILE_AFTER = 100  # one-row predictions of a fit before its boosters are turned into compiled forests
+
+
 class TTFTModel:
-    """The three boosters of one fit, walked as compiled forests
-    (``estimators.learned.forest``: the same numbers as ``Booster.predict``,
-    ~3 µs instead of ~40-300 µs a call) from the first prediction on.
-    Turning a booster into a forest costs ~3-4 ms at 100 samples (its text
-    model written and read field by field), the price of ~100 booster
-    calls, which a model refitted every second at a few q/s pays back
-    within its first seconds; a fit that is never asked is never turned."""
+    """The three boosters of one fit; asked often enough, walked as compiled
+    forests (``estimators.learned.forest``: the same numbers as
+    ``Booster.predict``, ~3 µs instead of ~25-300 µs a call). Turning the
+    three costs ~10 ms at 100 samples (their text models written and read
+    field by field), about ``COMPILE_AFTER`` calls of the boosters: a fit
+    is turned once it has been asked that often (a rent-or-buy rule, never
+    more than twice the cheaper choice), so a model refitted every second
+    and asked a few times stays a booster, and one kept for minutes is
+    walked compiled."""
 
     def __init__(self, cfg: LearnedConfig, X: np.ndarray, y: np.ndarray):
         lgb = lightgbm()
         self.n = len(y)
         self.boosters = []
         self.forests = None
+        self.calls = 0
         for objective, alpha in (("regression", None), ("quantile", 0.5), ("quantile", 0.9)):
             data = lgb.Dataset(X, y, params={"verbose": -1, "min_data_in_bin": 1}, free_raw_data=True)
             # keep_training_booster: no text round trip at the end of train (~2 ms a booster; the same model text)
@@ -110,13 +116,18 @@ class TTFTModel:
 
     def predict(self, x: np.ndarray) -> tuple[float, float, float]:
         """(mean, p50, p90) of one feature row, floored at 0 and p90 >= p50."""
-        if self.forests is None:
+        self.calls += 1
+        if self.forests is None and self.calls > COMPILE_AFTER:
             from estimators.learned.forest import Forest
 
             self.forests = [Forest.from_model_string(b.model_to_string()) for b in self.boosters]
             self.boosters = None
-        row = np.asarray(x, dtype=np.float64).ravel()
-        mean, p50, p90 = (max(f.predict(row), 0.0) for f in self.forests)
+        if self.forests is not None:
+            row = np.asarray(x, dtype=np.float64).ravel()
+            mean, p50, p90 = (max(f.predict(row), 0.0) for f in self.forests)
+        else:
+            row = x.reshape(1, -1)
+            mean, p50, p90 = (max(float(b.predict(row, num_threads=1)[0]), 0.0) for b in self.boosters)
         return mean, p50, max(p90, p50)
 
 
