@@ -49,6 +49,14 @@ def paired(a, b) -> dict:
     return {"difference": mean_ci(a - b), "ratio": mean_ci(a / b)}
 
 
+def paired_on_common(a, b) -> dict:
+    """:func:`paired` over the seeds two per-seed series (pandas Series
+    indexed by seed) both have, with their count: sweeps of different
+    routers, rates or tie policies need not have run the same seeds."""
+    common = a.index.intersection(b.index)
+    return {"seeds": len(common), **paired(a[common].to_numpy(), b[common].to_numpy())}
+
+
 def excludes(ci: list[float] | None, value: float) -> bool:
     """The interval lies wholly on one side of ``value``."""
     return ci is not None and (ci[0] > value or ci[1] < value)

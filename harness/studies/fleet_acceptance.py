@@ -31,7 +31,7 @@ import pandas as pd
 
 from estimators.learned.model import RETRAIN_EVERY_S
 from harness.sweep.driver import auc
-from reports.paired_stats import mean_ci, paired
+from reports.paired_stats import mean_ci, paired_on_common
 from routers.registry import router_entry
 
 DEFAULT_TIES = "lowest-index"
@@ -94,6 +94,16 @@ def is_sfs(label: str) -> bool:
     return label.startswith("sfs-")
 
 
+def _oracle_share(s: pd.Series, oracle: pd.Series) -> dict:
+    """The ratio of mean scores to the oracle's on the seeds both ran (an
+    unpaired share: the oracle often runs on fewer seeds), or nothing."""
+    common = s.index.intersection(oracle.index)
+    if not len(common):
+        return {}
+    return {"oracle_share": float(s[common].mean() / oracle[common].mean()),
+            "oracle_share_seeds": [int(k) for k in common]}
+
+
 def acceptance(cells: pd.DataFrame) -> dict:
     rates = sorted(float(r) for r in cells["rate"].unique())
     per = seed_aucs(cells, rates)
@@ -101,11 +111,8 @@ def acceptance(cells: pd.DataFrame) -> dict:
     oracle = per.get("oracle")
     for label, s in per.items():
         row = {"auc": mean_ci(s.to_numpy()), "seeds": [int(k) for k in s.index]}
-        if oracle is not None and len(oracle) and label != "oracle":
-            common = s.index.intersection(oracle.index)
-            if len(common):
-                row["oracle_share"] = float(s[common].mean() / oracle[common].mean())
-                row["oracle_share_seeds"] = [int(k) for k in common]
+        if oracle is not None and label != "oracle":
+            row.update(_oracle_share(s, oracle))
         res["routers"][label] = row
     honest = [k for k in per if k != "oracle"]
     sfs = [k for k in honest if is_sfs(k)]
@@ -114,9 +121,7 @@ def acceptance(cells: pd.DataFrame) -> dict:
         res["best_sfs"] = best
         res["best_sfs_vs"] = {}
         for other in (k for k in honest if not is_sfs(k)):
-            common = per[best].index.intersection(per[other].index)
-            res["best_sfs_vs"][other] = {"seeds": len(common),
-                                         **paired(per[best][common].to_numpy(), per[other][common].to_numpy())}
+            res["best_sfs_vs"][other] = paired_on_common(per[best], per[other])
     res["by_rate"] = per_rate(cells)
     if "wall_s" in cells:
         w = cells.groupby(["label", "rate"])["wall_s"].mean()
@@ -137,18 +142,13 @@ def per_rate(cells: pd.DataFrame) -> dict:
             v = {"ontime_utility": mean_ci(s.to_numpy()), "slo_attainment": float(slo[lab]),
                  "seeds": [int(k) for k in s.index]}
             if oracle is not None and lab != "oracle":
-                common = s.index.intersection(oracle.index)
-                if len(common):
-                    v["oracle_share"] = float(s[common].mean() / oracle[common].mean())
-                    v["oracle_share_seeds"] = [int(k) for k in common]
+                v.update(_oracle_share(s, oracle))
             row[lab] = v
         sfs = [k for k in ser if is_sfs(k)]
         if sfs:
             best = max(sfs, key=lambda k: ser[k].mean())
             for other in (k for k in ser if k != "oracle" and not is_sfs(k)):
-                common = ser[best].index.intersection(ser[other].index)
-                row[best].setdefault("vs", {})[other] = {
-                    "seeds": len(common), **paired(ser[best][common].to_numpy(), ser[other][common].to_numpy())}
+                row[best].setdefault("vs", {})[other] = paired_on_common(ser[best], ser[other])
         out[f"{rate:g}"] = row
     return out
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.studies.fleet_acceptance import load_cells, seed_aucs
-from reports.paired_stats import mean_ci, paired
+from reports.paired_stats import mean_ci, paired_on_common
 
 
 def shares(cells: pd.DataFrame, reference: str) -> dict:
@@ -42,8 +42,7 @@ def shares(cells: pd.DataFrame, reference: str) -> dict:
         row: dict = {"auc": mean_ci(s.to_numpy()), "seeds": [int(k) for k in s.index]}
         for key, other in (("vs_oracle", "oracle"), ("vs_reference", reference)):
             if other in per and label != other:
-                common = s.index.intersection(per[other].index)
-                row[key] = {"seeds": len(common), **paired(s[common].to_numpy(), per[other][common].to_numpy())}
+                row[key] = paired_on_common(s, per[other])
         both = wall.loc[label].index.intersection(wall.loc[reference].index)
         ref_s = float(wall.loc[reference].loc[both].sum())
         row["wall_ratio"] = float(wall.loc[label].loc[both].sum()) / ref_s if ref_s > 0 else None
