@@ -228,7 +228,8 @@ class SFS:
             core = st
         intake = joining_intake(self.intake, view, q.prompt) * self._speed
         est, steps, self.last_s1, self.last_s2, self._typ0 = sfs_estimate_async(
-            core, view.inbox, view.n_inbox, view.inflight, pb, ah, q.t, intake, self.pred_total, q.rid, q.prompt,
+            core, view.inbox, view.n_inbox, view.inflight, pb, ah, q.t, intake, self.profile.host_share,
+            self.pred_total, q.rid, q.prompt,
             self.model, st2, self.plan2, self.plan3, MAX_SIM_STEPS, typ)
         self.last_steps = steps
         self._view, self._elapsed = view, (q.t - ah[AH_START_A] if ah[AH_Q] > 0 else 0.0)

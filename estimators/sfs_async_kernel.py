@@ -72,7 +72,7 @@ def _copy_all(st, st2):
 
 
 @njit(cache=True)
-def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, pred_total, q_rid, q_prompt, model,
+def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_total, q_rid, q_prompt, model,
                        st2, p1, p2, max_steps, typ_out):
     """Estimated TTFT of a query arriving at ``now`` on an async instance,
     with ``sfs_kernel.sfs_estimate``'s other returns (steps simulated, the
@@ -80,7 +80,9 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, pred_total, 
     batch's typical duration). ``pa`` / ``pb``: the oldest and the queued
     batch's plans (read only); ``ah``: the host's side
     (``estimators.engine.view``'s ``AH_*``); ``intake``: the joining
-    requests' intake, charged at the first plan; ``p1``, ``p2``: scratch
+    requests' intake, charged at the first plan; ``share``: the profile's
+    ``host_share`` (the host's input preparation before each launch, the
+    rest of a batch's time the device's); ``p1``, ``p2``: scratch
     plans. ``st2`` has room for one more slot than ``st``."""
     if not (np.isfinite(now) and np.isfinite(intake)) or n_inbox < 0 or n_inbox > inbox.size \
             or st2.req.shape[0] <= st.sc[S_CAP] or st2.req.shape[1] < st.req.shape[1]:
@@ -104,14 +106,15 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, pred_total, 
     typ0 = 0.0
     a_end = now
     b_end = now
+    dev = 1.0 - share
     if nq > 0:
         if na > 0:
-            typ0 = plan_time(model, r2, pa, na)
+            typ0 = plan_time(model, r2, pa, na) * dev
         a_end = ah[AH_START_A] + typ0 * mult
         if a_end < now:  # ran past its expected end: it ends now at the earliest (as the synchronous SFS)
             a_end = now
     if nq > 1:
-        typb = plan_time(model, r2, pb, nb) if nb > 0 else 0.0
+        typb = plan_time(model, r2, pb, nb) * dev if nb > 0 else 0.0
         lb = ah[AH_LAUNCH_B]
         b_start = lb if lb > a_end else a_end
         b_end = b_start + typb * mult
@@ -155,17 +158,20 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, pred_total, 
                 drop_unservable_head(st2)
             if n == 0 and nq == 0:
                 return np.inf, steps, s1, s2, typ0
-            launch = t_next + pending
-            pending = 0.0
             dur = 0.0
+            prep = 0.0
             if n > 0:
-                typ = plan_time(model, r2, x, n)
+                whole = plan_time(model, r2, x, n)
+                typ = whole * dev
+                prep = whole * share * mult
                 s1 += typ
                 s2 += typ * typ
                 if steps < typ_out.size:
                     typ_out[steps] = typ
                 steps += 1
                 dur = typ * mult
+            launch = t_next + pending + prep
+            pending = 0.0
             if nq == 0:
                 ia, na = ix, n
                 a_end = launch + dur

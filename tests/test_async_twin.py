@@ -69,19 +69,24 @@ def test_a_seat_freed_by_a_finish_is_taken_one_step_later():
     assert tt_a[2] - tt_s[2] == pytest.approx(0.01, abs=1e-9)
 
 
-@pytest.mark.parametrize("gap", [0.004, 0.03])
-def test_the_host_gap_overlaps_the_device(gap):
-    """One request decoding: each step takes d = 10.01 ms on the device and
-    the host g between steps; tokens come every d + g synchronously and
-    every max(d, g) under async scheduling (host-bound when g > d)."""
+@pytest.mark.parametrize(("gap", "share"), [(0.004, 0.0), (0.03, 0.0), (0.001, 0.3), (0.01, 0.3)])
+def test_the_host_gap_overlaps_the_device(gap, share):
+    """One request decoding: each step's time is T = 10.01 ms, of which the
+    host's share s prepares the launch, and the host spends g between
+    steps. Tokens come every T + g synchronously (the share only splits T)
+    and every max((1 - s) T, g + s T) under async scheduling: device-bound
+    or host-bound (the last one every max((1 - s) T, g): after it nothing
+    is prepared, its tokens in flight reach max_tokens)."""
     reqs = _reqs([10], [12])
-    prof = _profile(gap)
+    prof = replace(_profile(gap), host_share=share)
     d = 0.01 + 1e-5
     sync, asy = _run(reqs, False, prof), _run(reqs, True, prof)
     r_s, r_a = sync.requests.iloc[0], asy.requests.iloc[0]
-    assert r_s["ttft_s"] == pytest.approx(r_a["ttft_s"], abs=1e-12)  # the first step is planned on arrival either way
+    assert sync.requests.equals(_run(reqs, False, _profile(gap)).requests)  # sync: the share changes nothing
     assert (r_s["finish_s"] - r_s["ttft_s"]) / 11 == pytest.approx(d + gap, rel=1e-9)
-    assert (r_a["finish_s"] - r_a["ttft_s"]) / 11 == pytest.approx(max(d, gap), rel=1e-9)
+    period = max((1 - share) * d, gap + share * d)
+    assert r_a["finish_s"] - r_a["ttft_s"] == pytest.approx(10 * period + max((1 - share) * d, gap), rel=1e-9)
+    assert r_a["ttft_s"] == pytest.approx(gap + 0.01 + 10e-5, abs=1e-12)  # the wake-up gap, then the prefill
     steps = asy.steps
     assert (steps["start_s"].to_numpy()[1:] >= steps["end_s"].to_numpy()[:-1] - 1e-12).all()  # one device
 
@@ -116,3 +121,20 @@ def test_same_seed_same_bytes_and_fleet_side_by_side():
     alone = Twin(specs, TwinConfig(noise=True, seed=5, skip=False)).run(reqs, route)
     assert pool.requests.equals(alone.requests)
     assert np.isfinite(pool.requests["finish_s"]).all()
+
+
+def test_host_share_in_the_profile_file(tmp_path):
+    """A profile without a host share is written as before (no key) and
+    reads back as 0; a share is kept; a share outside [0, 1) is refused."""
+    from estimators.profile import load_profile
+    from traces.errors import BadInput
+
+    plain = _profile(0.001)
+    assert "host_share" not in plain.to_json()
+    shared = replace(plain, host_share=0.25)
+    shared.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json").host_share == 0.25
+    doc = shared.to_json()
+    doc["host_share"] = 1.0
+    with pytest.raises(BadInput, match="host_share"):
+        BatchTimeProfile.from_json(doc)

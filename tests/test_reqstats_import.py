@@ -196,6 +196,8 @@ def test_calibrate_fits_decode_from_first_and_last_tokens_with_a_fit_window(r409
     assert doc["fitted_on"]["fit_window"] == [0.0, 0.5] and doc["fitted_on"]["timed_requests"] == 150
     eng = doc["fitted_on"]["engine"]
     assert (eng["num_kv_blocks"], eng["max_model_len"], eng["gpus"]) == (2588, 32768, 1)  # the run's own
+    assert eng["async_scheduling"] is True  # the run's own too: the twin replays vLLM's async rules
+    assert "host_share" not in doc and "host_fitted" not in doc["fitted_on"]["request_fit"]  # not asked for
     half = 150
 
     def scramble(r):
@@ -246,3 +248,21 @@ def test_traces_stating_different_engines_are_not_calibrated_together(tmp_path):
                    "b/meta.json: engine.settings.num_kv_blocks: 1280 but")
     assert_refused(run_cli("calibrate", tmp_path / "a", "--fit-window", "0:0.5", "--out", out), out,
                    "--fit-window", "only with --from-requests")
+
+
+def test_calibrate_fits_the_host_part_with_async_on_or_off(r4090, tmp_path):
+    """``--fit-host`` fits the host's part of a step too (the gap and the
+    host's share), into the profile; ``--engine async_scheduling=false``
+    fits the same run under the synchronous rules, and its profile says so."""
+    args = ["--max-evals", "8", "--fit-window", "0:0.5", "--fit-host"]
+    res = run_cli("calibrate", "--from-requests", r4090, *args, "--out", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    assert "host: step_gap_s=" in res.output and "async scheduling on" in res.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["fitted_on"]["request_fit"]["host_fitted"] == ["step_gap_s", "host_share"]
+    assert doc["step_gap_s"] > 0 and 0 < doc["host_share"] <= 0.9
+    res = run_cli("calibrate", "--from-requests", r4090, *args, "--engine", "async_scheduling=false",
+                  "--out", tmp_path / "b.json")
+    assert res.exit_code == 0, res.output
+    assert "async scheduling off" in res.output
+    assert json.loads((tmp_path / "b.json").read_text())["fitted_on"]["engine"]["async_scheduling"] is False

@@ -25,8 +25,12 @@ The host makes calls, one at a time (``M_BUSY``):
   next call, if any request remains; else it waits for the next batch, or
   goes idle.
 
-So the period between steps is the larger of the device's and the host's
-time (the gap) where the synchronous loop charges their sum. The step log
+With the profile's ``host_share`` s, a batch's typical time T splits into
+the host's input preparation (s T, expected, before the launch) and the
+device's run ((1 - s) T, with the noise). So the period between steps is
+the larger of the device's and the host's time (the gap plus the next
+batch's preparation) where the synchronous loop charges their sum
+(``docs/concepts/batch-time.md``). The step log
 has the device's start and end of each non-empty batch, logged when it is
 planned (its preemptions are known then). No event skipping here
 (``harness.twin.skip`` is the synchronous loop's): every step is scheduled.
@@ -61,6 +65,7 @@ from harness.twin.loop_parts import (
     M_N2,
     M_Q,
     M_STEPS,
+    P_HOST_SHARE,
     P_INTAKE_REQ,
     P_INTAKE_TOK,
     P_LOG_ON,
@@ -125,20 +130,24 @@ def _plan(t, st, plan, tw, model, out, log):
         meta[M_BUSY] = IDLE
         meta[M_N] = 0
         return True
-    launch = t + intake
     typical = 0.0
     dur = 0.0
+    prep = 0.0
     if n > 0:
         for j in range(n):
             rid = st.req[x.slot[j], F_RID]
             if out.cached[rid] < 0:
                 out.cached[rid] = x.computed[j]
-        typical = plan_time(model, st.req, x, n)
+        share = tw.params[P_HOST_SHARE]
+        whole = plan_time(model, st.req, x, n)
+        typical = whole * (1.0 - share)  # the device's part (all of it at share 0)
+        prep = whole * share * model.mult  # the host's input preparation before the launch, expected
         if tw.params[P_NOISE_ON] > 0.0:
             dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
         else:
             dur = typical * model.mult
         meta[M_STEPS] += 1
+    launch = t + intake + prep
     if q == 0:
         start = launch
         times[T_A0] = start

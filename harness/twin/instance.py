@@ -118,6 +118,7 @@ class Instance:
         params[tk.P_SKIP_ON] = 1.0 if cfg.skip else 0.0
         params[tk.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
         params[tk.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
+        params[tk.P_HOST_SHARE] = spec.profile.host_share  # read by the async loop only
         meta = np.zeros(tk.NM, dtype=np.int64)
         meta[tk.M_ASYNC] = 1 if self.asynchronous else 0
         self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), meta, np.zeros(tk.NT, dtype=np.float64), params,

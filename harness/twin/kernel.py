@@ -67,6 +67,7 @@ from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read 
     NP_,
     NSP,
     NT,
+    P_HOST_SHARE,
     P_INTAKE_REQ,
     P_INTAKE_TOK,
     P_LOG_ON,

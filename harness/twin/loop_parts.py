@@ -24,7 +24,8 @@ NM = 11
 # params (float64) fields
 P_NOISE_ON, P_LOG_ON, P_INTAKE_REQ, P_INTAKE_TOK = 0, 1, 2, 3  # intake: s per joining request and prompt token
 P_SKIP_ON = 4  # advance runs of steady decode steps without the scheduler kernel (``_skip_run``)
-NP_ = 5
+P_HOST_SHARE = 5  # async scheduling: the host's share of a step's time (the profile's ``host_share``)
+NP_ = 6
 # times (float64): in-flight step start (or, between steps, the next schedule) and end (hidden from routers)
 T_START, T_END = 0, 1
 # async scheduling: the device's start and end of the oldest batch (A) and of the queued one (B), B's
