@@ -138,3 +138,22 @@ def test_host_share_in_the_profile_file(tmp_path):
     doc["host_share"] = 1.0
     with pytest.raises(BadInput, match="host_share"):
         BatchTimeProfile.from_json(doc)
+
+
+def test_serve_refuses_an_async_instance(tmp_path):
+    """``serve`` runs the synchronous loop in real time: a pool with async
+    scheduling is refused in one line (exit 2), not served with the wrong
+    loop; the offline replay runs it."""
+    import json
+
+    from tests.conftest import assert_refused, run_cli
+
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps({"instances": [{"instance_id": "a", "model": "qwen3-8b",
+                                               "profile": "qwen3-8b-h100", "async_scheduling": True}]}))
+    rec = tmp_path / "rec"
+    assert_refused(run_cli("serve", "--pool", pool, "--port-base", "18100", "--record", rec), rec,
+                   "--pool", "instance a has async_scheduling on")
+    res = run_cli("replay", "--pool", pool, "--rate", "4", "--requests", "60", "--router", "sfs-hard",
+                  "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output

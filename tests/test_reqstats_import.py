@@ -250,11 +250,12 @@ def test_traces_stating_different_engines_are_not_calibrated_together(tmp_path):
                    "--fit-window", "only with --from-requests")
 
 
+@pytest.mark.realdata  # two request-level calibrations of a real run: ~12 s
 def test_calibrate_fits_the_host_part_with_async_on_or_off(r4090, tmp_path):
     """``--fit-host`` fits the host's part of a step too (the gap and the
     host's share), into the profile; ``--engine async_scheduling=false``
     fits the same run under the synchronous rules, and its profile says so."""
-    args = ["--max-evals", "8", "--fit-window", "0:0.5", "--fit-host"]
+    args = ["--max-evals", "4", "--fit-window", "0:0.5", "--fit-host"]
     res = run_cli("calibrate", "--from-requests", r4090, *args, "--out", tmp_path / "a.json")
     assert res.exit_code == 0, res.output
     assert "host: step_gap_s=" in res.output and "async scheduling on" in res.output
