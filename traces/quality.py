@@ -81,7 +81,7 @@ def missing_rows(requests: pd.DataFrame, quality: pd.DataFrame, models: list[str
     ids = pd.Index(requests["request_id"].to_numpy())
     q = quality[quality["request_id"].isin(ids) & quality["model"].isin(models)]
     q = q[np.isfinite(q["acc"].to_numpy(dtype=np.float64)) & np.isfinite(q["acc_hat"].to_numpy(dtype=np.float64))]
-    for m in models:
+    for m in dict.fromkeys(models):  # replicas name their model once each: one scan per model
         have = q.loc[q["model"] == m, "request_id"].nunique()
         if have < len(ids):
             return f"partial: {len(ids) - have} of {len(ids)} requests have no accuracy for model {m}"
@@ -102,6 +102,7 @@ def quality_table(requests: pd.DataFrame, quality: pd.DataFrame | None, models: 
         if why:
             raise ValueError(f"quality table {why} (a missing row would count as accuracy 0)")
         return QualityTable(quality, "table", "quality table (the trace's per-request accuracies)")
+    models = list(dict.fromkeys(models))  # a model's replicas share its accuracy: one draw per model, not per instance
     means = one_task_accuracy()
     unknown = [m for m in models if m not in means]
     if unknown:

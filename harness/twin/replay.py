@@ -158,7 +158,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     res = twin.run(requests, router, views=views, hash_block_tokens=cfg.hash_block_tokens,
                    predicted=inputs.pred_total)  # what the router's views show as residents' targets
     wall = time.perf_counter() - t0
-    out = res.requests.copy()
+    out = res.requests.copy(deep=False)  # copy-on-write: the twin's table stays as it was, its columns shared
     idx = {s.instance_id: k for k, s in enumerate(specs)}
     j = out["instance_id"].map(idx).fillna(-1).to_numpy(dtype=np.int64)
     shed = j < 0  # served nowhere (the twin routes every other request)

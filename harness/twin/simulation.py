@@ -287,7 +287,7 @@ class Twin:
         ids = np.array([s.instance_id for s in self.specs], dtype=object)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
         o = ev.out
-        out = requests.copy()
+        out = requests.copy(deep=False)  # copy-on-write (pandas 3): the caller's table is never changed, nor copied
         out["instance_id"] = np.where(ev.instance >= 0, ids[np.maximum(ev.instance, 0)], None)
         out["ttft_s"] = o.first_t - arrival + (self.cfg.frontend_overhead_s or 0.0)
         out["finish_s"] = o.finish_t
