@@ -82,10 +82,12 @@ def missing_rows(requests: pd.DataFrame, quality: pd.DataFrame, models: list[str
         if col not in quality:
             return f"has no {col} column"
     ids = pd.Index(requests["request_id"].to_numpy())
-    q = quality[quality["request_id"].isin(ids) & quality["model"].isin(models)]
-    q = q[np.isfinite(q["acc"].to_numpy(dtype=np.float64)) & np.isfinite(q["acc_hat"].to_numpy(dtype=np.float64))]
+    # masks over the table, not filtered copies of it (an hour of fleet traffic is 11M rows, 0.35 GB a copy)
+    ok = (quality["request_id"].isin(ids).to_numpy() & np.isfinite(quality["acc"].to_numpy(dtype=np.float64))
+          & np.isfinite(quality["acc_hat"].to_numpy(dtype=np.float64)))
+    rid, model = quality["request_id"], quality["model"].to_numpy()
     for m in dict.fromkeys(models):  # replicas name their model once each: one scan per model
-        have = q.loc[q["model"] == m, "request_id"].nunique()
+        have = rid[ok & (model == m)].nunique()
         if have < len(ids):
             return f"partial: {len(ids) - have} of {len(ids)} requests have no accuracy for model {m}"
     return None
