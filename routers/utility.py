@@ -101,10 +101,10 @@ def utility_tables(requests: pd.DataFrame, quality: pd.DataFrame | None, models:
         pos = pd.Series(np.arange(n), index=requests["request_id"].to_numpy())
         # masks over the table, not filtered copies of it (an hour of fleet traffic is 11M rows)
         known = quality["request_id"].isin(pos.index).to_numpy()
-        rid, model_of = quality["request_id"].to_numpy(), quality["model"].to_numpy()
+        rid, model_of = quality["request_id"].to_numpy(), quality["model"]  # (a column: its strings stay in Arrow)
         a, a_hat = quality["acc"].to_numpy(), quality["acc_hat"].to_numpy()
         for k, model in enumerate(models):
-            sel = known & (model_of == model)
+            sel = known & (model_of == model).to_numpy(dtype=bool, na_value=False)
             rows = pos.loc[rid[sel]].to_numpy()
             acc[rows, k] = a[sel]
             acc_hat[rows, k] = a_hat[sel]

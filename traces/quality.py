@@ -85,9 +85,9 @@ def missing_rows(requests: pd.DataFrame, quality: pd.DataFrame, models: list[str
     # masks over the table, not filtered copies of it (an hour of fleet traffic is 11M rows, 0.35 GB a copy)
     ok = (quality["request_id"].isin(ids).to_numpy() & np.isfinite(quality["acc"].to_numpy(dtype=np.float64))
           & np.isfinite(quality["acc_hat"].to_numpy(dtype=np.float64)))
-    rid, model = quality["request_id"], quality["model"].to_numpy()
+    rid, model = quality["request_id"], quality["model"]  # (compared as a column: pandas 3 holds strings in Arrow)
     for m in dict.fromkeys(models):  # replicas name their model once each: one scan per model
-        have = rid[ok & (model == m)].nunique()
+        have = rid[ok & (model == m).to_numpy(dtype=bool, na_value=False)].nunique()
         if have < len(ids):
             return f"partial: {len(ids) - have} of {len(ids)} requests have no accuracy for model {m}"
     return None
