@@ -66,6 +66,7 @@ class TwinResult:
     sim_end_s: float
     steps_run: int
     extra: dict = field(default_factory=dict)
+    instance_index: np.ndarray | None = None  # per request, the index of the instance that served it (-1: shed)
 
     @property
     def steps(self) -> pd.DataFrame | None:
@@ -306,6 +307,7 @@ class Twin:
             sim_end_s=sim_end,
             steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
             extra={"rejected": int(np.isfinite(o.reject_t).sum()), "shed": int((ev.instance < 0).sum())},
+            instance_index=ev.instance,
         )
 
 
