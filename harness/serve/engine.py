@@ -108,15 +108,19 @@ class ServedEngine:
         self.stopping = False
 
     # --- requests
-    def submit(self, client_id: str, prompt: int, max_tokens: int, hash_ids: list[int] | None = None) -> Served:
+    def submit(self, client_id: str, prompt: int, max_tokens: int, hash_ids: list[int] | None = None,
+               rid: int | None = None) -> Served:
         """A request arrives now: bring the engine to now, then add it (an
         idle engine wakes: the gap, then schedule()). ``hash_ids``: its
         prompt's block ids, one per ``hash_block`` tokens (None: every
-        block its own)."""
+        block its own). ``rid``: the kernel's request id, when the caller
+        numbers requests across engines (``latroute route``'s ledger, whose
+        views are keyed by its own request index); default: this engine's
+        next."""
         t = self.clock.now()
         self.catch_up(t)
-        rid = len(self.requests)
-        if rid >= self.out.first_t.size:
+        rid = len(self.requests) if rid is None else rid
+        while rid >= self.out.first_t.size:
             self._grow_outcomes()
         h = Served(rid, client_id, prompt, max_tokens, t, gid=next(self.ids), hash_ids=hash_ids)
         self.requests.append(h)
