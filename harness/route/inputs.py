@@ -24,9 +24,11 @@ predicted length ``max-tokens`` (the request's own ``max_tokens``: a bound
 every client states), ``median`` (of the output lengths the proxy has seen
 finish, the request's ``max_tokens`` before any) or ``constant:N``.
 
-The arrays are allocated once for ``capacity`` requests: routers and their
-estimators keep references to them, so they are never re-made; request
-``capacity + 1`` is refused (503) and the log says so.
+The arrays are allocated once for ``capacity`` requests (and one more row,
+``STAND_IN``'s, that the ``metrics`` view uses for requests it sees on a
+backend but the proxy did not send): routers and their estimators keep
+references to them, so they are never re-made; request ``capacity + 1`` is
+refused (503).
 """
 from __future__ import annotations
 
@@ -159,8 +161,9 @@ class RequestBook:
         self.price_in = np.nan_to_num(np.asarray(price_in, dtype=np.float64))
         self.price_out = np.nan_to_num(np.asarray(price_out, dtype=np.float64))
         j = len(models)
-        self.inputs = RouteInputs(prompt=np.zeros(capacity, dtype=np.int64), slo=np.zeros(capacity),
-                                  utility=np.zeros((capacity, j)), pred_total=np.ones(capacity, dtype=np.int64))
+        rows = capacity + 1  # row ``capacity``: the metrics view's stand-in for requests the ledger does not know
+        self.inputs = RouteInputs(prompt=np.zeros(rows, dtype=np.int64), slo=np.zeros(rows),
+                                  utility=np.zeros((rows, j)), pred_total=np.ones(rows, dtype=np.int64))
         self.acc_hat = np.zeros((capacity, j))
         self.n = 0
         self._slo_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0x510]))  # traces.slo's stream

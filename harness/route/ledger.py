@@ -75,6 +75,9 @@ class Ledger:
         """How old the engine state in each view is: the ledger's is now."""
         return [0.0] * len(self.shadows)
 
+    def sent(self, j: int, i: int, prompt: int) -> None:
+        """The view needs nothing more: ``dispatched`` put the request in its shadow."""
+
     def views(self, t: float) -> list[HonestView]:
         """Every backend's honest view at ``t``."""
         return [self._now(j, t).inst.sync_view() for j in range(len(self.shadows))]

@@ -85,14 +85,15 @@ class Proxy:
         self.router = make_router(cfg.router, self.book.inputs, specs, cfg.overhead_s, seed=cfg.policies.seed,
                                   epsilon=cfg.epsilon)
         self.ledger = Ledger(b, clock, self.book.inputs.pred_total)
+        self.log = DecisionLog(b, cfg.view)
+        self.alive = [True] * len(b)
+        self.metrics = ProxyMetrics([x.instance_id for x in b], self)
         self.views = self.ledger
         if cfg.view == "metrics":
             from harness.route.metrics_view import MetricsViews
 
-            self.views = MetricsViews(b, self.ledger, clock, cfg.poll_interval_ms / 1e3)
-        self.log = DecisionLog(b, cfg.view)
-        self.alive = [True] * len(b)
-        self.metrics = ProxyMetrics([x.instance_id for x in b], self)
+            self.views = MetricsViews(b, self.ledger, clock, cfg.poll_interval_ms / 1e3, cfg.capacity,
+                                      self.book.inputs, on_fail=self.mark_dead)
         self.session: ClientSession | None = None
         self.closing = False
         self.max_len = max(x.spec.config.max_model_len for x in b)
@@ -252,6 +253,7 @@ class Proxy:
                 row.instance_id, row.attempts = b.instance_id, attempt + 1
                 data = json.dumps({**body, "model": b.model}).encode()
                 self.ledger.dispatched(j, i, len(p.prompt_ids), p.max_tokens, self.clock.now())
+                self.views.sent(j, i, len(p.prompt_ids))
                 try:
                     if p.stream:
                         return await self._stream(request, b.url + path, data, headers, i, j, row)

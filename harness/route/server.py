@@ -39,7 +39,6 @@ async def _route(cfg: RouteConfig, say) -> dict:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    clock.origin = time.monotonic()
     health = asyncio.create_task(proxy.watch_health())
     say(f"routing with {cfg.router} ({cfg.view} view) over {len(cfg.backends)} backends on "
         f"http://{cfg.host}:{cfg.port}")
