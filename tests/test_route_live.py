@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.live.ports import free_port_base as free_base
 from tests.test_serve_http import events, get, open_stream, post
 
 pytest.importorskip("aiohttp")
@@ -24,24 +25,6 @@ pytest.importorskip("prometheus_client")
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 SPEED = 4.0
-
-
-_PORTS = threading.Lock()
-_TAKEN: set[int] = set()
-
-
-def free_base(n: int = 1) -> int:
-    """A port free now on 127.0.0.1 (the kernel's choice), never handed out twice by this module."""
-    import socket
-
-    with _PORTS:
-        while True:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            if port not in _TAKEN:
-                _TAKEN.add(port)
-                return port
 
 
 def _start(cmd: list[str], cwd: Path, ready: str = "ready", timeout: float = 90.0) -> subprocess.Popen:

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 
+from harness.route.inputs import Stated
 from harness.route.proxy import Proxy, RouteConfig
 from harness.serve.clock import Clock
 from harness.serve.server import warm
@@ -65,8 +66,24 @@ async def _route(cfg: RouteConfig, say) -> dict:
     return report
 
 
+def warm_router(cfg: RouteConfig) -> None:
+    """One decision on a throwaway proxy (a request in flight on the first
+    backend, another to route): the router's compiled code (SFS's kernels)
+    is loaded before the first real request, which would otherwise wait
+    for it (seconds, on a cold cache)."""
+    p = Proxy(cfg, Clock(speed=cfg.speed))
+    said = Stated(None, dict.fromkeys(p.book.models, 0.5), None)
+    for k in range(2):
+        i = p.book.take(64, 8, said)
+        if k == 0:
+            p.ledger.dispatched(0, i, 64, 8, p.clock.now())
+            p.views.sent(0, i, 64)
+    p.decide(i, 0, set())
+
+
 def route(cfg: RouteConfig, say=print) -> dict:
     """Run until SIGTERM/SIGINT; returns the summary."""
     for b in cfg.backends[:1]:
         warm(b.spec)  # the kernel compiled before the first decision
+    warm_router(cfg)
     return asyncio.run(_route(cfg, say))
