@@ -178,15 +178,16 @@ def test_route_proxies_streams_and_logs_every_decision(backends):
     assert dec["residents"].max() >= 1  # the ledger saw requests in flight while deciding
 
 
-def test_metrics_view_sees_traffic_the_proxy_did_not_send(backends):
+@pytest.mark.parametrize("view", ["metrics", "exact"])
+def test_polled_and_exact_views_see_traffic_the_proxy_did_not_send(backends, view):
     """Three long streams go to backend a directly; the metrics view's
-    polls count them (the ledger alone would not), so shortest-queue sends
-    the proxy's request to b."""
+    polls and the exact view's state feed count them (the ledger alone
+    would not), so shortest-queue sends the proxy's request to b."""
     tmp, s = backends
-    pool = _route_pool(tmp, "ab-m", [("a", "qwen3-0.6b", f"http://127.0.0.1:{s['a'][1]}"),
-                                     ("b", "qwen3-8b", f"http://127.0.0.1:{s['b'][1]}")])
-    log = tmp / "log-metrics"
-    p, port = _route(tmp, pool, "shortest-queue", log, "--view", "metrics", "--poll-interval", "50")
+    pool = _route_pool(tmp, f"ab-{view}", [("a", "qwen3-0.6b", f"http://127.0.0.1:{s['a'][1]}"),
+                                           ("b", "qwen3-8b", f"http://127.0.0.1:{s['b'][1]}")])
+    log = tmp / f"log-{view}"
+    p, port = _route(tmp, pool, "shortest-queue", log, "--view", view, "--poll-interval", "50")
     direct = []
     try:
         direct = [open_stream(s["a"][1], {"prompt": [9] * 30, "max_tokens": 2000}, f"direct{k}") for k in range(3)]
@@ -202,9 +203,9 @@ def test_metrics_view_sees_traffic_the_proxy_did_not_send(backends):
     assert p.returncode == 0
     _, dec, meta = _read_log(log)
     row = dec.set_index("instance_id")
-    assert (dec["view"] == "metrics").all() and row.loc["a", "residents"] == 3 and row.loc["b", "residents"] == 0
-    assert row.loc["b", "chosen"] and 0 < row.loc["a", "view_age_s"] < 5 * 0.05 * SPEED
-    assert meta["source"]["poll_interval_ms"] == 50
+    assert (dec["view"] == view).all() and row.loc["a", "residents"] == 3 and row.loc["b", "residents"] == 0
+    assert row.loc["b", "chosen"] and 0 <= row.loc["a", "view_age_s"] < 5 * 0.05 * SPEED
+    assert meta["source"]["poll_interval_ms"] == (50 if view == "metrics" else None)
 
 
 def test_route_faults_refused_5xx_and_killed_mid_stream(backends):

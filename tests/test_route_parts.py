@@ -136,8 +136,6 @@ def test_ledger_shadow_keys_rows_by_request_and_forgets_ended_ones():
     (["--backends", "http://127.0.0.1:1", "--router", "oracle", "--listen", "127.0.0.1:2"], "oracle"),
     (["--backends", "http://127.0.0.1:1", "--router", "lps-hard", "--listen", "127.0.0.1:2"], "baseline parameters"),
     (["--backends", "http://127.0.0.1:1", "--router", "sfs-cc", "--listen", "nohost"], "not HOST:PORT"),
-    (["--backends", "http://127.0.0.1:1", "--router", "sfs-cc", "--listen", "127.0.0.1:2", "--view", "exact"],
-     "exact needs the backends' state feed"),
     (["--backends", "http://127.0.0.1:1", "--router", "sfs-cc", "--listen", "127.0.0.1:2", "--lengths", "x"],
      "--lengths"),
 ])
@@ -145,3 +143,45 @@ def test_route_refuses_bad_options_before_binding(args, says):
     r = run_cli("route", *args)
     assert_refused(r, None, says)
     assert r.stdout == ""
+
+
+def test_state_feed_round_trip_is_the_engines_view_without_its_targets():
+    """A served engine's published frame, read back by the exact view, shows
+    the residents and progress the engine's own honest view shows, keyed by
+    the proxy's request indices, with the predicted lengths as targets."""
+    from estimators.engine.layout import F_RID, F_TARGET
+    from harness.route.backends import pool_backends
+    from harness.route.exact_view import ExactViews
+    from harness.serve.clock import Clock
+    from harness.serve.engine import ServedEngine
+    from harness.serve.state_feed import encode
+    from harness.twin.instance import TwinConfig
+    from harness.twin.pools import load_pool
+    from routers.base import RouteInputs
+
+    bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
+    clock = Clock(speed=1.0)
+    eng = ServedEngine(0, bk[1].spec, TwinConfig(noise=False, record_steps=False), clock)
+    for k, p in enumerate((900, 40, 3000, 70)):
+        eng.submit(f"c{k}", p, 500)
+    eng.catch_up(clock.now() + 0.2)  # a few steps: some running, some decoding
+    inputs = RouteInputs(np.zeros(11, dtype=np.int64), np.ones(11), np.zeros((11, 3)), np.full(11, 33))
+    ex = ExactViews(bk, clock, inputs, stand_in=10)
+    for k, idx in enumerate((4, 5, 6)):  # c3 did not come through the proxy: the stand-in row
+        ex.sent(1, idx, 0, f"c{k}")
+    frame = encode(eng)
+    v = ex._build(1, frame[8:], clock.now())
+    own = eng.inst.sync_view()
+    assert v.residents == own.residents == 4 and v.n_inbox == own.n_inbox and v.infl_n == own.infl_n
+    rid, prompt, computed, outputs = v.resident_progress()
+    orid, oprompt, ocomputed, ooutputs = own.resident_progress()
+    back = {4: 0, 5: 1, 6: 2, 10: 3}
+    assert [back[int(r)] for r in rid] == orid.tolist()
+    assert prompt.tolist() == oprompt.tolist() and computed.tolist() == ocomputed.tolist()
+    assert outputs.tolist() == ooutputs.tolist()
+    live = v.state.req[np.isin(v.state.req[:, F_RID], [4, 5, 6, 10])]
+    assert (live[:, F_TARGET] == 33).all()  # the told lengths; the engine's 500 is never published
+    from harness.serve.state_feed import decode
+
+    _, arrays = decode(frame[8:])
+    assert (arrays["req"][:, F_TARGET] == 0).all() and (eng.inst.state.req[:4, F_TARGET] == 500).all()

@@ -74,7 +74,8 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
 @click.option("--listen", required=True, help="HOST:PORT to serve on, e.g. 127.0.0.1:8200.")
 @click.option("--view", type=click.Choice(VIEWS), default="ledger", show_default=True,
               help="What the router sees: ledger (the proxy's own record, engine state reconstructed with the "
-                   "kernel), metrics (vLLM's /metrics polled, plus the ledger since), exact (not built yet).")
+                   "kernel), metrics (vLLM's /metrics polled, plus the ledger since), exact (the state each backend "
+                   "publishes after every step: latroute serve's /latroute/state).")
 @click.option("--poll-interval", "poll_ms", type=Finite(1.0, 3.6e6), default=100.0, show_default=True,
               help="--view metrics: milliseconds between polls of each backend's /metrics.")
 @click.option("--retry", is_flag=True,
@@ -127,9 +128,6 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
     http://127.0.0.1:8102 --router sfs-cc --listen 127.0.0.1:8200 --speed 4 --log route-log
     """
     host, port = parse_listen(listen)
-    if view == "exact":
-        raise BadOption("--view", "exact needs the backends' state feed, which is not built yet: use ledger or "
-                                  "metrics")
     from harness.route.inputs import check_lengths_policy, check_quality_models
 
     try:

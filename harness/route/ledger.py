@@ -75,7 +75,7 @@ class Ledger:
         """How old the engine state in each view is: the ledger's is now."""
         return [0.0] * len(self.shadows)
 
-    def sent(self, j: int, i: int, prompt: int) -> None:
+    def sent(self, j: int, i: int, prompt: int, client_id: str = "") -> None:
         """The view needs nothing more: ``dispatched`` put the request in its shadow."""
 
     def views(self, t: float) -> list[HonestView]:

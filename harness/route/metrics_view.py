@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from aiohttp import ClientError, ClientTimeout
 
+from harness.route.backend_tasks import BackendTasks
 from harness.route.backends import Backend
 from harness.route.ledger import Ledger
 from harness.serve.clock import Clock
@@ -59,7 +60,7 @@ def read_gauges(text: bytes) -> Gauges:
     return g
 
 
-class MetricsViews:
+class MetricsViews(BackendTasks):
     def __init__(self, backends: list[Backend], ledger: Ledger, clock: Clock, interval_s: float, stand_in: int,
                  inputs, on_fail=None):
         self.backends, self.ledger, self.clock, self.interval = backends, ledger, clock, interval_s
@@ -72,19 +73,8 @@ class MetricsViews:
         self.polls = [0] * len(backends)
         self.gauges = [Gauges() for _ in backends]
         self.on_fail = on_fail or (lambda j, reason: None)
-        self.tasks: list[asyncio.Task] = []
-        self.session = None
 
-    async def start(self, session) -> None:
-        self.session = session
-        self.tasks = [asyncio.create_task(self._poll(j)) for j in range(len(self.backends))]
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    async def _poll(self, j: int) -> None:
+    async def _read(self, j: int) -> None:
         url = self.backends[j].url + "/metrics"
         timeout = ClientTimeout(total=max(self.interval * 5, 1.0))
         while True:
@@ -133,5 +123,5 @@ class MetricsViews:
     def ages(self, t: float) -> list[float]:
         return [max(t - p, 0.0) for p in self.published]
 
-    def sent(self, j: int, i: int, prompt: int) -> None:
+    def sent(self, j: int, i: int, prompt: int, client_id: str = "") -> None:
         self.stale.dispatched(j, i, prompt)

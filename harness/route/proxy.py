@@ -8,7 +8,7 @@ while a backend is alive) and ``/metrics`` (the proxy's own,
 ``harness.route.own_metrics``).
 
 Per request: its row of ``RouteInputs`` (``harness.route.inputs``), the
-view (``ledger`` or ``metrics``) at the present, the router's choice (dead
+view (``ledger``, ``metrics`` or ``exact``) at the present, the router's choice (dead
 backends masked: their utility set to -inf for the router; a router that
 still picks one -- round-robin does not read utility -- is overruled by the
 alive backend with the fewest residents in the view), one row per backend
@@ -94,6 +94,10 @@ class Proxy:
 
             self.views = MetricsViews(b, self.ledger, clock, cfg.poll_interval_ms / 1e3, cfg.capacity,
                                       self.book.inputs, on_fail=self.mark_dead)
+        elif cfg.view == "exact":
+            from harness.route.exact_view import ExactViews
+
+            self.views = ExactViews(b, clock, self.book.inputs, cfg.capacity, on_fail=self.mark_dead)
         self.session: ClientSession | None = None
         self.closing = False
         self.max_len = max(x.spec.config.max_model_len for x in b)
@@ -253,7 +257,7 @@ class Proxy:
                 row.instance_id, row.attempts = b.instance_id, attempt + 1
                 data = json.dumps({**body, "model": b.model}).encode()
                 self.ledger.dispatched(j, i, len(p.prompt_ids), p.max_tokens, self.clock.now())
-                self.views.sent(j, i, len(p.prompt_ids))
+                self.views.sent(j, i, len(p.prompt_ids), client_id)
                 try:
                     if p.stream:
                         return await self._stream(request, b.url + path, data, headers, i, j, row)

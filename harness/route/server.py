@@ -77,7 +77,7 @@ def warm_router(cfg: RouteConfig) -> None:
         i = p.book.take(64, 8, said)
         if k == 0:
             p.ledger.dispatched(0, i, 64, 8, p.clock.now())
-            p.views.sent(0, i, 64)
+            p.views.sent(0, i, 64, "warm")
     p.decide(i, 0, set())
 
 

@@ -29,6 +29,7 @@ from harness.serve.engine import Served, ServedEngine
 from harness.serve.metrics import EngineMetrics
 from harness.serve.prefix import block_hashes
 from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, parse
+from harness.serve.state_feed import encode
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -76,7 +77,25 @@ class InstanceApp:
         self.created = int(time.time())
 
     def application(self) -> web.Application:
-        return openai_application(self)
+        app = openai_application(self)
+        app.router.add_get("/latroute/state", self.state_feed)
+        return app
+
+    async def state_feed(self, request: web.Request) -> web.StreamResponse:
+        """The engine's state after every change, as frames (``harness.serve.state_feed``)."""
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        changed = asyncio.Event()
+        changed.set()  # the state now, at once
+        self.engine.watchers.append(changed)
+        try:
+            while not self.state.closing:
+                await changed.wait()
+                changed.clear()
+                await resp.write(encode(self.engine))
+        finally:
+            self.engine.watchers.remove(changed)
+        return resp
 
     # --- simple routes
     async def health(self, request: web.Request) -> web.Response:

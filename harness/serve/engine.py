@@ -106,6 +106,7 @@ class ServedEngine:
         self.overruns = 0  # step boundaries handled more than LATE_S late
         self.wake = asyncio.Event()
         self.stopping = False
+        self.watchers: list[asyncio.Event] = []  # state feed readers (harness.serve.state_feed): set at each change
 
     # --- requests
     def submit(self, client_id: str, prompt: int, max_tokens: int, hash_ids: list[int] | None = None,
@@ -137,7 +138,13 @@ class ServedEngine:
         self.wake.set()
         if self.metrics is not None:
             self.metrics.arrived(h)
+        self.changed()
         return h
+
+    def changed(self) -> None:
+        """The state changed: the feed's readers publish it."""
+        for w in self.watchers:
+            w.set()
 
     def abort(self, h: Served) -> None:
         """The client went away: no more tokens for it; the engine drops it
@@ -153,6 +160,7 @@ class ServedEngine:
             self._apply_aborts()
         if self.metrics is not None:
             self.metrics.finished(h, self)
+        self.changed()
 
     def _apply_aborts(self) -> None:
         inst = self.inst
@@ -203,6 +211,8 @@ class ServedEngine:
                 self._complete(due)
             else:
                 self._schedule(due)
+            if self.watchers:
+                self.changed()
 
     def _complete(self, t_end: float) -> None:
         inst = self.inst
