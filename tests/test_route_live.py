@@ -116,6 +116,10 @@ def _route(tmp: Path, pool: Path, router: str, log: Path, *extra: str) -> tuple[
     return p, port
 
 
+def by_id(req, client_id: str):
+    return req.set_index("client_id").loc[client_id]
+
+
 def _read_log(path: Path):
     from traces.store import open_trace
 
@@ -243,12 +247,18 @@ def test_route_faults_refused_5xx_and_killed_mid_stream(backends):
         for k in range(4):  # b is dead: everything goes to a
             st, body, _ = post(port, "/v1/completions", {"prompt": "w5", "max_tokens": 2}, {"X-Request-Id": f"g{k}"})
             assert st == 200 and body["model"] == "qwen3-0.6b"
+        open_c, open_resp = open_stream(port, {"prompt": [7] * 20, "max_tokens": 20000}, "open1")
+        assert events(open_resp, limit=1)  # streaming when the proxy is told to stop
+        t0 = time.monotonic()
     finally:
         out, err = _stop(p)
         fails.shutdown()
+    assert time.monotonic() - t0 < 10  # drained for 2 s, then cut: nothing hangs
+    open_c.close()
     assert p.returncode == 0, err
     req, dec, meta = _read_log(log)
-    assert len(req) == 12  # nothing lost
+    assert len(req) == 13  # nothing lost
+    assert by_id(req, "open1")["status"] == "abandoned" and by_id(req, "open1")["output_tokens"] >= 1
     by = req.set_index("client_id")
     assert (by.loc[[f"f{k}" for k in range(4)], "status"] == "ok").all()
     assert list(by.loc[[f"long{k}" for k in range(4)], "status"]) == ["error" if b else "ok" for b in on_b]

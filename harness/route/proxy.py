@@ -102,7 +102,7 @@ class Proxy:
         self.closing = False
         self.max_len = max(x.spec.config.max_model_len for x in b)
         self.model_names = list(dict.fromkeys(x.model for x in b))
-        self.open: set[asyncio.Task] = set()
+        self.open: set[asyncio.Task] = set()  # the handlers of requests not yet answered whole
 
     # --- lifecycle
     async def start(self) -> None:
@@ -213,6 +213,22 @@ class Proxy:
         return await self._generate(request, "/v1/chat/completions", chat=True)
 
     async def _generate(self, request: web.Request, path: str, chat: bool) -> web.StreamResponse:
+        task = asyncio.current_task()
+        self.open.add(task)
+        try:
+            return await self._route_one(request, path, chat)
+        finally:
+            self.open.discard(task)
+
+    async def cut_open(self) -> None:
+        """Cancel every request still open (shutdown, after the drain): each
+        one's row says ``abandoned``."""
+        tasks = list(self.open)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _route_one(self, request: web.Request, path: str, chat: bool) -> web.StreamResponse:
         if self.closing:
             return web.json_response(error_body("the proxy is shutting down", 503), status=503)
         try:

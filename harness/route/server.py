@@ -53,7 +53,8 @@ async def _route(cfg: RouteConfig, say) -> dict:
     while proxy.ledger.entries and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     health.cancel()
-    await runner.cleanup()  # cancels the handlers still open: their rows say abandoned
+    await proxy.cut_open()  # their rows say abandoned
+    await runner.cleanup()
     await proxy.stop()
     report = {"decisions": proxy.router.decisions, "mean_decision_us": proxy.router.mean_decision_us,
               "events": len(proxy.log.events), "shadow_early": proxy.ledger.early}
