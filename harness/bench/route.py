@@ -25,49 +25,19 @@ import argparse
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from harness.live.ports import free_port_base
+from harness.live.processes import loadgen, start_ready, stop
 
 REPLICAS = 3
 POOL = {"name": "bench-route", "frontend_overhead_s": 0.0, "instances": [
     {"instance_id": "q8", "model": "qwen3-8b", "profile": "qwen3-8b-h100", "num_kv_blocks": 20000,
      "max_num_batched_tokens": 8192, "max_num_seqs": 256, "max_model_len": 40960, "replicas": REPLICAS}]}
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    for line in p.stdout:
-        if line.startswith("ready"):
-            return p
-        if time.monotonic() > deadline:
-            break
-    p.kill()
-    raise RuntimeError(f"{args[0]} did not start: {p.stderr.read()}")
-
-
-def _stop(p: subprocess.Popen) -> str:
-    p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=60)
-    return out
-
-
-def _loadgen(cwd: Path, out: Path, target: list[str], n: int, extra: list[str]) -> dict:
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "loadgen", *target, "--num-prompts", str(n),
-                        "--out", str(out), "--force", "--time-limit", "600", *extra], cwd=cwd, capture_output=True,
-                       text=True, timeout=900)
-    if r.returncode != 0:
-        raise RuntimeError(f"loadgen failed: {r.stderr}")
-    return json.loads((out / "bench.json").read_text())
 
 
 def _ttfts(path: Path) -> dict[int, float]:
@@ -88,29 +58,29 @@ def run(requests: int, rate: float, routers: list[str], saturate: int, concurren
     base = free_port_base(REPLICAS)
     urls = ",".join(f"http://127.0.0.1:{base + k}" for k in range(REPLICAS))
     shape = ["--request-rate", str(rate), "--input-len", "256", "--output-len", "16", "--seed", "0"]
-    serve = _start(["serve", "--pool", str(pool), "--port-base", str(base), "--noise", "off"], work)
+    serve = start_ready(["serve", "--pool", str(pool), "--port-base", str(base), "--noise", "off"], work)
     out: dict = {"requests": requests, "rate": rate, "concurrency": concurrency, "saturate_requests": saturate,
                  "loadavg_before": os.getloadavg()[0], "routers": {}}
     try:
-        _loadgen(work, work / "warm", ["--backends", urls], 30, shape)  # the backends' first requests
-        _loadgen(work, work / "direct", ["--backends", urls], requests, shape)
+        loadgen(work, work / "warm", ["--backends", urls], ["--num-prompts", "30", *shape])  # the backends' first requests
+        loadgen(work, work / "direct", ["--backends", urls], ["--num-prompts", str(requests), *shape])
         direct = _ttfts(work / "direct")
         out["direct_ttft_ms"] = {"p50": _q(list(direct.values()), 0.5), "p99": _q(list(direct.values()), 0.99)}
         for router in routers:
             port = free_port_base(1)
-            proxy = _start(["route", "--pool", str(pool), "--backends", urls, "--router", router, "--listen",
+            proxy = start_ready(["route", "--pool", str(pool), "--backends", urls, "--router", router, "--listen",
                             f"127.0.0.1:{port}", "--no-log-estimates"], work)
             try:
                 target = ["--base-url", f"http://127.0.0.1:{port}"]
                 quality = ["--model", "qwen3-8b"]
-                _loadgen(work, work / f"warm-{router}", target, 30, shape + quality)
-                _loadgen(work, work / f"via-{router}", target, requests, shape + quality)
+                loadgen(work, work / f"warm-{router}", target, ["--num-prompts", "30", *shape, *quality])
+                loadgen(work, work / f"via-{router}", target, ["--num-prompts", str(requests), *shape, *quality])
                 via = _ttfts(work / f"via-{router}")
-                sat = _loadgen(work, work / f"sat-{router}", target, saturate,
-                               ["--input-len", "64", "--output-len", "1", "--max-concurrency", str(concurrency),
+                sat = loadgen(work, work / f"sat-{router}", target,
+                              ["--num-prompts", str(saturate), "--input-len", "64", "--output-len", "1", "--max-concurrency", str(concurrency),
                                 "--seed", "1", *quality])
             finally:
-                summary = _stop(proxy)
+                summary = stop(proxy)
             both = sorted(set(direct) & set(via))
             diff = [via[k] - direct[k] for k in both]
             m = re.search(r"mean ([0-9.]+) us each", summary)
@@ -121,7 +91,7 @@ def run(requests: int, rate: float, routers: list[str], saturate: int, concurren
                 "saturated_requests_per_s": sat["request_throughput"], "saturated_failed": sat["failed"],
                 "mean_decision_us": mean_us, "router_decisions_per_s": 1e6 / mean_us if mean_us > 0 else None}
     finally:
-        _stop(serve)
+        stop(serve)
     out["loadavg_after"] = os.getloadavg()[0]
     return out
 

@@ -77,7 +77,8 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
                    "kernel), metrics (vLLM's /metrics polled, plus the ledger since), exact (the state each backend "
                    "publishes after every step: latroute serve's /latroute/state).")
 @click.option("--poll-interval", "poll_ms", type=Finite(1.0, 3.6e6), default=100.0, show_default=True,
-              help="--view metrics: milliseconds between polls of each backend's /metrics.")
+              help="--view metrics: milliseconds between polls of each backend's /metrics (the backends' "
+                   "time, like every time under --speed).")
 @click.option("--retry", is_flag=True,
               help="A request whose backend failed before it produced a token is routed once more, elsewhere.")
 @click.option("--log", "log_dir", type=click.Path(path_type=Path),

@@ -42,6 +42,7 @@ class ExactViews(BackendTasks):
         self.latest: list[tuple | None] = [None] * len(backends)
         self.received = [t] * len(backends)
         self.frames = [0] * len(backends)
+        self.live = [False] * len(backends)  # the feed is connected: the published state is current
         self.index_of: dict[str, int] = {}
 
     @staticmethod
@@ -56,6 +57,7 @@ class ExactViews(BackendTasks):
                 async with self.session.get(url, timeout=ClientTimeout(total=None, sock_read=None)) as r:
                     if r.status != 200:
                         raise ClientError(f"HTTP {r.status}")
+                    self.live[j] = True
                     while True:
                         n = int.from_bytes(await r.content.readexactly(8), "little")
                         payload = await r.content.readexactly(n)
@@ -63,6 +65,7 @@ class ExactViews(BackendTasks):
                         self.frames[j] += 1
             except (ClientError, TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.on_fail(j, f"state feed lost ({type(e).__name__})")
+            self.live[j] = False
             await asyncio.sleep(RECONNECT_S)
 
     def _build(self, j: int, payload: bytes, at: float) -> StaleView:
@@ -101,7 +104,9 @@ class ExactViews(BackendTasks):
         return self.views_
 
     def ages(self, t: float) -> list[float]:
-        return [max(t - r, 0.0) for r in self.received]
+        """0 while a feed is connected (the backend publishes every change,
+        so its last state is its state now), else since its last frame."""
+        return [0.0 if up else max(t - r, 0.0) for up, r in zip(self.live, self.received)]
 
     def sent(self, j: int, i: int, prompt: int, client_id: str = "") -> None:
         """Only to know the request's rows when the backend publishes them."""

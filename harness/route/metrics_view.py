@@ -2,7 +2,8 @@
 (llm-d's scorers read these gauges), plus the proxy's ledger for what it
 sent since.
 
-Every ``--poll-interval`` (wall milliseconds) each backend's ``/metrics``
+Every ``--poll-interval`` milliseconds (the backends' time: wall time
+times ``--speed``) each backend's ``/metrics``
 is read for ``vllm:num_requests_running``, ``vllm:num_requests_waiting``
 and ``vllm:kv_cache_usage_perc``. At each answer the backend's view is
 *published* as the stale view of the offline twin publishes one

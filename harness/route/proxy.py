@@ -92,7 +92,7 @@ class Proxy:
         if cfg.view == "metrics":
             from harness.route.metrics_view import MetricsViews
 
-            self.views = MetricsViews(b, self.ledger, clock, cfg.poll_interval_ms / 1e3, cfg.capacity,
+            self.views = MetricsViews(b, self.ledger, clock, cfg.poll_interval_ms / 1e3 / cfg.speed, cfg.capacity,
                                       self.book.inputs, on_fail=self.mark_dead)
         elif cfg.view == "exact":
             from harness.route.exact_view import ExactViews
