@@ -185,3 +185,29 @@ def test_state_feed_round_trip_is_the_engines_view_without_its_targets():
 
     _, arrays = decode(frame[8:])
     assert (arrays["req"][:, F_TARGET] == 0).all() and (eng.inst.state.req[:4, F_TARGET] == 500).all()
+
+
+def test_a_plug_in_routes_and_a_dead_backend_is_never_chosen():
+    """A module:Class plug-in decides on the proxy's views; when it picks a
+    dead backend the proxy overrules it with the alive backend with the
+    fewest residents, and the log says which was alive and chosen."""
+    from harness.route.backends import pool_backends
+    from harness.route.proxy import Proxy, RouteConfig
+    from harness.serve.clock import Clock
+    from harness.twin.pools import load_pool
+
+    bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
+    p = Proxy(RouteConfig(backends=bk, router="tests.plugin_router:LastInstance", port=1), Clock())
+    said = stated({}, {})
+    i = p.book.take(100, 10, said)
+    assert p.decide(i, 0, set()) == 2  # the plug-in's answer: the last instance
+    p.ledger.dispatched(0, i, 100, 10, p.clock.now())
+    p.mark_dead(2, "test")
+    j = p.book.take(100, 10, said)
+    assert p.decide(j, 0, set()) == 1  # overruled: 0 has a resident, 1 has none
+    assert p.decide(p.book.take(100, 10, said), 0, {1}) == 0  # excluded (a retry): the only one left
+    assert p.log.events == [{"t_s": p.log.events[0]["t_s"], "event": "dead", "instance_id": "qwen3-32b",
+                             "reason": "test"}]
+    dec = p.log.decisions_frame()
+    assert dec.groupby("request_id")["chosen"].sum().eq(1).all() and not (dec["chosen"] & ~dec["alive"]).any()
+    assert (p.book.inputs.utility[j] > -1.0).all()  # the dead mask (-1e30) was the router's only, not the log's
