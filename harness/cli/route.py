@@ -125,8 +125,9 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
     \b
     Examples:
       latroute serve --pool qwen3-h100 --port-base 8100 --speed 4 &
-      latroute route --pool qwen3-h100 --backends http://127.0.0.1:8100,http://127.0.0.1:8101,\\
-    http://127.0.0.1:8102 --router sfs-cc --listen 127.0.0.1:8200 --speed 4 --log route-log
+      B=http://127.0.0.1:8100,http://127.0.0.1:8101,http://127.0.0.1:8102
+      latroute route --pool qwen3-h100 --backends $B --router sfs-cc --listen 127.0.0.1:8200 --speed 4 --log rl
+      latroute route --pool my-pool-with-urls.json --router shortest-queue --view metrics --listen 127.0.0.1:8200
     """
     host, port = parse_listen(listen)
     from harness.route.inputs import check_lengths_policy, check_quality_models
