@@ -99,6 +99,9 @@ class BatchTimeProfile:
     intake: Intake = field(default_factory=Intake)  # request intake at the joining boundary (estimators.intake)
     # what sums of steps need beyond the per-step noise (estimators.step_correlation)
     trajectory: TrajectoryNoise = field(default_factory=TrajectoryNoise)
+    # async scheduling only: the share of a step's time that is the host's (input preparation before the
+    # launch), overlapped with the device's previous step; 0 = all device (docs/concepts/batch-time.md)
+    host_share: float = 0.0
 
     @property
     def expected_multiplier(self) -> float:
@@ -123,6 +126,7 @@ class BatchTimeProfile:
                                  "being the residuals above the stall percentile"},
             "noise": self.noise.to_json(),
             "step_gap_s": self.step_gap_s,
+            **({"host_share": self.host_share} if self.host_share else {}),  # absent = 0: older files unchanged
             "intake": self.intake.to_json(),
             "trajectory_noise": self.trajectory.to_json(),
             "fitted_on": self.fitted_on,
@@ -172,6 +176,9 @@ class BatchTimeProfile:
         gap = d.get("step_gap_s", 0.0)
         if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 10:
             raise BadInput(source, None, "step_gap_s", f"must be a number of seconds >= 0, got {gap!r}")
+        share = d.get("host_share", 0.0)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+            raise BadInput(source, None, "host_share", f"must be a share in [0, 1), got {share!r}")
         if not allowance.multiplier <= MAX_COEF:
             raise BadInput(source, None, "expected.stall_excess_mean", f"p_stall * stall_excess_mean above {MAX_COEF:g}")
         if not -MAX_LOG <= nm.log_mu <= MAX_LOG or nm.log_sigma > MAX_LOG or not 0 <= nm.stall_excess_mean <= MAX_COEF:
@@ -202,7 +209,7 @@ class BatchTimeProfile:
         _check_speed_baseline(source, sections["metrics"])
         return cls(name=name, form=form, coefficients=np.array(values), noise=nm,
                    fitted_on=sections["fitted_on"], metrics=sections["metrics"], derived=sections["derived"],
-                   step_gap_s=float(gap), allowance=allowance, intake=intake,
+                   step_gap_s=float(gap), allowance=allowance, intake=intake, host_share=float(share),
                    trajectory=_section(d, "trajectory_noise", TrajectoryNoise.from_json, source))
 
 

@@ -12,12 +12,13 @@ from estimators.engine.block_overlay import OV_EXACT, new_overlay
 from estimators.engine.block_pool import copy_block_cache
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF, KernelInputError
+from estimators.engine.layout import C_ASYNC, C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF, KernelInputError
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import TimeModel
-from estimators.engine.view import InstanceView, Query, first_gap
+from estimators.engine.view import AH_Q, AH_START_A, InstanceView, Query, first_gap
 from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
+from estimators.sfs_async_kernel import sfs_estimate_async
 from estimators.sfs_dist import TTFTDist, as_array, known_part, noise_moments, sfs_ttft_dist
 from estimators.sfs_kernel import sfs_estimate_borrowed
 from estimators.time_model import time_model
@@ -131,6 +132,7 @@ class SFS:
                                   np.zeros_like(st.sc), *(np.zeros(c, dtype=np.int64) for _ in range(3)),
                                   st.table, st.bc, st.hashes, _overlay_for(st))
             self.plan2 = StepPlan.new(c)
+            self.plan3 = StepPlan.new(c)  # async scheduling: the second scratch plan
             self.cap = c
             self.st2c = self.st2.core()  # caching off: the kernel on the scheduler arrays only
         if self.st2.bc is not st.bc or self.st2.hashes is not st.hashes or self.st2.table is not st.table:
@@ -156,6 +158,8 @@ class SFS:
         if q.prompt >= st.cfg[C_MAX_LEN]:
             self.last_est, self.last_steps = np.inf, 0
             return np.inf  # the engine's front end refuses it (as the twin does)
+        if st.cfg[C_ASYNC] != 0:
+            return self._estimate_async(view, q, typ)
         if self._core_of is not st:
             self._core, self._core_of, self._off = st.core(), st, bool(st.cfg[C_PREFIX] == PREFIX_OFF)
         core = self._core
@@ -199,6 +203,37 @@ class SFS:
         self.last_steps = steps
         intake = joining_intake(self.intake, view, q.prompt) * self._speed
         self.last_est = max(est + self.overhead + intake, 0.0)  # (as above)
+        return self.last_est
+
+    def _estimate_async(self, view: InstanceView, q: Query, typ: np.ndarray) -> float:
+        """``estimate`` on an instance with async scheduling
+        (``estimators.sfs_async_kernel``): the view must carry the host's
+        side (``async_host()``: the queued batch and the host's clock), which
+        a snapshot rebuilt from a trace does not. With prefix caching the
+        simulation runs on a copy of the cache (the overlay is the
+        synchronous SFS's)."""
+        get = getattr(view, "async_host", None)
+        if get is None:
+            raise ValueError(f"instance {view.instance_id}: SFS under async scheduling needs the host's side of the "
+                             "instance (a twin instance or its view), not a snapshot")
+        pb, ah = get()
+        st = view.state
+        if self._pointed is not st:
+            self._scratch(st)
+        if st.cfg[C_PREFIX] == PREFIX_OFF:
+            st2, core = self.st2c, st.core()
+        else:
+            st2 = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
+                                    bc=copy_block_cache(st.bc))
+            core = st
+        intake = joining_intake(self.intake, view, q.prompt) * self._speed
+        est, steps, self.last_s1, self.last_s2, self._typ0 = sfs_estimate_async(
+            core, view.inbox, view.n_inbox, view.inflight, pb, ah, q.t, intake, self.profile.host_share,
+            self.pred_total, q.rid, q.prompt,
+            self.model, st2, self.plan2, self.plan3, MAX_SIM_STEPS, typ)
+        self.last_steps = steps
+        self._view, self._elapsed = view, (q.t - ah[AH_START_A] if ah[AH_Q] > 0 else 0.0)
+        self.last_est = max(est + self.overhead, 0.0)
         return self.last_est
 
     @property

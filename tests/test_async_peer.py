@@ -86,16 +86,36 @@ def test_builtin_pools_keep_async_scheduling_off():
         assert not any(c.async_scheduling for c in load_pool(name).instances), name
 
 
-def test_twin_refuses_an_async_instance_it_cannot_drive():
-    """The twin's loop applies outputs before the next plan (sync order):
-    an async instance is refused, not silently run with the sync timeline."""
-    from estimators.engine.config import InstanceConfig
-    from harness.twin.instance import Instance, InstanceSpec, TwinConfig
+CALL_ONE = [p for p in ASYNC if all(r["arrival_step"] == 1 for r in load(p)["requests"])]
 
-    spec = InstanceSpec.from_config(InstanceConfig(instance_id="a", model="qwen3-8b", profile="qwen3-8b-h100",
-                                                   async_scheduling=True))
-    with pytest.raises(ValueError, match="instance a: async_scheduling is not supported by the engine twin"):
-        Instance(0, spec, TwinConfig())
+
+@pytest.mark.parametrize("path", CALL_ONE, ids=[p.stem for p in CALL_ONE])
+def test_twin_runs_vllm_batch_queue(path: Path):
+    """The engine twin's async loop (``harness.twin.async_loop``) is the
+    batch queue the fixtures recorded: every scenario whose requests all
+    arrive before the first call, replayed on the twin, runs vLLM's
+    non-empty batches in vLLM's order (request, tokens, computed before)."""
+    import numpy as np
+    import pandas as pd
+
+    from estimators.batch_fit import NoiseModel
+    from estimators.profile import BatchTimeProfile
+    from harness.twin.instance import InstanceSpec, TwinConfig
+    from harness.twin.simulation import Twin
+    from tests.peer.latroute_side import engine_config
+
+    fx = load(path)
+    rs = fx["requests"]
+    reqs = pd.DataFrame({"request_id": np.arange(len(rs)), "arrival_s": np.zeros(len(rs)),
+                         "prompt_tokens": [r["prompt"] for r in rs], "output_tokens": [r["max_tokens"] for r in rs]})
+    prof = BatchTimeProfile("p", "eq9", np.array([0.01, 1e-5, 0.0, 0.0]), NoiseModel(), step_gap_s=0.002)
+    res = Twin([InstanceSpec(engine_config(fx["engine"], async_scheduling=True), prof)],
+               TwinConfig(noise=False)).run(reqs, lambda i, t, insts: 0)
+    items = res.step_items
+    got = [[[rs[int(r)]["id"], int(t), int(c)] for r, t, c in zip(g["request_id"], g["tokens"], g["computed_before"])]
+           for _, g in items.groupby("step", sort=True)]
+    want = [[b[:3] for b in st["batch"]] for st in fx["steps"] if st["batch"]]
+    assert got == want
 
 
 def test_placeholders_are_compared():

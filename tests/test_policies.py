@@ -147,3 +147,18 @@ def test_the_command_table_documents_every_option_of_replay_and_sweep():
         cmd = cli.get_command(ctx, name)
         missing = [o for p in cmd.params for o in p.opts if o.startswith("--") and o not in table]
         assert not missing, (cmd.name, missing)
+
+
+def test_replicas_share_their_models_accuracy_under_the_quality_model():
+    """``--quality model`` draws one accuracy per model, not per instance: a
+    replica pool's table is the one its distinct models give (24 instances,
+    3 rows a request), where it was one draw per replica (N x instances rows)."""
+    from harness.twin.pools import load_pool
+    from traces.quality import quality_table
+
+    reqs = pd.DataFrame({"request_id": np.arange(50, dtype=np.int64)})
+    models = [c.model for c in load_pool("qwen3-h100-x8").instances]
+    assert len(models) == 24
+    got = quality_table(reqs, None, models, "model", seed=3)
+    assert len(got.table) == 50 * 3
+    pd.testing.assert_frame_equal(got.table, quality_table(reqs, None, list(dict.fromkeys(models)), "model", 3).table)

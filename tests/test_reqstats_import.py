@@ -64,7 +64,7 @@ def test_fixture_imports_with_aligned_clocks_and_named_sources(tmp_path):
     assert eng["settings"]["num_kv_blocks"] == 640 and eng["sources"]["num_kv_blocks"] == "--engine"
     assert eng["settings"]["max_num_seqs"] == 8 and "engine_kwargs.max_num_seqs" in eng["sources"]["max_num_seqs"]
     assert eng["settings"]["async_scheduling"] is True and "default" in eng["sources"]["async_scheduling"]
-    assert any("async_scheduling" in w for w in eng["not_modelled"])
+    assert not any("async_scheduling" in w for w in eng["not_modelled"])  # the twin replays vLLM's async rules
     assert "engine num_kv_blocks = 640  (--engine)" in res.output
     assert t.meta["source"]["clock_alignment"]["offset_s"] == pytest.approx(CLIENT0 - ENGINE0)
 
@@ -196,6 +196,8 @@ def test_calibrate_fits_decode_from_first_and_last_tokens_with_a_fit_window(r409
     assert doc["fitted_on"]["fit_window"] == [0.0, 0.5] and doc["fitted_on"]["timed_requests"] == 150
     eng = doc["fitted_on"]["engine"]
     assert (eng["num_kv_blocks"], eng["max_model_len"], eng["gpus"]) == (2588, 32768, 1)  # the run's own
+    assert eng["async_scheduling"] is True  # the run's own too: the twin replays vLLM's async rules
+    assert "host_share" not in doc and "host_fitted" not in doc["fitted_on"]["request_fit"]  # not asked for
     half = 150
 
     def scramble(r):
@@ -246,3 +248,42 @@ def test_traces_stating_different_engines_are_not_calibrated_together(tmp_path):
                    "b/meta.json: engine.settings.num_kv_blocks: 1280 but")
     assert_refused(run_cli("calibrate", tmp_path / "a", "--fit-window", "0:0.5", "--out", out), out,
                    "--fit-window", "only with --from-requests")
+
+
+@pytest.mark.realdata  # two request-level calibrations of a real run: ~12 s
+def test_calibrate_fits_the_host_part_with_async_on_or_off(r4090, tmp_path):
+    """``--fit-host`` fits the host's part of a step too (the gap and the
+    host's share), into the profile; ``--engine async_scheduling=false``
+    fits the same run under the synchronous rules, and its profile says so."""
+    args = ["--max-evals", "4", "--fit-window", "0:0.5", "--fit-host"]
+    res = run_cli("calibrate", "--from-requests", r4090, *args, "--out", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    assert "host: step_gap_s=" in res.output and "async scheduling on" in res.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["fitted_on"]["request_fit"]["host_fitted"] == ["step_gap_s", "host_share"]
+    assert doc["step_gap_s"] > 0 and 0 < doc["host_share"] <= 0.9
+    res = run_cli("calibrate", "--from-requests", r4090, *args, "--engine", "async_scheduling=false",
+                  "--out", tmp_path / "b.json")
+    assert res.exit_code == 0, res.output
+    assert "async scheduling off" in res.output
+    assert json.loads((tmp_path / "b.json").read_text())["fitted_on"]["engine"]["async_scheduling"] is False
+
+
+@pytest.mark.realdata  # a full first-half calibration of the RTX 4090 run: about a minute
+def test_rtx4090_second_half_within_3pct_with_async_on_and_off(r4090, tmp_path):
+    """docs/results/gpu-fidelity.md: fitted on the first half's timings with
+    the run's own async scheduling, the second half's TTFT mean, p50, p99,
+    TPOT mean and E2E mean are each within 3%; the same profile replayed
+    with the synchronous rules moves none of them by half a point."""
+    res = run_cli("calibrate", "--from-requests", r4090, "--fit-window", "0:0.5", "--out", tmp_path / "h1.json")
+    assert res.exit_code == 0, res.output
+    views = {}
+    for mode in ("true", "false"):
+        out = tmp_path / f"v-{mode}"
+        res = run_cli("validate", r4090, "--profile", tmp_path / "h1.json", "--score-window", "0.5:1",
+                      "--engine", f"async_scheduling={mode}", "--out", out)
+        assert res.exit_code == 0, res.output
+        views[mode] = json.loads((out / "metrics.json").read_text())["engine_view"]
+    assert all(views["true"]["within_3pct"].values()), views["true"]["within_3pct"]
+    for m, q in (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p99"), ("tpot", "mean"), ("e2e", "mean")):
+        assert abs(views["true"][m][q]["error"] - views["false"][m][q]["error"]) < 0.005, (m, q)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -24,6 +23,8 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from harness.live.ports import free_port_base  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "qwen3-h100"
 N_INST = 3
@@ -32,22 +33,7 @@ SPEED = 4.0
 
 def free_base(n: int) -> int:
     """A port base with ``n`` free consecutive ports on 127.0.0.1."""
-    rng = random.Random(os.getpid() ^ int(time.time()))
-    for _ in range(200):
-        base = rng.randrange(20000, 60000)
-        socks = []
-        try:
-            for k in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + k))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
+    return free_port_base(n)
 
 
 def start_serve(tmp: Path, *extra: str) -> tuple[subprocess.Popen, int]:

@@ -154,3 +154,30 @@ def test_atomic_write_never_writes_into_or_replaces_a_pipe(tmp_path):
     atomic_write_text(tmp_path / "f.json", "x")
     assert (tmp_path / "f.json").read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json", "pipe"]
+
+
+def test_a_whole_table_is_written_a_row_group_at_a_time_with_the_bytes_of_one_write(tmp_path, monkeypatch):
+    """``write_table`` hands the writer one row group's rows at a time (so
+    only that much is ever copied to Arrow); the file is byte for byte the
+    one a single write of the whole table gives, nulls and strings included."""
+    import pyarrow.parquet as pq
+
+    import traces.store as store
+
+    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 1000)
+    copied: list[int] = []
+    to_arrow = store.to_arrow
+    monkeypatch.setattr(store, "to_arrow", lambda df, schema: copied.append(len(df)) or to_arrow(df, schema))
+    df = requests_frame(3500)
+    df["ttft_s"] = np.where(np.arange(3500) % 7 == 0, np.nan, 0.25)
+    df["instance_id"] = np.where(np.arange(3500) < 2100, None, "qwen3-8b-r3").astype(object)  # a chunk of nulls
+    with TraceWriter(tmp_path / "chunked") as w:
+        w.write_table("requests", df)
+    assert copied == [1000, 1000, 1000, 500]
+    with TraceWriter(tmp_path / "whole") as w, w.table("requests") as tw:
+        tw.write(df)
+    a, b = (tmp_path / d / "requests.parquet" for d in ("chunked", "whole"))
+    assert pq.ParquetFile(a).metadata.num_row_groups == 4
+    assert a.read_bytes() == b.read_bytes()
+    pd.testing.assert_frame_equal(open_trace(tmp_path / "chunked").read("requests"),
+                                  open_trace(tmp_path / "whole").read("requests"))

@@ -80,6 +80,13 @@ def _numbers(s: pd.Series, col: Column, file: str, row_of: Callable[[int], int])
                 raise BadInput(file, row_of(i), col.name, f"not a number: {shown(x)}")
     if pa.types.is_integer(col.type):
         _exact_integers(s, col, file, row_of)
+    return _as_float(s)
+
+
+def _as_float(s: pd.Series) -> np.ndarray:
+    """A numeric column as float64, NaN where empty (checked by ``_numbers``)."""
+    import pandas as pd
+
     with np.errstate(over="ignore"):
         return pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
@@ -102,7 +109,10 @@ def validate_frame(
     for name in schema.required:
         if name not in df.columns:
             raise BadInput(file, None, name, "missing column")
-    numeric_cols: list[tuple[Column, np.ndarray]] = []
+    # the checks run in three passes (cells, then order, then ranges) but hold one column's floats at a time,
+    # not every numeric column's (a served hour of fleet traffic: 3.7M rows, ~0.45 GB held at once)
+    numeric_cols: list[Column] = []
+    v = None
     for col in schema.columns:
         if col.name not in df.columns:
             continue
@@ -117,17 +127,21 @@ def validate_frame(
         bad = first_true(np.isinf(values))
         if bad is not None:
             raise BadInput(file, row_of(bad), col.name, "infinite value")
-        numeric_cols.append((col, values))
+        numeric_cols.append(col)
+        if col.name == schema.sorted_by:
+            v = values
+        del values
     if schema.sorted_by in df.columns and len(df):
         # before the sign check: an out-of-order time is better reported as
         # such than as a negative offset from the first row
-        v = dict((c.name, vals) for c, vals in numeric_cols)[schema.sorted_by]
         if prev_sorted is not None and v[0] < prev_sorted:
             raise BadInput(file, row_of(0), schema.sorted_by, "not sorted (smaller than the previous row)")
         bad = first_true(np.diff(v) < 0)
         if bad is not None:
             raise BadInput(file, row_of(bad + 1), schema.sorted_by, "not sorted (smaller than the previous row)")
-    for col, values in numeric_cols:
+    del v
+    for col in numeric_cols:
+        values = _as_float(df[col.name])
         if col.nonneg or col.positive:
             bad = first_true(values <= 0 if col.positive else values < 0)
             if bad is not None:

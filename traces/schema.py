@@ -209,6 +209,28 @@ ENGINE_SERIES = TableSchema(
     doc="the engine's own periodic stats (vLLM's logger: vllm-reqstats imports)",
 )
 
+DECISIONS = TableSchema(
+    "decisions",
+    (
+        Column("request_id", I64, nonneg=True),
+        Column("attempt", I64, nonneg=True, doc="0, or 1 for a retry on another backend (route --retry)"),
+        Column("t_s", F64, nonneg=True, doc="decision time, seconds since the proxy started"),
+        Column("view", STR, doc="what the router saw: ledger | metrics | exact", choices=("ledger", "metrics", "exact")),
+        Column("instance_id", STR),
+        Column("alive", BOOL, doc="the backend was taking requests"),
+        Column("residents", I64, nonneg=True, doc="requests on the backend in the router's view"),
+        Column("view_age_s", F64, nullable=True, nonneg=True,
+               doc="how old the engine state in the view was (metrics: since the last poll; ledger: 0)"),
+        Column("estimate_s", F64, required=False, nullable=True, nonneg=True,
+               doc="the router's estimator's TTFT estimate for the request here (empty: none)"),
+        Column("utility_hat", F64, doc="predicted utility of the request here"),
+        Column("chosen", BOOL),
+        Column("decision_us", F64, nonneg=True, doc="the router's time for this decision (same on every row)"),
+    ),
+    sorted_by="t_s",
+    doc="one row per (routing decision, backend): what a live router (latroute route) saw and chose",
+)
+
 TABLES: dict[str, TableSchema] = {
-    t.name: t for t in (REQUESTS, STEPS, STEP_ITEMS, PREEMPTIONS, INSTANCES, QUALITY, ENGINE_SERIES)
+    t.name: t for t in (REQUESTS, STEPS, STEP_ITEMS, PREEMPTIONS, INSTANCES, QUALITY, ENGINE_SERIES, DECISIONS)
 }

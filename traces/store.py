@@ -116,11 +116,15 @@ class TraceWriter:
         self._finish()
 
     def write_table(self, name: str, df: pd.DataFrame, source: str | None = None) -> None:
-        """Validate and write a whole table at once."""
+        """Validate a whole table and write it a row group at a time: the
+        same bytes as one write (chunks of exactly ``ROW_GROUP_ROWS`` rows are
+        the writer's own row groups), with one row group's Arrow copy in
+        memory, not the table's (an hour of fleet traffic: ~0.5 GB)."""
         schema = TABLES[name]
         validate_frame(df, schema, source or str(table_path(self.out, name)))
         with self.table(name) as tw:
-            tw.write(df)
+            for k in range(0, max(len(df), 1), ROW_GROUP_ROWS):
+                tw.write(df.iloc[k:k + ROW_GROUP_ROWS])
 
     @contextmanager
     def table(self, name: str) -> Iterator[TableWriter]:

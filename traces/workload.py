@@ -91,12 +91,11 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
     if cfg.lengths_from is not None:
         prompt, output, task = _lengths_from(cfg.lengths_from, r_len, n)
     else:
-        pm = np.array([s.prompt_median for s in specs])[task_idx]
-        ps = np.array([s.prompt_sigma for s in specs])[task_idx]
-        om = np.array([s.output_median for s in specs])[task_idx]
-        osg = np.array([s.output_sigma for s in specs])[task_idx]
-        prompt = _lognormal_tokens(r_len, pm, ps, PROMPT_CLIP)
-        output = _lognormal_tokens(r_len, om, osg, OUTPUT_CLIP)
+        # each parameter array lives only as long as its draw (an hour at 1,024 q/s: 30 MB apiece)
+        prompt = _lognormal_tokens(r_len, np.array([s.prompt_median for s in specs])[task_idx],
+                                   np.array([s.prompt_sigma for s in specs])[task_idx], PROMPT_CLIP)
+        output = _lognormal_tokens(r_len, np.array([s.output_median for s in specs])[task_idx],
+                                   np.array([s.output_sigma for s in specs])[task_idx], OUTPUT_CLIP)
         task = np.array(names, dtype=object)[task_idx]
 
     slo = slo_rule(prompt, r_slo)
@@ -113,7 +112,8 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
             "task": task,
             "slo_ttft_s": slo,
             "predicted_output_tokens": predicted,
-        }
+        },
+        copy=False,  # the arrays are this function's own: the table takes them, not copies
     )
 
     if cfg.lengths_from is not None:
@@ -124,6 +124,7 @@ def generate_workload(cfg: WorkloadConfig) -> Workload:
     else:
         means = [np.array([s.accuracy[m] for s in specs])[task_idx] for m in range(len(QWEN3_MODELS))]
     acc_cols, hat_cols = draw_accuracy(means, r_acc, cfg.accuracy_concentration, cfg.acc_hat_sigma)
+    del means
     quality = quality_frame(request_id, list(QWEN3_MODELS), acc_cols, hat_cols)
     return Workload(requests, quality)
 

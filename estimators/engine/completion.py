@@ -85,9 +85,11 @@ def _complete_async(st, plan, n):
     for j in range(n):
         s = plan.slot[j]
         status = req[s, F_STATUS]
-        if req[s, F_RID] != plan.rid[j] or (status != ST_RUNNING and status != ST_WAITING):
-            continue
+        if req[s, F_RID] != plan.rid[j]:
+            continue  # the slot holds another request now: its events are its own
         req[s, F_EVENT] = 0
+        if status != ST_RUNNING and status != ST_WAITING:
+            continue  # finished meanwhile: the output is dropped, no event
         stale = req[s, F_PREEMPTIONS] != plan.preemptions[j]  # preempted since: vLLM's num_stale_output_tokens
         if plan.samples[j] == 0:
             continue

@@ -50,6 +50,14 @@ class InstanceView(Protocol):
         ...
 
 
+# async scheduling: the host's side of an instance, as SFS follows it (``estimators.sfs_async_kernel``),
+# float64: batches queued (0-2), the host waiting for the oldest's outputs, the host between calls (its
+# next call at AH_NEXT), the oldest batch's size and device start, the queued batch's size and launch,
+# the host's last launch. All of it is the host's own clock or past events: never a batch's end.
+AH_Q, AH_WAIT, AH_GAP, AH_NA, AH_START_A, AH_NB, AH_LAUNCH_B, AH_LAUNCH, AH_NEXT = range(9)
+NAH = 9
+
+
 def first_gap(t: float, infl_start: float | None, wake_s: float | None, gap: float) -> float:
     """Time until the next schedule() after the in-flight step (or from now):
     a full inter-step gap, or what is left of the current one when the

@@ -359,6 +359,12 @@ def _serve() -> click.Command:
     return serve
 
 
+def _route() -> click.Command:
+    from harness.cli.route import route
+
+    return route
+
+
 COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "trace": (_trace, "Generate, import, inspect and query traces (Parquet + DuckDB)."),
     "demo": (_demo, "Run the pipeline on built-in defaults and say where the results are."),
@@ -374,6 +380,7 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "record": (_record, "Record a real vLLM engine's every step (in vLLM's own environment)."),
     "loadgen": (_loadgen, "Open-loop streaming load on an OpenAI-compatible endpoint."),
     "serve": (_serve, "A pool's instances as emulated vLLM servers (OpenAI API, /metrics), in real time."),
+    "route": (_route, "A latroute router as an OpenAI-compatible proxy in front of vLLM backends."),
 }
 
 

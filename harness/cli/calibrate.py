@@ -112,13 +112,17 @@ def format_profile(p: BatchTimeProfile) -> str:
 @click.option("--steps-window", "steps_window", type=Window(),
               help="Fit on this share of each trace's steps, in step order (0:0.3 = the first 30%); "
                    "`estimate --score-window 0.3:1` then scores on the rest.")
+@click.option("--fit-host", "fit_host", is_flag=True,
+              help="--from-requests: also fit the host's part of a step (step_gap_s, the time between steps, and "
+                   "host_share, the host's share of a step's time); under async scheduling it overlaps the "
+                   "device's (docs/concepts/batch-time.md).")
 def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
               virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
               steps_window: tuple[float, float] | None, fit_window: tuple[float, float] | None, frontend: str,
               frontend_ms: float | None,
-              frontend_out_ms: float | None, frontend_accept: float | None) -> None:
+              frontend_out_ms: float | None, frontend_accept: float | None, fit_host: bool) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -154,7 +158,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         if frontend_accept is not None:
             fe = replace(fe, accept_share=frontend_accept, accept_source="given (--frontend-accept-share)")
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
-                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window)
+                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host)
         return
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
@@ -192,7 +196,7 @@ _REQUEST_ONLY = {"engine_opts": "--engine", "search_engine": "--search-engine", 
                  "search_opts": "--search", "warm": "--warm", "virtual_engines": "--virtual-engines",
                  "frontend": "--frontend", "frontend_ms": "--frontend-per-request",
                  "frontend_out_ms": "--frontend-per-output", "frontend_accept": "--frontend-accept-share",
-                 "fit_window": "--fit-window"}
+                 "fit_window": "--fit-window", "fit_host": "--fit-host"}
 _STEPS_ONLY = {"update_ref": "--update", "steps_window": "--steps-window", "form": "--form", "holdout": "--holdout",
                "stall_pct": "--stall-pct", "loss": "--loss", "seed": "--seed", "evaluate_on": "--evaluate-on",
                "instance": "--instance"}

@@ -59,6 +59,10 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
         pool = replace(pool, instances=tuple(replace(c, profile=profile) for c in pool.instances))
     if frontend_overhead is not None:
         pool = replace(pool, frontend_overhead_s=frontend_overhead)
+    asy = [c.instance_id for c in pool.instances if c.async_scheduling]
+    if asy:  # serve steps the synchronous loop in real time (harness.serve.engine); refused, not run wrongly
+        raise BadOption("--pool", f"instance {asy[0]} has async_scheduling on: serve emulates the synchronous "
+                                  "engine loop only (the offline twin replays async scheduling)")
     last = port_base + len(pool.instances) - 1
     if last > 65535:
         raise BadOption("--port-base", f"{len(pool.instances)} instances need ports {port_base}..{last}, above 65535")

@@ -65,8 +65,7 @@ REQUEST_TRACE_DEFAULTS = InstanceConfig(
 
 _MAX_SETTING = 2**31 - 1
 _FIELDS = {f.name: f for f in fields(InstanceConfig)}
-_SKIP = {"instance_id", "model", "profile", "price_in", "price_out", "device",
-         "async_scheduling"}  # the kernel has vLLM's async rules; the twin does not drive them yet (instance.py)
+_SKIP = {"instance_id", "model", "profile", "price_in", "price_out", "device"}
 
 
 def engine_settings(config: InstanceConfig) -> dict:
@@ -120,7 +119,8 @@ def parse_search_options(items: tuple[str, ...] | list[str]) -> dict:
 def trace_engine(traces: list) -> dict:
     """The engine settings the traces themselves state (``meta.json`` ``engine.settings``, written by
     ``trace import vllm-reqstats``), as ``InstanceConfig`` fields: settings the kernel has no field for
-    (and ``async_scheduling``, which the kernel follows but the twin cannot replay yet) are left out. Traces that state different values
+    are left out (``async_scheduling`` is one it has: a GPU run replays with vLLM's async rules unless
+    ``--engine async_scheduling=false``). Traces that state different values
     for one setting are refused (calibrate the runs of one engine together, or give ``--engine``)."""
     from traces.errors import BadInput
 

@@ -12,7 +12,7 @@ scored against what was measured. The trace's meta says so
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +75,10 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
     from estimators.derived import lps_params, pooled_lps, request_params
     from traces.store import open_trace
 
+    # the baselines read snapshots rebuilt by walking the step log in synchronous order
+    # (``estimators.snapshot``): an async engine's log (two batches in flight, outputs a step late) is not
+    # one such a walk can follow, so their parameters come from the synchronous replay of the same profile
+    engine = replace(engine, async_scheduling=False)
     with tempfile.TemporaryDirectory() as tmp:
         dirs, windows = [], []
         for k, rt in enumerate(rts):

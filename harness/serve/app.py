@@ -29,8 +29,33 @@ from harness.serve.engine import Served, ServedEngine
 from harness.serve.metrics import EngineMetrics
 from harness.serve.prefix import block_hashes
 from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, parse
+from harness.serve.state_feed import encode
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def openai_application(face) -> web.Application:
+    """vLLM's routes on ``face``'s handlers (``completions``, ``chat``,
+    ``models``, ``health``, ``metrics_text``): an emulated instance here,
+    the routing proxy in ``harness.route.proxy``."""
+    app = web.Application(client_max_size=64 << 20)
+    app.add_routes([web.post("/v1/completions", face.completions),
+                    web.post("/v1/chat/completions", face.chat),
+                    web.get("/v1/models", face.models), web.get("/health", face.health),
+                    web.get("/metrics", face.metrics_text)])
+    return app
+
+
+async def json_body(request: web.Request) -> object:
+    """The request's JSON body, or ``ApiError`` (vLLM's 400)."""
+    try:
+        return json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(f"the request body is not JSON ({e})") from None
+
+
+def prometheus_response(text: bytes) -> web.Response:
+    return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
 @dataclass
@@ -52,12 +77,25 @@ class InstanceApp:
         self.created = int(time.time())
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=64 << 20)
-        app.add_routes([web.post("/v1/completions", self.completions),
-                        web.post("/v1/chat/completions", self.chat),
-                        web.get("/v1/models", self.models), web.get("/health", self.health),
-                        web.get("/metrics", self.metrics_text)])
+        app = openai_application(self)
+        app.router.add_get("/latroute/state", self.state_feed)
         return app
+
+    async def state_feed(self, request: web.Request) -> web.StreamResponse:
+        """The engine's state after every change, as frames (``harness.serve.state_feed``)."""
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        changed = asyncio.Event()
+        changed.set()  # the state now, at once
+        self.engine.watchers.append(changed)
+        try:
+            while not self.state.closing:
+                await changed.wait()
+                changed.clear()
+                await resp.write(encode(self.engine))
+        finally:
+            self.engine.watchers.remove(changed)
+        return resp
 
     # --- simple routes
     async def health(self, request: web.Request) -> web.Response:
@@ -69,7 +107,7 @@ class InstanceApp:
             "parent": None, "max_model_len": self.max_model_len}]})
 
     async def metrics_text(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.text(), headers={"Content-Type": "text/plain; version=0.0.4"})
+        return prometheus_response(self.metrics.text())
 
     # --- generation
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -82,11 +120,7 @@ class InstanceApp:
         if self.state.closing:
             return web.json_response(error_body("the server is shutting down", 503), status=503)
         try:
-            try:
-                body = json.loads(await request.read())
-            except (ValueError, UnicodeDecodeError) as e:
-                raise ApiError(f"the request body is not JSON ({e})") from None
-            p = parse(body, chat, self.model, self.max_model_len)
+            p = parse(await json_body(request), chat, self.model, self.max_model_len)
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)
         client_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex

@@ -106,17 +106,22 @@ class ServedEngine:
         self.overruns = 0  # step boundaries handled more than LATE_S late
         self.wake = asyncio.Event()
         self.stopping = False
+        self.watchers: list[asyncio.Event] = []  # state feed readers (harness.serve.state_feed): set at each change
 
     # --- requests
-    def submit(self, client_id: str, prompt: int, max_tokens: int, hash_ids: list[int] | None = None) -> Served:
+    def submit(self, client_id: str, prompt: int, max_tokens: int, hash_ids: list[int] | None = None,
+               rid: int | None = None) -> Served:
         """A request arrives now: bring the engine to now, then add it (an
         idle engine wakes: the gap, then schedule()). ``hash_ids``: its
         prompt's block ids, one per ``hash_block`` tokens (None: every
-        block its own)."""
+        block its own). ``rid``: the kernel's request id, when the caller
+        numbers requests across engines (``latroute route``'s ledger, whose
+        views are keyed by its own request index); default: this engine's
+        next."""
         t = self.clock.now()
         self.catch_up(t)
-        rid = len(self.requests)
-        if rid >= self.out.first_t.size:
+        rid = len(self.requests) if rid is None else rid
+        while rid >= self.out.first_t.size:
             self._grow_outcomes()
         h = Served(rid, client_id, prompt, max_tokens, t, gid=next(self.ids), hash_ids=hash_ids)
         self.requests.append(h)
@@ -133,7 +138,13 @@ class ServedEngine:
         self.wake.set()
         if self.metrics is not None:
             self.metrics.arrived(h)
+        self.changed()
         return h
+
+    def changed(self) -> None:
+        """The state changed: the feed's readers publish it."""
+        for w in self.watchers:
+            w.set()
 
     def abort(self, h: Served) -> None:
         """The client went away: no more tokens for it; the engine drops it
@@ -149,6 +160,7 @@ class ServedEngine:
             self._apply_aborts()
         if self.metrics is not None:
             self.metrics.finished(h, self)
+        self.changed()
 
     def _apply_aborts(self) -> None:
         inst = self.inst
@@ -199,6 +211,8 @@ class ServedEngine:
                 self._complete(due)
             else:
                 self._schedule(due)
+            if self.watchers:
+                self.changed()
 
     def _complete(self, t_end: float) -> None:
         inst = self.inst

@@ -53,7 +53,7 @@ def lag_report(engines: list[ServedEngine]) -> dict:
             "overruns": int(sum(e.overruns for e in engines))}
 
 
-def _warm(spec: InstanceSpec) -> None:
+def warm(spec: InstanceSpec) -> None:
     """Compile (or load from Numba's cache) the kernel and the abort before
     the clock starts: a first request must not wait for the compiler."""
     eng = ServedEngine(0, spec, TwinConfig(noise=False, record_steps=False), Clock(speed=1e9))
@@ -135,5 +135,5 @@ async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
 def serve(cfg: ServeConfig, say=print) -> dict:
     """Run until SIGTERM/SIGINT; returns the lag report."""
     specs = [InstanceSpec.from_config(c) for c in cfg.pool.instances]
-    _warm(specs[0])
+    warm(specs[0])
     return asyncio.run(_serve(cfg, specs, say))

@@ -26,12 +26,44 @@ from numba import njit
 
 from estimators.engine.layout import F_RID, F_TARGET, S_WN
 from estimators.engine.state import SchedState, StepPlan
+from estimators.engine.view import (
+    AH_GAP,
+    AH_LAUNCH,
+    AH_LAUNCH_B,
+    AH_NA,
+    AH_NB,
+    AH_NEXT,
+    AH_Q,
+    AH_START_A,
+    AH_WAIT,
+    NAH,
+)
 from estimators.snapshot import Snapshot
-from harness.twin.kernel import GAP, IDLE, M_BUSY, M_INBOX_N, M_N, M_STEPS, RUNNING, SP_FACTOR, T_START
+from harness.twin.kernel import (
+    GAP,
+    IDLE,
+    M_ASYNC,
+    M_BUSY,
+    M_INBOX_N,
+    M_N,
+    M_N2,
+    M_Q,
+    M_STEPS,
+    RUNNING,
+    SP_FACTOR,
+    T_A0,
+    T_LAUNCH,
+    T_LB,
+    T_START,
+)
 
 # a view's honest scalars (HonestView.h, float64: every count is far below 2**53)
 H_BUSY, H_IDLE, H_GAP, H_INBOX, H_INFL_N, H_START, H_WAKE, H_SPEED, H_STEPS = range(9)
-NH = 9
+# async scheduling (``harness.twin.async_loop``): batches queued, the host waiting for the oldest's
+# outputs, the queued batch's size and launch, the host's last launch and its next call (in the gap);
+# H_BUSY, H_INFL_N and H_START then describe the oldest batch (the one on the device)
+H_Q, H_WAIT, H_N2, H_LB, H_LAUNCH, H_NEXT = range(9, 15)
+NH = 15
 
 
 @njit(cache=True)
@@ -39,6 +71,9 @@ def honest_scalars(h, meta, times, speed, gap):
     """Fill a view's ``h`` from the instance's meta, times and speed arrays:
     the in-flight step's start (never its end), the wake-up, the counts."""
     busy = meta[M_BUSY]
+    if meta[M_ASYNC] != 0:
+        _async_scalars(h, meta, times, speed, gap)
+        return
     running = busy == RUNNING
     h[H_BUSY] = 1.0 if running else 0.0
     h[H_IDLE] = 1.0 if busy == IDLE else 0.0
@@ -49,6 +84,41 @@ def honest_scalars(h, meta, times, speed, gap):
     h[H_WAKE] = times[T_START] - gap if busy == GAP else 0.0
     h[H_SPEED] = speed[SP_FACTOR]
     h[H_STEPS] = meta[M_STEPS] - (1 if running else 0)
+
+
+@njit(cache=True)
+def _async_scalars(h, meta, times, speed, gap):
+    """``honest_scalars`` of an async instance: "in flight" is the oldest
+    queued batch (on the device: its start, never its end), and the host's
+    own clock (launches, its next call) is known to it."""
+    busy = meta[M_BUSY]
+    q = meta[M_Q]
+    h[H_BUSY] = 1.0 if q > 0 else 0.0
+    h[H_IDLE] = 1.0 if busy == IDLE else 0.0
+    h[H_GAP] = 1.0 if busy == GAP else 0.0
+    h[H_INBOX] = meta[M_INBOX_N]
+    h[H_INFL_N] = meta[M_N] if q > 0 else 0
+    h[H_START] = times[T_A0] if q > 0 else 0.0
+    h[H_WAKE] = times[T_START] - gap if busy == GAP else 0.0
+    h[H_SPEED] = speed[SP_FACTOR]
+    h[H_STEPS] = meta[M_STEPS] - ((1 if meta[M_N] > 0 else 0) if q > 0 else 0) - \
+        ((1 if meta[M_N2] > 0 else 0) if q > 1 else 0)
+    h[H_Q] = q
+    h[H_WAIT] = 1.0 if busy == RUNNING else 0.0
+    h[H_N2] = meta[M_N2] if q > 1 else 0
+    h[H_LB] = times[T_LB] if q > 1 else 0.0
+    h[H_LAUNCH] = times[T_LAUNCH]
+    h[H_NEXT] = times[T_START] if busy == GAP else 0.0
+
+
+def async_host(h: np.ndarray) -> np.ndarray:
+    """The host's side of an async instance (``estimators.engine.view``'s
+    ``AH_*`` layout, what SFS follows) from its honest scalars."""
+    a = np.zeros(NAH, dtype=np.float64)
+    a[AH_Q], a[AH_WAIT], a[AH_GAP] = h[H_Q], h[H_WAIT], h[H_GAP]
+    a[AH_NA], a[AH_START_A], a[AH_NB], a[AH_LAUNCH_B] = h[H_INFL_N], h[H_START], h[H_N2], h[H_LB]
+    a[AH_LAUNCH], a[AH_NEXT] = h[H_LAUNCH], h[H_NEXT]
+    return a
 
 
 @njit(cache=True)
@@ -78,6 +148,7 @@ class HonestView:
         self.state: SchedState | None = None  # the live scheduler arrays, with a private, predicted request table
         self.inbox = np.zeros(0, dtype=np.int64)  # slots arrived but not yet taken in (first n_inbox)
         self.inflight: StepPlan | None = None  # the in-flight step's plan (first infl_n items)
+        self.inflight2: StepPlan | None = None  # async scheduling: the queued batch's plan (h[H_N2] items)
         # the instance's honest scalars at its last change (H_*; written by Instance.sync_view or, for a
         # fleet, by fleet_kernel.sync_views into one row of the fleet's array): read through the properties
         self.h = np.zeros(NH, dtype=np.float64)
@@ -149,6 +220,10 @@ class HonestView:
 
     def inbox_slots(self) -> np.ndarray:
         return self.inbox[: self.n_inbox]
+
+    def async_host(self) -> tuple[StepPlan, np.ndarray]:
+        """Async scheduling: the queued batch's plan and the host's side (``AH_*``)."""
+        return self.inflight2, async_host(self.h)
 
     def resident_slots(self) -> np.ndarray:
         st = self.state

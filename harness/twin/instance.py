@@ -24,7 +24,7 @@ from estimators.snapshot import RateTracker, Snapshot
 from estimators.step_ratios import CLIP_LOG
 from estimators.time_model import time_model
 from harness.twin import kernel as tk
-from harness.twin.honest_view import HonestView, copy_predicted, honest_scalars
+from harness.twin.honest_view import H_STEPS, NH, HonestView, async_host, copy_predicted, honest_scalars
 from traces.steplog import StepLog
 
 LOG_STEPS = 1 << 15
@@ -98,9 +98,7 @@ class Instance:
         self.fork_outcomes = fork_outcomes if fork_outcomes is not None else ForkOutcomes(0)
         self.spec = spec
         self.instance_id = spec.instance_id
-        if spec.config.async_scheduling:  # the kernel has the rules; this loop does not drive vLLM's batch queue yet
-            raise ValueError(f"instance {spec.instance_id}: async_scheduling is not supported by the engine twin yet "
-                             "(docs/reference/async-scheduling.md)")
+        self.asynchronous = bool(spec.config.async_scheduling)  # vLLM's batch queue (harness.twin.async_loop)
         self.state = SchedState.new(spec.config, capacity=256)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)
@@ -120,10 +118,13 @@ class Instance:
         params[tk.P_SKIP_ON] = 1.0 if cfg.skip else 0.0
         params[tk.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
         params[tk.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
-        self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), np.zeros(tk.NM, dtype=np.int64),
-                                np.zeros(2, dtype=np.float64), params,
+        params[tk.P_HOST_SHARE] = spec.profile.host_share  # read by the async loop only
+        meta = np.zeros(tk.NM, dtype=np.int64)
+        meta[tk.M_ASYNC] = 1 if self.asynchronous else 0
+        self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), meta, np.zeros(tk.NT, dtype=np.float64), params,
                                 rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])),
-                                speed)
+                                speed, StepPlan.new(cap if self.asynchronous else 1))
+        self._h = np.zeros(NH, dtype=np.float64)  # async: the honest scalars SFS reads off the live instance
         k = LOG_STEPS if cfg.record_steps else 1
         self.log = tk.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
                                  np.zeros(k, dtype=np.int64),
@@ -152,7 +153,7 @@ class Instance:
         if self._view_of is not st:
             self._shadow = np.zeros_like(st.req)
             v.state = st._replace(req=self._shadow)
-            v.inbox, v.inflight = self.tw.inbox, self.plan
+            v.inbox, v.inflight, v.inflight2 = self.tw.inbox, self.plan, self.tw.plan2
             self._view_of = st
         copy_predicted(self._shadow, st.req, _NONE if self.predicted is None else self.predicted, st.req.shape[0])
         honest_scalars(v.h, self.meta, self.times, self.tw.speed, self.model.gap)
@@ -191,7 +192,9 @@ class Instance:
 
     @property
     def busy(self) -> bool:
-        """A step is in flight."""
+        """A step is in flight (async scheduling: a batch is queued)."""
+        if self.asynchronous:
+            return bool(self.meta[tk.M_Q] > 0)
         return self.meta[tk.M_BUSY] == tk.RUNNING
 
     @property
@@ -208,7 +211,15 @@ class Instance:
 
     @property
     def infl_start(self) -> float | None:
+        if self.asynchronous:
+            return float(self.times[tk.T_A0]) if self.busy else None
         return float(self.times[tk.T_START]) if self.busy else None
+
+    def async_host(self) -> tuple[StepPlan, np.ndarray]:
+        """Async scheduling: the queued batch's plan and the host's side
+        (``estimators.engine.view``'s ``AH_*``), as an honest view has them."""
+        honest_scalars(self._h, self.meta, self.times, self.tw.speed, self.model.gap)
+        return self.tw.plan2, async_host(self._h)
 
     @property
     def wake_s(self) -> float | None:
@@ -230,6 +241,9 @@ class Instance:
     @property
     def speed_steps(self) -> int:
         """Completed steps (the online factor's evidence)."""
+        if self.asynchronous:
+            honest_scalars(self._h, self.meta, self.times, self.tw.speed, self.model.gap)
+            return int(self._h[H_STEPS])
         return int(self.tw.meta[tk.M_STEPS]) - (1 if self.busy else 0)
 
     def snapshot(self, t: float) -> Snapshot:
@@ -321,7 +335,9 @@ class Instance:
         tw = self.tw
         params = tw.params.copy()
         params[tk.P_LOG_ON] = 0.0
-        f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy())
+        f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy(),
+                             StepPlan(*(a.copy() for a in tw.plan2)))
+        f._h = self._h.copy()
         f.meta, f.times = f.tw.meta, f.tw.times
         f.rate = RateTracker()
         f.log_parts = []
@@ -335,7 +351,7 @@ class Instance:
         self.plan = self.plan.grown(cap)
         inbox = np.zeros(cap, dtype=np.int64)
         inbox[: self.tw.inbox.size] = self.tw.inbox
-        self.tw = self.tw._replace(inbox=inbox)
+        self.tw = self.tw._replace(inbox=inbox, plan2=self.tw.plan2.grown(cap) if self.asynchronous else self.tw.plan2)
 
     def flush_log(self) -> None:
         meta = self.meta

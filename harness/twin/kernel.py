@@ -29,19 +29,11 @@ and ``LogBuffers`` (the step log, flushed by Python when full).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import numpy as np
 from numba import njit
 
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import (
-    EV_FINISH,
-    EV_FIRST,
-    EV_LENGTH,
     F_COMPUTED,
-    F_EVENT,
-    F_PREEMPTIONS,
     F_PROMPT,
     F_RID,
     F_STATUS,
@@ -56,56 +48,57 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.timing import features_time, noisy_ratio, plan_time
+from harness.twin.async_loop import advance_async
+from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read as tk.* by the instance and the fleet)
+    GAP,
+    IDLE,
+    M_ASYNC,
+    M_BUSY,
+    M_INBOX_N,
+    M_LOG_ITEMS,
+    M_LOG_PRE,
+    M_LOG_STEPS,
+    M_N,
+    M_N2,
+    M_Q,
+    M_SKIPPED,
+    M_STEPS,
+    NM,
+    NP_,
+    NSP,
+    NT,
+    P_HOST_SHARE,
+    P_INTAKE_REQ,
+    P_INTAKE_TOK,
+    P_LOG_ON,
+    P_NOISE_ON,
+    P_SKIP_ON,
+    RUNNING,
+    SP_BASE,
+    SP_CLIP,
+    SP_DEN,
+    SP_FACTOR,
+    SP_HOST,
+    SP_LAM,
+    SP_NUM,
+    SP_TYP,
+    SP_TYP2,
+    T_A0,
+    T_A1,
+    T_B0,
+    T_B1,
+    T_END,
+    T_LAUNCH,
+    T_LB,
+    T_START,
+    LogBuffers,
+    Outcomes,
+    TwinArrays,
+    _observe_speed,
+    record_events,
+    write_step,
+)
 from harness.twin.skip import apply_run, steady_run, take_batch
-
-# meta (int64) fields; M_SKIPPED: steps advanced by the fast path (``_skip_run``), counted in M_STEPS too
-M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE, M_SKIPPED = 0, 1, 2, 3, 4, 5, 6, 7
-IDLE, RUNNING, GAP = 0, 1, 2
-NM = 8
-# params (float64) fields
-P_NOISE_ON, P_LOG_ON, P_INTAKE_REQ, P_INTAKE_TOK = 0, 1, 2, 3  # intake: s per joining request and prompt token
-P_SKIP_ON = 4  # advance runs of steady decode steps without the scheduler kernel (``_skip_run``)
-NP_ = 5
-# times (float64): in-flight step start (or, between steps, the next schedule) and end (hidden from routers)
-T_START, T_END = 0, 1
-# speed (float64): the running host-speed factor learned from completed steps (estimators.online_speed):
-# weighted sums of clipped log(actual / the profile's typical), their decay per step, the profile's
-# baseline log ratio, the clip, the in-flight step's typical time by the profile, the host's true speed,
-# and the factor itself (exp(num / den), 1 before any step)
-SP_NUM, SP_DEN, SP_LAM, SP_BASE, SP_CLIP, SP_TYP, SP_HOST, SP_FACTOR = 0, 1, 2, 3, 4, 5, 6, 7
-NSP = 8
-
-
-class TwinArrays(NamedTuple):
-    inbox: np.ndarray  # slots arrived, not yet handed to the scheduler (first meta[M_INBOX_N])
-    meta: np.ndarray  # M_*
-    times: np.ndarray  # T_*
-    params: np.ndarray  # P_*
-    rng: np.ndarray  # xoshiro256** state
-    speed: np.ndarray  # SP_*
-
-
-class Outcomes(NamedTuple):
-    """Per-request outcomes, indexed by the request's position in the trace."""
-
-    first_t: np.ndarray
-    finish_t: np.ndarray
-    reject_t: np.ndarray
-    preempt_n: np.ndarray
-    length_capped: np.ndarray  # 1: finished at max_model_len (vLLM's "length")
-    cached: np.ndarray  # computed tokens before the first chunk: the prefix-cache hit granted (-1: never run)
-
-
-class LogBuffers(NamedTuple):
-    """The step log: per step [start, end], batch size and preemption
-    count; per item [rid, tokens, computed_before, prompt]; per preemption
-    the rid (in order)."""
-
-    t: np.ndarray
-    n: np.ndarray
-    npre: np.ndarray
-    items: np.ndarray
-    pre: np.ndarray
 
 
 @njit(cache=True)
@@ -163,36 +156,8 @@ def _log_step(st, plan, tw, log, n, t_end):
     if (meta[M_LOG_STEPS] >= log.n.size or meta[M_LOG_ITEMS] + n > log.items.shape[0]
             or meta[M_LOG_PRE] + npre > log.pre.size):
         return False
-    k = meta[M_LOG_STEPS]
-    log.t[k, 0] = tw.times[T_START]
-    log.t[k, 1] = t_end
-    log.n[k] = n
-    log.npre[k] = npre
-    base = meta[M_LOG_ITEMS]
-    for j in range(n):
-        s = plan.slot[j]
-        log.items[base + j, 0] = st.req[s, F_RID]
-        log.items[base + j, 1] = plan.tokens[j]
-        log.items[base + j, 2] = plan.computed[j]
-        log.items[base + j, 3] = st.req[s, F_PROMPT]
-    for j in range(npre):
-        log.pre[meta[M_LOG_PRE] + j] = st.req[plan.preempted[j], F_RID]
-    meta[M_LOG_STEPS] = k + 1
-    meta[M_LOG_ITEMS] = base + n
-    meta[M_LOG_PRE] += npre
+    write_step(st, plan, tw, log, n, tw.times[T_START], t_end)
     return True
-
-
-@njit(cache=True, inline="always")
-def _observe_speed(sp, duration):
-    """One completed step into the running speed factor (normalised EWMA of
-    the clipped log ratio; ``estimators.online_speed`` is the same rule)."""
-    if duration > 0.0 and sp[SP_TYP] > 0.0:
-        r = np.log(duration / sp[SP_TYP]) - sp[SP_BASE]
-        r = min(max(r, -sp[SP_CLIP]), sp[SP_CLIP])
-        sp[SP_NUM] = sp[SP_LAM] * sp[SP_NUM] + r
-        sp[SP_DEN] = sp[SP_LAM] * sp[SP_DEN] + 1.0
-        sp[SP_FACTOR] = np.exp(sp[SP_NUM] / sp[SP_DEN])
 
 
 @njit(cache=True)
@@ -294,6 +259,8 @@ def advance(t_until, st, plan, tw, model, out, log):
     meta, times = tw.meta, tw.times
     if not t_until >= -1e300:  # NaN or -inf: no step would ever be due, or every one; +inf drains
         raise KernelInputError("the twin was asked to advance to a time that is not a number")
+    if meta[M_ASYNC] != 0:  # vLLM's async scheduling: its own loop (the batch queue), no event skipping
+        return advance_async(t_until, st, plan, tw, model, out, log)
     skip = tw.params[P_SKIP_ON] > 0.0
     skipped = False
     while True:
@@ -304,17 +271,7 @@ def advance(t_until, st, plan, tw, model, out, log):
                 return 1
             complete_step(st, plan, n)
             _observe_speed(tw.speed, t_end - times[T_START])
-            for j in range(n):
-                s = plan.slot[j]
-                ev = st.req[s, F_EVENT]
-                rid = st.req[s, F_RID]
-                if ev & EV_FIRST:
-                    out.first_t[rid] = t_end
-                if ev & EV_FINISH:
-                    out.finish_t[rid] = t_end
-                    out.preempt_n[rid] = st.req[s, F_PREEMPTIONS]
-                    if ev & EV_LENGTH:
-                        out.length_capped[rid] = 1
+            record_events(st, plan, n, t_end, out)
             meta[M_N] = 0
             if st.sc[S_NR] + st.sc[S_WN] + meta[M_INBOX_N] > 0:
                 meta[M_BUSY] = GAP

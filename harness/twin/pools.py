@@ -22,12 +22,14 @@ with 8, 32 and 128 replicas of each model (24, 96 and 384 instances).
 Limits (refused at load with the file, entry row and key): engine counts
 whole numbers in [1, 2^31 - 1]; prices USD per million tokens in [0, 1e6];
 ``host_speed`` in (0, 1000]; ``chunked_prefill`` and ``prefix_caching``
-JSON booleans; what vLLM itself refuses (``InstanceConfig.to_array``); the
+JSON booleans; ``url`` (the server the instance runs on, for ``latroute
+route``) an http(s) URL, on entries without replicas; what vLLM itself refuses (``InstanceConfig.to_array``); the
 file read through ``traces.paths`` (no FIFOs or devices, UTF-8).
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -43,12 +45,14 @@ class Pool:
     instances: tuple[InstanceConfig, ...]
     frontend_overhead_s: float = 0.0  # API/front-end time added to every TTFT
     notes: dict = field(default_factory=dict)
+    urls: tuple[str | None, ...] = ()  # per instance, the server it runs on (``latroute route``); () when none says
 
     def to_json(self) -> dict:
         return {"name": self.name, "frontend_overhead_s": self.frontend_overhead_s,
                 "instances": [asdict(i) for i in self.instances], "notes": self.notes}
 
 
+_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 H100_KV_TOKENS = {"qwen3-0.6b": 600_000, "qwen3-8b": 370_000, "qwen3-32b": 320_000}
 
 
@@ -124,6 +128,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
     known = {f.name for f in fields(InstanceConfig)}
     instances = []
     rows = []  # the entry row of each instance (replicas share their entry's)
+    urls: list[str | None] = []
     for i, inst in enumerate(doc["instances"], start=1):
         if not isinstance(inst, dict):
             raise BadInput(path, i, "instances", "not an object")
@@ -135,6 +140,13 @@ def load_pool(name_or_path: str | Path) -> Pool:
         if isinstance(n_rep, bool) or not isinstance(n_rep, int) or not 1 <= n_rep <= MAX_REPLICAS:
             raise BadInput(path, i, "instances.replicas", f"must be a whole number in [1, {MAX_REPLICAS}], "
                                                           f"got {shown(n_rep)}")
+        url = inst.pop("url", None)
+        if url is not None:
+            if not isinstance(url, str) or not _URL.fullmatch(url):
+                raise BadInput(path, i, "instances.url", f"must be an http(s) URL, got {shown(url)}")
+            if n_rep != 1:
+                raise BadInput(path, i, "instances.url", "an entry with replicas names no single server: give "
+                                                         "each replica its own entry and url")
         unknown = set(inst) - known
         if unknown:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
@@ -146,6 +158,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
         for k in range(n_rep):
             instances.append(cfg if n_rep == 1 else replace(cfg, instance_id=replica_id(cfg.instance_id, k, n_rep)))
             rows.append(i)
+            urls.append(url.rstrip("/") if url else None)
     seen: set[str] = set()
     for row, c in zip(rows, instances, strict=True):
         if c.instance_id in seen:
@@ -160,4 +173,5 @@ def load_pool(name_or_path: str | Path) -> Pool:
     notes = doc.get("notes") or {}
     if not isinstance(notes, dict):
         raise BadInput(path, None, "notes", "must be an object")
-    return Pool(name=name, instances=tuple(instances), frontend_overhead_s=float(overhead), notes=notes)
+    return Pool(name=name, instances=tuple(instances), frontend_overhead_s=float(overhead), notes=notes,
+                urls=tuple(urls) if any(urls) else ())

@@ -66,6 +66,7 @@ class TwinResult:
     sim_end_s: float
     steps_run: int
     extra: dict = field(default_factory=dict)
+    instance_index: np.ndarray | None = None  # per request, the index of the instance that served it (-1: shed)
 
     @property
     def steps(self) -> pd.DataFrame | None:
@@ -287,7 +288,7 @@ class Twin:
         ids = np.array([s.instance_id for s in self.specs], dtype=object)
         arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
         o = ev.out
-        out = requests.copy()
+        out = requests.copy(deep=False)  # copy-on-write (pandas 3): the caller's table is never changed, nor copied
         out["instance_id"] = np.where(ev.instance >= 0, ids[np.maximum(ev.instance, 0)], None)
         out["ttft_s"] = o.first_t - arrival + (self.cfg.frontend_overhead_s or 0.0)
         out["finish_s"] = o.finish_t
@@ -306,6 +307,7 @@ class Twin:
             sim_end_s=sim_end,
             steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
             extra={"rejected": int(np.isfinite(o.reject_t).sum()), "shed": int((ev.instance < 0).sum())},
+            instance_index=ev.instance,
         )
 
 

@@ -62,10 +62,6 @@ KNOWN_POLICIES = ("fcfs", "priority")  # vLLM's SchedulerConfig.policy choices
 MODELLED_SCHEDULER = {"scheduler_reserve_full_isl": True, "max_num_partial_prefills": 1,
                       "max_long_partial_prefills": 1, "scheduler_cls": None, "max_num_scheduled_tokens": None,
                       "stream_interval": 1}
-# the kernel does not have async scheduling yet (issue 27's kernel part): the flag is kept for when it does
-ASYNC_NOT_MODELLED = ("async_scheduling on: vLLM plans step N+1 while step N runs; the kernel replays the "
-                      "synchronous rules until its async mode lands (the flag is kept in meta.json engine)")
-
 
 @dataclass
 class EngineConfig:
@@ -167,8 +163,6 @@ def engine_config(meta: dict, path: Path, overrides: dict, infer_kv) -> EngineCo
     else:
         blocks, how = infer_kv(int(cfg.settings["block_size"]))
         cfg.set("num_kv_blocks", blocks, f"inferred: {how}")
-    if cfg.settings.get("async_scheduling"):
-        cfg.not_modelled.append(ASYNC_NOT_MODELLED)
     return cfg
 
 

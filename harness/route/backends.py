@@ -1,0 +1,71 @@
+"""Which servers the proxy routes to, and what it knows about each.
+
+A router needs, per backend, what the twin's routers get per instance: the
+engine's configuration (its scheduler's limits, KV blocks), the model
+served, its prices and its batch-time profile (``InstanceSpec``). Three
+ways to say it, all resolved before the proxy binds its port:
+
+- ``--pool POOL.json`` whose entries carry a ``url`` (every entry one);
+- ``--backends URL,...`` with ``--pool NAME|POOL.json`` without urls: the
+  pool's k-th instance runs on the k-th URL (as ``latroute serve
+  --port-base`` lays a pool out); the counts must agree;
+- ``--backends URL,...`` with ``--profile P`` alone: each backend's model
+  is the first of its own ``GET /v1/models``, its engine the defaults of
+  ``InstanceConfig`` (``max_model_len`` from /v1/models when it says),
+  prices 0 (so utility is predicted accuracy alone), profile ``P``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from estimators.engine.config import InstanceConfig
+from harness.twin.instance import InstanceSpec
+from harness.twin.pools import Pool
+from traces.errors import BadOption
+
+
+@dataclass(frozen=True)
+class Backend:
+    url: str
+    spec: InstanceSpec
+
+    @property
+    def instance_id(self) -> str:
+        return self.spec.instance_id
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+
+def pool_backends(pool: Pool, urls: tuple[str, ...] = ()) -> list[Backend]:
+    """The pool's instances on ``urls`` (or on the pool's own ``url``s)."""
+    if urls:
+        if pool.urls:
+            raise BadOption("--backends", f"pool {pool.name} names its servers (url); give --backends or urls, "
+                                          "not both")
+        if len(urls) != len(pool.instances):
+            raise BadOption("--backends", f"{len(urls)} URLs for pool {pool.name}'s {len(pool.instances)} "
+                                          "instances (one URL per instance, in the pool's order)")
+        chosen = urls
+    else:
+        missing = [c.instance_id for c, u in zip(pool.instances, pool.urls or (None,) * len(pool.instances))
+                   if not u]
+        if missing:
+            raise BadOption("--pool", f"instance {missing[0]} has no url: give each entry a \"url\", or "
+                                      "--backends URL,... (one per instance)")
+        chosen = pool.urls
+    return [Backend(u, InstanceSpec.from_config(c)) for u, c in zip(chosen, pool.instances)]
+
+
+def listed_backends(urls: tuple[str, ...], models: list[str], max_lens: list[int | None], profile: str) -> list[
+        Backend]:
+    """Bare ``--backends``: each backend as its /v1/models describes it,
+    profile ``profile``, prices 0. Ids are ``b<k>-<model>``."""
+    out = []
+    for k, (u, m, n) in enumerate(zip(urls, models, max_lens)):
+        cfg = InstanceConfig(instance_id=f"b{k}-{m}", model=m, profile=profile, price_in=0.0, price_out=0.0)
+        if n:
+            cfg = replace(cfg, max_model_len=int(n))
+        out.append(Backend(u, InstanceSpec.from_config(cfg)))
+    return out
