@@ -91,6 +91,10 @@ def base_args(cmd: str, root: Path, out: Path) -> tuple[list, tuple]:
         "check": (["check", root / "rep", "--baseline", root / "base.json"], (1,)),
         "bench": (["bench", "--only", "generate", "--generate-requests", "200", "--workdir", out], ()),
         "record engine": (["record", "engine", wl, "--model", root / "no-model", "--out", out], (1,)),
+        # route: a proxy runs until signalled, so it gets a pool that does not exist: a hostile number is refused
+        # naming the option, a good one gets as far as the pool (exit 2 naming it), never as far as listening
+        "route": (["route", "--pool", root / "no-pool.json", "--router", "shortest-queue", "--listen", "127.0.0.1:9"],
+                  ()),
         "loadgen": (["loadgen", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--time-limit", "5",
                      "--out", out], (1,)),
     }

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from harness.requestlevel.engine_options import REQUEST_TRACE_DEFAULTS, parse_engine_options, request_engine
-from harness.requestlevel.fit import RequestFitConfig, TraceTargets, initial_guess, loss, nelder_mead, profile_of
+from harness.requestlevel.fit import RequestFitConfig, TraceTargets, initial_guess, loss, profile_of
+from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, ks_statistic, replay_requests
 from tests.conftest import assert_refused, run_cli, shared
 from traces.errors import BadInput, BadOption
