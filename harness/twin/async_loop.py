@@ -40,18 +40,13 @@ from __future__ import annotations
 
 from numba import njit
 
-from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
+from estimators.engine.kernel import complete_step
 from estimators.engine.layout import (
-    F_PROMPT,
     F_RID,
-    F_STATUS,
     PL_N,
-    PL_NREJ,
     S_NR,
     S_WN,
-    ST_WAITING,
 )
-from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.timing import noisy_ratio, plan_time
 from harness.twin.loop_parts import (
     GAP,
@@ -66,8 +61,6 @@ from harness.twin.loop_parts import (
     M_Q,
     M_STEPS,
     P_HOST_SHARE,
-    P_INTAKE_REQ,
-    P_INTAKE_TOK,
     P_LOG_ON,
     P_NOISE_ON,
     RUNNING,
@@ -84,6 +77,8 @@ from harness.twin.loop_parts import (
     T_START,
     _observe_speed,
     record_slot,
+    schedule_or_reject,
+    take_inbox,
     write_step,
 )
 
@@ -108,24 +103,8 @@ def _plan(t, st, plan, tw, model, out, log):
     log_on = tw.params[P_LOG_ON] > 0.0
     if log_on and not _log_room(tw, log, x.slot.size):
         return False
-    intake = 0.0
-    for i in range(meta[M_INBOX_N]):
-        s = tw.inbox[i]
-        st.req[s, F_STATUS] = ST_WAITING
-        wait_push_back(st.sc, st.waiting, s)
-        intake += tw.params[P_INTAKE_REQ] + tw.params[P_INTAKE_TOK] * st.req[s, F_PROMPT]
-    meta[M_INBOX_N] = 0
-    while True:
-        n = schedule_step(st, x)
-        for r in range(x.counts[PL_NREJ]):
-            s = x.rejected[r]
-            out.reject_t[st.req[s, F_RID]] = t
-            release_slot(st, s)
-        if n > 0 or st.sc[S_NR] > 0 or st.sc[S_WN] == 0:
-            break
-        s = drop_unservable_head(st)  # nothing runs and the head can never be admitted (as the sync loop)
-        out.reject_t[st.req[s, F_RID]] = t
-        release_slot(st, s)
+    intake = take_inbox(st, tw)
+    n = schedule_or_reject(st, x, out, t)
     if n == 0 and q == 0:  # nothing queued, nothing schedulable: idle until an arrival
         meta[M_BUSY] = IDLE
         meta[M_N] = 0

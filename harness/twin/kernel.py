@@ -31,22 +31,19 @@ from __future__ import annotations
 
 from numba import njit
 
-from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
+from estimators.engine.kernel import complete_step
 from estimators.engine.layout import (
     F_COMPUTED,
     F_PROMPT,
     F_RID,
-    F_STATUS,
     PL_N,
     PL_NREJ,
     S_NPREEMPT,
     S_NR,
     S_STEP,
     S_WN,
-    ST_WAITING,
     KernelInputError,
 )
-from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.timing import features_time, noisy_ratio, plan_time
 from harness.twin.async_loop import advance_async
 from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read as tk.* by the instance and the fleet)
@@ -96,6 +93,8 @@ from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read 
     TwinArrays,
     _observe_speed,
     record_events,
+    schedule_or_reject,
+    take_inbox,
     write_step,
 )
 from harness.twin.skip import apply_run, steady_run, take_batch
@@ -108,26 +107,9 @@ def _start_step(t, st, plan, tw, model, out):
     requests (``estimators.intake``: vLLM's ``add_request`` before
     ``schedule()``); requests arriving meanwhile join the next boundary."""
     meta = tw.meta
-    intake = 0.0
-    for i in range(meta[M_INBOX_N]):
-        s = tw.inbox[i]
-        st.req[s, F_STATUS] = ST_WAITING
-        wait_push_back(st.sc, st.waiting, s)
-        intake += tw.params[P_INTAKE_REQ] + tw.params[P_INTAKE_TOK] * st.req[s, F_PROMPT]
-    meta[M_INBOX_N] = 0
-    while True:
-        n = schedule_step(st, plan)
-        for r in range(plan.counts[PL_NREJ]):
-            s = plan.rejected[r]
-            out.reject_t[st.req[s, F_RID]] = t
-            release_slot(st, s)
-        if n > 0:
-            break
-        if st.sc[S_NR] == 0 and st.sc[S_WN] > 0:
-            s = drop_unservable_head(st)
-            out.reject_t[st.req[s, F_RID]] = t
-            release_slot(st, s)
-            continue
+    intake = take_inbox(st, tw)
+    n = schedule_or_reject(st, plan, out, t)
+    if n == 0:
         meta[M_BUSY] = IDLE
         meta[M_N] = 0
         return

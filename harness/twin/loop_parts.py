@@ -11,7 +11,23 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from estimators.engine.layout import EV_FINISH, EV_FIRST, EV_LENGTH, F_EVENT, F_PREEMPTIONS, F_PROMPT, F_RID, S_NPREEMPT
+from estimators.engine.kernel import drop_unservable_head, schedule_step
+from estimators.engine.layout import (
+    EV_FINISH,
+    EV_FIRST,
+    EV_LENGTH,
+    F_EVENT,
+    F_PREEMPTIONS,
+    F_PROMPT,
+    F_RID,
+    F_STATUS,
+    PL_NREJ,
+    S_NPREEMPT,
+    S_NR,
+    S_WN,
+    ST_WAITING,
+)
+from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.state import StepPlan
 
 # meta (int64) fields; M_SKIPPED: steps advanced by the fast path (``_skip_run``), counted in M_STEPS too
@@ -134,3 +150,39 @@ def write_step(st, plan, tw, log, n, start, end):
     meta[M_LOG_STEPS] = k + 1
     meta[M_LOG_ITEMS] = base + n
     meta[M_LOG_PRE] += npre
+
+
+@njit(cache=True)
+def take_inbox(st, tw) -> float:
+    """vLLM's ``add_request`` before ``schedule()``: the requests that
+    arrived since the last plan join the waiting queue in arrival order.
+    Returns their intake time (``estimators.intake``), which delays the
+    step (sync) or the launch (async)."""
+    meta = tw.meta
+    intake = 0.0
+    for i in range(meta[M_INBOX_N]):
+        s = tw.inbox[i]
+        st.req[s, F_STATUS] = ST_WAITING
+        wait_push_back(st.sc, st.waiting, s)
+        intake += tw.params[P_INTAKE_REQ] + tw.params[P_INTAKE_TOK] * st.req[s, F_PROMPT]
+    meta[M_INBOX_N] = 0
+    return intake
+
+
+@njit(cache=True)
+def schedule_or_reject(st, plan, out, t) -> int:
+    """``schedule_step`` into ``plan``; requests it refuses are rejected at
+    ``t``, and when nothing runs and the waiting head can never be admitted
+    the head is rejected and the scheduler asked again (both loops alike).
+    Returns the batch size (0: nothing to run)."""
+    while True:
+        n = schedule_step(st, plan)
+        for r in range(plan.counts[PL_NREJ]):
+            s = plan.rejected[r]
+            out.reject_t[st.req[s, F_RID]] = t
+            release_slot(st, s)
+        if n > 0 or st.sc[S_NR] > 0 or st.sc[S_WN] == 0:
+            return n
+        s = drop_unservable_head(st)
+        out.reject_t[st.req[s, F_RID]] = t
+        release_slot(st, s)
