@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -204,7 +205,8 @@ def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
     with ExitStack() as stack:
         urls = start_real(stack, python, names, out)
         warm_up(urls, out)
-        send(["--backends", ",".join(urls)], trace, out / "client", out)
+        # through a round-robin proxy, so that the front end measured below includes the proxy's path
+        route_run(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
     profiles, engine, gaps = {}, {}, []
     client = open_trace(out / "client").read("requests")[["client_id", "ttft_s"]]
     for c in load_pool(pool_path).instances:
@@ -233,8 +235,16 @@ def run_order(routers: list[str], repeats: int, seed: int) -> list[tuple[int, st
     return [(rep, routers[k]) for rep in range(repeats) for k in rng.permutation(len(routers))]
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def route_run(pool: Path, router: str, view: str, speed: float, seed: int, trace: Path, run_dir: Path,
-              backends: list[str] | None = None) -> None:
+              backends: list[str] | None = None) -> dict:
+    """One run; the CPU seconds the proxy and loadgen took from the
+    machine the backends share (CPU contention, beside the wall time)."""
     kind, _, interval_ms = view.partition(":")
     port = free_port_base(1)
     args = ["route", "--pool", str(pool), "--router", router, "--listen", f"127.0.0.1:{port}", "--view", kind,
@@ -243,9 +253,14 @@ def route_run(pool: Path, router: str, view: str, speed: float, seed: int, trace
             *(["--backends", ",".join(backends)] if backends else [])]
     proxy = start_ready(args, run_dir)
     try:
+        t0, c0, p0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(proxy.pid)
         send(["--base-url", f"http://127.0.0.1:{port}"], trace, run_dir / "client", run_dir, ["--route-fields"])
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = {"wall_s": time.monotonic() - t0, "proxy_cpu_s": _cpu_s(proxy.pid) - p0,
+               "loadgen_cpu_s": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime}
     finally:
         stop(proxy)
+    return cpu
 
 
 def measure(run_dir: Path, trace: Path, pool_ref: str, speed: float) -> dict:
@@ -301,8 +316,8 @@ def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeat
         load = os.getloadavg()[0]
         with ExitStack() as stack:
             urls = backends_for(stack, rep)
-            route_run(pool, router, view, speed, seed, send_trace, run_dir, urls)
-        row = {"router": router, "repeat": rep, "load_before": load, "load_after": os.getloadavg()[0],
+            cpu = route_run(pool, router, view, speed, seed, send_trace, run_dir, urls)
+        row = {"router": router, "repeat": rep, "load_before": load, "load_after": os.getloadavg()[0], **cpu,
                **measure(run_dir, trace, pool_ref, speed)}
         print(json.dumps(row), flush=True)
         res["runs"].append(row)
@@ -343,6 +358,10 @@ def report(out: Path, tolerance: float = 0.15) -> str:
                      f"{'separated by the repeats' if d['separated'] else 'inside the repeats interval'}")
     lines.append(f"every router within {100 * tolerance:.0f}%: {v['all_within_tolerance']}; rankings agree "
                  f"except pairs inside the repeats' interval: {v['rankings_agree_within_noise']}")
+    if "proxy_cpu_s" in runs:
+        share = (runs["proxy_cpu_s"] + runs["loadgen_cpu_s"]) / runs["wall_s"]
+        lines.append(f"proxy + loadgen CPU: {100 * share.mean():.1f}% of one core on average (max "
+                     f"{100 * share.max():.1f}%; proxy alone {100 * (runs['proxy_cpu_s'] / runs['wall_s']).mean():.1f}%)")
     loads = runs[["load_before", "load_after"]]
     lines.append(f"load average during the runs: {loads.min().min():.1f}-{loads.max().max():.1f}")
     (out / "verdict.json").write_text(json.dumps(v, indent=1))
