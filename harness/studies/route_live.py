@@ -84,7 +84,7 @@ class VllmServer:
     its own process group, so a stop reaches the engine core too."""
 
     def __init__(self, python: str, name: str, core: int, port: int, record: Path, log: Path):
-        self.url = f"http://127.0.0.1:{port}"
+        self.url, self.record = f"http://127.0.0.1:{port}", record
         env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(REPO),
                "LATROUTE_RECORD_DIR": str(record), "LATROUTE_RECORD_MODEL_NAME": name}
         cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server",
@@ -115,11 +115,17 @@ class VllmServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)
+        end = time.monotonic() + 30  # the engine core closes the recording as it shuts down: give it time
         try:
+            while time.monotonic() < end:
+                os.killpg(self.proc.pid, 0)
+                time.sleep(0.5)
             os.killpg(self.proc.pid, signal.SIGKILL)  # an engine core left behind by its API server
         except ProcessLookupError:
             pass
         self._log.close()
+        if self.record.is_dir() and not (self.record / "requests.csv").is_file():
+            _run(_latroute("record", "finish", self.record), self.record.parent, 300)  # a hard stop left parts
 
 
 def start_real(stack: ExitStack, python: str, names: list[str], out: Path) -> list[str]:
@@ -254,7 +260,9 @@ def route_run(pool: Path, router: str, view: str, speed: float, seed: int, trace
     proxy = start_ready(args, run_dir)
     try:
         t0, c0, p0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(proxy.pid)
-        send(["--base-url", f"http://127.0.0.1:{port}"], trace, run_dir / "client", run_dir, ["--route-fields"])
+        # each run's ids its own (X-Request-Id, which the recording keeps): the recording of a session splits by run
+        send(["--base-url", f"http://127.0.0.1:{port}"], trace, run_dir / "client", run_dir,
+             ["--route-fields", "--id-prefix", f"{run_dir.name}-r"])
         c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = {"wall_s": time.monotonic() - t0, "proxy_cpu_s": _cpu_s(proxy.pid) - p0,
                "loadgen_cpu_s": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime}
@@ -310,7 +318,10 @@ def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeat
     OUT/results.json (re-read by ``report``)."""
     res_path = out / "results.json"
     res = json.loads(res_path.read_text()) if res_path.is_file() else {"runs": [], "predicted": {}}
+    done = {(r["repeat"], r["router"]) for r in res["runs"]}  # a study cut short resumes where it stopped
     for rep, router in run_order(routers, repeats, seed):
+        if (rep, router) in done:
+            continue
         run_dir = out / "runs" / f"{router}-{rep}"
         run_dir.mkdir(parents=True, exist_ok=True)
         load = os.getloadavg()[0]
@@ -383,17 +394,21 @@ def real_main(a) -> None:
     models = [c.model for c in base.instances]
     acc = task_accuracy(base.notes, models)
 
-    def workload(seed: int, name: str) -> Path:
-        req, q = cpu_workload(a.requests, a.rate, seed, acc, a.slo_scale)
-        return write_trace(req, q, out / name, {"rate": a.rate, "seed": seed, "slo_scale": a.slo_scale})
+    def workload(seed: int, rate: float, name: str) -> Path:
+        req, q = cpu_workload(a.requests, rate, seed, acc, a.slo_scale)
+        return write_trace(req, q, out / name, {"rate": rate, "seed": seed, "slo_scale": a.slo_scale})
 
-    trace = workload(a.seed, "workload")
     calib = None
     if a.calibrate:
-        calib = calibrate(python, a.pool, workload(a.seed + 1000, "calibration-workload"), out / "calibration")
+        calib = calibrate(python, a.pool, workload(a.seed + 1000, a.calibration_rate, "calibration-workload"),
+                          out / "calibration")
+        print(json.dumps(calib, indent=1), flush=True)
+        if a.calibrate_only:
+            return
     elif (out / "calibration" / "calibration.json").is_file():
         calib = json.loads((out / "calibration" / "calibration.json").read_text())
     twin_pool = pool_with(a.pool, out / "pool-twin.json", None, calib)
+    trace = workload(a.seed, a.rate, "workload")
     title = (f"real vLLM (tiny-a, tiny-b), {a.requests} requests at {a.rate:g} q/s, SLO rule x {a.slo_scale:g}, "
              f"{a.repeats} repeats, view {a.view}, twin {a.twin_seeds} noise seeds")
     with ExitStack() as stack:
@@ -456,6 +471,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--slo-scale", type=float, default=4.0, help="SLO = DESIGN's rule x this (the rule is an H100's)")
     r.add_argument("--vllm-python")
     r.add_argument("--calibrate", action="store_true", help="record a calibration workload first and fit profiles")
+    r.add_argument("--calibrate-only", action="store_true", help="with --calibrate: stop after the calibration")
+    r.add_argument("--calibration-rate", type=float, default=3.0, help="q/s of the calibration workload")
     r.add_argument("--view", default="ledger", choices=["ledger", "metrics:100", "metrics:1000"])
     s = sub.choices["serve"]
     s.add_argument("--pool", default="qwen3-h100-x8")
