@@ -379,6 +379,58 @@ def report(out: Path, tolerance: float = 0.15) -> str:
     return "\n".join(lines)
 
 
+# --- why (real) ------------------------------------------------------------------------------------------------------
+
+def diagnose(out: Path) -> str:
+    """Where a real study's prediction error comes from, with numbers:
+
+    - profile: ``latroute validate`` of each server's whole study session
+      (its recording: the recorded arrivals and assignment on the twin with
+      the calibrated profile): per-request engine TTFT MAPE, step-count ratio;
+    - front end: per run, median(client TTFT - engine TTFT), against the
+      pool's ``frontend_overhead_s``;
+    - view: per run, the median of the router's estimate for the backend it
+      chose minus the TTFT the proxy then saw (routers with an estimator).
+    """
+    from traces.store import open_trace
+
+    pool = json.loads((out / "pool-twin.json").read_text())
+    lines = [f"front end in the twin's pool: {1e3 * pool['frontend_overhead_s']:.1f} ms", "",
+             "| server | engine TTFT MAPE, twin vs recording (whole session) | median APE | steps twin / recorded | "
+             "mean engine TTFT twin / recorded, ms |", "|---|---|---|---|---|"]
+    engine = []
+    for inst in pool["instances"]:
+        name = inst["model"]
+        rec = out / "servers" / f"rec-{name}"
+        t = out / "servers" / f"{name}.t"
+        if not t.is_dir():
+            _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
+        v = out / "servers" / f"val-{name}"
+        if not (v / "metrics.json").is_file():
+            _run(_latroute("validate", t, "--profile", inst["profile"], "--out", v, "--force"), out, 1200)
+        m = json.loads((v / "metrics.json").read_text())
+        lines.append(f"| {name} | {100 * m['ttft']['mape']:.1f}% | {100 * m['ttft']['median_ape']:.1f}% | "
+                     f"{m['steps']['twin']} / {m['steps']['recorded']} | {1e3 * m['ttft_mean_s']['twin']:.0f} / "
+                     f"{1e3 * m['ttft_mean_s']['recorded']:.0f} |")
+        engine.append(open_trace(t).read("requests")[["client_id", "ttft_s"]])
+    eng = pd.concat(engine)
+    lines += ["", "| run | front end, ms (median client - engine TTFT) | estimate - proxy TTFT, ms (median) |",
+              "|---|---|---|"]
+    for run in sorted((out / "runs").iterdir()):
+        cl = open_trace(run / "client").read("requests")[["client_id", "ttft_s"]]
+        m = cl.merge(eng, on="client_id", suffixes=("_client", "_engine"))
+        fe = float((m["ttft_s_client"] - m["ttft_s_engine"]).median() * 1e3)
+        dec = open_trace(run / "log").read("decisions")
+        req = open_trace(run / "log").read("requests").set_index("request_id")
+        ch = dec[dec["chosen"] & (dec["attempt"] == 0)].set_index("request_id")
+        err = (ch["estimate_s"] - req["ttft_s"].reindex(ch.index)) * 1e3
+        lines.append(f"| {run.name} | {fe:.1f} | {err.median():.1f} |" if err.notna().any() else
+                     f"| {run.name} | {fe:.1f} | (no estimator) |")
+    text = "\n".join(lines)
+    (out / "diagnosis.md").write_text(text + "\n")
+    return text
+
+
 # --- entry points ----------------------------------------------------------------------------------------------------
 
 def real_main(a) -> None:
@@ -479,11 +531,13 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--rate", type=float, default=24.0, help="requests per engine second")
     s.add_argument("--speed", type=float, default=1.0)
     s.add_argument("--views", default="ledger")
-    rep = sub.add_parser("report")
-    rep.add_argument("out", type=Path)
+    for name in ("report", "diagnose"):
+        sub.add_parser(name).add_argument("out", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "report":
         print(report(a.out.resolve()))
+    elif a.cmd == "diagnose":
+        print(diagnose(a.out.resolve()))
     elif a.cmd == "real":
         real_main(a)
     else:
