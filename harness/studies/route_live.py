@@ -124,13 +124,22 @@ class VllmServer:
         except ProcessLookupError:
             pass
         self._log.close()
-        if self.record.is_dir() and not (self.record / "requests.csv").is_file():
-            _run(_latroute("record", "finish", self.record), self.record.parent, 300)  # a hard stop left parts
+        if (self.record / "engine.json").is_file() and not (self.record / "requests.csv").is_file():
+            try:  # a hard stop left the recording in parts
+                _run(_latroute("record", "finish", self.record), self.record.parent, 300)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"warning: {self.record}: {e}", file=sys.stderr)
 
 
-def start_real(stack: ExitStack, python: str, names: list[str], out: Path) -> list[str]:
-    """tiny-a on core 0, tiny-b on core 1 (names in pool order); their URLs."""
-    out.mkdir(parents=True, exist_ok=True)
+def start_real(stack: ExitStack, python: str, names: list[str], parent: Path) -> tuple[list[str], Path]:
+    """tiny-a on core 0, tiny-b on core 1 (names in pool order): their URLs
+    and this session's directory (``parent/sessionK``, the first free K: a
+    recording never goes into a used directory), stopped when ``stack`` closes."""
+    k = 0
+    while (parent / f"session{k}").exists():
+        k += 1
+    out = parent / f"session{k}"
+    out.mkdir(parents=True)
     base = free_port_base(len(names))
     servers = []
     for k, name in enumerate(names):
@@ -139,7 +148,7 @@ def start_real(stack: ExitStack, python: str, names: list[str], out: Path) -> li
         servers.append(s)
     for s in servers:
         s.wait_healthy()
-    return [s.url for s in servers]
+    return [s.url for s in servers], out
 
 
 def warm_up(urls: list[str], work: Path) -> None:
@@ -209,14 +218,14 @@ def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
 
     names = [c.model for c in load_pool(pool_path).instances]
     with ExitStack() as stack:
-        urls = start_real(stack, python, names, out)
-        warm_up(urls, out)
+        urls, session = start_real(stack, python, names, out)
+        warm_up(urls, session)
         # through a round-robin proxy, so that the front end measured below includes the proxy's path
         route_run(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
     profiles, engine, gaps = {}, {}, []
     client = open_trace(out / "client").read("requests")[["client_id", "ttft_s"]]
     for c in load_pool(pool_path).instances:
-        rec = out / f"rec-{c.model}"
+        rec = session / f"rec-{c.model}"
         _run(_latroute("trace", "import", "vllm-record", rec, "--out", out / f"{c.model}.t", "--force"), out, 600)
         r = _run(_latroute("calibrate", out / f"{c.model}.t", "--out", out / f"{c.model}.profile.json", "--force"),
                  out, 1200)
@@ -381,6 +390,25 @@ def report(out: Path, tolerance: float = 0.15) -> str:
 
 # --- why (real) ------------------------------------------------------------------------------------------------------
 
+def _validate_session(out: Path, session: Path, name: str, profile: str):
+    """One server's session recording on the twin (``latroute validate``):
+    its table row and the recorded requests (client id, engine TTFT)."""
+    from traces.store import open_trace
+
+    rec, t, v = session / f"rec-{name}", session / f"{name}.t", session / f"val-{name}"
+    if not (rec / "requests.csv").is_file():
+        return None
+    if not t.is_dir():
+        _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
+    if not (v / "metrics.json").is_file():
+        _run(_latroute("validate", t, "--profile", profile, "--out", v, "--force"), out, 1200)
+    m = json.loads((v / "metrics.json").read_text())
+    row = (f"| {session.name} {name} | {100 * m['ttft']['mape']:.1f}% | {100 * m['ttft']['median_ape']:.1f}% | "
+           f"{m['steps']['twin']} / {m['steps']['recorded']} | {1e3 * m['ttft_mean_s']['twin']:.0f} / "
+           f"{1e3 * m['ttft_mean_s']['recorded']:.0f} |")
+    return row, open_trace(t).read("requests")[["client_id", "ttft_s"]]
+
+
 def diagnose(out: Path) -> str:
     """Where a real study's prediction error comes from, with numbers:
 
@@ -399,20 +427,12 @@ def diagnose(out: Path) -> str:
              "| server | engine TTFT MAPE, twin vs recording (whole session) | median APE | steps twin / recorded | "
              "mean engine TTFT twin / recorded, ms |", "|---|---|---|---|---|"]
     engine = []
-    for inst in pool["instances"]:
-        name = inst["model"]
-        rec = out / "servers" / f"rec-{name}"
-        t = out / "servers" / f"{name}.t"
-        if not t.is_dir():
-            _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
-        v = out / "servers" / f"val-{name}"
-        if not (v / "metrics.json").is_file():
-            _run(_latroute("validate", t, "--profile", inst["profile"], "--out", v, "--force"), out, 1200)
-        m = json.loads((v / "metrics.json").read_text())
-        lines.append(f"| {name} | {100 * m['ttft']['mape']:.1f}% | {100 * m['ttft']['median_ape']:.1f}% | "
-                     f"{m['steps']['twin']} / {m['steps']['recorded']} | {1e3 * m['ttft_mean_s']['twin']:.0f} / "
-                     f"{1e3 * m['ttft_mean_s']['recorded']:.0f} |")
-        engine.append(open_trace(t).read("requests")[["client_id", "ttft_s"]])
+    for session in sorted((out / "servers").glob("session*")):
+        for inst in pool["instances"]:
+            row = _validate_session(out, session, inst["model"], inst["profile"])
+            if row:
+                lines.append(row[0])
+                engine.append(row[1])
     eng = pd.concat(engine)
     lines += ["", "| run | front end, ms (median client - engine TTFT) | estimate - proxy TTFT, ms (median) |",
               "|---|---|---|"]
@@ -464,8 +484,8 @@ def real_main(a) -> None:
     title = (f"real vLLM (tiny-a, tiny-b), {a.requests} requests at {a.rate:g} q/s, SLO rule x {a.slo_scale:g}, "
              f"{a.repeats} repeats, view {a.view}, twin {a.twin_seeds} noise seeds")
     with ExitStack() as stack:
-        urls = start_real(stack, python, models, out / "servers")
-        warm_up(urls, out / "servers")
+        urls, session = start_real(stack, python, models, out / "servers")
+        warm_up(urls, session)
         route_pool = pool_with(a.pool, out / "pool-route.json", urls, calib)
         res_path = out / "results.json"
         if not res_path.is_file():
