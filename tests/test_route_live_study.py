@@ -160,7 +160,7 @@ def test_live_study_on_serve_backends(tmp_path, capsys):
     measured and predicted alike; the report ranks both and gives tau."""
     pytest.importorskip("aiohttp")
     _study(["serve", "--pool", "qwen3-h100", "--requests", "40", "--rate", "4", "--speed", "2", "--routers",
-            "round-robin,sfs-cc", "--repeats", "1", "--twin-seeds", "1"], tmp_path)
+            "round-robin,sfs-cc", "--repeats", "1", "--twin-seeds", "1", "--views", "ledger"], tmp_path)
     res = json.loads((tmp_path / "ledger" / "results.json").read_text())
     assert sorted(r["router"] for r in res["runs"]) == ["round-robin", "sfs-cc"]
     assert all(r["failed"] == 0 and r["requests"] == 40 for r in res["runs"])

@@ -509,7 +509,7 @@ def serve_main(a) -> None:
     def backends(stack: ExitStack, rep: int) -> list[str]:
         base = free_port_base(n)
         p = start_ready(["serve", "--pool", a.pool, "--port-base", str(base), "--speed", str(a.speed), "--seed",
-                         str(a.seed + rep)], out)
+                         str(a.seed + rep), "--stream-interval", str(a.stream_interval)], out)
         stack.callback(stop, p)
         return [f"http://127.0.0.1:{base + k}" for k in range(n)]
 
@@ -518,8 +518,9 @@ def serve_main(a) -> None:
         vout.mkdir(parents=True, exist_ok=True)
         res_path = vout / "results.json"
         if not res_path.is_file():
-            res_path.write_text(json.dumps({"title": f"latroute serve {a.pool} at --speed {a.speed:g}, {a.requests} "
-                                                     f"requests at {a.rate:g} q/s (engine), view {view}",
+            res_path.write_text(json.dumps({"title": f"latroute serve {a.pool} at --speed {a.speed:g} (stream interval "
+                                                     f"{a.stream_interval}), {a.requests} requests at {a.rate:g} q/s "
+                                                     f"(engine), view {view}",
                                             "runs": [], "predicted": {}}))
         study(vout, a.pool, a.pool, a.routers.split(","), a.repeats, a.seed, trace, wall, a.speed, a.twin_seeds,
               view, backends)
@@ -550,7 +551,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--pool", default="qwen3-h100-x8")
     s.add_argument("--rate", type=float, default=24.0, help="requests per engine second")
     s.add_argument("--speed", type=float, default=1.0)
-    s.add_argument("--views", default="ledger")
+    s.add_argument("--views", default="exact", help="comma-separated: exact, ledger, metrics:MS (a study each)")
+    s.add_argument("--stream-interval", type=int, default=1, help="serve's tokens per streamed chunk (first at once)")
     for name in ("report", "diagnose"):
         sub.add_parser(name).add_argument("out", type=Path)
     a = ap.parse_args(argv)
