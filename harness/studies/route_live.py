@@ -357,7 +357,8 @@ def report(out: Path, tolerance: float = 0.15) -> str:
     pred = {r: res["predicted"][r]["ontime_utility"] for r in routers}
     v = verdict(meas, pred, tolerance)
     lines = [f"{res.get('title', out.name)}", "",
-             "| router | measured OnTimeUtility (mean [95% interval]; repeats) | predicted | relative error | "
+             "| router | measured OnTimeUtility (mean [95% interval]; repeats) | predicted (seeds' range) | "
+             "relative error | "
              "SLO attainment meas. / pred. | TTFT p50 meas. / pred., ms | TTFT p90 meas. / pred., ms | "
              "shares meas. / pred. |", "|---|---|---|---|---|---|---|---|"]
     for r in routers:
@@ -365,7 +366,8 @@ def report(out: Path, tolerance: float = 0.15) -> str:
         shares = " ".join(f"{k} {np.mean([s[k] for s in g['share_by_instance']]):.2f}/{p['share_by_instance'][k]:.2f}"
                           for k in p["share_by_instance"])
         lines.append(f"| {r} | {m.mean:.4f} [{m.lo:.4f}, {m.hi:.4f}]; "
-                     f"{', '.join(f'{x:.4f}' for x in g['ontime_utility'])} | {pred[r]:.4f} | "
+                     f"{', '.join(f'{x:.4f}' for x in g['ontime_utility'])} | {pred[r]:.4f} "
+                     f"({min(p['ontime_utility_seeds']):.4f}-{max(p['ontime_utility_seeds']):.4f}) | "
                      f"{100 * v['relative_error'][r]:+.1f}% | {g['slo_attainment'].mean():.3f} / "
                      f"{p['slo_attainment']:.3f} | {1e3 * g['ttft_p50_s'].mean():.0f} / {1e3 * p['ttft_p50_s']:.0f} | "
                      f"{1e3 * g['ttft_p90_s'].mean():.0f} / {1e3 * p['ttft_p90_s']:.0f} | {shares} |")
