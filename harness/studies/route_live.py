@@ -210,11 +210,8 @@ def pool_with(pool_path: Path, out: Path, urls: list[str] | None, calib: dict | 
 # --- calibration (real) ----------------------------------------------------------------------------------------------
 
 def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
-    """Record ``trace`` round robin on fresh servers, fit each server's
-    profile, read its KV blocks, and the front end: median(client TTFT -
-    engine TTFT)."""
+    """Record ``trace`` round robin on fresh servers, then ``fit``."""
     from harness.twin.pools import load_pool
-    from traces.store import open_trace
 
     names = [c.model for c in load_pool(pool_path).instances]
     with ExitStack() as stack:
@@ -222,19 +219,34 @@ def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
         warm_up(urls, session)
         # through a round-robin proxy, so that the front end measured below includes the proxy's path
         route_run(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
+    return fit(pool_path, session, out)
+
+
+def engine_ttfts(rec: Path) -> pd.DataFrame:
+    """A recording's requests: the id the client sent, and the engine's TTFT."""
+    return pd.read_csv(rec / "requests.csv", usecols=["client_id", "ttft_s"])
+
+
+def fit(pool_path: Path, session: Path, out: Path) -> dict:
+    """Each server's profile fitted on its recording (``latroute
+    calibrate``), its KV blocks as vLLM sized them, and the front end:
+    median(client TTFT - engine TTFT) over both servers' requests."""
+    from harness.twin.pools import load_pool
+    from traces.store import open_trace
+
     profiles, engine, gaps = {}, {}, []
     client = open_trace(out / "client").read("requests")[["client_id", "ttft_s"]]
     for c in load_pool(pool_path).instances:
-        rec = session / f"rec-{c.model}"
-        _run(_latroute("trace", "import", "vllm-record", rec, "--out", out / f"{c.model}.t", "--force"), out, 600)
-        r = _run(_latroute("calibrate", out / f"{c.model}.t", "--out", out / f"{c.model}.profile.json", "--force"),
-                 out, 1200)
-        (out / f"calibrate-{c.model}.txt").write_text(r.stdout)
-        profiles[c.instance_id] = str(out / f"{c.model}.profile.json")
-        inst = open_trace(out / f"{c.model}.t").read("instances").iloc[0]
-        engine[c.instance_id] = {"num_kv_blocks": int(inst["num_kv_blocks"])}
-        eng = open_trace(out / f"{c.model}.t").read("requests")[["client_id", "ttft_s"]]
-        m = client.merge(eng, on="client_id", suffixes=("_client", "_engine"))
+        rec, t = session / f"rec-{c.model}", out / f"{c.model}.t"
+        if not t.is_dir():
+            _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
+        prof = out / f"{c.model}.profile.json"
+        if not prof.is_file():
+            r = _run(_latroute("calibrate", t, "--out", prof, "--force"), out, 1200)
+            (out / f"calibrate-{c.model}.txt").write_text(r.stdout)
+        profiles[c.instance_id] = str(prof)
+        engine[c.instance_id] = {"num_kv_blocks": int(open_trace(t).read("instances").iloc[0]["num_kv_blocks"])}
+        m = client.merge(engine_ttfts(rec), on="client_id", suffixes=("_client", "_engine"))
         gaps.append((m["ttft_s_client"] - m["ttft_s_engine"]).to_numpy())
     calib = {"profiles": profiles, "engine": engine, "frontend_overhead_s": float(np.median(np.concatenate(gaps))),
              "pairs": int(sum(len(g) for g in gaps))}
@@ -395,7 +407,6 @@ def report(out: Path, tolerance: float = 0.15) -> str:
 def _validate_session(out: Path, session: Path, name: str, profile: str):
     """One server's session recording on the twin (``latroute validate``):
     its table row and the recorded requests (client id, engine TTFT)."""
-    from traces.store import open_trace
 
     rec, t, v = session / f"rec-{name}", session / f"{name}.t", session / f"val-{name}"
     if not (rec / "requests.csv").is_file():
@@ -408,7 +419,7 @@ def _validate_session(out: Path, session: Path, name: str, profile: str):
     row = (f"| {session.name} {name} | {100 * m['ttft']['mape']:.1f}% | {100 * m['ttft']['median_ape']:.1f}% | "
            f"{m['steps']['twin']} / {m['steps']['recorded']} | {1e3 * m['ttft_mean_s']['twin']:.0f} / "
            f"{1e3 * m['ttft_mean_s']['recorded']:.0f} |")
-    return row, open_trace(t).read("requests")[["client_id", "ttft_s"]]
+    return row, engine_ttfts(rec)
 
 
 def diagnose(out: Path) -> str:
