@@ -20,6 +20,7 @@ from harness.live.loadgen import (
     run_loadgen,
 )
 from harness.live.record import RunFailed, read_workload
+from harness.live.route_fields import route_fields as _route_fields
 from traces.errors import BadInput
 from traces.outputs import check_out, write_json
 from traces.store import TraceWriter, open_trace
@@ -57,11 +58,15 @@ from traces.store import TraceWriter, open_trace
 @click.option("--time-limit", type=POSITIVE, default=3600.0, show_default=True,
               help="Seconds after which unfinished requests are abandoned (counted as failed); bounds every "
                    "network wait, GET /v1/models included.")
+@click.option("--route-fields", is_flag=True,
+              help="With --trace: send each request's SLO, predicted length and per-model predicted accuracy "
+                   "(slo_ttft_s, predicted_output_tokens, the quality table's acc_hat) as the headers "
+                   "`latroute route` reads, so the proxy routes on the trace's inputs, as replay does.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None, trace_dir: Path | None, out: Path, model: str | None, num_prompts: int | None,
             request_rate: float, burstiness: float, seed: int, max_concurrency: int | None, input_len: int,
             output_len: int, hash_block_tokens: int | None, id_prefix: str, prompt_format: str,
-            request_timeout: float, time_limit: float, force: bool) -> None:
+            request_timeout: float, time_limit: float, route_fields: bool, force: bool) -> None:
     """Replay arrivals open loop against /v1/completions (streaming) and measure.
 
     Per request: TTFT, inter-token latencies, end-to-end latency, or the
@@ -100,6 +105,9 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
         if num_prompts is None:
             raise BadInput("--num-prompts", None, "--num-prompts", "give --trace DIR or --num-prompts N")
         wl = generated_workload(num_prompts, request_rate, burstiness, seed, input_len, output_len)
+    if route_fields and trace_dir is None:
+        raise BadInput("--route-fields", None, "--route-fields", "needs --trace (the fields come from it)")
+    headers = _route_fields(open_trace(trace_dir), wl.request_id) if route_fields else ()
     names: list[str] = list(urls)
     assignment = None
     if assign_from is not None:
@@ -111,7 +119,7 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
     cfg = LoadgenConfig(base_url=url, backends=urls, backend_of=backend_of, backend_names=tuple(names[:len(urls)]),
                         model=model, max_concurrency=max_concurrency, request_timeout_s=request_timeout,
                         time_limit_s=time_limit, id_prefix=id_prefix, prompt_format=prompt_format, seed=seed,
-                        request_rate=request_rate, burstiness=burstiness)
+                        request_rate=request_rate, burstiness=burstiness, request_headers=headers)
     date = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
     # the load runs before anything is created: an unreachable server, or a run in which every request
     # failed, leaves no directory behind (not even --out's parents); a partly failed run is written whole

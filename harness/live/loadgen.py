@@ -64,6 +64,8 @@ class LoadgenConfig:
     backends: tuple[str, ...] = ()
     backend_of: tuple[int, ...] = ()
     backend_names: tuple[str, ...] = ()  # instance ids for the client trace's instance_id (default: the URLs)
+    # per request (the workload's order), headers sent beside X-Request-Id (``route_fields``); empty: none
+    request_headers: tuple[dict[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse settings that would hang or flood: a NaN timeout never fires, a
@@ -98,6 +100,7 @@ class RequestResult:
     error: str = ""
     queue_s: float = 0.0
     backend: int = -1  # index into LoadgenConfig.backends (-1: base_url)
+    headers: dict[str, str] = field(default_factory=dict)  # sent beside X-Request-Id
 
     @property
     def ok(self) -> bool:
@@ -167,7 +170,7 @@ class _Client:
         done = False
         try:
             async with self.session.post(url + cfg.endpoint, json=body,
-                                         headers={"X-Request-Id": r.client_id}) as resp:
+                                         headers={**r.headers, "X-Request-Id": r.client_id}) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].replace("\n", " ")
                     r.error = f"HTTP {resp.status}: {text}"
@@ -254,7 +257,8 @@ async def _run(wl: Workload, cfg: LoadgenConfig) -> tuple[list[RequestResult], f
         client = _Client(cfg, session, t0)
         client.models = models
         results = [RequestResult(int(rid), f"{cfg.id_prefix}{int(rid)}", float(a) - float(wl.arrival_s.min()),
-                                 int(p), int(o), backend=cfg.backend_of[k] if cfg.backends else -1)
+                                 int(p), int(o), backend=cfg.backend_of[k] if cfg.backends else -1,
+                                 headers=cfg.request_headers[k] if cfg.request_headers else {})
                    for k, (rid, a, p, o) in enumerate(zip(wl.request_id, wl.arrival_s, wl.prompt_tokens,
                                                           wl.output_tokens))]
         order = np.argsort([r.scheduled_s for r in results], kind="stable")

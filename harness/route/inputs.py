@@ -151,6 +151,22 @@ def stated(headers, body: dict) -> Stated:
     return Stated(slo, quality, pred)
 
 
+def request_headers(slo_s: float | None, quality: dict[str, float] | None, predicted: int | None) -> dict[str, str]:
+    """The headers that state a request's SLO, per-model predicted accuracy
+    and predicted output length (what ``stated`` reads back): a client that
+    knows them (``latroute loadgen --route-fields``) tells the proxy the
+    same inputs an offline replay of its trace uses. Accuracies go with
+    ``repr`` so the proxy reads the very float; the SLO in ms to 1 ns."""
+    out = {}
+    if slo_s is not None and math.isfinite(slo_s):
+        out[SLO_HEADERS[0]] = f"{slo_s * 1e3:.6f}"
+    if quality:
+        out[QUALITY_HEADER] = ",".join(f"{m}={float(a)!r}" for m, a in quality.items())
+    if predicted is not None:
+        out[LENGTH_HEADER] = str(int(predicted))
+    return out
+
+
 class RequestBook:
     """The ``RouteInputs`` of every request the proxy has taken, filled
     one row per arrival (``take``)."""

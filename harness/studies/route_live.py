@@ -1,0 +1,583 @@
+"""The live study (``python -m harness.studies.route_live``): does the
+twin rank routers as they rank on real backends? One workload goes open
+loop (``latroute loadgen --route-fields``) through ``latroute route`` with
+each router in turn, on the same backends, in a seeded random order per
+repeat; then ``latroute replay`` predicts each router's figures on the
+twin of the same pool; the report sets measured and predicted
+OnTimeUtility, SLO attainment, TTFT and shares side by side, with Kendall's
+tau between the two orders and 95% intervals from the repeats
+(``harness.studies.rank_agreement``).
+
+Two kinds of backends:
+
+- ``real``: two real vLLM servers (vLLM's own interpreter, ``--vllm-python``)
+  on 127.0.0.1, tiny-a and tiny-b of ``shared/models``, each pinned to one
+  core (``taskset -c N``, ``VLLM_CPU_OMP_THREADS_BIND=N``),
+  ``--gpu-memory-utilization 0.1``, prefix caching off, the recording
+  scheduler on. Pool file ``docs/pools/tiny-ab.json`` (prices, engine
+  settings, per-task accuracies in ``notes.accuracy``, profiles). With
+  ``--calibrate`` a first session records a calibration workload (another
+  seed, round robin straight to the servers), ``latroute calibrate`` fits
+  each server's profile on it and the front end's time is the median of
+  client TTFT - engine TTFT; the servers are then restarted for the study.
+- ``serve``: ``latroute serve`` backends of a built-in pool (e.g.
+  ``qwen3-h100-x8``) at ``--speed``; the paper's generated workload; each
+  run on freshly started backends (noise seeded by repeat). ``--views``
+  repeats the study per view (``exact``, ``ledger``, ``metrics:MS``), the
+  twin's prediction for ``metrics:MS`` being replay's ``--view-interval MS``.
+
+Measured OnTimeUtility is scored as ``replay`` scores the twin
+(``live_workload.measured_ontime``): realised accuracy - lambda * realised
+cost of the backend the proxy chose (its decision log), on time when the
+client's TTFT (loadgen) is within the request's SLO. Every wait is bounded;
+every server is stopped at the end, on error too.
+
+``python -m harness.studies.route_live real OUT [--calibrate] ...``,
+``... serve OUT --pool qwen3-h100-x8 --speed 0.5 ...``, ``... report OUT``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.live.ports import free_port_base
+from harness.live.processes import start_ready, stop
+from harness.studies.rank_agreement import interval, verdict
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO.parent / "shared" / "models"
+POOL_FILE = REPO / "docs" / "pools" / "tiny-ab.json"
+ROUTERS = ("round-robin", "shortest-queue", "latency-agnostic", "sfs-hard", "sfs-cc")
+RECORDER = "traces.vllm_recorder.scheduler.RecordingScheduler"
+ENGINE_ARGS = ["--max-num-batched-tokens", "512", "--max-num-seqs", "64", "--max-model-len", "4096"]
+START_S, RUN_S = 300.0, 900.0
+
+
+def _latroute(*args) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", *map(str, args)]
+
+
+def _run(args: list[str], cwd: Path, timeout: float, ok=(0,)) -> subprocess.CompletedProcess:
+    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    if r.returncode not in ok:
+        raise RuntimeError(f"{' '.join(args[2:5])} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return r
+
+
+# --- backends -------------------------------------------------------------------------------------------------------
+
+class VllmServer:
+    """One real vLLM server, pinned to ``core``, recording into ``record``;
+    its own process group, so a stop reaches the engine core too."""
+
+    def __init__(self, python: str, name: str, core: int, port: int, record: Path, log: Path):
+        self.url, self.record = f"http://127.0.0.1:{port}", record
+        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(REPO),
+               "LATROUTE_RECORD_DIR": str(record), "LATROUTE_RECORD_MODEL_NAME": name}
+        cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(MODELS / name), "--served-model-name", name, "--load-format", "dummy",
+               "--dtype", "float32", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port),
+               "--gpu-memory-utilization", "0.1", *ENGINE_ARGS, "--no-enable-prefix-caching",
+               "--shutdown-timeout", "20", "--scheduler-cls", RECORDER]
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, seconds: float = START_S) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM server exited ({self.proc.returncode}) before {self.url} was healthy")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1):
+                    return
+            except OSError:
+                time.sleep(1)
+        raise RuntimeError(f"{self.url} not healthy after {seconds:g} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+        end = time.monotonic() + 30  # the engine core closes the recording as it shuts down: give it time
+        try:
+            while time.monotonic() < end:
+                os.killpg(self.proc.pid, 0)
+                time.sleep(0.5)
+            os.killpg(self.proc.pid, signal.SIGKILL)  # an engine core left behind by its API server
+        except ProcessLookupError:
+            pass
+        self._log.close()
+        if (self.record / "engine.json").is_file() and not (self.record / "requests.csv").is_file():
+            try:  # a hard stop left the recording in parts
+                _run(_latroute("record", "finish", self.record), self.record.parent, 300)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"warning: {self.record}: {e}", file=sys.stderr)
+
+
+def start_real(stack: ExitStack, python: str, names: list[str], parent: Path) -> tuple[list[str], Path]:
+    """tiny-a on core 0, tiny-b on core 1 (names in pool order): their URLs
+    and this session's directory (``parent/sessionK``, the first free K: a
+    recording never goes into a used directory), stopped when ``stack`` closes."""
+    k = 0
+    while (parent / f"session{k}").exists():
+        k += 1
+    out = parent / f"session{k}"
+    out.mkdir(parents=True)
+    base = free_port_base(len(names))
+    servers = []
+    for k, name in enumerate(names):
+        s = VllmServer(python, name, k % os.cpu_count(), base + k, out / f"rec-{name}", out / f"server-{name}.log")
+        stack.callback(s.stop)
+        servers.append(s)
+    for s in servers:
+        s.wait_healthy()
+    return [s.url for s in servers], out
+
+
+def warm_up(urls: list[str], work: Path) -> None:
+    """A few requests to each server (not in the study): first-call costs."""
+    for k, url in enumerate(urls):
+        _run(_latroute("loadgen", "--base-url", url, "--num-prompts", 6, "--request-rate", 3, "--input-len", 256,
+                       "--output-len", 16, "--id-prefix", "warm", "--out", work / f"warm-{k}", "--force"), work, 300)
+
+
+def send(target: list[str], trace: Path, out: Path, work: Path, extra=()) -> None:
+    """loadgen the workload; a run with failed requests is kept (they count as late)."""
+    _run(_latroute("loadgen", *target, "--trace", trace, "--out", out, "--force", "--time-limit", int(RUN_S - 60),
+                   *extra), work, RUN_S, ok=(0, 1))
+    if not (out / "meta.json").is_file():
+        raise RuntimeError(f"loadgen wrote nothing to {out}")
+
+
+# --- workloads and pools ---------------------------------------------------------------------------------------------
+
+def write_trace(requests: pd.DataFrame, quality: pd.DataFrame, out: Path, note: dict) -> Path:
+    from traces.store import TraceWriter
+
+    with TraceWriter(out, force=True) as w:
+        w.meta["source"] = {"kind": "generated", "generator": "harness.studies.route_live", **note}
+        w.write_table("requests", requests)
+        w.write_table("quality", quality)
+    return out
+
+
+def wall_copy(trace: Path, speed: float, out: Path) -> Path:
+    """The workload with arrivals in wall seconds (backends at ``speed``)."""
+    from traces.store import open_trace
+
+    t = open_trace(trace)
+    req = t.read("requests")
+    req["arrival_s"] = req["arrival_s"] / speed
+    return write_trace(req, t.read("quality"), out, {"engine_time_trace": str(trace), "speed": speed})
+
+
+def pool_with(pool_path: Path, out: Path, urls: list[str] | None, calib: dict | None = None) -> Path:
+    """The pool file as the study uses it: absolute profile paths (the
+    calibrated ones, KV blocks and front end when ``calib`` gives them), a
+    url per entry."""
+    doc = json.loads(pool_path.read_text())
+    calib = calib or {}
+    for k, inst in enumerate(doc["instances"]):
+        inst.update(calib.get("engine", {}).get(inst["instance_id"], {}))
+        prof = calib.get("profiles", {}).get(inst["instance_id"]) or inst["profile"]
+        p = Path(prof)
+        inst["profile"] = str(p if p.is_absolute() or not (REPO / p).is_file() else REPO / p)
+        if urls:
+            inst["url"] = urls[k]
+    if calib.get("frontend_overhead_s") is not None:
+        doc["frontend_overhead_s"] = round(float(calib["frontend_overhead_s"]), 6)
+    out.write_text(json.dumps(doc, indent=1))
+    return out
+
+
+# --- calibration (real) ----------------------------------------------------------------------------------------------
+
+def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
+    """Record ``trace`` round robin on fresh servers, then ``fit``."""
+    from harness.twin.pools import load_pool
+
+    names = [c.model for c in load_pool(pool_path).instances]
+    with ExitStack() as stack:
+        urls, session = start_real(stack, python, names, out)
+        warm_up(urls, session)
+        # through a round-robin proxy, so that the front end measured below includes the proxy's path
+        route_run(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
+    return fit(pool_path, session, out)
+
+
+def engine_ttfts(rec: Path) -> pd.DataFrame:
+    """A recording's requests: the id the client sent, and the engine's TTFT."""
+    return pd.read_csv(rec / "requests.csv", usecols=["client_id", "ttft_s"])
+
+
+def fit(pool_path: Path, session: Path, out: Path) -> dict:
+    """Each server's profile fitted on its recording (``latroute
+    calibrate``), its KV blocks as vLLM sized them, and the front end:
+    median(client TTFT - engine TTFT) over both servers' requests."""
+    from harness.twin.pools import load_pool
+    from traces.store import open_trace
+
+    profiles, engine, gaps = {}, {}, []
+    client = open_trace(out / "client").read("requests")[["client_id", "ttft_s"]]
+    for c in load_pool(pool_path).instances:
+        rec, t = session / f"rec-{c.model}", out / f"{c.model}.t"
+        if not t.is_dir():
+            _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
+        prof = out / f"{c.model}.profile.json"
+        if not prof.is_file():
+            r = _run(_latroute("calibrate", t, "--out", prof, "--force"), out, 1200)
+            (out / f"calibrate-{c.model}.txt").write_text(r.stdout)
+        profiles[c.instance_id] = str(prof)
+        engine[c.instance_id] = {"num_kv_blocks": int(open_trace(t).read("instances").iloc[0]["num_kv_blocks"])}
+        m = client.merge(engine_ttfts(rec), on="client_id", suffixes=("_client", "_engine"))
+        gaps.append((m["ttft_s_client"] - m["ttft_s_engine"]).to_numpy())
+    calib = {"profiles": profiles, "engine": engine, "frontend_overhead_s": float(np.median(np.concatenate(gaps))),
+             "pairs": int(sum(len(g) for g in gaps))}
+    (out / "calibration.json").write_text(json.dumps(calib, indent=1))
+    return calib
+
+
+# --- the runs --------------------------------------------------------------------------------------------------------
+
+def run_order(routers: list[str], repeats: int, seed: int) -> list[tuple[int, str]]:
+    """Each repeat runs every router once, in its own seeded random order."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x11fe]))
+    return [(rep, routers[k]) for rep in range(repeats) for k in rng.permutation(len(routers))]
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def route_run(pool: Path, router: str, view: str, speed: float, seed: int, trace: Path, run_dir: Path,
+              backends: list[str] | None = None) -> dict:
+    """One run; the CPU seconds the proxy and loadgen took from the
+    machine the backends share (CPU contention, beside the wall time)."""
+    kind, _, interval_ms = view.partition(":")
+    port = free_port_base(1)
+    args = ["route", "--pool", str(pool), "--router", router, "--listen", f"127.0.0.1:{port}", "--view", kind,
+            "--quality", "request", "--speed", str(speed), "--seed", str(seed), "--log", str(run_dir / "log"),
+            "--force", *(["--poll-interval", interval_ms] if interval_ms else []),
+            *(["--backends", ",".join(backends)] if backends else [])]
+    proxy = start_ready(args, run_dir)
+    try:
+        t0, c0, p0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(proxy.pid)
+        # each run's ids its own (X-Request-Id, which the recording keeps): the recording of a session splits by run
+        send(["--base-url", f"http://127.0.0.1:{port}"], trace, run_dir / "client", run_dir,
+             ["--route-fields", "--id-prefix", f"{run_dir.name}-r"])
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = {"wall_s": time.monotonic() - t0, "proxy_cpu_s": _cpu_s(proxy.pid) - p0,
+               "loadgen_cpu_s": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime}
+    finally:
+        stop(proxy)
+    return cpu
+
+
+def measure(run_dir: Path, trace: Path, pool_ref: str, speed: float) -> dict:
+    """One run's figures (``measured_ontime``) from its client trace (TTFT,
+    in backend seconds) and decision log (the backend chosen)."""
+    from harness.studies.live_workload import measured_ontime
+    from harness.twin.pools import load_pool
+    from traces.store import open_trace
+
+    pool = load_pool(pool_ref)
+    t = open_trace(trace)
+    req, qual = t.read("requests"), t.read("quality")
+    client = open_trace(run_dir / "client").read("requests")[["request_id", "ttft_s", "client_id"]]
+    log = open_trace(run_dir / "log").read("requests")[["client_id", "instance_id", "ttft_s"]]
+    m = client.merge(log, on="client_id", how="left", suffixes=("", "_proxy"))
+    served = pd.DataFrame({"request_id": m["request_id"], "instance_id": m["instance_id"],
+                           "ttft_s": m["ttft_s"] * speed})
+    cfg = pool.instances
+    out = measured_ontime(req, qual, [c.model for c in cfg], [c.instance_id for c in cfg],
+                          [c.price_in for c in cfg], [c.price_out for c in cfg], served)
+    out["proxy_ttft_p50_s"] = float(m["ttft_s_proxy"].median())
+    return out
+
+
+def predict(pool: Path | str, router: str, trace: Path, out: Path, seeds: int, view: str = "ledger") -> dict:
+    """``latroute replay`` of the workload, ``seeds`` noise seeds: the mean
+    of each figure (and the per-seed OnTimeUtility)."""
+    _, _, interval_ms = view.partition(":")
+    out.mkdir(parents=True, exist_ok=True)
+    figs = []
+    for s in range(seeds):
+        d = out / f"seed{s}"
+        _run(_latroute("replay", "--pool", pool, "--trace", trace, "--router", router, "--seed", s, "--out", d,
+                       "--force", *(["--view-interval", interval_ms] if interval_ms else [])), out, 900)
+        figs.append(json.loads((d / "metrics.json").read_text()))
+    keys = ("ontime_utility", "slo_attainment", "ttft_p50_s", "ttft_p90_s")
+    res = {k: float(np.mean([f[k] for f in figs])) for k in keys}
+    res["ontime_utility_seeds"] = [f["ontime_utility"] for f in figs]
+    res["share_by_instance"] = {k: float(np.mean([f["share_by_instance"][k] for f in figs]))
+                                for k in figs[0]["share_by_instance"]}
+    return res
+
+
+def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeats: int, seed: int, trace: Path,
+          send_trace: Path, speed: float, twin_seeds: int, view: str, backends_for) -> None:
+    """Every (repeat, router) run, then the twin's predictions; results in
+    OUT/results.json (re-read by ``report``)."""
+    res_path = out / "results.json"
+    res = json.loads(res_path.read_text()) if res_path.is_file() else {"runs": [], "predicted": {}}
+    done = {(r["repeat"], r["router"]) for r in res["runs"]}  # a study cut short resumes where it stopped
+    for rep, router in run_order(routers, repeats, seed):
+        if (rep, router) in done:
+            continue
+        run_dir = out / "runs" / f"{router}-{rep}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        load = os.getloadavg()[0]
+        with ExitStack() as stack:
+            urls = backends_for(stack, rep)
+            cpu = route_run(pool, router, view, speed, seed, send_trace, run_dir, urls)
+        row = {"router": router, "repeat": rep, "load_before": load, "load_after": os.getloadavg()[0], **cpu,
+               **measure(run_dir, trace, pool_ref, speed)}
+        print(json.dumps(row), flush=True)
+        res["runs"].append(row)
+        res_path.write_text(json.dumps(res, indent=1))
+    for router in routers:
+        res["predicted"][router] = predict(pool_ref, router, trace, out / "twin" / router, twin_seeds, view)
+    res_path.write_text(json.dumps(res, indent=1))
+
+
+# --- report ----------------------------------------------------------------------------------------------------------
+
+def report(out: Path, tolerance: float = 0.15) -> str:
+    res = json.loads((out / "results.json").read_text())
+    runs = pd.DataFrame(res["runs"])
+    routers = list(res["predicted"])
+    meas = {r: interval(runs.loc[runs["router"] == r, "ontime_utility"]) for r in routers}
+    pred = {r: res["predicted"][r]["ontime_utility"] for r in routers}
+    v = verdict(meas, pred, tolerance)
+    lines = [f"{res.get('title', out.name)}", "",
+             "| router | measured OnTimeUtility (mean [95% interval]; repeats) | predicted (seeds' range) | "
+             "relative error | "
+             "SLO attainment meas. / pred. | TTFT p50 meas. / pred., ms | TTFT p90 meas. / pred., ms | "
+             "shares meas. / pred. |", "|---|---|---|---|---|---|---|---|"]
+    for r in routers:
+        g, p, m = runs[runs["router"] == r], res["predicted"][r], meas[r]
+        shares = " ".join(f"{k} {np.mean([s[k] for s in g['share_by_instance']]):.2f}/{p['share_by_instance'][k]:.2f}"
+                          for k in p["share_by_instance"])
+        lines.append(f"| {r} | {m.mean:.4f} [{m.lo:.4f}, {m.hi:.4f}]; "
+                     f"{', '.join(f'{x:.4f}' for x in g['ontime_utility'])} | {pred[r]:.4f} "
+                     f"({min(p['ontime_utility_seeds']):.4f}-{max(p['ontime_utility_seeds']):.4f}) | "
+                     f"{100 * v['relative_error'][r]:+.1f}% | {g['slo_attainment'].mean():.3f} / "
+                     f"{p['slo_attainment']:.3f} | {1e3 * g['ttft_p50_s'].mean():.0f} / {1e3 * p['ttft_p50_s']:.0f} | "
+                     f"{1e3 * g['ttft_p90_s'].mean():.0f} / {1e3 * p['ttft_p90_s']:.0f} | {shares} |")
+    lines += ["", f"measured ranking: {' > '.join(v['measured_ranking'])}",
+              f"predicted ranking: {' > '.join(v['predicted_ranking'])}",
+              f"Kendall's tau: {v['kendall_tau']:.3f}"]
+    for d in v["disagreements"]:
+        lines.append(f"disagreeing pair: {d['better_measured']} > {d['worse_measured']} measured "
+                     f"(+{d['measured_diff']:.4f}), predicted {d['predicted_diff']:+.4f}: "
+                     f"{'separated by the repeats' if d['separated'] else 'inside the repeats interval'}")
+    lines.append(f"every router within {100 * tolerance:.0f}%: {v['all_within_tolerance']}; rankings agree "
+                 f"except pairs inside the repeats' interval: {v['rankings_agree_within_noise']}")
+    if "proxy_cpu_s" in runs:
+        share = (runs["proxy_cpu_s"] + runs["loadgen_cpu_s"]) / runs["wall_s"]
+        lines.append(f"proxy + loadgen CPU: {100 * share.mean():.1f}% of one core on average (max "
+                     f"{100 * share.max():.1f}%; proxy alone {100 * (runs['proxy_cpu_s'] / runs['wall_s']).mean():.1f}%)")
+    loads = runs[["load_before", "load_after"]]
+    lines.append(f"load average during the runs: {loads.min().min():.1f}-{loads.max().max():.1f}")
+    (out / "verdict.json").write_text(json.dumps(v, indent=1))
+    return "\n".join(lines)
+
+
+# --- why (real) ------------------------------------------------------------------------------------------------------
+
+def _validate_session(out: Path, session: Path, name: str, profile: str):
+    """One server's session recording on the twin (``latroute validate``):
+    its table row and the recorded requests (client id, engine TTFT)."""
+
+    rec, t, v = session / f"rec-{name}", session / f"{name}.t", session / f"val-{name}"
+    if not (rec / "requests.csv").is_file():
+        return None
+    if not t.is_dir():
+        _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
+    if not (v / "metrics.json").is_file():
+        _run(_latroute("validate", t, "--profile", profile, "--out", v, "--force"), out, 1200)
+    m = json.loads((v / "metrics.json").read_text())
+    row = (f"| {session.name} {name} | {100 * m['ttft']['mape']:.1f}% | {100 * m['ttft']['median_ape']:.1f}% | "
+           f"{m['steps']['twin']} / {m['steps']['recorded']} | {1e3 * m['ttft_mean_s']['twin']:.0f} / "
+           f"{1e3 * m['ttft_mean_s']['recorded']:.0f} |")
+    return row, engine_ttfts(rec)
+
+
+def diagnose(out: Path) -> str:
+    """Where a real study's prediction error comes from, with numbers:
+
+    - profile: ``latroute validate`` of each server's whole study session
+      (its recording: the recorded arrivals and assignment on the twin with
+      the calibrated profile): per-request engine TTFT MAPE, step-count ratio;
+    - front end: per run, median(client TTFT - engine TTFT), against the
+      pool's ``frontend_overhead_s``;
+    - view: per run, the median of the router's estimate for the backend it
+      chose minus the TTFT the proxy then saw (routers with an estimator).
+    """
+    from traces.store import open_trace
+
+    pool = json.loads((out / "pool-twin.json").read_text())
+    lines = [f"front end in the twin's pool: {1e3 * pool['frontend_overhead_s']:.1f} ms", "",
+             "| server | engine TTFT MAPE, twin vs recording (whole session) | median APE | steps twin / recorded | "
+             "mean engine TTFT twin / recorded, ms |", "|---|---|---|---|---|"]
+    engine = []
+    for session in sorted((out / "servers").glob("session*")):
+        for inst in pool["instances"]:
+            row = _validate_session(out, session, inst["model"], inst["profile"])
+            if row:
+                lines.append(row[0])
+                engine.append(row[1])
+    eng = pd.concat(engine)
+    lines += ["", "| run | front end, ms (median client - engine TTFT) | estimate - proxy TTFT, ms (median) |",
+              "|---|---|---|"]
+    for run in sorted((out / "runs").iterdir()):
+        cl = open_trace(run / "client").read("requests")[["client_id", "ttft_s"]]
+        m = cl.merge(eng, on="client_id", suffixes=("_client", "_engine"))
+        fe = float((m["ttft_s_client"] - m["ttft_s_engine"]).median() * 1e3)
+        dec = open_trace(run / "log").read("decisions")
+        req = open_trace(run / "log").read("requests").set_index("request_id")
+        ch = dec[dec["chosen"] & (dec["attempt"] == 0)].set_index("request_id")
+        err = (ch["estimate_s"] - req["ttft_s"].reindex(ch.index)) * 1e3
+        lines.append(f"| {run.name} | {fe:.1f} | {err.median():.1f} |" if err.notna().any() else
+                     f"| {run.name} | {fe:.1f} | (no estimator) |")
+    text = "\n".join(lines)
+    (out / "diagnosis.md").write_text(text + "\n")
+    return text
+
+
+# --- entry points ----------------------------------------------------------------------------------------------------
+
+def real_main(a) -> None:
+    from harness.studies.live_workload import cpu_workload, task_accuracy
+    from harness.twin.pools import load_pool
+
+    python = a.vllm_python or os.environ.get("LATROUTE_VLLM_PYTHON")
+    if not python:
+        raise SystemExit("error: name vLLM's interpreter (--vllm-python or LATROUTE_VLLM_PYTHON)")
+    out = a.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    base = load_pool(a.pool)
+    models = [c.model for c in base.instances]
+    acc = task_accuracy(base.notes, models)
+
+    def workload(seed: int, rate: float, name: str) -> Path:
+        req, q = cpu_workload(a.requests, rate, seed, acc, a.slo_scale)
+        return write_trace(req, q, out / name, {"rate": rate, "seed": seed, "slo_scale": a.slo_scale})
+
+    calib = None
+    if a.calibrate:
+        calib = calibrate(python, a.pool, workload(a.seed + 1000, a.calibration_rate, "calibration-workload"),
+                          out / "calibration")
+        print(json.dumps(calib, indent=1), flush=True)
+        if a.calibrate_only:
+            return
+    elif (out / "calibration" / "calibration.json").is_file():
+        calib = json.loads((out / "calibration" / "calibration.json").read_text())
+    twin_pool = pool_with(a.pool, out / "pool-twin.json", None, calib)
+    trace = workload(a.seed, a.rate, "workload")
+    title = (f"real vLLM (tiny-a, tiny-b), {a.requests} requests at {a.rate:g} q/s, SLO rule x {a.slo_scale:g}, "
+             f"{a.repeats} repeats, view {a.view}, twin {a.twin_seeds} noise seeds")
+    with ExitStack() as stack:
+        urls, session = start_real(stack, python, models, out / "servers")
+        warm_up(urls, session)
+        route_pool = pool_with(a.pool, out / "pool-route.json", urls, calib)
+        res_path = out / "results.json"
+        if not res_path.is_file():
+            res_path.write_text(json.dumps({"title": title, "runs": [], "predicted": {}}))
+        study(out, route_pool, str(twin_pool), a.routers.split(","), a.repeats, a.seed, trace, trace, 1.0,
+              a.twin_seeds, a.view, lambda stack_, rep: None)
+    print(report(out))
+
+
+def serve_main(a) -> None:
+    from harness.twin.pools import load_pool
+
+    out = a.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(load_pool(a.pool).instances)
+    trace = out / "workload"
+    _run(_latroute("trace", "generate", "--requests", a.requests, "--rate", a.rate, "--seed", a.seed, "--out", trace,
+                   "--force"), out, 600)
+    wall = wall_copy(trace, a.speed, out / "workload-wall")
+
+    def backends(stack: ExitStack, rep: int) -> list[str]:
+        base = free_port_base(n)
+        p = start_ready(["serve", "--pool", a.pool, "--port-base", str(base), "--speed", str(a.speed), "--seed",
+                         str(a.seed + rep), "--stream-interval", str(a.stream_interval)], out)
+        stack.callback(stop, p)
+        return [f"http://127.0.0.1:{base + k}" for k in range(n)]
+
+    for view in a.views.split(","):
+        vout = out / view.replace(":", "-")
+        vout.mkdir(parents=True, exist_ok=True)
+        res_path = vout / "results.json"
+        if not res_path.is_file():
+            res_path.write_text(json.dumps({"title": f"latroute serve {a.pool} at --speed {a.speed:g} (stream interval "
+                                                     f"{a.stream_interval}), {a.requests} requests at {a.rate:g} q/s "
+                                                     f"(engine), view {view}",
+                                            "runs": [], "predicted": {}}))
+        study(vout, a.pool, a.pool, a.routers.split(","), a.repeats, a.seed, trace, wall, a.speed, a.twin_seeds,
+              view, backends)
+        print(report(vout), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("real", "serve"):
+        p = sub.add_parser(name)
+        p.add_argument("out", type=Path)
+        p.add_argument("--routers", default=",".join(ROUTERS))
+        p.add_argument("--repeats", type=int, default=2)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--twin-seeds", type=int, default=3, help="noise seeds of the twin's prediction (mean)")
+        p.add_argument("--requests", type=int, default=300)
+    r = sub.choices["real"]
+    r.add_argument("--pool", type=Path, default=POOL_FILE)
+    r.add_argument("--rate", type=float, default=2.0)
+    r.add_argument("--slo-scale", type=float, default=4.0, help="SLO = DESIGN's rule x this (the rule is an H100's)")
+    r.add_argument("--vllm-python")
+    r.add_argument("--calibrate", action="store_true", help="record a calibration workload first and fit profiles")
+    r.add_argument("--calibrate-only", action="store_true", help="with --calibrate: stop after the calibration")
+    r.add_argument("--calibration-rate", type=float, default=3.0, help="q/s of the calibration workload")
+    r.add_argument("--view", default="ledger", choices=["ledger", "metrics:100", "metrics:1000"])
+    s = sub.choices["serve"]
+    s.add_argument("--pool", default="qwen3-h100-x8")
+    s.add_argument("--rate", type=float, default=24.0, help="requests per engine second")
+    s.add_argument("--speed", type=float, default=1.0)
+    s.add_argument("--views", default="exact", help="comma-separated: exact, ledger, metrics:MS (a study each)")
+    s.add_argument("--stream-interval", type=int, default=1, help="serve's tokens per streamed chunk (first at once)")
+    for name in ("report", "diagnose"):
+        sub.add_parser(name).add_argument("out", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd == "report":
+        print(report(a.out.resolve()))
+    elif a.cmd == "diagnose":
+        print(diagnose(a.out.resolve()))
+    elif a.cmd == "real":
+        real_main(a)
+    else:
+        serve_main(a)
+
+
+if __name__ == "__main__":
+    main()
