@@ -41,11 +41,7 @@ import argparse
 import json
 import os
 import resource
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -54,116 +50,11 @@ import pandas as pd
 
 from harness.live.ports import free_port_base
 from harness.live.processes import start_ready, stop
-from harness.studies.rank_agreement import interval, verdict
+from harness.studies.live_servers import REPO, latroute_cmd, run_checked, send, start_real, warm_up
+from harness.studies.route_live_report import diagnose, engine_ttfts, report
 
-REPO = Path(__file__).resolve().parents[2]
-MODELS = REPO.parent / "shared" / "models"
 POOL_FILE = REPO / "docs" / "pools" / "tiny-ab.json"
 ROUTERS = ("round-robin", "shortest-queue", "latency-agnostic", "sfs-hard", "sfs-cc")
-RECORDER = "traces.vllm_recorder.scheduler.RecordingScheduler"
-ENGINE_ARGS = ["--max-num-batched-tokens", "512", "--max-num-seqs", "64", "--max-model-len", "4096"]
-START_S, RUN_S = 300.0, 900.0
-
-
-def _latroute(*args) -> list[str]:
-    return [sys.executable, "-m", "harness.cli", *map(str, args)]
-
-
-def _run(args: list[str], cwd: Path, timeout: float, ok=(0,)) -> subprocess.CompletedProcess:
-    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
-    if r.returncode not in ok:
-        raise RuntimeError(f"{' '.join(args[2:5])} failed ({r.returncode}): {r.stderr[-2000:]}")
-    return r
-
-
-# --- backends -------------------------------------------------------------------------------------------------------
-
-class VllmServer:
-    """One real vLLM server, pinned to ``core``, recording into ``record``;
-    its own process group, so a stop reaches the engine core too."""
-
-    def __init__(self, python: str, name: str, core: int, port: int, record: Path, log: Path):
-        self.url, self.record = f"http://127.0.0.1:{port}", record
-        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(REPO),
-               "LATROUTE_RECORD_DIR": str(record), "LATROUTE_RECORD_MODEL_NAME": name}
-        cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server",
-               "--model", str(MODELS / name), "--served-model-name", name, "--load-format", "dummy",
-               "--dtype", "float32", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port),
-               "--gpu-memory-utilization", "0.1", *ENGINE_ARGS, "--no-enable-prefix-caching",
-               "--shutdown-timeout", "20", "--scheduler-cls", RECORDER]
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_healthy(self, seconds: float = START_S) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited ({self.proc.returncode}) before {self.url} was healthy")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1):
-                    return
-            except OSError:
-                time.sleep(1)
-        raise RuntimeError(f"{self.url} not healthy after {seconds:g} s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(90)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-        end = time.monotonic() + 30  # the engine core closes the recording as it shuts down: give it time
-        try:
-            while time.monotonic() < end:
-                os.killpg(self.proc.pid, 0)
-                time.sleep(0.5)
-            os.killpg(self.proc.pid, signal.SIGKILL)  # an engine core left behind by its API server
-        except ProcessLookupError:
-            pass
-        self._log.close()
-        if (self.record / "engine.json").is_file() and not (self.record / "requests.csv").is_file():
-            try:  # a hard stop left the recording in parts
-                _run(_latroute("record", "finish", self.record), self.record.parent, 300)
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                print(f"warning: {self.record}: {e}", file=sys.stderr)
-
-
-def start_real(stack: ExitStack, python: str, names: list[str], parent: Path) -> tuple[list[str], Path]:
-    """tiny-a on core 0, tiny-b on core 1 (names in pool order): their URLs
-    and this session's directory (``parent/sessionK``, the first free K: a
-    recording never goes into a used directory), stopped when ``stack`` closes."""
-    k = 0
-    while (parent / f"session{k}").exists():
-        k += 1
-    out = parent / f"session{k}"
-    out.mkdir(parents=True)
-    base = free_port_base(len(names))
-    servers = []
-    for k, name in enumerate(names):
-        s = VllmServer(python, name, k % os.cpu_count(), base + k, out / f"rec-{name}", out / f"server-{name}.log")
-        stack.callback(s.stop)
-        servers.append(s)
-    for s in servers:
-        s.wait_healthy()
-    return [s.url for s in servers], out
-
-
-def warm_up(urls: list[str], work: Path) -> None:
-    """A few requests to each server (not in the study): first-call costs."""
-    for k, url in enumerate(urls):
-        _run(_latroute("loadgen", "--base-url", url, "--num-prompts", 6, "--request-rate", 3, "--input-len", 256,
-                       "--output-len", 16, "--id-prefix", "warm", "--out", work / f"warm-{k}", "--force"), work, 300)
-
-
-def send(target: list[str], trace: Path, out: Path, work: Path, extra=()) -> None:
-    """loadgen the workload; a run with failed requests is kept (they count as late)."""
-    _run(_latroute("loadgen", *target, "--trace", trace, "--out", out, "--force", "--time-limit", int(RUN_S - 60),
-                   *extra), work, RUN_S, ok=(0, 1))
-    if not (out / "meta.json").is_file():
-        raise RuntimeError(f"loadgen wrote nothing to {out}")
 
 
 # --- workloads and pools ---------------------------------------------------------------------------------------------
@@ -218,13 +109,8 @@ def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
         urls, session = start_real(stack, python, names, out)
         warm_up(urls, session)
         # through a round-robin proxy, so that the front end measured below includes the proxy's path
-        route_run(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
+        routerun_checked(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
     return fit(pool_path, session, out)
-
-
-def engine_ttfts(rec: Path) -> pd.DataFrame:
-    """A recording's requests: the id the client sent, and the engine's TTFT."""
-    return pd.read_csv(rec / "requests.csv", usecols=["client_id", "ttft_s"])
 
 
 def fit(pool_path: Path, session: Path, out: Path) -> dict:
@@ -239,10 +125,10 @@ def fit(pool_path: Path, session: Path, out: Path) -> dict:
     for c in load_pool(pool_path).instances:
         rec, t = session / f"rec-{c.model}", out / f"{c.model}.t"
         if not t.is_dir():
-            _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
+            run_checked(latroute_cmd("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
         prof = out / f"{c.model}.profile.json"
         if not prof.is_file():
-            r = _run(_latroute("calibrate", t, "--out", prof, "--force"), out, 1200)
+            r = run_checked(latroute_cmd("calibrate", t, "--out", prof, "--force"), out, 1200)
             (out / f"calibrate-{c.model}.txt").write_text(r.stdout)
         profiles[c.instance_id] = str(prof)
         engine[c.instance_id] = {"num_kv_blocks": int(open_trace(t).read("instances").iloc[0]["num_kv_blocks"])}
@@ -268,7 +154,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def route_run(pool: Path, router: str, view: str, speed: float, seed: int, trace: Path, run_dir: Path,
+def routerun_checked(pool: Path, router: str, view: str, speed: float, seed: int, trace: Path, run_dir: Path,
               backends: list[str] | None = None) -> dict:
     """One run; the CPU seconds the proxy and loadgen took from the
     machine the backends share (CPU contention, beside the wall time)."""
@@ -322,7 +208,7 @@ def predict(pool: Path | str, router: str, trace: Path, out: Path, seeds: int, v
     figs = []
     for s in range(seeds):
         d = out / f"seed{s}"
-        _run(_latroute("replay", "--pool", pool, "--trace", trace, "--router", router, "--seed", s, "--out", d,
+        run_checked(latroute_cmd("replay", "--pool", pool, "--trace", trace, "--router", router, "--seed", s, "--out", d,
                        "--force", *(["--view-interval", interval_ms] if interval_ms else [])), out, 900)
         figs.append(json.loads((d / "metrics.json").read_text()))
     keys = ("ontime_utility", "slo_attainment", "ttft_p50_s", "ttft_p90_s")
@@ -348,7 +234,7 @@ def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeat
         load = os.getloadavg()[0]
         with ExitStack() as stack:
             urls = backends_for(stack, rep)
-            cpu = route_run(pool, router, view, speed, seed, send_trace, run_dir, urls)
+            cpu = routerun_checked(pool, router, view, speed, seed, send_trace, run_dir, urls)
         row = {"router": router, "repeat": rep, "load_before": load, "load_after": os.getloadavg()[0], **cpu,
                **measure(run_dir, trace, pool_ref, speed)}
         print(json.dumps(row), flush=True)
@@ -357,111 +243,6 @@ def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeat
     for router in routers:
         res["predicted"][router] = predict(pool_ref, router, trace, out / "twin" / router, twin_seeds, view)
     res_path.write_text(json.dumps(res, indent=1))
-
-
-# --- report ----------------------------------------------------------------------------------------------------------
-
-def report(out: Path, tolerance: float = 0.15) -> str:
-    res = json.loads((out / "results.json").read_text())
-    runs = pd.DataFrame(res["runs"])
-    routers = list(res["predicted"])
-    meas = {r: interval(runs.loc[runs["router"] == r, "ontime_utility"]) for r in routers}
-    pred = {r: res["predicted"][r]["ontime_utility"] for r in routers}
-    v = verdict(meas, pred, tolerance)
-    lines = [f"{res.get('title', out.name)}", "",
-             "| router | measured OnTimeUtility (mean [95% interval]; repeats) | predicted (seeds' range) | "
-             "relative error | "
-             "SLO attainment meas. / pred. | TTFT p50 meas. / pred., ms | TTFT p90 meas. / pred., ms | "
-             "shares meas. / pred. |", "|---|---|---|---|---|---|---|---|"]
-    for r in routers:
-        g, p, m = runs[runs["router"] == r], res["predicted"][r], meas[r]
-        shares = " ".join(f"{k} {np.mean([s[k] for s in g['share_by_instance']]):.2f}/{p['share_by_instance'][k]:.2f}"
-                          for k in p["share_by_instance"])
-        lines.append(f"| {r} | {m.mean:.4f} [{m.lo:.4f}, {m.hi:.4f}]; "
-                     f"{', '.join(f'{x:.4f}' for x in g['ontime_utility'])} | {pred[r]:.4f} "
-                     f"({min(p['ontime_utility_seeds']):.4f}-{max(p['ontime_utility_seeds']):.4f}) | "
-                     f"{100 * v['relative_error'][r]:+.1f}% | {g['slo_attainment'].mean():.3f} / "
-                     f"{p['slo_attainment']:.3f} | {1e3 * g['ttft_p50_s'].mean():.0f} / {1e3 * p['ttft_p50_s']:.0f} | "
-                     f"{1e3 * g['ttft_p90_s'].mean():.0f} / {1e3 * p['ttft_p90_s']:.0f} | {shares} |")
-    lines += ["", f"measured ranking: {' > '.join(v['measured_ranking'])}",
-              f"predicted ranking: {' > '.join(v['predicted_ranking'])}",
-              f"Kendall's tau: {v['kendall_tau']:.3f}"]
-    for d in v["disagreements"]:
-        lines.append(f"disagreeing pair: {d['better_measured']} > {d['worse_measured']} measured "
-                     f"(+{d['measured_diff']:.4f}), predicted {d['predicted_diff']:+.4f}: "
-                     f"{'separated by the repeats' if d['separated'] else 'inside the repeats interval'}")
-    lines.append(f"every router within {100 * tolerance:.0f}%: {v['all_within_tolerance']}; rankings agree "
-                 f"except pairs inside the repeats' interval: {v['rankings_agree_within_noise']}")
-    if "proxy_cpu_s" in runs:
-        share = (runs["proxy_cpu_s"] + runs["loadgen_cpu_s"]) / runs["wall_s"]
-        lines.append(f"proxy + loadgen CPU: {100 * share.mean():.1f}% of one core on average (max "
-                     f"{100 * share.max():.1f}%; proxy alone {100 * (runs['proxy_cpu_s'] / runs['wall_s']).mean():.1f}%)")
-    loads = runs[["load_before", "load_after"]]
-    lines.append(f"load average during the runs: {loads.min().min():.1f}-{loads.max().max():.1f}")
-    (out / "verdict.json").write_text(json.dumps(v, indent=1))
-    return "\n".join(lines)
-
-
-# --- why (real) ------------------------------------------------------------------------------------------------------
-
-def _validate_session(out: Path, session: Path, name: str, profile: str):
-    """One server's session recording on the twin (``latroute validate``):
-    its table row and the recorded requests (client id, engine TTFT)."""
-
-    rec, t, v = session / f"rec-{name}", session / f"{name}.t", session / f"val-{name}"
-    if not (rec / "requests.csv").is_file():
-        return None
-    if not t.is_dir():
-        _run(_latroute("trace", "import", "vllm-record", rec, "--out", t, "--force"), out, 600)
-    if not (v / "metrics.json").is_file():
-        _run(_latroute("validate", t, "--profile", profile, "--out", v, "--force"), out, 1200)
-    m = json.loads((v / "metrics.json").read_text())
-    row = (f"| {session.name} {name} | {100 * m['ttft']['mape']:.1f}% | {100 * m['ttft']['median_ape']:.1f}% | "
-           f"{m['steps']['twin']} / {m['steps']['recorded']} | {1e3 * m['ttft_mean_s']['twin']:.0f} / "
-           f"{1e3 * m['ttft_mean_s']['recorded']:.0f} |")
-    return row, engine_ttfts(rec)
-
-
-def diagnose(out: Path) -> str:
-    """Where a real study's prediction error comes from, with numbers:
-
-    - profile: ``latroute validate`` of each server's whole study session
-      (its recording: the recorded arrivals and assignment on the twin with
-      the calibrated profile): per-request engine TTFT MAPE, step-count ratio;
-    - front end: per run, median(client TTFT - engine TTFT), against the
-      pool's ``frontend_overhead_s``;
-    - view: per run, the median of the router's estimate for the backend it
-      chose minus the TTFT the proxy then saw (routers with an estimator).
-    """
-    from traces.store import open_trace
-
-    pool = json.loads((out / "pool-twin.json").read_text())
-    lines = [f"front end in the twin's pool: {1e3 * pool['frontend_overhead_s']:.1f} ms", "",
-             "| server | engine TTFT MAPE, twin vs recording (whole session) | median APE | steps twin / recorded | "
-             "mean engine TTFT twin / recorded, ms |", "|---|---|---|---|---|"]
-    engine = []
-    for session in sorted((out / "servers").glob("session*")):
-        for inst in pool["instances"]:
-            row = _validate_session(out, session, inst["model"], inst["profile"])
-            if row:
-                lines.append(row[0])
-                engine.append(row[1])
-    eng = pd.concat(engine)
-    lines += ["", "| run | front end, ms (median client - engine TTFT) | estimate - proxy TTFT, ms (median) |",
-              "|---|---|---|"]
-    for run in sorted((out / "runs").iterdir()):
-        cl = open_trace(run / "client").read("requests")[["client_id", "ttft_s"]]
-        m = cl.merge(eng, on="client_id", suffixes=("_client", "_engine"))
-        fe = float((m["ttft_s_client"] - m["ttft_s_engine"]).median() * 1e3)
-        dec = open_trace(run / "log").read("decisions")
-        req = open_trace(run / "log").read("requests").set_index("request_id")
-        ch = dec[dec["chosen"] & (dec["attempt"] == 0)].set_index("request_id")
-        err = (ch["estimate_s"] - req["ttft_s"].reindex(ch.index)) * 1e3
-        lines.append(f"| {run.name} | {fe:.1f} | {err.median():.1f} |" if err.notna().any() else
-                     f"| {run.name} | {fe:.1f} | (no estimator) |")
-    text = "\n".join(lines)
-    (out / "diagnosis.md").write_text(text + "\n")
-    return text
 
 
 # --- entry points ----------------------------------------------------------------------------------------------------
@@ -515,7 +296,7 @@ def serve_main(a) -> None:
     out.mkdir(parents=True, exist_ok=True)
     n = len(load_pool(a.pool).instances)
     trace = out / "workload"
-    _run(_latroute("trace", "generate", "--requests", a.requests, "--rate", a.rate, "--seed", a.seed, "--out", trace,
+    run_checked(latroute_cmd("trace", "generate", "--requests", a.requests, "--rate", a.rate, "--seed", a.seed, "--out", trace,
                    "--force"), out, 600)
     wall = wall_copy(trace, a.speed, out / "workload-wall")
 
