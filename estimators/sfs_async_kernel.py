@@ -27,22 +27,17 @@ from estimators.engine.kernel import complete_step, drop_unservable_head, schedu
 from estimators.engine.layout import (
     EV_FIRST,
     F_EVENT,
-    F_PROMPT,
-    F_RID,
-    F_STATUS,
-    F_TARGET,
     S_CAP,
     S_NFREE_SLOTS,
     S_NR,
     S_WHEAD,
     S_WN,
-    ST_WAITING,
     KernelInputError,
 )
-from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
+from estimators.engine.primitives import wait_head, wait_linear
 from estimators.engine.timing import plan_time
 from estimators.engine.view import AH_GAP, AH_LAUNCH, AH_LAUNCH_B, AH_NA, AH_NB, AH_NEXT, AH_Q, AH_START_A, AH_WAIT
-from estimators.sfs_kernel import _predict_target
+from estimators.sfs_kernel import _enqueue_query, _predict_residents
 
 BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harness.twin.async_loop)
 
@@ -89,12 +84,7 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_
         raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
     _copy_all(st, st2)
     r2, sc2 = st2.req, st2.sc
-    for i in range(sc2[S_NR]):
-        _predict_target(r2, st2.running[i], pred_total)
-    for i in range(sc2[S_WN]):
-        _predict_target(r2, st2.waiting[i], pred_total)
-    for i in range(n_inbox):
-        _predict_target(r2, inbox[i], pred_total)
+    _predict_residents(st2, inbox, n_inbox, pred_total)
     mult, gap = model.mult, model.gap
     nq = int(ah[AH_Q])
     na = int(ah[AH_NA])
@@ -130,19 +120,7 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_
         la = ah[AH_LAUNCH]
         t_apply = la if la > a_end else a_end
     # the requests arrived so far, then the query, join waiting (taken in at the next plan)
-    for i in range(n_inbox):
-        s = inbox[i]
-        r2[s, F_STATUS] = ST_WAITING
-        wait_push_back(sc2, st2.waiting, s)
-    sc2[S_NFREE_SLOTS] -= 1
-    q = st2.free_slots[sc2[S_NFREE_SLOTS]]
-    for f in range(r2.shape[1]):
-        r2[q, f] = 0
-    r2[q, F_PROMPT] = q_prompt
-    r2[q, F_TARGET] = 1 << 40
-    r2[q, F_RID] = q_rid
-    r2[q, F_STATUS] = ST_WAITING
-    wait_push_back(sc2, st2.waiting, q)
+    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, r2.shape[1])
     pending = intake
     steps = 0
     while steps < max_steps:

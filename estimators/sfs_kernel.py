@@ -65,6 +65,41 @@ def _predict_target(r2, s, pred_total):
     r2[s, F_TARGET] = p if p > floor else floor
 
 
+@njit(cache=True, inline="always")
+def _predict_residents(st2, inbox, n_inbox, pred_total):
+    """Every resident (running, waiting, arrived since the last step) gets
+    its predicted output length: SFS never sees the true one."""
+    r2, sc2 = st2.req, st2.sc
+    for i in range(sc2[S_NR]):
+        _predict_target(r2, st2.running[i], pred_total)
+    for i in range(sc2[S_WN]):
+        _predict_target(r2, st2.waiting[i], pred_total)
+    for i in range(n_inbox):
+        _predict_target(r2, inbox[i], pred_total)
+
+
+@njit(cache=True, inline="always")
+def _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, nf):
+    """The requests arrived so far, then the query (in the scratch state's
+    last free slot, its first ``nf`` fields cleared, no target: it runs
+    until its first token), join waiting. Returns the query's slot."""
+    r2, sc2 = st2.req, st2.sc
+    for i in range(n_inbox):
+        s = inbox[i]
+        r2[s, F_STATUS] = ST_WAITING
+        wait_push_back(sc2, st2.waiting, s)
+    sc2[S_NFREE_SLOTS] -= 1
+    q = st2.free_slots[sc2[S_NFREE_SLOTS]]
+    for f in range(nf):
+        r2[q, f] = 0
+    r2[q, F_PROMPT] = q_prompt
+    r2[q, F_TARGET] = 1 << 40
+    r2[q, F_RID] = q_rid
+    r2[q, F_STATUS] = ST_WAITING
+    wait_push_back(sc2, st2.waiting, q)
+    return q
+
+
 @njit(cache=True)
 def _copy_state(st, st2):
     """``st`` (a ``SchedCore``) into the scratch ``st2`` (one more row;
@@ -160,12 +195,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
     (ov_sc,) = _ov_scalars(st2)
     # --- residents get predicted output lengths
-    for i in range(sc2[S_NR]):
-        _predict_target(r2, st2.running[i], pred_total)
-    for i in range(sc2[S_WN]):
-        _predict_target(r2, st2.waiting[i], pred_total)
-    for i in range(n_inbox):
-        _predict_target(r2, inbox[i], pred_total)
+    _predict_residents(st2, inbox, n_inbox, pred_total)
     # --- the in-flight step: expected duration minus elapsed, then its outputs
     t = 0.0
     s1 = 0.0
@@ -180,19 +210,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         if _lost(cfg2, ov_sc):
             return -1.0, -1, s1, s2, typ0
     # --- arrivals so far, then the query, join waiting at the boundary
-    for i in range(n_inbox):
-        s = inbox[i]
-        r2[s, F_STATUS] = ST_WAITING
-        wait_push_back(sc2, st2.waiting, s)
-    sc2[S_NFREE_SLOTS] -= 1
-    q = st2.free_slots[sc2[S_NFREE_SLOTS]]
-    for f in range(NF):
-        r2[q, f] = 0
-    r2[q, F_PROMPT] = q_prompt
-    r2[q, F_TARGET] = 1 << 40
-    r2[q, F_RID] = q_rid
-    r2[q, F_STATUS] = ST_WAITING
-    wait_push_back(sc2, st2.waiting, q)
+    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, NF)
     steps = 0
     step_gap = first_gap
     while steps < max_steps:
