@@ -11,6 +11,11 @@ loopback, each bounded in time, and prints the figures.
 
 Steps (OUT/ holds everything):
 
+0. ``real0``: a warm-up run, exactly as real1 below, that informs nothing
+   and is scored against nothing. In the first three repetitions (without
+   it) the first real run was the fastest of the three every time, so the
+   emulation, fitted on it, inherited a speed the held-out runs did not
+   have; real0 shows whether "first after a pause" is the cause.
 1. ``real1``: a real tiny-a server (recording scheduler on, prefix caching
    off, pinned to core 1), a short warm-up, then ``loadgen --trace WL``
    (pinned to core 0) while /metrics is sampled once a second.
@@ -280,7 +285,7 @@ def series_summary(out: Path) -> dict:
 def compare(out: Path) -> dict:
     import numpy as np
 
-    runs = [r for r in ("real1", "real2", "real3", "serve-fo0", "serve-join", "serve") if (out / r / "client").is_dir()]
+    runs = [r for r in ("real0", "real1", "real2", "real3", "serve-fo0", "serve-join", "serve") if (out / r / "client").is_dir()]
     t = {r: ttfts(out / r) for r in runs}
     res = {"requests": {r: int(len(v)) for r, v in t.items()},
            "ttft_median_ms": {r: float(v.median() * 1e3) for r, v in t.items()},
@@ -288,7 +293,7 @@ def compare(out: Path) -> dict:
            "mape_pct": {}}
     for a in runs:
         for b in runs:
-            if a != b and b.startswith("real"):
+            if a != b and b.startswith("real") and "real0" not in (a, b):
                 res["mape_pct"][f"{a} vs {b}"] = mape(t[a], t[b])
     join = out / "real1" / "join" / "join.json"
     if join.is_file():
@@ -328,13 +333,13 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=18765)
     ap.add_argument("--noise", choices=["on", "off"], default="off")
     ap.add_argument("--compare-only", action="store_true")
-    ap.add_argument("--only", help="comma-separated steps to (re)run: real1,calibrate,real2,real3,serve")
+    ap.add_argument("--only", help="comma-separated steps to (re)run: real0,real1,calibrate,real2,real3,serve")
     a = ap.parse_args()
     out = a.out.resolve()
-    steps = set((a.only or "real1,calibrate,real2,real3,serve-fo0,serve-join,serve").split(","))
+    steps = set((a.only or "real0,real1,calibrate,real2,real3,serve-fo0,serve-join,serve").split(","))
     if not a.compare_only:
         wl = a.workload.resolve()
-        for k in (1, 2, 3):
+        for k in (0, 1, 2, 3):
             if f"real{k}" in steps:
                 real_run(out / f"real{k}", wl, a.requests, a.vllm_python, a.port, record=True)
             if k == 1 and "calibrate" in steps:
