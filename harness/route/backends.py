@@ -28,6 +28,13 @@ from traces.errors import BadOption
 class Backend:
     url: str
     spec: InstanceSpec
+    state_url: str | None = None  # where its scheduler state is published, when not at ``url`` (a real vLLM's)
+
+    @property
+    def feed_url(self) -> str:
+        """``--view exact``'s source: ``latroute serve`` publishes on its own port, a real vLLM
+        with the recording scheduler on ``LATROUTE_STATE_LISTEN``'s (the pool's ``state_url``)."""
+        return (self.state_url or self.url) + "/latroute/state"
 
     @property
     def instance_id(self) -> str:
@@ -55,7 +62,8 @@ def pool_backends(pool: Pool, urls: tuple[str, ...] = ()) -> list[Backend]:
             raise BadOption("--pool", f"instance {missing[0]} has no url: give each entry a \"url\", or "
                                       "--backends URL,... (one per instance)")
         chosen = pool.urls
-    return [Backend(u, InstanceSpec.from_config(c)) for u, c in zip(chosen, pool.instances)]
+    states = pool.state_urls or (None,) * len(pool.instances)
+    return [Backend(u, InstanceSpec.from_config(c), s) for u, c, s in zip(chosen, pool.instances, states)]
 
 
 def listed_backends(urls: tuple[str, ...], models: list[str], max_lens: list[int | None], profile: str) -> list[

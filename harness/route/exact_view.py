@@ -1,6 +1,8 @@
 """The ``exact`` view: each backend's scheduler state as the backend itself
 publishes it after every change (``harness.serve.state_feed``, served by
-``latroute serve`` on ``/latroute/state``), and nothing else -- no ledger,
+``latroute serve`` on ``/latroute/state``; a real vLLM's by the recording
+scheduler, ``traces.vllm_recorder.state_feed``, at the pool's
+``state_url``), and nothing else -- no ledger,
 no reconstruction of the proxy's own. A request the proxy has sent but the
 backend has not yet taken is not in it until the backend says so.
 
@@ -51,7 +53,7 @@ class ExactViews(BackendTasks):
         return StaleView(t, b.instance_id, st, np.zeros(8, dtype=np.int64), 0, StepPlan.new(8), 0, None, 0.0, None)
 
     async def _read(self, j: int) -> None:
-        url = self.backends[j].url + "/latroute/state"
+        url = self.backends[j].feed_url
         while True:
             try:
                 async with self.session.get(url, timeout=ClientTimeout(total=None, sock_read=None)) as r:

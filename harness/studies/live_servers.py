@@ -38,12 +38,19 @@ def run_checked(args: list[str], cwd: Path, timeout: float, ok=(0,)) -> subproce
 
 class VllmServer:
     """One real vLLM server, pinned to ``core``, recording into ``record``;
-    its own process group, so a stop reaches the engine core too."""
+    its own process group, so a stop reaches the engine core too. With
+    ``state_port``, the recording scheduler also publishes the engine's
+    state there (``traces.vllm_recorder.state_feed``: ``--view exact``'s
+    source, at ``state_url``)."""
 
-    def __init__(self, python: str, name: str, core: int, port: int, record: Path, log: Path):
+    def __init__(self, python: str, name: str, core: int, port: int, record: Path, log: Path,
+                 state_port: int | None = None):
         self.url, self.record = f"http://127.0.0.1:{port}", record
+        self.state_url = f"http://127.0.0.1:{state_port}" if state_port else None
         env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(REPO),
                "LATROUTE_RECORD_DIR": str(record), "LATROUTE_RECORD_MODEL_NAME": name}
+        if state_port:
+            env["LATROUTE_STATE_LISTEN"] = f"127.0.0.1:{state_port}"
         cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(MODELS / name), "--served-model-name", name, "--load-format", "dummy",
                "--dtype", "float32", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port),
@@ -88,24 +95,29 @@ class VllmServer:
                 print(f"warning: {self.record}: {e}", file=sys.stderr)
 
 
-def start_real(stack: ExitStack, python: str, names: list[str], parent: Path) -> tuple[list[str], Path]:
-    """tiny-a on core 0, tiny-b on core 1 (names in pool order): their URLs
-    and this session's directory (``parent/sessionK``, the first free K: a
-    recording never goes into a used directory), stopped when ``stack`` closes."""
+def start_real(stack: ExitStack, python: str, names: list[str], parent: Path,
+               feeds: bool = False) -> tuple[list[str], Path, list[str | None]]:
+    """tiny-a on core 0, tiny-b on core 1 (names in pool order): their URLs,
+    this session's directory (``parent/sessionK``, the first free K: a
+    recording never goes into a used directory) and, with ``feeds``, each
+    one's state feed URL (for ``--view exact``; else None), stopped when
+    ``stack`` closes."""
     k = 0
     while (parent / f"session{k}").exists():
         k += 1
     out = parent / f"session{k}"
     out.mkdir(parents=True)
-    base = free_port_base(len(names))
+    n = len(names)
+    base = free_port_base(2 * n if feeds else n)
     servers = []
     for k, name in enumerate(names):
-        s = VllmServer(python, name, k % os.cpu_count(), base + k, out / f"rec-{name}", out / f"server-{name}.log")
+        s = VllmServer(python, name, k % os.cpu_count(), base + k, out / f"rec-{name}", out / f"server-{name}.log",
+                       state_port=base + n + k if feeds else None)
         stack.callback(s.stop)
         servers.append(s)
     for s in servers:
         s.wait_healthy()
-    return [s.url for s in servers], out
+    return [s.url for s in servers], out, [s.state_url for s in servers]
 
 
 def warm_up(urls: list[str], work: Path) -> None:

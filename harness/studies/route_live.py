@@ -79,10 +79,11 @@ def wall_copy(trace: Path, speed: float, out: Path) -> Path:
     return write_trace(req, t.read("quality"), out, {"engine_time_trace": str(trace), "speed": speed})
 
 
-def pool_with(pool_path: Path, out: Path, urls: list[str] | None, calib: dict | None = None) -> Path:
+def pool_with(pool_path: Path, out: Path, urls: list[str] | None, calib: dict | None = None,
+              state_urls: list[str | None] | None = None) -> Path:
     """The pool file as the study uses it: absolute profile paths (the
     calibrated ones, KV blocks and front end when ``calib`` gives them), a
-    url per entry."""
+    url per entry (and a state feed url, for ``--view exact`` on real servers)."""
     doc = json.loads(pool_path.read_text())
     calib = calib or {}
     for k, inst in enumerate(doc["instances"]):
@@ -92,6 +93,8 @@ def pool_with(pool_path: Path, out: Path, urls: list[str] | None, calib: dict | 
         inst["profile"] = str(p if p.is_absolute() or not (REPO / p).is_file() else REPO / p)
         if urls:
             inst["url"] = urls[k]
+        if state_urls and state_urls[k]:
+            inst["state_url"] = state_urls[k]
     if calib.get("frontend_overhead_s") is not None:
         doc["frontend_overhead_s"] = round(float(calib["frontend_overhead_s"]), 6)
     out.write_text(json.dumps(doc, indent=1))
@@ -106,7 +109,7 @@ def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
 
     names = [c.model for c in load_pool(pool_path).instances]
     with ExitStack() as stack:
-        urls, session = start_real(stack, python, names, out)
+        urls, session, _ = start_real(stack, python, names, out)
         warm_up(urls, session)
         # through a round-robin proxy, so that the front end measured below includes the proxy's path
         routerun_checked(pool_with(pool_path, out / "pool-route.json", urls), "round-robin", "ledger", 1.0, 0, trace, out)
@@ -278,9 +281,9 @@ def real_main(a) -> None:
     title = (f"real vLLM (tiny-a, tiny-b), {a.requests} requests at {a.rate:g} q/s, SLO rule x {a.slo_scale:g}, "
              f"{a.repeats} repeats, view {a.view}, twin {a.twin_seeds} noise seeds")
     with ExitStack() as stack:
-        urls, session = start_real(stack, python, models, out / "servers")
+        urls, session, feeds = start_real(stack, python, models, out / "servers", feeds=a.view == "exact")
         warm_up(urls, session)
-        route_pool = pool_with(a.pool, out / "pool-route.json", urls, calib)
+        route_pool = pool_with(a.pool, out / "pool-route.json", urls, calib, feeds)
         res_path = out / "results.json"
         if not res_path.is_file():
             res_path.write_text(json.dumps({"title": title, "runs": [], "predicted": {}}))
@@ -340,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--calibrate", action="store_true", help="record a calibration workload first and fit profiles")
     r.add_argument("--calibrate-only", action="store_true", help="with --calibrate: stop after the calibration")
     r.add_argument("--calibration-rate", type=float, default=3.0, help="q/s of the calibration workload")
-    r.add_argument("--view", default="ledger", choices=["ledger", "metrics:100", "metrics:1000"])
+    r.add_argument("--view", default="ledger", choices=["ledger", "exact", "metrics:100", "metrics:1000"],
+                   help="exact: the servers' recording schedulers publish their state (LATROUTE_STATE_LISTEN)")
     s = sub.choices["serve"]
     s.add_argument("--pool", default="qwen3-h100-x8")
     s.add_argument("--rate", type=float, default=24.0, help="requests per engine second")

@@ -23,7 +23,10 @@ Limits (refused at load with the file, entry row and key): engine counts
 whole numbers in [1, 2^31 - 1]; prices USD per million tokens in [0, 1e6];
 ``host_speed`` in (0, 1000]; ``chunked_prefill`` and ``prefix_caching``
 JSON booleans; ``url`` (the server the instance runs on, for ``latroute
-route``) an http(s) URL, on entries without replicas; what vLLM itself refuses (``InstanceConfig.to_array``); the
+route``) an http(s) URL, on entries without replicas, and ``state_url``
+(where that server publishes its scheduler state for ``route --view
+exact``, when not on ``url`` itself: the recording scheduler's
+``LATROUTE_STATE_LISTEN`` port) the same; what vLLM itself refuses (``InstanceConfig.to_array``); the
 file read through ``traces.paths`` (no FIFOs or devices, UTF-8).
 """
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Pool:
     frontend_overhead_s: float = 0.0  # API/front-end time added to every TTFT
     notes: dict = field(default_factory=dict)
     urls: tuple[str | None, ...] = ()  # per instance, the server it runs on (``latroute route``); () when none says
+    state_urls: tuple[str | None, ...] = ()  # per instance, its state feed when not at its url; () when none says
 
     def to_json(self) -> dict:
         return {"name": self.name, "frontend_overhead_s": self.frontend_overhead_s,
@@ -129,6 +133,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
     instances = []
     rows = []  # the entry row of each instance (replicas share their entry's)
     urls: list[str | None] = []
+    state_urls: list[str | None] = []
     for i, inst in enumerate(doc["instances"], start=1):
         if not isinstance(inst, dict):
             raise BadInput(path, i, "instances", "not an object")
@@ -140,13 +145,15 @@ def load_pool(name_or_path: str | Path) -> Pool:
         if isinstance(n_rep, bool) or not isinstance(n_rep, int) or not 1 <= n_rep <= MAX_REPLICAS:
             raise BadInput(path, i, "instances.replicas", f"must be a whole number in [1, {MAX_REPLICAS}], "
                                                           f"got {shown(n_rep)}")
-        url = inst.pop("url", None)
-        if url is not None:
-            if not isinstance(url, str) or not _URL.fullmatch(url):
-                raise BadInput(path, i, "instances.url", f"must be an http(s) URL, got {shown(url)}")
+        url, state_url = inst.pop("url", None), inst.pop("state_url", None)
+        for key_, u in (("url", url), ("state_url", state_url)):
+            if u is None:
+                continue
+            if not isinstance(u, str) or not _URL.fullmatch(u):
+                raise BadInput(path, i, f"instances.{key_}", f"must be an http(s) URL, got {shown(u)}")
             if n_rep != 1:
-                raise BadInput(path, i, "instances.url", "an entry with replicas names no single server: give "
-                                                         "each replica its own entry and url")
+                raise BadInput(path, i, f"instances.{key_}", "an entry with replicas names no single server: "
+                                                             "give each replica its own entry and url")
         unknown = set(inst) - known
         if unknown:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
@@ -159,6 +166,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
             instances.append(cfg if n_rep == 1 else replace(cfg, instance_id=replica_id(cfg.instance_id, k, n_rep)))
             rows.append(i)
             urls.append(url.rstrip("/") if url else None)
+            state_urls.append(state_url.rstrip("/") if state_url else None)
     seen: set[str] = set()
     for row, c in zip(rows, instances, strict=True):
         if c.instance_id in seen:
@@ -174,4 +182,4 @@ def load_pool(name_or_path: str | Path) -> Pool:
     if not isinstance(notes, dict):
         raise BadInput(path, None, "notes", "must be an object")
     return Pool(name=name, instances=tuple(instances), frontend_overhead_s=float(overhead), notes=notes,
-                urls=tuple(urls) if any(urls) else ())
+                urls=tuple(urls) if any(urls) else (), state_urls=tuple(state_urls) if any(state_urls) else ())

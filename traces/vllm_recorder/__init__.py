@@ -10,6 +10,8 @@ the vLLM-free modules (``files``, ``prompts``).
 
 - ``scheduler``: ``RecordingScheduler``, a subclass of vLLM's ``Scheduler``
   for ``--scheduler-cls traces.vllm_recorder.scheduler.RecordingScheduler``.
+- ``state_feed``: the scheduler's state published after every change
+  (``LATROUTE_STATE_LISTEN``), in ``latroute serve``'s frame format.
 - ``files``: the buffered writer thread, size-based rotation, and the close
   step that joins the parts into ``steps.jsonl`` / ``requests.csv``.
 - ``prompts``: token-id prompts from lengths and ``hash_ids`` (shared with

@@ -44,6 +44,10 @@ it time, so pass e.g. ``--shutdown-timeout 20``; after a hard kill the parts
 (flushed whenever the writer is idle) are joined by ``latroute record finish
 DIR``, without ``recorder.json`` and without rows for requests in flight.
 
+State feed: with ``LATROUTE_STATE_LISTEN=127.0.0.1:PORT`` the scheduler
+also publishes its state after every change on that port
+(``state_feed``), for ``latroute route --view exact``.
+
 The recorder's own cost per step (building the item list, bookkeeping, the
 queue hand-off: everything the wrapper adds to the engine thread) is timed
 with ``perf_counter`` and summarised in ``recorder.json`` at close.
@@ -65,6 +69,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from traces.errors import BadInput
 from traces.vllm_recorder.files import DEFAULT_ROTATE_BYTES, RecordingWriter, finish_recording
 from traces.vllm_recorder.ids import client_id_of
+from traces.vllm_recorder.state_feed import ENV_LISTEN, StateFeed, frame, parse_listen
 
 ENV_DIR = "LATROUTE_RECORD_DIR"
 ENV_ROTATE_MB = "LATROUTE_RECORD_ROTATE_MB"
@@ -112,6 +117,12 @@ class RecordingScheduler(Scheduler):
         rotate = int(float(os.environ.get(ENV_ROTATE_MB, DEFAULT_ROTATE_BYTES / (1 << 20))) * (1 << 20))
         self._rec_writer = RecordingWriter(self._rec_dir, self.cache_config.block_size, max(rotate, 1 << 12))
         self._rec_writer.start()
+        # the state feed (``state_feed``): this engine's scheduler state after every change, for
+        # ``latroute route --view exact``; only with LATROUTE_STATE_LISTEN=127.0.0.1:PORT
+        listen = os.environ.get(ENV_LISTEN)
+        self._feed = StateFeed(*parse_listen(listen)) if listen else None
+        self._feed_inflight: tuple | None = None
+        self._feed_step = 0
         atexit.register(self._rec_close)
 
     # -- engine configuration ------------------------------------------------
@@ -169,6 +180,7 @@ class RecordingScheduler(Scheduler):
         t = time.perf_counter()
         known = request.request_id in self.requests
         super().add_request(request)
+        self._feed_publish()
         if not self._rec_on or known:
             return
         t1 = time.perf_counter()
@@ -193,6 +205,12 @@ class RecordingScheduler(Scheduler):
         start = time.perf_counter()
         self._rec_preempted = []
         out = super().schedule(*args, **kwargs)
+        if self._feed is not None and self._feed.wanted:
+            reqs = self.requests
+            self._feed_inflight = (start, [(rid, n, reqs[rid].num_computed_tokens - n)
+                                           for rid, n in out.num_scheduled_tokens.items()]
+                                   ) if out.total_num_scheduled_tokens else None
+            self._feed_publish()
         if not self._rec_on:
             return out
         t1 = time.perf_counter()
@@ -214,6 +232,10 @@ class RecordingScheduler(Scheduler):
 
     def update_from_output(self, scheduler_output, model_runner_output):
         result = super().update_from_output(scheduler_output, model_runner_output)
+        if self._feed is not None:
+            self._feed_inflight = None
+            self._feed_step += 1
+            self._feed_publish()
         pending = self._rec_pending
         if pending is None or not self._rec_on:
             return result
@@ -240,6 +262,7 @@ class RecordingScheduler(Scheduler):
 
     def finish_requests(self, request_ids, finished_status):
         out = super().finish_requests(request_ids, finished_status)
+        self._feed_publish()
         if self._rec_on:
             now = time.perf_counter() - self._rec_t0
             for rid in [rid for rid, st in self._rec_reqs.items() if st.req.is_finished()]:
@@ -251,6 +274,10 @@ class RecordingScheduler(Scheduler):
             super().shutdown()
         finally:
             self._rec_close()
+
+    def _feed_publish(self) -> None:
+        if self._feed is not None:
+            self._feed.publish(lambda: frame(self, self._feed_step, self._feed_inflight, client_id_of))
 
     # -- requests and close --------------------------------------------------
     def _rec_finish(self, rid: str, finish_s: float | None) -> None:
@@ -271,6 +298,7 @@ class RecordingScheduler(Scheduler):
         if self._rec_closed:
             return
         self._rec_closed = True
+        feed = self._feed.close() if self._feed is not None else None
         for rid in list(self._rec_reqs):
             self._rec_finish(rid, None)
         self._rec_writer.stop()
@@ -295,6 +323,7 @@ class RecordingScheduler(Scheduler):
                         "add_request's bookkeeping charged to the following step",
             "parts_joined": joined,
             "writer_error": repr(self._rec_writer.error) if self._rec_writer.error else None,
+            "state_feed": feed,
         }
         (self._rec_dir / "recorder.json").write_text(json.dumps(summary, indent=1) + "\n")
 
