@@ -25,6 +25,11 @@ Two kinds of backends:
   run on freshly started backends (noise seeded by repeat). ``--views``
   repeats the study per view (``exact``, ``ledger``, ``metrics:MS``), the
   twin's prediction for ``metrics:MS`` being replay's ``--view-interval MS``.
+- ``backends``: servers already running, named by a pool file whose
+  entries carry their ``url`` (``state_url`` for ``exact`` on real vLLM),
+  prices and profiles calibrated on recordings of them; the workload is
+  ``--trace`` (SLOs, predicted lengths, quality: ``trace generate``'s);
+  the twin's prediction is ``replay`` on the same pool. Nothing is started.
 
 Measured OnTimeUtility is scored as ``replay`` scores the twin
 (``live_workload.measured_ontime``): realised accuracy - lambda * realised
@@ -33,7 +38,8 @@ client's TTFT (loadgen) is within the request's SLO. Every wait is bounded;
 every server is stopped at the end, on error too.
 
 ``python -m harness.studies.route_live real OUT [--calibrate] ...``,
-``... serve OUT --pool qwen3-h100-x8 --speed 0.5 ...``, ``... report OUT``.
+``... serve OUT --pool qwen3-h100-x8 --speed 0.5 ...``,
+``... backends OUT --pool POOL.json --trace DIR ...``, ``... report OUT``.
 """
 from __future__ import annotations
 
@@ -324,10 +330,29 @@ def serve_main(a) -> None:
         print(report(vout), flush=True)
 
 
+def backends_main(a) -> None:
+    """The study on servers that are already running (the pool's urls)."""
+    from harness.route.backends import pool_backends
+    from harness.twin.pools import load_pool
+
+    out, pool, trace = a.out.resolve(), a.pool.resolve(), a.trace.resolve()
+    pool_backends(load_pool(pool))  # every entry names its server, before any run
+    out.mkdir(parents=True, exist_ok=True)
+    send_trace = trace if a.speed == 1.0 else wall_copy(trace, a.speed, out / "workload-wall")
+    res_path = out / "results.json"
+    if not res_path.is_file():
+        res_path.write_text(json.dumps({"title": f"backends of {pool.name}, workload {trace.name}, {a.repeats} "
+                                                 f"repeats, view {a.view}, speed {a.speed:g}",
+                                        "runs": [], "predicted": {}}))
+    study(out, pool, str(pool), a.routers.split(","), a.repeats, a.seed, trace, send_trace, a.speed, a.twin_seeds,
+          a.view, lambda stack, rep: None)
+    print(report(out))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("real", "serve"):
+    for name in ("real", "serve", "backends"):
         p = sub.add_parser(name)
         p.add_argument("out", type=Path)
         p.add_argument("--routers", default=",".join(ROUTERS))
@@ -351,6 +376,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--speed", type=float, default=1.0)
     s.add_argument("--views", default="exact", help="comma-separated: exact, ledger, metrics:MS (a study each)")
     s.add_argument("--stream-interval", type=int, default=1, help="serve's tokens per streamed chunk (first at once)")
+    b = sub.choices["backends"]
+    b.add_argument("--pool", type=Path, required=True, help="pool file: every entry with its server's url")
+    b.add_argument("--trace", type=Path, required=True, help="the workload (SLOs, predicted lengths, quality table)")
+    b.add_argument("--speed", type=float, default=1.0, help="the backends' clock (latroute serve --speed); 1: real")
+    b.add_argument("--view", default="ledger", help="exact, ledger or metrics:MS")
     for name in ("report", "diagnose"):
         sub.add_parser(name).add_argument("out", type=Path)
     a = ap.parse_args(argv)
@@ -360,6 +390,8 @@ def main(argv: list[str] | None = None) -> None:
         print(diagnose(a.out.resolve()))
     elif a.cmd == "real":
         real_main(a)
+    elif a.cmd == "backends":
+        backends_main(a)
     else:
         serve_main(a)
 
