@@ -171,15 +171,48 @@ def test_live_study_on_serve_backends(tmp_path, capsys):
 
 
 @pytest.mark.docs
+def test_live_study_on_backends_already_running(tmp_path, capsys):
+    """``backends``: the pool file names servers someone else started
+    (here one ``latroute serve`` of qwen3-h100 at speed 2); the study
+    sends through the proxy to them and predicts with the same pool."""
+    pytest.importorskip("aiohttp")
+    from harness.live.ports import free_port_base
+    from harness.live.processes import start_ready, stop
+
+    base = free_port_base(3)
+    doc = load_pool("qwen3-h100").to_json()
+    for k, inst in enumerate(doc["instances"]):
+        inst["url"] = f"http://127.0.0.1:{base + k}"
+    (tmp_path / "pool.json").write_text(json.dumps(doc))
+    from tests.conftest import run_cli
+
+    assert run_cli("trace", "generate", "--requests", "40", "--rate", "4", "--seed", "1", "--out",
+                   tmp_path / "wl").exit_code == 0
+    serve = start_ready(["serve", "--pool", "qwen3-h100", "--port-base", str(base), "--speed", "2"], tmp_path)
+    try:
+        _study(["backends", "--pool", str(tmp_path / "pool.json"), "--trace", str(tmp_path / "wl"), "--speed", "2",
+                "--routers", "round-robin,sfs-cc", "--repeats", "1", "--twin-seeds", "1"], tmp_path / "out")
+    finally:
+        stop(serve)
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert all(r["failed"] == 0 and r["requests"] == 40 for r in res["runs"])
+    assert set(res["predicted"]) == {"round-robin", "sfs-cc"}
+    assert "Kendall's tau" in capsys.readouterr().out
+
+
+@pytest.mark.docs
 @pytest.mark.skipif(not os.environ.get("LATROUTE_VLLM_PYTHON"), reason="needs vLLM (LATROUTE_VLLM_PYTHON)")
 def test_live_study_on_two_real_vllm_servers(tmp_path):
     """tiny-a and tiny-b, each pinned to a core, 20 requests through the
-    proxy with round robin: all served, half each, and both servers
-    recorded them (the recording scheduler was on)."""
+    proxy with round robin, the exact view reading each server's state
+    feed: all served, half each, and both servers recorded them (the
+    recording scheduler was on)."""
     _study(["real", "--requests", "20", "--rate", "2", "--routers", "round-robin", "--repeats", "1",
-            "--twin-seeds", "1"], tmp_path)
+            "--twin-seeds", "1", "--view", "exact"], tmp_path)
     res = json.loads((tmp_path / "results.json").read_text())
     run = res["runs"][0]
     assert run["failed"] == 0 and run["share_by_instance"] == {"tiny-a": 0.5, "tiny-b": 0.5}
     for name in ("tiny-a", "tiny-b"):
-        assert (tmp_path / "servers" / f"rec-{name}" / "requests.csv").is_file()
+        rec = tmp_path / "servers" / "session0" / f"rec-{name}"  # each server session in its own directory
+        assert (rec / "requests.csv").is_file()
+        assert json.loads((rec / "recorder.json").read_text())["state_feed"]["frames"] > 0  # the exact view read it
