@@ -205,18 +205,13 @@ class RecordingScheduler(Scheduler):
         start = time.perf_counter()
         self._rec_preempted = []
         out = super().schedule(*args, **kwargs)
-        if self._feed is not None and self._feed.wanted:
-            reqs = self.requests
-            self._feed_inflight = (start, [(rid, n, reqs[rid].num_computed_tokens - n)
-                                           for rid, n in out.num_scheduled_tokens.items()]
-                                   ) if out.total_num_scheduled_tokens else None
-            self._feed_publish()
-        if not self._rec_on:
+        feed = self._feed is not None and self._feed.wanted
+        if not (self._rec_on or feed):
             return out
         t1 = time.perf_counter()
+        items = []  # the batch, once, for the recording and the state feed alike
         if out.total_num_scheduled_tokens:
-            reqs, recs = self.requests, self._rec_reqs
-            items = []
+            reqs, recs = self.requests, self._rec_reqs if self._rec_on else {}
             for rid, n in out.num_scheduled_tokens.items():
                 r = reqs[rid]
                 before = r.num_computed_tokens - n
@@ -224,10 +219,12 @@ class RecordingScheduler(Scheduler):
                 st = recs.get(rid)
                 if st is not None and st.cached is None:
                     st.cached = before
-            self._rec_pending = (start, items, self._rec_preempted)
-        else:
-            self._rec_pending = None
-        self._rec_sched_us = 1e6 * (time.perf_counter() - t1)
+        if self._rec_on:
+            self._rec_pending = (start, items, self._rec_preempted) if items else None
+            self._rec_sched_us = 1e6 * (time.perf_counter() - t1)
+        if feed:
+            self._feed_inflight = (start, items) if items else None
+            self._feed_publish()
         return out
 
     def update_from_output(self, scheduler_output, model_runner_output):

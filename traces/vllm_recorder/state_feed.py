@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 import threading
 import time
 from array import array
@@ -70,7 +71,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 def frame(sched, step: int, inflight: tuple | None, id_of) -> bytes:
     """vLLM scheduler ``sched``'s state now as one frame. ``inflight`` is
     (perf_counter at schedule() entry, [(engine id, tokens, computed
-    before), ...]) for a step planned and not yet applied, else None;
+    before, ...), ...]: the recorder's items) for a step planned and not
+    yet applied, else None;
     ``id_of`` maps vLLM's engine id to the client's."""
     running = list(sched.running)
     run_ids = {r.request_id for r in running}
@@ -108,7 +110,7 @@ def frame(sched, step: int, inflight: tuple | None, id_of) -> bytes:
     infl_start = None
     if inflight is not None:
         infl_start = inflight[0]
-        for rid, n, before in inflight[1]:
+        for rid, n, before, *_ in inflight[1]:
             k = row_of.get(rid)
             if k is not None:
                 slot.append(k)
@@ -127,7 +129,7 @@ def frame(sched, step: int, inflight: tuple | None, id_of) -> bytes:
 
 
 def _le(a: array) -> bytes:
-    if struct.pack("=q", 1) != struct.pack("<q", 1):  # big-endian host: the wire is little-endian
+    if sys.byteorder == "big":  # the wire is little-endian
         a = array("q", a)
         a.byteswap()
     return a.tobytes()
