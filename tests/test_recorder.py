@@ -179,6 +179,14 @@ def test_validate_warns_on_an_unchecked_vllm_version(tmp_path):
     assert "recorded with vLLM 0.99.0" in res.stderr and "checked against 0.32.0" in res.stderr
 
 
+def test_driver_env_puts_the_recorder_package_on_vllms_path():
+    """vLLM's interpreter imports ``traces.vllm_recorder`` from the first
+    entry of PYTHONPATH: it must be the clone's root (it was ``harness/``
+    after the module moved into ``harness/live``, and record engine failed)."""
+    root = Path(driver_env()["PYTHONPATH"].split(os.pathsep)[0])
+    assert (root / "traces" / "vllm_recorder" / "engine_driver.py").is_file()
+
+
 # ---------------------------------------------------------------- real vLLM
 VLLM_PYTHON = os.environ.get("LATROUTE_VLLM_PYTHON")
 needs_vllm = pytest.mark.skipif(not VLLM_PYTHON or not Path(VLLM_PYTHON).is_file() or not TINY_A.is_dir(),

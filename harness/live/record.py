@@ -26,7 +26,7 @@ from traces.paths import input_dir, input_file
 from traces.store import Trace
 from traces.vllm_recorder.files import finish_recording
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the clone's root: harness/live/record.py
 ENV_VLLM_PYTHON = "LATROUTE_VLLM_PYTHON"
 
 
