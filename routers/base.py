@@ -76,6 +76,9 @@ class Router:
     name = "router"
     oracle = False  # True: handed the live instances (ClairvoyantView), recorded as an oracle
     sheds = False  # True: may answer SHED (decline the request) instead of an instance index
+    # "residents": reads nothing of its views but ``views.residents`` (the twin may then leave the views' other
+    # fields as they were until the run's end, saving their refresh at every decision); "views": anything
+    reads = "views"
 
     def __init__(self, inputs: RouteInputs):
         self.inputs = inputs

@@ -10,6 +10,7 @@ from routers.base import RouteInputs, Router
 
 class RoundRobin(Router):
     name = "round-robin"
+    reads = "residents"  # nothing, in fact
 
     def __init__(self, inputs: RouteInputs):
         super().__init__(inputs)
@@ -37,6 +38,7 @@ class ShortestQueue(Router):
     the lowest index (the first minimum)."""
 
     name = "shortest-queue"
+    reads = "residents"
 
     def choose(self, i, t, insts) -> int:
         res = residents_of(insts)
@@ -67,6 +69,7 @@ class PowerOfTwo(Router):
     """Two distinct instances drawn at random (seeded); the one with fewer residents."""
 
     name = "power-of-two"
+    reads = "residents"
 
     def __init__(self, inputs: RouteInputs, seed: int = 0):
         super().__init__(inputs)

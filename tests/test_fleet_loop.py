@@ -150,3 +150,36 @@ def test_old_and_fleet_loops_agree_and_arrays_are_current(noise: bool, monkeypat
     assert [x[4] for x in seen[True][1]] == [x[4] for x in seen[False][1]]  # arrival rates, from the shared clock
     assert res[True].extra["rejected"] > 0
     assert res[True].steps_run > 12 * 64 * 3  # several instances filled their log more than once
+
+
+@pytest.mark.parametrize("noise", [True, False])
+def test_residents_only_router_sees_current_counts(noise: bool, monkeypatch) -> None:
+    """A router that says it reads only the residents (``reads =
+    "residents"``) gets only those refreshed during the run: at every
+    decision they equal the live instances' counts, the decisions and
+    outcomes are the old loop's, and every view is current at the end."""
+    import harness.twin.instance as hi
+    from harness.twin.simulation import Twin, TwinConfig
+
+    monkeypatch.setattr(hi, "LOG_STEPS", 64)
+    reqs = toy_requests(700, 150.0, 2)
+    res, seen = {}, {}
+    for fleet in (False, True):
+        live: list = []
+        handed: list = []
+
+        def probe(i, t, insts, live=live):
+            live.append([x.residents for x in insts])
+
+        def router(i, t, views, handed=handed):
+            handed.append(views.residents.tolist())
+            return int(np.argmin(views.residents + np.arange(len(views)) % 5))
+
+        router.reads = "residents"
+        twin = Twin(toy_specs(12, caching=True), TwinConfig(seed=7, noise=noise), fleet_loop=fleet)
+        res[fleet] = twin.run(reqs, router, on_arrival=probe)
+        seen[fleet] = (live, handed)
+    assert seen[True][1] == seen[True][0] == seen[False][1]
+    assert digest_frame(res[True].requests) == digest_frame(res[False].requests)
+    assert digest_frame(res[True].steps) == digest_frame(res[False].steps)
+    assert len({tuple(x) for x in seen[True][1]}) > 50  # the counts moved: a stale array would have failed

@@ -26,7 +26,15 @@ from numba import typeof
 from numba.typed import List
 
 from estimators.engine.fastcall import entry_point
-from harness.twin.fleet_kernel import advance_queued, append_item, heap_push, new_list, pop_due, set_item, sync_views
+from harness.twin.fleet_kernel import (
+    advance_queued,
+    append_item,
+    heap_push,
+    new_list,
+    pop_due,
+    set_item,
+    sync_views,
+)
 from harness.twin.instance import Instance
 
 _NONE = np.zeros(0, dtype=np.int64)  # no predicted lengths: the views' targets are 0
@@ -56,6 +64,7 @@ class EventQueue:
         self._nch = np.zeros(1, dtype=np.int64)
         self._run = None  # advance_queued's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
+        self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
         self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
         for k in range(n):
@@ -71,6 +80,7 @@ class EventQueue:
                 set_item(self._bundles, k, _bundle(inst))
                 self._bundle_of[k] = (inst.state, inst.tw)
         self._rows[k] = inst.rows_used
+        self.residents[k] = inst.residents
         d = inst.due()
         if not d == self._due[k]:
             self._due[k] = d
@@ -94,7 +104,7 @@ class EventQueue:
                 self.touched(k)
             return
         args = (t, self._ht, self._hk, self._hn, self._due, ks, full, self._bundles, out, self._flag, self._changed,
-                self._nch)
+                self._nch, self.residents)
         if self._run is None:
             self._run = _entry(advance_queued, *args)
         n = self._run(*args)
@@ -132,6 +142,19 @@ class EventQueue:
             if self._sync is None:
                 self._sync = _entry(sync_views, *args)
             self._sync(*args)
+
+    def refresh_residents(self, fleet) -> None:
+        """Only ``fleet.residents`` of the instances changed since the last
+        call, for a router that reads nothing else (``reads =
+        "residents"``): its views' other fields wait for the run's end,
+        where the twin refreshes every view (``Twin.run``). The counts were
+        taken as the instances changed (``touched``, ``advance_queued``)."""
+        m = int(self._nch[0])
+        if m:
+            ch = self._changed[:m]
+            fleet.residents[ch] = self.residents[ch]
+            self._flag[ch] = 0
+            self._nch[0] = 0
 
     def _set_shadow(self, k: int, shadow: np.ndarray) -> None:
         if self._shadows is None:

@@ -121,10 +121,12 @@ def pop_due(t, ht, hk, hn, due, ks):
 
 
 @njit(cache=True)
-def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch):
+def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch, residents):
     """Pop every instance whose next event is at or before ``t``, run its
-    steps to ``t`` (``advance``, by index), queue its next event and mark
-    it changed (``flag``, ``changed[:nch[0]]``). Returns how many ran;
+    steps to ``t`` (``advance``, by index), write its resident count
+    (``residents[k]``: here, where its bundle is at hand, since taking a
+    bundle out of the list costs more than the count), queue its next
+    event and mark it changed (``flag``, ``changed[:nch[0]]``). Returns how many ran;
     ``full[q]`` = 1 where instance ``ks[q]``'s step log filled: it is
     neither queued nor marked (the caller flushes it, carries on and
     queues it)."""
@@ -135,6 +137,7 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
         full[q] = tk.advance(t, st, plan, tw, model, out, log)
         if full[q]:
             continue
+        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
         busy = tw.meta[tk.M_BUSY]
         d = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
         due[k] = d
