@@ -155,31 +155,32 @@ def test_old_and_fleet_loops_agree_and_arrays_are_current(noise: bool, monkeypat
 @pytest.mark.parametrize("noise", [True, False])
 def test_residents_only_router_sees_current_counts(noise: bool, monkeypatch) -> None:
     """A router that says it reads only the residents (``reads =
-    "residents"``) gets only those refreshed during the run: at every
-    decision they equal the live instances' counts, the decisions and
-    outcomes are the old loop's, and every view is current at the end."""
+    "residents"``) gets only those refreshed during the run, and the lazy
+    fleet loop leaves instances in a steady decode run alone until the run
+    ends or they are handed a request: at every decision the counts handed
+    are the live instances' (the old loop's, probed), and the outcomes and
+    step log are the old loop's, with and without laziness."""
     import harness.twin.instance as hi
     from harness.twin.simulation import Twin, TwinConfig
 
     monkeypatch.setattr(hi, "LOG_STEPS", 64)
-    reqs = toy_requests(700, 150.0, 2)
-    res, seen = {}, {}
-    for fleet in (False, True):
-        live: list = []
-        handed: list = []
+    reqs = toy_requests(1500, 60.0, 2)
+    live: list = []
+    res, handed = {}, {}
+    for name, fleet, lazy in (("old", False, False), ("eager", True, False), ("lazy", True, True)):
+        got: list = []
 
-        def probe(i, t, insts, live=live):
-            live.append([x.residents for x in insts])
-
-        def router(i, t, views, handed=handed):
-            handed.append(views.residents.tolist())
+        def router(i, t, views, got=got):
+            got.append(views.residents.tolist())
             return int(np.argmin(views.residents + np.arange(len(views)) % 5))
 
         router.reads = "residents"
-        twin = Twin(toy_specs(12, caching=True), TwinConfig(seed=7, noise=noise), fleet_loop=fleet)
-        res[fleet] = twin.run(reqs, router, on_arrival=probe)
-        seen[fleet] = (live, handed)
-    assert seen[True][1] == seen[True][0] == seen[False][1]
-    assert digest_frame(res[True].requests) == digest_frame(res[False].requests)
-    assert digest_frame(res[True].steps) == digest_frame(res[False].steps)
-    assert len({tuple(x) for x in seen[True][1]}) > 50  # the counts moved: a stale array would have failed
+        twin = Twin(toy_specs(12), TwinConfig(seed=7, noise=noise), fleet_loop=fleet, lazy=lazy)
+        probe = (lambda i, t, insts: live.append([x.residents for x in insts])) if name == "old" else None
+        res[name], handed[name] = twin.run(reqs, router, on_arrival=probe), got
+    assert handed["old"] == live == handed["eager"] == handed["lazy"]
+    for name in ("eager", "lazy"):
+        assert digest_frame(res[name].requests) == digest_frame(res["old"].requests)
+        assert digest_frame(res[name].steps) == digest_frame(res["old"].steps)
+        assert res[name].steps_run == res["old"].steps_run
+    assert len({tuple(x) for x in live}) > 50  # the counts moved: a stale array would have failed

@@ -44,10 +44,14 @@ class EventQueue:
     """Next due events of a pool's instances, and the set changed since
     ``take_changed``."""
 
-    def __init__(self, insts: list[Instance], clock: np.ndarray, batch: bool = True):
+    def __init__(self, insts: list[Instance], clock: np.ndarray, batch: bool = True, lazy: bool = False):
         """``batch``: advance the due instances in one compiled call; False,
         or bundles Numba cannot hold in one typed list, calls each
-        instance's ``advance``."""
+        instance's ``advance``. ``lazy``: an instance in a steady run is
+        next due when the run ends (``kernel.run_horizon``), not at each
+        step's end: only for a router that reads nothing but the resident
+        counts, and a loop that calls ``catch_up`` before handing an
+        instance a request (with ``batch``; otherwise every step is due)."""
         n = len(insts)
         self.insts = insts
         self.clock = clock
@@ -65,6 +69,7 @@ class EventQueue:
         self._run = None  # advance_queued's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
         self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
+        self.lazy = np.int64(1 if lazy and self._bundles is not None else 0)
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
         self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
         for k in range(n):
@@ -104,7 +109,7 @@ class EventQueue:
                 self.touched(k)
             return
         args = (t, self._ht, self._hk, self._hn, self._due, ks, full, self._bundles, out, self._flag, self._changed,
-                self._nch, self.residents)
+                self._nch, self.residents, self.lazy)
         if self._run is None:
             self._run = _entry(advance_queued, *args)
         n = self._run(*args)
@@ -114,6 +119,13 @@ class EventQueue:
                 insts[k].flush_log()
                 insts[k].advance(t, out)
                 self.touched(k)
+
+    def catch_up(self, k: int, t: float, out) -> None:
+        """Run instance ``k``'s steps to ``t`` (lazy: its due time may be
+        past ``t``, its state is a run's earlier step; the steps are the
+        same whenever they are run). The caller calls ``touched(k)``."""
+        if self.lazy:
+            self.insts[k].advance(t, out)
 
     def refresh_views(self, fleet) -> None:
         """Bring the views of the instances changed since the last call to

@@ -29,6 +29,7 @@ and ``LogBuffers`` (the step log, flushed by Python when full).
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from estimators.engine.kernel import complete_step
@@ -58,6 +59,9 @@ from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read 
     M_N,
     M_N2,
     M_Q,
+    M_RUN_LEFT,
+    M_RUN_S1,
+    M_RUN_S2,
     M_SKIPPED,
     M_STEPS,
     NM,
@@ -107,6 +111,7 @@ def _start_step(t, st, plan, tw, model, out):
     requests (``estimators.intake``: vLLM's ``add_request`` before
     ``schedule()``); requests arriving meanwhile join the next boundary."""
     meta = tw.meta
+    meta[M_RUN_LEFT] = 0
     intake = take_inbox(st, tw)
     n = schedule_or_reject(st, plan, out, t)
     if n == 0:
@@ -223,10 +228,57 @@ def _skip_run(t_until, st, plan, tw, model, log):
         times[T_END] = t_end
         meta[M_BUSY] = RUNNING
         meta[M_N] = n
+        meta[M_RUN_LEFT] = k - scheduled  # the run's steps after this one (run_horizon)
+        meta[M_RUN_S1] = s1 + n * scheduled
+        meta[M_RUN_S2] = s2 + 2 * scheduled * s1 + n * scheduled * scheduled
     else:
         times[T_START] = t
         times[T_END] = t_end
+        meta[M_RUN_LEFT] = 0
     return scheduled
+
+
+@njit(cache=True)
+def run_horizon(tw, model):
+    """When this instance's resident count can next change, at the
+    earliest: after the last step of the steady run whose step is in
+    flight (``_skip_run`` left ``M_RUN_LEFT`` steps of it to come), else
+    its next event (``Instance.due``). A run's steps finish nobody, take
+    nobody in and preempt nobody (``harness.twin.skip``), and they are
+    the steps the scheduler will run whatever the calls that advance them
+    (the event-skipping invariant), so until the run's last step ends a
+    router that reads only resident counts sees the same numbers whether
+    or not the instance has been advanced. The times are the run's own:
+    ``_skip_run``'s expressions from the same sums, its noise drawn from a
+    copy of the stream (the stream is left as it was)."""
+    meta, times = tw.meta, tw.times
+    busy = meta[M_BUSY]
+    if busy != RUNNING:
+        return times[T_START] if busy == GAP else np.inf
+    d = times[T_END]
+    left = meta[M_RUN_LEFT]
+    if left <= 0 or meta[M_INBOX_N] != 0 or meta[M_ASYNC] != 0:
+        return d
+    n = meta[M_N]
+    s1, s2 = meta[M_RUN_S1], meta[M_RUN_S2]
+    fn = float(n)
+    noise_on = tw.params[P_NOISE_ON] > 0.0
+    rng = tw.rng
+    r0, r1, r2, r3 = rng[0], rng[1], rng[2], rng[3]
+    t = d + model.gap
+    t_end = d
+    for j in range(left):
+        c1 = s1 + n * j
+        c2 = s2 + 2 * j * s1 + n * j * j
+        typical = features_time(model.form, model.coef, fn, 0.0, fn, float(c1), float(c2), 0.0, float(c1), 0.0)
+        if noise_on:
+            dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, rng)
+        else:
+            dur = typical * model.mult
+        t_end = t + 0.0 + dur
+        t = t_end + model.gap
+    rng[0], rng[1], rng[2], rng[3] = r0, r1, r2, r3
+    return t_end
 
 
 @njit(cache=True)

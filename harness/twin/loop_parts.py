@@ -36,7 +36,10 @@ M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE, M_SKIPPED 
 # in vLLM's two-deep batch queue (planned, outputs not applied yet)
 M_ASYNC, M_N2, M_Q = 8, 9, 10
 IDLE, RUNNING, GAP = 0, 1, 2  # async: RUNNING = the host waits for the oldest batch's outputs (due at T_END)
-NM = 11
+# a steady run left in flight (``kernel._skip_run``): its steps still to come after the one in flight (0: none
+# known; any other step resets it) and the decodes' computed-token sums S1, S2 before the first of them
+M_RUN_LEFT, M_RUN_S1, M_RUN_S2 = 11, 12, 13
+NM = 14
 # params (float64) fields
 P_NOISE_ON, P_LOG_ON, P_INTAKE_REQ, P_INTAKE_TOK = 0, 1, 2, 3  # intake: s per joining request and prompt token
 P_SKIP_ON = 4  # advance runs of steady decode steps without the scheduler kernel (``_skip_run``)

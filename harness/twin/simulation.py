@@ -158,16 +158,20 @@ class Twin:
     """Replays a trace's arrivals on a pool of simulated instances."""
 
     def __init__(self, specs: list[InstanceSpec], cfg: TwinConfig = TwinConfig(),  # noqa: B008 (frozen)
-                 fleet_loop: bool = True):
+                 fleet_loop: bool = True, lazy: bool = True):
         """``fleet_loop``: drive instances from the event queue and refresh
         only changed views (``_replay_fleet``); False keeps the loop that
         asks every instance at every arrival (``_replay_each``), the
-        reference the fleet loop's byte identity is tested against."""
+        reference the fleet loop's byte identity is tested against.
+        ``lazy``: the fleet loop leaves an instance in a steady decode run
+        alone until the run ends when the router reads only resident
+        counts (False: every step is due; the same results, tested)."""
         if not specs:
             raise ValueError("a twin needs at least one instance")
         self.specs = specs
         self.cfg = cfg
         self.fleet_loop = fleet_loop
+        self.lazy = lazy  # residents-only routers: instances in a steady run wait for its end (``_replay_fleet``)
 
     @classmethod
     def from_pool(cls, pool: Pool, cfg: TwinConfig | None = None) -> Twin:
@@ -227,7 +231,7 @@ class Twin:
         ctx = _Run(router, on_arrival, views, honest, blind, arrival, prompt, output, hits, rid_map, ev,
                    getattr(router, "sheds", False) is True)
         if self.fleet_loop:
-            self._replay_fleet(ctx, insts, clock)
+            self._replay_fleet(ctx, insts, clock, self.lazy)
         else:
             self._replay_each(ctx, insts)
         for inst in insts:
@@ -241,17 +245,22 @@ class Twin:
         return self._result(requests, ev, insts)
 
     @staticmethod
-    def _replay_fleet(c: _Run, insts: list[Instance], clock: np.ndarray) -> None:
+    def _replay_fleet(c: _Run, insts: list[Instance], clock: np.ndarray, lazy: bool = True) -> None:
         """The arrivals, advancing only instances with an event due
         (``EventQueue``) and refreshing only the views of instances that
         changed: per-arrival work independent of the pool's size but for
         the instances that have something to do."""
-        queue = EventQueue(insts, clock)
+        # a router that reads only the residents (``Router.reads``) gets only those kept current: copying the
+        # changed views' request tables was a sixth of a shortest-queue replay at 384 instances; and an
+        # instance in a steady decode run (whose resident count cannot change) is left alone until the run
+        # ends or it is handed a request (``EventQueue(lazy=True)``): at hundreds of instances nearly every
+        # arrival found dozens due, each for one step
+        residents_only = getattr(c.router, "reads", "views") == "residents"
+        lazy = residents_only and lazy and c.views is None and c.on_arrival is None
+        queue = EventQueue(insts, clock, lazy=lazy)
         out, views = c.ev.out, c.views
         advance_to = queue.advance_to
-        # a router that reads only the residents (``Router.reads``) gets only those kept current: copying the
-        # changed views' request tables was a sixth of a shortest-queue replay at 384 instances
-        sync = queue.refresh_residents if getattr(c.router, "reads", "views") == "residents" else queue.refresh_views
+        sync = queue.refresh_residents if residents_only else queue.refresh_views
 
         def refresh() -> None:
             sync(c.honest)
@@ -264,6 +273,8 @@ class Twin:
             if c.on_arrival is not None:
                 c.on_arrival(i, t, insts)
             j = c.route(i, t, c.seen(insts, refresh), len(insts))
+            if j >= 0:
+                queue.catch_up(j, t, out)
             if c.place(i, j, t, insts, views):
                 queue.touched(j)
                 r = insts[j].rate
