@@ -70,6 +70,7 @@ class EventQueue:
         self._sync = None  # sync_views' compiled entry
         self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
         self.lazy = np.int64(1 if lazy and self._bundles is not None else 0)
+        self._edue = np.full(n, np.inf)  # each instance's next event (Instance.due), whatever it is queued at
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
         self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
         for k in range(n):
@@ -86,7 +87,7 @@ class EventQueue:
                 self._bundle_of[k] = (inst.state, inst.tw)
         self._rows[k] = inst.rows_used
         self.residents[k] = inst.residents
-        d = inst.due()
+        d = self._edue[k] = inst.due()
         if not d == self._due[k]:
             self._due[k] = d
             if d < np.inf:
@@ -109,7 +110,7 @@ class EventQueue:
                 self.touched(k)
             return
         args = (t, self._ht, self._hk, self._hn, self._due, ks, full, self._bundles, out, self._flag, self._changed,
-                self._nch, self.residents, self.lazy)
+                self._nch, self.residents, self.lazy, self._edue)
         if self._run is None:
             self._run = _entry(advance_queued, *args)
         n = self._run(*args)
@@ -124,7 +125,7 @@ class EventQueue:
         """Run instance ``k``'s steps to ``t`` (lazy: its due time may be
         past ``t``, its state is a run's earlier step; the steps are the
         same whenever they are run). The caller calls ``touched(k)``."""
-        if self.lazy:
+        if self.lazy and self._edue[k] <= t:
             self.insts[k].advance(t, out)
 
     def refresh_views(self, fleet) -> None:

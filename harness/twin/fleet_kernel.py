@@ -121,7 +121,7 @@ def pop_due(t, ht, hk, hn, due, ks):
 
 
 @njit(cache=True)
-def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch, residents, lazy):
+def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch, residents, lazy, edue):
     """Pop every instance whose next event is at or before ``t``, run its
     steps to ``t`` (``advance``, by index), write its resident count
     (``residents[k]``: here, where its bundle is at hand, since taking a
@@ -130,7 +130,7 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
     its next event is the end of the steady run in flight
     (``kernel.run_horizon``), for a loop whose router reads only the
     resident counts and that catches an instance up before handing it a
-    request. Returns how many ran;
+    request; ``edue[k]``: its next event whatever it is queued at. Returns how many ran;
     ``full[q]`` = 1 where instance ``ks[q]``'s step log filled: it is
     neither queued nor marked (the caller flushes it, carries on and
     queues it)."""
@@ -142,11 +142,10 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
         if full[q]:
             continue
         residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
-        if lazy:
-            d = tk.run_horizon(tw, model)
-        else:
-            busy = tw.meta[tk.M_BUSY]
-            d = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
+        busy = tw.meta[tk.M_BUSY]
+        e = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
+        edue[k] = e
+        d = tk.run_horizon(tw, model) if lazy else e
         due[k] = d
         if d < np.inf:
             heap_push(ht, hk, hn, due, d, k)
