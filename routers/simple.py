@@ -89,6 +89,7 @@ class LatencyAgnostic(Router):
     """Maximum predicted utility, latency ignored."""
 
     name = "latency-agnostic"
+    reads = "residents"  # nothing, in fact
 
     def choose(self, i, t, insts) -> int:
         return int(np.argmax(self.inputs.utility[i]))
