@@ -53,6 +53,7 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
+from estimators.sfs_dist import sfs_p_on_time
 
 
 @njit(cache=True)
@@ -254,3 +255,24 @@ def sfs_estimate_borrowed(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, 
     non-inlined calls took each of them at every call."""
     return sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
                         st2, plan, max_steps, typ_out)
+
+
+@njit(cache=True, _nrt=False)
+def sfs_estimate_p(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
+                   st2, plan, max_steps, typ_out, overhead, intake, c, nm, cv, slo, buf):
+    """``sfs_estimate_borrowed`` and then the estimate's P(TTFT <= slo)
+    (``estimators.sfs_dist.sfs_p_on_time``) in one call from Python: what
+    ``SFS.estimate`` followed by ``SFS.p_on_time`` computes, the same
+    arithmetic in the same order (the estimate is max(est + overhead +
+    intake, 0) as Python's ``max`` takes it). Returns the estimate, the
+    kernel's steps, s1, s2, typ0 and the probability. For a state without
+    the prefix cache (SFS's fused path), whose kernel never asks for the
+    fallback on a copy of the cache. Numba's cache
+    of this module is keyed by this file's stamp: a change to
+    ``estimators.sfs_dist`` needs this file touched too."""
+    est, steps, s1, s2, typ0 = sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid,
+                                            q_prompt, model, st2, plan, max_steps, typ_out)
+    x = est + overhead + intake
+    total = 0.0 if 0.0 > x else x  # Python's max(x, 0.0): x unless 0 is strictly greater
+    return total, steps, s1, s2, typ0, sfs_p_on_time(total, s1, s2, steps, model.mult, c, nm, cv, typ0, elapsed,
+                                                      slo, buf)

@@ -1,0 +1,90 @@
+"""sfs-cc's fast paths (``SFS.estimate_p``: the estimate and its P(on time)
+in one compiled call) decide exactly as the two calls do: per request the
+same instance, the same estimate and P(on time) of it, the same served
+requests to the byte, on replicas and on the paper's pool, for every tie
+policy, twin noise on and off."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from estimators.estimate import build
+from estimators.snapshot import Query
+from harness.twin.pools import load_pool
+from harness.twin.replay import ReplayConfig, workload_inputs
+from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
+from routers.base import Router
+from routers.chance import DEFAULT_EPSILON, ChanceRouter
+from traces.arrivals import ArrivalSpec
+from traces.workload import WorkloadConfig, generate_workload
+
+
+class Recorded(ChanceRouter):
+    """Keeps, per decision, the instance chosen and its estimate and P(on time)."""
+
+    def choose(self, i, t, insts) -> int:
+        j = super().choose(i, t, insts)
+        self.log.append((i, j, float(self.latency[j]), float(self.p[j])))
+        return j
+
+
+def _run(pool_ref: str, rate: float, n: int, ties: str, noise: bool, fast: bool, seed: int = 0):
+    pool = load_pool(pool_ref)
+    wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=seed))
+    specs = [InstanceSpec.from_config(c) for c in pool.instances]
+    inputs = workload_inputs(wl.requests, wl.quality, specs, ReplayConfig(seed=seed))
+    ests = [build("sfs", s.profile, None, inputs.route.pred_total, pool.frontend_overhead_s, online_lps=True)
+            for s in specs]
+    models = [str(getattr(s, "model", None) or s.instance_id) for s in specs]
+    r = Recorded(inputs.route, ests, "cc", DEFAULT_EPSILON, name="sfs-cc", models=models, ties=ties, seed=seed,
+                 fast=fast)
+    r.log = []
+    twin = Twin.from_pool(pool, TwinConfig(seed=seed, record_steps=False, noise=noise))
+    res = twin.run(wl.requests, r, predicted=inputs.route.pred_total)
+    served = res.requests[["request_id", "instance_id", "ttft_s"]].to_numpy()
+    return r.log, hashlib.sha256(repr(served.tolist()).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("ties", ["lowest-index", "least-latency", "random"])
+@pytest.mark.parametrize("noise", [True, False])
+def test_fast_chance_decisions_equal_the_two_calls_on_replicas(ties, noise):
+    fast = _run("qwen3-h100-x8", 64.0, 500, ties, noise, True)
+    slow = _run("qwen3-h100-x8", 64.0, 500, ties, noise, False)
+    assert len(fast[0]) == 500
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+
+
+@pytest.mark.parametrize("noise", [True, False])
+def test_fast_chance_decisions_equal_the_two_calls_on_the_paper_pool(noise):
+    fast = _run("qwen3-h100", 9.0, 600, "lowest-index", noise, True)
+    slow = _run("qwen3-h100", 9.0, 600, "lowest-index", noise, False)
+    assert fast == slow
+
+
+def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
+    pool = load_pool("qwen3-h100")
+    wl = generate_workload(WorkloadConfig(requests=40, arrivals=ArrivalSpec("poisson", 9.0), seed=2))
+    specs = [InstanceSpec.from_config(c) for c in pool.instances]
+    inputs = workload_inputs(wl.requests, wl.quality, specs, ReplayConfig(seed=2))
+    a, b = (build("sfs", specs[0].profile, None, inputs.route.pred_total, pool.frontend_overhead_s, online_lps=True)
+            for _ in range(2))
+    twin = Twin.from_pool(pool, TwinConfig(seed=2, record_steps=False))
+
+    class Probe(Router):
+        def choose(self, i, t, insts):
+            prompt = int(inputs.route.prompt[i])
+            for slo in (0.05, 0.5, float(inputs.route.slo[i])):
+                p = a.estimate_p(insts[0], i, t, prompt, slo)
+                b.estimate(insts[0], Query(i, t, prompt))
+                assert p == b.p_on_time(slo)
+                assert (a.last_est, a.last_steps, a.last_s1, a.last_s2) == (b.last_est, b.last_steps, b.last_s1,
+                                                                          b.last_s2)
+                assert a.last_dist(slo) == b.last_dist(slo)
+            return 0
+
+    probe = Probe(inputs.route)
+    twin.run(wl.requests, probe, predicted=inputs.route.pred_total)
+    assert np.isfinite(a.last_est)
