@@ -1,5 +1,5 @@
 """sfs-cc's fast paths (``SFS.estimate_p``: the estimate and its P(on time)
-in one compiled call) decide exactly as the two calls do: per request the
+in one compiled call, on a copy of only the rows the simulation reaches) decide exactly as the two calls do: per request the
 same instance, the same estimate and P(on time) of it, the same served
 requests to the byte, on replicas and on the paper's pool, for every tie
 policy, twin noise on and off."""
@@ -65,6 +65,8 @@ def test_fast_chance_decisions_equal_the_two_calls_on_the_paper_pool(noise):
 
 
 def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
+    """Also with junk in the scratch state's rows: ``estimate_p`` copies only
+    the rows its simulation reaches (``sfs_kernel._copy_state_live``)."""
     pool = load_pool("qwen3-h100")
     wl = generate_workload(WorkloadConfig(requests=40, arrivals=ArrivalSpec("poisson", 9.0), seed=2))
     specs = [InstanceSpec.from_config(c) for c in pool.instances]
@@ -76,7 +78,9 @@ def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
     class Probe(Router):
         def choose(self, i, t, insts):
             prompt = int(inputs.route.prompt[i])
-            for slo in (0.05, 0.5, float(inputs.route.slo[i])):
+            for k, slo in enumerate((0.05, 0.5, float(inputs.route.slo[i]))):
+                if a.cap > 0:  # junk in the scratch rows: only the rows the simulation reaches are copied
+                    a.st2c.req[:] = (-1, 7, 1 << 40)[k]
                 p = a.estimate_p(insts[0], i, t, prompt, slo)
                 b.estimate(insts[0], Query(i, t, prompt))
                 assert p == b.p_on_time(slo)
