@@ -129,7 +129,8 @@ class SFS:
         self._ttft_dist = _dist_entry()
         self._fused = None  # sfs_estimate_p's entry, compiled on the first estimate_p
         self._buf = np.zeros((SCRATCH_ROWS, SCRATCH_COLS))
-        self._fast_of, self._fast_max = None, -1  # the state estimate_p last saw; its max length (-1: not fused)
+        # the state estimate_p last saw, its max length (-1: not fused) and scheduler arrays
+        self._fast_of, self._fast_max, self._fast_core = None, -1, None
 
     @property
     def speed(self) -> float:
@@ -238,32 +239,34 @@ class SFS:
         prefix caching nor async scheduling (elsewhere the two calls): the
         chance rule asks this of every replica it walks."""
         st = view.state
-        if self._fast_of is not st:
+        if self._fast_of is not st:  # (a state is a tuple: its arrays, so its capacity and core, are its own)
             cfg = st.cfg
             fast = cfg[C_PREFIX] == PREFIX_OFF and cfg[C_ASYNC] == 0
-            self._fast_of, self._fast_max = st, int(cfg[C_MAX_LEN]) if fast else -1
+            if fast and st.capacity + 1 > self.cap:
+                self._scratch(st)
+            self._fast_of, self._fast_max, self._fast_core = st, int(cfg[C_MAX_LEN]) if fast else -1, st.core()
         if prompt >= self._fast_max or not math.isfinite(t):  # (not fused, refused, or the error estimate raises)
             self.estimate(view, Query(rid, t, prompt))
             return self.p_on_time(slo)
-        if self._core_of is not st:
-            self._core, self._core_of, self._off = st.core(), st, True
-        if st.capacity + 1 > self.cap:
-            self._scratch(st)
         fused = self._fused
         if fused is None:
             fused = self._fused = _fused_entry()
         start = view.infl_start
-        elapsed = 0.0 if start is None else t - start
-        self._view, self._elapsed = view, elapsed
         model = self.model
+        if start is None:
+            elapsed = 0.0
+            wake = view.wake_s
+            gap = model.gap if wake is None else max(0.0, wake + model.gap - t)  # (first_gap)
+        else:
+            elapsed, gap = t - start, model.gap
+        self._view, self._elapsed = view, elapsed
         intake = self.intake
         intake = (0.0 if intake.per_request_s == 0.0 and intake.per_prompt_token_s == 0.0
                   else joining_intake(intake, view, prompt)) * self._speed  # (as estimate: scaled like the gap)
         self.last_est, self.last_steps, self.last_s1, self.last_s2, self._typ0, p = fused(
-            self._core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
-            first_gap(t, start, view.wake_s, model.gap), self.pred_total, rid, prompt, model, self.st2c, self.plan2,
-            MAX_SIM_STEPS, self._no_typ, self.overhead, intake, self._speed * self._scale, self._nm, self._cv,
-            slo, self._buf)
+            self._fast_core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, rid,
+            prompt, model, self.st2c, self.plan2, MAX_SIM_STEPS, self._no_typ, self.overhead, intake,
+            self._speed * self._scale, self._nm, self._cv, slo, self._buf)
         return p
 
     def _estimate_async(self, view: InstanceView, q: Query, typ: np.ndarray) -> float:

@@ -166,8 +166,8 @@ def _copy_state_live(st, st2, inbox, n_inbox, infl, infl_n):
     for i in range(infl_n):
         _copy_row(st, st2, infl.slot[i])
     st2.sc[S_WHEAD] = 0
-    for i in range(st.sc[S_NFREE_SLOTS]):
-        st2.free_slots[i] = st.free_slots[i]
+    # the free list below the extra row is not copied either: the simulation pops only the query's slot (the
+    # extra row) and pushes the slots it frees, so it never reads an entry below
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
 

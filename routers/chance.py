@@ -71,11 +71,14 @@ class ChanceRouter(Router):
         self.tie = TieBreaker(ties, seed)
         self.fast = fast
         self._fused = fast and all(type(e) is SFS for e in estimators)
+        self._query, self._prompt = -1, 0
 
     def p_on_time(self, j: int, i: int, t: float, slo: float, insts) -> float:
         est = self.estimators[j]
         if self._fused:
-            p = est.estimate_p(insts[j], i, t, int(self.inputs.prompt[i]), slo)
+            if i != self._query:  # the query's prompt, read once per decision
+                self._query, self._prompt = i, int(self.inputs.prompt[i])
+            p = est.estimate_p(insts[j], i, t, self._prompt, slo)
             self.latency[j] = est.last_est
             return p
         self.latency[j] = est.estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))

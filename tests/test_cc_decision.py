@@ -65,10 +65,11 @@ def test_fast_chance_decisions_equal_the_two_calls_on_the_paper_pool(noise):
 
 
 def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
-    """Also with junk in the scratch state's rows: ``estimate_p`` copies only
-    the rows its simulation reaches (``sfs_kernel._copy_state_live``)."""
+    """Also with junk in the scratch state's rows and free list:
+    ``estimate_p`` copies only the rows its simulation reaches and no free
+    slot but the query's (``sfs_kernel._copy_state_live``)."""
     pool = load_pool("qwen3-h100")
-    wl = generate_workload(WorkloadConfig(requests=40, arrivals=ArrivalSpec("poisson", 9.0), seed=2))
+    wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 9.0), seed=2))
     specs = [InstanceSpec.from_config(c) for c in pool.instances]
     inputs = workload_inputs(wl.requests, wl.quality, specs, ReplayConfig(seed=2))
     a, b = (build("sfs", specs[0].profile, None, inputs.route.pred_total, pool.frontend_overhead_s, online_lps=True)
@@ -78,9 +79,11 @@ def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
     class Probe(Router):
         def choose(self, i, t, insts):
             prompt = int(inputs.route.prompt[i])
+            seen.append(insts[0].residents)
             for k, slo in enumerate((0.05, 0.5, float(inputs.route.slo[i]))):
                 if a.cap > 0:  # junk in the scratch rows: only the rows the simulation reaches are copied
                     a.st2c.req[:] = (-1, 7, 1 << 40)[k]
+                    a.st2c.free_slots[:] = (-1, 0, 1)[k]  # nor the free list below the query's slot
                 p = a.estimate_p(insts[0], i, t, prompt, slo)
                 b.estimate(insts[0], Query(i, t, prompt))
                 assert p == b.p_on_time(slo)
@@ -89,6 +92,8 @@ def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
                 assert a.last_dist(slo) == b.last_dist(slo)
             return 0
 
+    seen: list[int] = []
     probe = Probe(inputs.route)
     twin.run(wl.requests, probe, predicted=inputs.route.pred_total)
     assert np.isfinite(a.last_est)
+    assert len(seen) == 300 and max(seen) >= 20  # every request to one instance: a queue builds
