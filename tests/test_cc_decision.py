@@ -30,7 +30,7 @@ class Recorded(ChanceRouter):
         return j
 
 
-def _run(pool_ref: str, rate: float, n: int, ties: str, noise: bool, fast: bool, seed: int = 0):
+def _run(pool_ref: str, rate: float, n: int, ties: str, noise: bool, fast: bool, seed: int = 0, rule: str = "cc"):
     pool = load_pool(pool_ref)
     wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=seed))
     specs = [InstanceSpec.from_config(c) for c in pool.instances]
@@ -38,7 +38,7 @@ def _run(pool_ref: str, rate: float, n: int, ties: str, noise: bool, fast: bool,
     ests = [build("sfs", s.profile, None, inputs.route.pred_total, pool.frontend_overhead_s, online_lps=True)
             for s in specs]
     models = [str(getattr(s, "model", None) or s.instance_id) for s in specs]
-    r = Recorded(inputs.route, ests, "cc", DEFAULT_EPSILON, name="sfs-cc", models=models, ties=ties, seed=seed,
+    r = Recorded(inputs.route, ests, rule, DEFAULT_EPSILON, name=f"sfs-{rule}", models=models, ties=ties, seed=seed,
                  fast=fast)
     r.log = []
     twin = Twin.from_pool(pool, TwinConfig(seed=seed, record_steps=False, noise=noise))
@@ -62,6 +62,13 @@ def test_fast_chance_decisions_equal_the_two_calls_on_the_paper_pool(noise):
     fast = _run("qwen3-h100", 9.0, 600, "lowest-index", noise, True)
     slow = _run("qwen3-h100", 9.0, 600, "lowest-index", noise, False)
     assert fast == slow
+
+
+@pytest.mark.parametrize("ties", ["lowest-index", "least-latency", "random"])
+def test_fast_expected_utility_rule_equals_the_two_calls(ties):
+    """sfs-eu asks every instance through the same path."""
+    fast = _run("qwen3-h100-x8", 64.0, 300, ties, True, True, rule="eu")
+    assert fast == _run("qwen3-h100-x8", 64.0, 300, ties, True, False, rule="eu")
 
 
 def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
