@@ -308,9 +308,7 @@ def ttft_dist(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles, o
     mu = np.empty(size)
     sg = np.empty(size)
     nc = _dist_head(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, out, w, mu, sg)
-    if nc < 0:
-        return
-    if not quantiles:
+    if nc < 0 or not quantiles:
         return
     for li in range(3):
         q = (0.5, 0.9, 0.99)[li]

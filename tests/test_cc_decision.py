@@ -71,6 +71,37 @@ def test_fast_expected_utility_rule_equals_the_two_calls(ties):
     assert fast == _run("qwen3-h100-x8", 64.0, 300, ties, True, False, rule="eu")
 
 
+def test_p_on_time_without_the_runtime_is_the_distributions():
+    """``sfs_dist.sfs_p_on_time`` (scratch rows, no allocation) gives
+    ``sfs_ttft_dist``'s P(on time) to the bit: in-flight steps long past
+    their expected end, no simulated step, stalls, a refused estimate."""
+    from estimators.sfs_dist import SCRATCH_COLS, SCRATCH_ROWS, NoiseMoments, as_array, sfs_p_on_time, sfs_ttft_dist
+    from estimators.step_correlation import GRID
+
+    rng = np.random.default_rng(5)
+    cv = np.linspace(0.02, 0.001, GRID.size)
+    models = [NoiseMoments(1.0043, 1.0013, 2.5e-3, 1e-3, 3.0, 9.0, 0.0, 0.05, tuple(np.linspace(1, 5, 8))),
+              NoiseMoments(1.2, 1.02, 0.04, 0.08, 2.5, 8.0, -0.01, 0.2, tuple(np.linspace(0.5, 6, 8))),
+              NoiseMoments(1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, tuple(np.zeros(8)))]
+    buf, out = np.full((SCRATCH_ROWS, SCRATCH_COLS), np.nan), np.zeros(5)
+    n_cases = 0
+    for nm in map(as_array, models):
+        for _ in range(400):
+            n = int(rng.choice([0, 1, 2, 7, 60]))
+            typ = rng.uniform(0.001, 0.2, n)
+            s1, s2 = float(typ.sum()), float((typ * typ).sum())
+            typ0 = float(rng.choice([0.0, rng.uniform(0.001, 0.1)]))
+            elapsed = float(rng.choice([0.0, rng.uniform(0, 0.05), rng.uniform(1.0, 50.0)])) if typ0 > 0 else 0.0
+            mult = float(rng.uniform(1.0, 1.3))
+            total = float(rng.choice([np.inf, rng.uniform(0.0, 0.02) + mult * s1 + rng.uniform(0, 0.05)]))
+            for slo in (0.01, total, total * 0.97 if np.isfinite(total) else 1.0, 2.0):
+                c = float(rng.choice([1.0, 1.07]))
+                sfs_ttft_dist(total, s1, s2, n, mult, c, nm, cv, typ0, elapsed, slo, False, out)
+                assert sfs_p_on_time(total, s1, s2, n, mult, c, nm, cv, typ0, elapsed, slo, buf) == out[4]
+                n_cases += 1
+    assert n_cases == 3 * 400 * 4
+
+
 def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
     """Also with junk in the scratch state's rows and free list:
     ``estimate_p`` copies only the rows its simulation reaches and no free
