@@ -135,3 +135,38 @@ def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
     twin.run(wl.requests, probe, predicted=inputs.route.pred_total)
     assert np.isfinite(a.last_est)
     assert len(seen) == 300 and max(seen) >= 20  # every request to one instance: a queue builds
+
+
+def _toy_run(caching: bool, ties: str, noise: bool, fast: bool):
+    """12 toy instances (three models of four replicas, tight KV and batch
+    limits so queues, preemption and refused prompts occur; with ``caching``
+    every other instance has prefix caching: the two-call path there). At
+    700 q/s the walk estimates ~3.7 replicas per decision and ~90 of the 600
+    decisions fall back to the likeliest instance."""
+    from harness.twin.simulation import Twin, TwinConfig
+    from routers.base import RouteInputs
+    from tests.test_fleet_loop import toy_requests, toy_specs
+
+    specs = toy_specs(12, caching=caching)
+    reqs = toy_requests(600, 700.0, 4)
+    n = len(reqs)
+    rng = np.random.default_rng(4)
+    utility = np.repeat(rng.uniform(0, 1, (n, 3)), 4, axis=1).reshape(n, 3, 4).transpose(0, 2, 1).reshape(n, 12)
+    inputs = RouteInputs(reqs["prompt_tokens"].to_numpy(), rng.uniform(0.003, 0.3, n), utility,
+                         reqs["output_tokens"].to_numpy() + rng.integers(-20, 20, n).clip(0))
+    ests = [build("sfs", s.profile, None, inputs.pred_total, 0.0, online_lps=True) for s in specs]
+    r = Recorded(inputs, ests, "cc", DEFAULT_EPSILON, name="sfs-cc", models=[s.config.model for s in specs],
+                 ties=ties, seed=3, fast=fast)
+    r.log = []
+    res = Twin(specs, TwinConfig(seed=7, noise=noise)).run(reqs, r, predicted=inputs.pred_total)
+    served = res.requests[["request_id", "instance_id", "ttft_s"]].to_numpy()
+    return r.log, hashlib.sha256(repr(served.tolist()).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("ties", ["lowest-index", "least-latency", "random"])
+@pytest.mark.parametrize("noise", [True, False])
+def test_fast_chance_decisions_equal_the_two_calls_on_toy_replicas(caching, ties, noise):
+    fast = _toy_run(caching, ties, noise, True)
+    assert len(fast[0]) == 600 and len({j for _, j, _, _ in fast[0]}) > 6
+    assert fast == _toy_run(caching, ties, noise, False)
