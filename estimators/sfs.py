@@ -19,8 +19,16 @@ from estimators.engine.view import AH_Q, AH_START_A, InstanceView, Query, first_
 from estimators.intake import Intake
 from estimators.profile import BatchTimeProfile
 from estimators.sfs_async_kernel import sfs_estimate_async
-from estimators.sfs_dist import TTFTDist, as_array, known_part, noise_moments, sfs_ttft_dist
-from estimators.sfs_kernel import sfs_estimate_borrowed
+from estimators.sfs_dist import (
+    SCRATCH_COLS,
+    SCRATCH_ROWS,
+    TTFTDist,
+    as_array,
+    known_part,
+    noise_moments,
+    sfs_ttft_dist,
+)
+from estimators.sfs_kernel import sfs_estimate_borrowed, sfs_estimate_p
 from estimators.time_model import time_model
 
 MAX_SIM_STEPS = 1_000_000
@@ -38,6 +46,21 @@ def _dist_entry():
 
 
 _ENTRY = None
+_FUSED = None
+
+
+def _fused_entry():
+    """``sfs_estimate_p``'s compiled entry point on the scheduler arrays only (caching off)."""
+    global _FUSED
+    if _FUSED is None:
+        st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
+        plan = StepPlan.new(2)
+        model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
+        core, z = st.core(), np.zeros(2)
+        _FUSED = entry_point(sfs_estimate_p, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
+                             core, plan, 0, np.zeros(0), 0.0, 0.0, 0.0, z, z, 0.0,
+                             np.zeros((SCRATCH_ROWS, SCRATCH_COLS)))
+    return _FUSED
 
 
 def _entry():
@@ -104,6 +127,10 @@ class SFS:
         self._no_typ = np.zeros(0)
         self._dist = np.zeros(5)
         self._ttft_dist = _dist_entry()
+        self._fused = None  # sfs_estimate_p's entry, compiled on the first estimate_p
+        self._buf = np.zeros((SCRATCH_ROWS, SCRATCH_COLS))
+        # the state estimate_p last saw, its max length (-1: not fused) and scheduler arrays
+        self._fast_of, self._fast_max, self._fast_core = None, -1, None
 
     @property
     def speed(self) -> float:
@@ -204,6 +231,43 @@ class SFS:
         intake = joining_intake(self.intake, view, q.prompt) * self._speed
         self.last_est = max(est + self.overhead + intake, 0.0)  # (as above)
         return self.last_est
+
+    def estimate_p(self, view: InstanceView, rid: int, t: float, prompt: int, slo: float) -> float:
+        """``estimate(view, Query(rid, t, prompt))`` then ``p_on_time(slo)``,
+        with the same numbers and the same state left behind (``last_est``,
+        ``last_dist``), in one compiled call where the instance has neither
+        prefix caching nor async scheduling (elsewhere the two calls): the
+        chance rule asks this of every replica it walks."""
+        st = view.state
+        if self._fast_of is not st:  # (a state is a tuple: its arrays, so its capacity and core, are its own)
+            cfg = st.cfg
+            fast = cfg[C_PREFIX] == PREFIX_OFF and cfg[C_ASYNC] == 0
+            if fast and st.capacity + 1 > self.cap:
+                self._scratch(st)
+            self._fast_of, self._fast_max, self._fast_core = st, int(cfg[C_MAX_LEN]) if fast else -1, st.core()
+        if prompt >= self._fast_max or not math.isfinite(t):  # (not fused, refused, or the error estimate raises)
+            self.estimate(view, Query(rid, t, prompt))
+            return self.p_on_time(slo)
+        fused = self._fused
+        if fused is None:
+            fused = self._fused = _fused_entry()
+        start = view.infl_start
+        model = self.model
+        if start is None:
+            elapsed = 0.0
+            wake = view.wake_s
+            gap = model.gap if wake is None else max(0.0, wake + model.gap - t)  # (first_gap)
+        else:
+            elapsed, gap = t - start, model.gap
+        self._view, self._elapsed = view, elapsed
+        intake = self.intake
+        intake = (0.0 if intake.per_request_s == 0.0 and intake.per_prompt_token_s == 0.0
+                  else joining_intake(intake, view, prompt)) * self._speed  # (as estimate: scaled like the gap)
+        self.last_est, self.last_steps, self.last_s1, self.last_s2, self._typ0, p = fused(
+            self._fast_core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, rid,
+            prompt, model, self.st2c, self.plan2, MAX_SIM_STEPS, self._no_typ, self.overhead, intake,
+            self._speed * self._scale, self._nm, self._cv, slo, self._buf)
+        return p
 
     def _estimate_async(self, view: InstanceView, q: Query, typ: np.ndarray) -> float:
         """``estimate`` on an instance with async scheduling

@@ -272,6 +272,30 @@ def remainder_moments(u: float, e: float, nm: np.ndarray) -> tuple[float, float]
 
 
 @njit(cache=True)
+def _dist_head(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, out, w, mu, sg):
+    """``ttft_dist`` up to its quantiles: ``out[0]`` (the mean) and
+    ``out[4]`` (P(TTFT <= slo)), the mixture's components into the scratch
+    ``w``, ``mu``, ``sg`` (``2 * (MAX_STALLS + 1)`` each). Returns their
+    count, or -1 when the distribution is a point or not finite (``out``
+    then complete). Allocates nothing: ``sfs_estimate_p`` calls it
+    without Numba's runtime."""
+    if not np.isfinite(known):
+        out[0] = out[1] = out[2] = out[3] = np.inf
+        out[4] = 0.0
+        return -1
+    out[0] = known + rw[0] * rm[0] + rw[1] * rm[1] + c * nm[0] * s1
+    f2 = math.exp(common_var(n_traj, cv))  # E[F^2]
+    if ((n == 0 or s1 <= 0.0 or (nm[2] == 0.0 and nm[3] == 0.0 and f2 == 1.0))
+            and rv[0] == 0.0 and rv[1] == 0.0 and rw[1] == 0.0):
+        out[1] = out[2] = out[3] = out[0]
+        out[4] = 1.0 if out[0] <= slo else 0.0
+        return -1
+    nc = _components(max(s1, 0.0), max(s2, 0.0), max(n, 1), c, nm, f2, rw, rm, rv, w, mu, sg)
+    out[4] = _cdf(slo - known, w, mu, sg, nc)
+    return nc
+
+
+@njit(cache=True)
 def ttft_dist(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles, out):
     """``out`` <- [mean, p50, p90, p99, P(TTFT <= slo)] of known + R + F *
     sum_k c tau_k r_k, the ``n`` simulated steps' typical durations summing
@@ -279,24 +303,12 @@ def ttft_dist(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles, o
     zeros when no step is in flight); F of log variance
     ``common_var(n_traj, cv)``. ``quantiles`` False: only the mean and
     P(TTFT <= slo) (what a router needs)."""
-    if not np.isfinite(known):
-        out[0] = out[1] = out[2] = out[3] = np.inf
-        out[4] = 0.0
-        return
-    out[0] = known + rw[0] * rm[0] + rw[1] * rm[1] + c * nm[0] * s1
-    f2 = math.exp(common_var(n_traj, cv))  # E[F^2]
-    if ((n == 0 or s1 <= 0.0 or (nm[2] == 0.0 and nm[3] == 0.0 and f2 == 1.0))
-            and rv[0] == 0.0 and rv[1] == 0.0 and rw[1] == 0.0):
-        out[1] = out[2] = out[3] = out[0]
-        out[4] = 1.0 if out[0] <= slo else 0.0
-        return
     size = 2 * (MAX_STALLS + 1)
     w = np.empty(size)
     mu = np.empty(size)
     sg = np.empty(size)
-    nc = _components(max(s1, 0.0), max(s2, 0.0), max(n, 1), c, nm, f2, rw, rm, rv, w, mu, sg)
-    out[4] = _cdf(slo - known, w, mu, sg, nc)
-    if not quantiles:
+    nc = _dist_head(known, s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, out, w, mu, sg)
+    if nc < 0 or not quantiles:
         return
     for li in range(3):
         q = (0.5, 0.9, 0.99)[li]
@@ -334,6 +346,26 @@ def sfs_ttft_dist(total, s1, s2, n, mult, c, nm, cv, typ0, elapsed, slo, quantil
         n_traj += 1.0
     ttft_dist(known_part(total, s1, mult, typ0, elapsed), s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, quantiles,
               out)
+
+
+SCRATCH_ROWS, SCRATCH_COLS = 7, 2 * (MAX_STALLS + 1)  # sfs_p_on_time's scratch: w, mu, sg, rw, rm, rv, out
+
+
+@njit(cache=True)
+def sfs_p_on_time(total, s1, s2, n, mult, c, nm, cv, typ0, elapsed, slo, buf):
+    """``sfs_ttft_dist(..., quantiles=False, out)``'s ``out[4]`` (the same
+    arithmetic), allocating nothing: its arrays are rows of ``buf``
+    (``SCRATCH_ROWS`` x ``SCRATCH_COLS``; row 6 receives ``out``)."""
+    rw, rm, rv, out = buf[3], buf[4], buf[5], buf[6]
+    rw[0], rw[1] = 1.0, 0.0
+    rm[0] = rm[1] = rv[0] = rv[1] = 0.0
+    n_traj = float(n)
+    if typ0 > 0.0:
+        remainder_branches(c * typ0, elapsed, nm, rw, rm, rv)
+        n_traj += 1.0
+    _dist_head(known_part(total, s1, mult, typ0, elapsed), s1, s2, n, c, nm, cv, rw, rm, rv, n_traj, slo, out,
+               buf[0], buf[1], buf[2])
+    return out[4]
 
 
 @njit(cache=True)

@@ -41,6 +41,7 @@ from estimators.engine.layout import (
     F_TARGET,
     NF,
     PL_NREJ,
+    PREFIX_OFF,
     PREFIX_ON,
     PREFIX_OVERLAY,
     S_CAP,
@@ -53,6 +54,7 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
 from estimators.engine.timing import plan_time
+from estimators.sfs_dist import sfs_p_on_time
 
 
 @njit(cache=True)
@@ -127,6 +129,49 @@ def _copy_state(st, st2):
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
 
 
+@njit(cache=True)
+def _copy_row(st, st2, s):
+    for f in range(NF):
+        st2.req[s, f] = st.req[s, f]
+
+
+@njit(cache=True)
+def _copy_state_live(st, st2, inbox, n_inbox, infl, infl_n):
+    """``_copy_state`` for a scratch state without the prefix cache, copying
+    only the rows the simulation can reach: the running and waiting
+    requests', the arrived ones' (``inbox``) and the in-flight step's. The
+    simulation reads a row only through those lists and the free list, and
+    of the free rows it takes only the extra one, for the query, whose
+    fields it clears (``_enqueue_query``); no kernel loops over every row.
+    So the scratch rows of free slots (what an earlier estimate left there,
+    where ``_copy_state`` has the instance's own stale rows) are never read,
+    and every estimate is the one ``_copy_state`` gives, at a cost in the
+    residents, not in the instance's capacity (256-1024 rows on qwen3-h100's
+    instances, ~45 residents at 8 q/s per three instances)."""
+    cap = st.sc[S_CAP]
+    for i in range(st.cfg.size):
+        st2.cfg[i] = st.cfg[i]
+    for i in range(st.sc.size):
+        st2.sc[i] = st.sc[i]
+    st2.sc[S_CAP] = cap + 1
+    for i in range(st.sc[S_NR]):
+        s = st.running[i]
+        st2.running[i] = s
+        _copy_row(st, st2, s)
+    wait_linear(st.sc, st.waiting, st2.waiting)
+    for i in range(st.sc[S_WN]):
+        _copy_row(st, st2, st2.waiting[i])
+    for i in range(n_inbox):
+        _copy_row(st, st2, inbox[i])
+    for i in range(infl_n):
+        _copy_row(st, st2, infl.slot[i])
+    st2.sc[S_WHEAD] = 0
+    # the free list below the extra row is not copied either: the simulation pops only the query's slot (the
+    # extra row) and pushes the slots it frees, so it never reads an entry below
+    st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
+    st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
+
+
 def _overlay_begin(st, st2):
     """With prefix caching and no copy of the cache, switch ``st2`` to
     overlay mode over the live cache; True if so. Always False for a
@@ -173,7 +218,7 @@ def _lost(cfg2, ov_sc):
 
 @njit(cache=True)
 def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
-                 st2, plan, max_steps, typ_out):
+                 st2, plan, max_steps, typ_out, live_rows=False):
     """Estimated TTFT (seconds) of a query arriving now, the number of
     steps simulated, the sum and sum of squares of the simulated steps'
     typical durations, and the in-flight step's typical duration (0: none)
@@ -187,11 +232,16 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     step's start; ``first_gap`` is the time until the first simulated
     schedule() after the in-flight step (a whole gap, or what is left of
     the current one when the engine is between steps). The scratch state
-    ``st2`` and plan need room for one more slot than ``st``."""
+    ``st2`` and plan need room for one more slot than ``st``. ``live_rows``
+    (``st`` and ``st2`` a ``SchedCore``: caching off): copy only the rows the
+    simulation reaches (``_copy_state_live``; the same estimate)."""
     if not (np.isfinite(elapsed) and np.isfinite(first_gap)) or n_inbox < 0 or n_inbox > inbox.size \
             or infl_n < 0 or infl_n > infl.slot.size or st2.sc.size < st.sc.size or st2.req.shape[0] <= st.sc[S_CAP]:
         raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
-    _copy_state(st, st2)
+    if live_rows and st.cfg[C_PREFIX] == PREFIX_OFF:
+        _copy_state_live(st, st2, inbox, n_inbox, infl, infl_n)
+    else:
+        _copy_state(st, st2)
     r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
     (ov_sc,) = _ov_scalars(st2)
     # --- residents get predicted output lengths
@@ -254,3 +304,24 @@ def sfs_estimate_borrowed(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, 
     non-inlined calls took each of them at every call."""
     return sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
                         st2, plan, max_steps, typ_out)
+
+
+@njit(cache=True, _nrt=False)
+def sfs_estimate_p(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
+                   st2, plan, max_steps, typ_out, overhead, intake, c, nm, cv, slo, buf):
+    """``sfs_estimate_borrowed`` and then the estimate's P(TTFT <= slo)
+    (``estimators.sfs_dist.sfs_p_on_time``) in one call from Python: what
+    ``SFS.estimate`` followed by ``SFS.p_on_time`` computes, the same
+    arithmetic in the same order (the estimate is max(est + overhead +
+    intake, 0) as Python's ``max`` takes it). Returns the estimate, the
+    kernel's steps, s1, s2, typ0 and the probability. For a state without
+    the prefix cache (SFS's fused path), whose kernel never asks for the
+    fallback on a copy of the cache. Numba's cache
+    of this module is keyed by this file's stamp: a change to
+    ``estimators.sfs_dist`` needs this file touched too."""
+    est, steps, s1, s2, typ0 = sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid,
+                                            q_prompt, model, st2, plan, max_steps, typ_out, True)
+    x = est + overhead + intake
+    total = 0.0 if 0.0 > x else x  # Python's max(x, 0.0): x unless 0 is strictly greater
+    return total, steps, s1, s2, typ0, sfs_p_on_time(total, s1, s2, steps, model.mult, c, nm, cv, typ0, elapsed,
+                                                      slo, buf)

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from estimators.sfs import SFS
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
 from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, chance_walk
@@ -51,10 +52,13 @@ class LognormalError:
 class ChanceRouter(Router):
     """``rule`` cc (chance constraint at ``epsilon``) or eu (expected on-time
     utility), two-level over replicas: ``models`` and ``ties`` as in
-    ``routers.latency_aware.LatencyAware``."""
+    ``routers.latency_aware.LatencyAware``. ``fast``: SFS's estimate and
+    P(on time) in one compiled call (``SFS.estimate_p``; the decisions are
+    those without it: off for the test that says so)."""
 
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, epsilon: float = DEFAULT_EPSILON,
-                 name: str = "chance", models: list[str] | None = None, ties: str = DEFAULT_TIES, seed: int = 0):
+                 name: str = "chance", models: list[str] | None = None, ties: str = DEFAULT_TIES, seed: int = 0,
+                 fast: bool = True):
         super().__init__(inputs)
         if rule not in ("cc", "eu"):
             raise ValueError(f"unknown rule {rule!r}")
@@ -65,9 +69,18 @@ class ChanceRouter(Router):
         self.latency = np.zeros(len(estimators))
         self.groups = ModelGroups(inputs.utility, models or [str(j) for j in range(len(estimators))])
         self.tie = TieBreaker(ties, seed)
+        self.fast = fast
+        self._fused = fast and all(type(e) is SFS for e in estimators)
+        self._query, self._prompt = -1, 0
 
     def p_on_time(self, j: int, i: int, t: float, slo: float, insts) -> float:
         est = self.estimators[j]
+        if self._fused:
+            if i != self._query:  # the query's prompt, read once per decision
+                self._query, self._prompt = i, int(self.inputs.prompt[i])
+            p = est.estimate_p(insts[j], i, t, self._prompt, slo)
+            self.latency[j] = est.last_est
+            return p
         self.latency[j] = est.estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))
         return est.p_on_time(slo)
 

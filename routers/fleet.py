@@ -263,8 +263,8 @@ def chance_walk(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     else:
         walk = groups.flat_order(i, u) if tie.ties == "lowest-index" or groups.singletons else None
         for j in walk if walk is not None else _random_walk(groups, tie, i):
-            p[j] = r.p_on_time(j, i, t, slo, insts)
-            if p[j] >= need:
+            p[j] = x = r.p_on_time(j, i, t, slo, insts)
+            if x >= need:
                 return j
     return r._most_likely()
 
