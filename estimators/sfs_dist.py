@@ -1,4 +1,6 @@
-"""SFS's TTFT as a distribution (DESIGN section 8).
+"""SFS's TTFT as a distribution (DESIGN section 8). One piece past 400
+lines: the mixture's components, its CDF, quantiles and the fused P(on
+time) share one layout of the components and must change together.
 
 Along SFS's trajectory the query's TTFT is D + R + F * sum_k c * tau_k * r_k:
 D the known part (the inter-step gaps, the request intake, the front end's
