@@ -1,4 +1,4 @@
-"""SFS's TTFT as a distribution (DESIGN section 8). One piece past 400
+"""SFS's TTFT as a distribution (DESIGN section 8), kept as one piece past 400
 lines: the mixture's components, its CDF, quantiles and the fused P(on
 time) share one layout of the components and must change together.
 
