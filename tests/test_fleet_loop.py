@@ -54,7 +54,8 @@ def run_cell(name: str) -> str:
     pool, router, rate, n, noise, interval, steps = CELLS[name]
     wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=3))
     res = replay(load_pool(pool), pool, wl.requests, wl.quality,
-                 ReplayConfig(router=router, seed=5, noise=noise, view_interval_ms=interval, record_steps=steps))
+                 ReplayConfig(router=router, seed=5, noise=noise, view_interval_ms=interval, record_steps=steps,
+                              ties="lowest-index"))  # main's one replica order
     parts = [digest_frame(res.requests), str(res.twin.steps_run)]
     if steps:
         parts += [digest_frame(res.twin.steps), digest_frame(res.twin.step_items)]
@@ -184,3 +185,61 @@ def test_residents_only_router_sees_current_counts(noise: bool, monkeypatch) -> 
         assert digest_frame(res[name].steps) == digest_frame(res["old"].steps)
         assert res[name].steps_run == res["old"].steps_run
     assert len({tuple(x) for x in live}) > 50  # the counts moved: a stale array would have failed
+
+
+@pytest.mark.parametrize("noise", [True, False])
+def test_indexed_router_sees_the_eager_views(noise: bool, monkeypatch) -> None:
+    """A router that reads views one at a time (``reads = "indexed"``)
+    has each view it reads brought to the present when it reads it, and
+    the instances it does not read left in their steady runs: every view
+    it reads is the eager loop's and the old loop's (the honest scalars,
+    the residents and the scheduler arrays), and so are the outcomes and
+    the step log."""
+    import harness.twin.instance as hi
+    from harness.twin.simulation import Twin, TwinConfig
+
+    monkeypatch.setattr(hi, "LOG_STEPS", 64)
+    reqs = toy_requests(1500, 60.0, 2)
+    res, seen = {}, {}
+    for name, fleet, lazy in (("old", False, False), ("eager", True, False), ("lazy", True, True)):
+        got: list = []
+
+        def router(i, t, views, got=got):
+            pick = [(i * 7) % len(views), (i * 5 + 3) % len(views)]
+            for k in pick:
+                v = views[k]
+                got.append((k, v.h.tobytes(), int(v.res[v.ri]), v.state.sc.tobytes(),
+                            v.state.req[:, :4].tobytes(), v.n_inbox, v.infl_n))
+            return pick[0] if i % 3 else pick[1]
+
+        router.reads = "indexed"
+        twin = Twin(toy_specs(12), TwinConfig(seed=7, noise=noise), fleet_loop=fleet, lazy=lazy)
+        res[name], seen[name] = twin.run(reqs, router), got
+    assert seen["old"] == seen["eager"] == seen["lazy"]
+    for name in ("eager", "lazy"):
+        assert digest_frame(res[name].requests) == digest_frame(res["old"].requests)
+        assert digest_frame(res[name].steps) == digest_frame(res["old"].steps)
+        assert res[name].steps_run == res["old"].steps_run
+    assert len({x[1] for x in seen["lazy"]}) > 500  # the views moved: stale ones would have failed
+
+
+@pytest.mark.parametrize("router", ["sfs-cc", "sfs-hard"])
+@pytest.mark.parametrize("ties", ["random", "least-latency"])
+def test_lazy_views_change_no_result(router: str, ties: str, monkeypatch) -> None:
+    """The latency-aware and chance routers on qwen3-h100-x8 (noise on):
+    the lazy loop (views brought to the present as read) serves the same
+    bytes as the eager one (every changed view refreshed at every arrival)."""
+    import harness.twin.simulation as sim
+    from harness.twin.pools import load_pool
+    from harness.twin.replay import ReplayConfig, replay
+    from traces.arrivals import ArrivalSpec
+    from traces.workload import WorkloadConfig, generate_workload
+
+    pool = load_pool("qwen3-h100-x8")
+    wl = generate_workload(WorkloadConfig(requests=1500, arrivals=ArrivalSpec("poisson", 64.0), seed=3))
+    cfg = ReplayConfig(router=router, seed=5, ties=ties)
+    lazy = replay(pool, "qwen3-h100-x8", wl.requests, wl.quality, cfg)
+    monkeypatch.setattr(sim, "LAZY_MIN", 10**9)
+    eager = replay(pool, "qwen3-h100-x8", wl.requests, wl.quality, cfg)
+    assert digest_frame(lazy.requests) == digest_frame(eager.requests)
+    assert lazy.twin.steps_run == eager.twin.steps_run

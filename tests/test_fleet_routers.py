@@ -153,17 +153,17 @@ def test_shortest_queue_reads_the_fleet_residents_array():
 
 @pytest.mark.parametrize("pool_ref,rate", [("qwen3-h100-x8", 48.0), ("qwen3-h100-x8", 72.0), ("qwen3-h100", 9.0)])
 def test_lowest_index_is_the_one_level_walk_on_replicas(pool_ref, rate):
-    """On qwen3-h100-x8 (and the paper's pool) the default two-level
-    routers (pruning on) route every request as main's one-level loop did
-    (its code above), with the same TTFTs."""
+    """On qwen3-h100-x8 (and the paper's pool) the two-level routers with
+    ``ties="lowest-index"`` (pruning on) route every request as main's
+    one-level loop did (its code above), with the same TTFTs."""
     pool, wl, specs, inputs = _workload(pool_ref, rate, 900)
     models = [s.model for s in specs]
     oh = pool.frontend_overhead_s
     for ref, new in (
         (OneLevelHard(inputs.route, _sfs(specs, inputs, oh), "hard"),
-         LatencyAware(inputs.route, _sfs(specs, inputs, oh), "hard", models=models)),
+         LatencyAware(inputs.route, _sfs(specs, inputs, oh), "hard", models=models, ties="lowest-index")),
         (OneLevelCC(inputs.route, _sfs(specs, inputs, oh), "cc"),
-         ChanceRouter(inputs.route, _sfs(specs, inputs, oh), "cc", models=models)),
+         ChanceRouter(inputs.route, _sfs(specs, inputs, oh), "cc", models=models, ties="lowest-index")),
     ):
         a, b = _run(pool, wl, ref), _run(pool, wl, new)
         assert np.array_equal(a[:, 1], b[:, 1]) and np.array_equal(a[:, 2].astype(float), b[:, 2].astype(float),

@@ -211,3 +211,18 @@ def test_a_plug_in_routes_and_a_dead_backend_is_never_chosen():
     dec = p.log.decisions_frame()
     assert dec.groupby("request_id")["chosen"].sum().eq(1).all() and not (dec["chosen"] & ~dec["alive"]).any()
     assert (p.book.inputs.utility[j] > -1.0).all()  # the dead mask (-1e30) was the router's only, not the log's
+
+
+@pytest.mark.parametrize("ties", ["lowest-index", "least-latency", "random"])
+def test_the_proxy_takes_the_tie_policy(ties: str):
+    """``latroute route --ties`` reaches the two-level router the proxy
+    builds (replica pools: its choice among a model's replicas)."""
+    from harness.route.backends import pool_backends
+    from harness.route.proxy import Proxy, RouteConfig
+    from harness.serve.clock import Clock
+    from harness.twin.pools import load_pool
+
+    pool = load_pool("qwen3-h100-x8")
+    bk = pool_backends(pool, tuple(f"http://x:{k + 1}" for k in range(len(pool.instances))))
+    p = Proxy(RouteConfig(backends=bk, router="sfs-cc", port=1, ties=ties), Clock())
+    assert p.router.tie.ties == ties and len(p.router.groups.members) == 3

@@ -34,7 +34,7 @@ FLEET_ROUTERS = ("shortest-queue", "sfs-cc", "sfs-hard")
 RATE_PER_INSTANCE = 8.0 / 3.0  # the paper's pool at 8 q/s
 FLEET_SIMULATED_S = 10.0  # arrivals per cell: rate x this (at least FLEET_MIN_REQUESTS)
 FLEET_MIN_REQUESTS = 2000
-ALL_TIES_UP_TO = 96  # instances: past it only lowest-index (least-latency estimates every replica: minutes at 384)
+ALL_TIES_UP_TO = 96  # instances: past it only the default (least-latency estimates every replica: minutes at 384)
 
 
 def default_routers() -> tuple[str, ...]:
@@ -66,7 +66,7 @@ def run(requests: int = 4000, rate: float = 8.0, seed: int = 0, routers: tuple[s
 
 
 def fleet_sizes(pools: tuple[str, ...] = FLEET_POOLS, routers: tuple[str, ...] = FLEET_ROUTERS,
-                ties: tuple[str, ...] = (DEFAULT_TIES, "least-latency"), seed: int = 0,
+                ties: tuple[str, ...] = ("lowest-index", "random", "least-latency"), seed: int = 0,
                 simulated_s: float = FLEET_SIMULATED_S) -> dict:
     """Mean decision us per pool size, router and tie policy (shortest-queue has none)."""
     warm_up()

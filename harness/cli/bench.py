@@ -109,7 +109,8 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
       routers   every built-in router on one workload (4,000 requests at 8 q/s on
                 qwen3-h100): mean decision us and replay speed, compile apart; then
                 shortest-queue, sfs-cc and sfs-hard on 3, 24, 96 and 384 instances
-                (ties lowest-index; least-latency too up to 96): decision us by size
+                (ties random, the default; lowest-index and least-latency too up to 96):
+                decision us by size
       sfs       SFS cost per estimate with 16/64/256/1024 residents and a short
                 queue (target: median <= 10 us at 64), and cost per simulated step;
                 the probabilistic estimate's cost at 64 (target <= 2x the point
@@ -242,7 +243,7 @@ def bench_fleet(sizes: tuple[str, ...], seconds: float, against: Path | None, as
 
     def echo(c: dict) -> None:
         if not as_json:
-            click.echo(f"fleet:    {c['checkout']:<7} {c['instances']:>4} instances {c['router']:<15} "
+            click.echo(f"fleet:    {c['checkout']:<7} {c['instances']:>4} instances {c['router']:<26} "
                        f"{c['requests']:>6,} requests at {c['rate']:g} q/s: {c['simulated_s']:7.1f} simulated s "
                        f"in {c['wall_s']:6.2f} s = {c['instance_s_per_s']:7,.0f} instance-s/s (twin less decisions "
                        f"{c['twin_instance_s_per_s']:7,.0f}), decision "

@@ -80,12 +80,13 @@ def learned_options(f):
 
 
 def ties_option(f):
-    """--ties (replay and sweep): the replica two-level routers pick among a model's."""
+    """--ties (replay, sweep, route): the replica two-level routers pick among a model's."""
     return click.option("--ties", type=click.Choice(TIE_POLICIES), default=DEFAULT_TIES, show_default=True,
                         help="Latency-aware and chance routers on pools with replicas: the model by predicted "
-                             "utility, then its replica: lowest-index (the first meeting the SLO, as with one "
-                             "instance per model), least-latency (the lowest estimated TTFT; cc: the highest "
-                             "P(on time)) or random (seeded by --seed). One instance per model: all the same.")(f)
+                             "utility, then its replica: random (uniform among those meeting the SLO, seeded by "
+                             "--seed), least-latency (the lowest estimated TTFT; cc: the highest P(on time)) or "
+                             "lowest-index (the first meeting the SLO: the one-level rule's results). One "
+                             "instance per model: all the same.")(f)
 
 
 def arrival_options(f):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from harness.cli.params import NON_NEGATIVE, POSITIVE, SEED, Finite, IntIn
+from harness.cli.replay_options import ties_option
 from routers.chance import DEFAULT_EPSILON
 from traces.errors import BadOption
 from traces.outputs import check_out
@@ -106,10 +107,11 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
               help="Seconds a backend may stay silent in an answer before it counts as failed.")
 @click.option("--log-estimates/--no-log-estimates", default=True, show_default=True,
               help="Log every backend's TTFT estimate for each request (routers with an estimator).")
+@ties_option
 def route(backends: str | None, pool_ref: str | None, profile: str | None, router_name: str, listen: str,
           view: str, poll_ms: float, retry: bool, log_dir: Path | None, force: bool, speed: float,
           slo_policy: str, quality_policy: str, lengths_policy: str, lam: float | None, epsilon: float, seed: int,
-          capacity: int, request_timeout: float, log_estimates: bool) -> None:
+          capacity: int, request_timeout: float, log_estimates: bool, ties: str) -> None:
     """Route each request to a backend with a latroute router, as an OpenAI-compatible proxy.
 
     Serves /v1/completions and /v1/chat/completions (streamed or not),
@@ -179,7 +181,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
     cfg = RouteConfig(backends=bk, router=router_name, port=port, host=host, view=view, poll_interval_ms=poll_ms,
                       retry=retry, log=log_dir, force=force, speed=speed, policies=policies, capacity=capacity,
                       epsilon=epsilon, overhead_s=overhead, request_timeout_s=request_timeout,
-                      log_estimates=log_estimates, pool_name=pool_name)
+                      log_estimates=log_estimates, pool_name=pool_name, ties=ties)
     try:
         report = run_route(cfg, say=lambda line: click.echo(line))
     except OSError as e:

@@ -47,6 +47,7 @@ from harness.serve.app import SSE_HEADERS, json_body, openai_application, promet
 from harness.serve.clock import Clock
 from harness.serve.protocol import ApiError, error_body, parse
 from routers.base import SHED
+from routers.fleet import DEFAULT_TIES
 from routers.registry import make_router
 
 DEAD_UTILITY = -1e30  # what a router is told a dead backend's utility is
@@ -67,6 +68,7 @@ class RouteConfig:
     policies: InputPolicies = field(default_factory=InputPolicies)
     capacity: int = 200_000
     epsilon: float = 0.1
+    ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet; random: seeded by the policies' seed)
     overhead_s: float = 0.0
     request_timeout_s: float = 600.0
     connect_timeout_s: float = 5.0
@@ -83,7 +85,7 @@ class Proxy:
                                 np.array([x.spec.price_out for x in b]), cfg.policies, cfg.capacity)
         specs = [x.spec for x in b]
         self.router = make_router(cfg.router, self.book.inputs, specs, cfg.overhead_s, seed=cfg.policies.seed,
-                                  epsilon=cfg.epsilon)
+                                  epsilon=cfg.epsilon, ties=cfg.ties)
         self.ledger = Ledger(b, clock, self.book.inputs.pred_total)
         self.log = DecisionLog(b, cfg.view)
         self.alive = [True] * len(b)

@@ -58,6 +58,7 @@ from harness.live.ports import free_port_base
 from harness.live.processes import start_ready, stop
 from harness.studies.live_servers import REPO, latroute_cmd, run_checked, send, start_real, warm_up
 from harness.studies.route_live_report import diagnose, engine_ttfts, report
+from routers.fleet import TIE_POLICIES
 
 POOL_FILE = REPO / "docs" / "pools" / "tiny-ab.json"
 ROUTERS = ("round-robin", "shortest-queue", "latency-agnostic", "sfs-hard", "sfs-cc")
@@ -164,7 +165,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def routerun_checked(pool: Path, router: str, view: str, speed: float, seed: int, trace: Path, run_dir: Path,
-              backends: list[str] | None = None) -> dict:
+              backends: list[str] | None = None, ties: str | None = None) -> dict:
     """One run; the CPU seconds the proxy and loadgen took from the
     machine the backends share (CPU contention, beside the wall time)."""
     kind, _, interval_ms = view.partition(":")
@@ -172,7 +173,7 @@ def routerun_checked(pool: Path, router: str, view: str, speed: float, seed: int
     args = ["route", "--pool", str(pool), "--router", router, "--listen", f"127.0.0.1:{port}", "--view", kind,
             "--quality", "request", "--speed", str(speed), "--seed", str(seed), "--log", str(run_dir / "log"),
             "--force", *(["--poll-interval", interval_ms] if interval_ms else []),
-            *(["--backends", ",".join(backends)] if backends else [])]
+            *(["--backends", ",".join(backends)] if backends else []), *(["--ties", ties] if ties else [])]
     proxy = start_ready(args, run_dir)
     try:
         t0, c0, p0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(proxy.pid)
@@ -209,7 +210,8 @@ def measure(run_dir: Path, trace: Path, pool_ref: str, speed: float) -> dict:
     return out
 
 
-def predict(pool: Path | str, router: str, trace: Path, out: Path, seeds: int, view: str = "ledger") -> dict:
+def predict(pool: Path | str, router: str, trace: Path, out: Path, seeds: int, view: str = "ledger",
+            ties: str | None = None) -> dict:
     """``latroute replay`` of the workload, ``seeds`` noise seeds: the mean
     of each figure (and the per-seed OnTimeUtility)."""
     _, _, interval_ms = view.partition(":")
@@ -218,7 +220,8 @@ def predict(pool: Path | str, router: str, trace: Path, out: Path, seeds: int, v
     for s in range(seeds):
         d = out / f"seed{s}"
         run_checked(latroute_cmd("replay", "--pool", pool, "--trace", trace, "--router", router, "--seed", s, "--out", d,
-                       "--force", *(["--view-interval", interval_ms] if interval_ms else [])), out, 900)
+                       "--force", *(["--view-interval", interval_ms] if interval_ms else []),
+                       *(["--ties", ties] if ties else [])), out, 900)
         figs.append(json.loads((d / "metrics.json").read_text()))
     keys = ("ontime_utility", "slo_attainment", "ttft_p50_s", "ttft_p90_s")
     res = {k: float(np.mean([f[k] for f in figs])) for k in keys}
@@ -229,7 +232,7 @@ def predict(pool: Path | str, router: str, trace: Path, out: Path, seeds: int, v
 
 
 def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeats: int, seed: int, trace: Path,
-          send_trace: Path, speed: float, twin_seeds: int, view: str, backends_for) -> None:
+          send_trace: Path, speed: float, twin_seeds: int, view: str, backends_for, ties: str | None = None) -> None:
     """Every (repeat, router) run, then the twin's predictions; results in
     OUT/results.json (re-read by ``report``)."""
     res_path = out / "results.json"
@@ -243,14 +246,14 @@ def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeat
         load = os.getloadavg()[0]
         with ExitStack() as stack:
             urls = backends_for(stack, rep)
-            cpu = routerun_checked(pool, router, view, speed, seed, send_trace, run_dir, urls)
+            cpu = routerun_checked(pool, router, view, speed, seed, send_trace, run_dir, urls, ties)
         row = {"router": router, "repeat": rep, "load_before": load, "load_after": os.getloadavg()[0], **cpu,
                **measure(run_dir, trace, pool_ref, speed)}
         print(json.dumps(row), flush=True)
         res["runs"].append(row)
         res_path.write_text(json.dumps(res, indent=1))
     for router in routers:
-        res["predicted"][router] = predict(pool_ref, router, trace, out / "twin" / router, twin_seeds, view)
+        res["predicted"][router] = predict(pool_ref, router, trace, out / "twin" / router, twin_seeds, view, ties)
     res_path.write_text(json.dumps(res, indent=1))
 
 
@@ -294,7 +297,7 @@ def real_main(a) -> None:
         if not res_path.is_file():
             res_path.write_text(json.dumps({"title": title, "runs": [], "predicted": {}}))
         study(out, route_pool, str(twin_pool), a.routers.split(","), a.repeats, a.seed, trace, trace, 1.0,
-              a.twin_seeds, a.view, lambda stack_, rep: None)
+              a.twin_seeds, a.view, lambda stack_, rep: None, a.ties)
     print(report(out))
 
 
@@ -326,7 +329,7 @@ def serve_main(a) -> None:
                                                      f"(engine), view {view}",
                                             "runs": [], "predicted": {}}))
         study(vout, a.pool, a.pool, a.routers.split(","), a.repeats, a.seed, trace, wall, a.speed, a.twin_seeds,
-              view, backends)
+              view, backends, a.ties)
         print(report(vout), flush=True)
 
 
@@ -345,7 +348,7 @@ def backends_main(a) -> None:
                                                  f"repeats, view {a.view}, speed {a.speed:g}",
                                         "runs": [], "predicted": {}}))
     study(out, pool, str(pool), a.routers.split(","), a.repeats, a.seed, trace, send_trace, a.speed, a.twin_seeds,
-          a.view, lambda stack, rep: None)
+          a.view, lambda stack, rep: None, a.ties)
     print(report(out))
 
 
@@ -360,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--twin-seeds", type=int, default=3, help="noise seeds of the twin's prediction (mean)")
         p.add_argument("--requests", type=int, default=300)
+        p.add_argument("--ties", choices=TIE_POLICIES, help="the proxy's and the twin's replica choice (their default)")
     r = sub.choices["real"]
     r.add_argument("--pool", type=Path, default=POOL_FILE)
     r.add_argument("--rate", type=float, default=2.0)
