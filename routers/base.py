@@ -77,7 +77,9 @@ class Router:
     oracle = False  # True: handed the live instances (ClairvoyantView), recorded as an oracle
     sheds = False  # True: may answer SHED (decline the request) instead of an instance index
     # "residents": reads nothing of its views but ``views.residents`` (the twin may then leave the views' other
-    # fields as they were until the run's end, saving their refresh at every decision); "views": anything
+    # fields as they were until the run's end, saving their refresh at every decision); "indexed": reads views
+    # only one at a time, as ``views[k]`` (the twin may then bring a view to the present when it is read, and
+    # leave the instances nobody reads in their steady runs); "views": anything
     reads = "views"
 
     def __init__(self, inputs: RouteInputs):

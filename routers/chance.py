@@ -56,6 +56,8 @@ class ChanceRouter(Router):
     P(on time) in one compiled call (``SFS.estimate_p``; the decisions are
     those without it: off for the test that says so)."""
 
+    reads = "indexed"  # each estimate reads one view, ``insts[j]``
+
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, epsilon: float = DEFAULT_EPSILON,
                  name: str = "chance", models: list[str] | None = None, ties: str = DEFAULT_TIES, seed: int = 0,
                  fast: bool = True):

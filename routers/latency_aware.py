@@ -18,6 +18,8 @@ class LatencyAware(Router):
     ``prune``: skip estimates a lower bound proves useless (exact: the
     decisions are those without it; off for the test that says so)."""
 
+    reads = "indexed"  # each estimate or bound reads one view, ``insts[j]``
+
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, delta_per_us: float = 0.0,
                  name: str = "latency-aware", online_speed: bool = False, models: list[str] | None = None,
                  ties: str = DEFAULT_TIES, seed: int = 0, prune: bool = True):

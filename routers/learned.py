@@ -65,6 +65,8 @@ class Learning:
     feed: FirstTokenFeed
     estimators: list
     inputs: RouteInputs
+    # the feed holds every instance's first tokens up to the arrival: no instance may be left behind
+    reads = "views"
 
     def watch_first_tokens(self, first_t: np.ndarray) -> None:
         self.feed.first_t = first_t

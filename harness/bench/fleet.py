@@ -1,8 +1,10 @@
 """The twin at fleet size (``latroute bench --only fleet``): simulated
 *instance*-seconds per wall second on pools of 3, 24, 96 and 384 instances
 (qwen3-h100 and its replica pools -x8, -x32, -x128) at the paper's load per
-instance (8 q/s per three instances), for shortest-queue and sfs-cc, with
-each cell's peak memory; and the same cells on another checkout in the same
+instance (8 q/s per three instances), for shortest-queue and sfs-cc (with
+its default replica choice, ``random``, and with ``lowest-index``, the one
+order of a checkout before the two-level routers), with each cell's peak
+memory; and the same cells on another checkout in the same
 run (``against``), so a speed-up is a ratio measured under one machine load.
 
 Why instance-seconds: a pool of n instances simulated for S seconds is n*S
@@ -29,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POOLS = {3: "qwen3-h100", 24: "qwen3-h100-x8", 96: "qwen3-h100-x32", 384: "qwen3-h100-x128"}
-ROUTERS = ("shortest-queue", "sfs-cc")
+# sfs-cc with the default replica choice (random), and with lowest-index: main's one order before the two-level
+# routers, whose decision walks every full replica of the chosen model (the cost against main, like for like)
+ROUTERS = ("shortest-queue", "sfs-cc", "sfs-cc --ties lowest-index")
 RATE_PER_INSTANCE = 8.0 / 3.0  # the paper's 8 q/s on three instances
 CELL = Path(__file__).with_name("fleet_cell.py")
 
@@ -52,16 +56,21 @@ def cell_requests(n_inst: int, cfg: FleetBench) -> int:
 
 
 def run_cell(checkout: Path, pool: str, router: str, rate: float, requests: int, seed: int, tmp: Path) -> dict:
-    """One cell in a child whose ``PYTHONPATH`` is ``checkout``."""
+    """One cell in a child whose ``PYTHONPATH`` is ``checkout``; ``router``
+    may end in ``--ties POLICY``."""
+    name, _, ties = router.partition(" --ties ")
     script = tmp / "latroute_fleet_cell.py"
     if not script.exists():
         shutil.copyfile(CELL, script)
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    proc = subprocess.run([sys.executable, str(script), pool, router, repr(rate), str(requests), str(seed)],
+    proc = subprocess.run([sys.executable, str(script), pool, name, repr(rate), str(requests), str(seed),
+                           *([ties] if ties else [])],
                           capture_output=True, text=True, env=env, cwd=tmp)
     if proc.returncode != 0:
         raise RuntimeError(f"fleet cell {pool} {router} on {checkout} failed:\n{proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["router"] = router
+    return out
 
 
 def run(cfg: FleetBench = FleetBench(), echo=None) -> dict:  # noqa: B008 (frozen)
@@ -77,8 +86,8 @@ def run(cfg: FleetBench = FleetBench(), echo=None) -> dict:  # noqa: B008 (froze
         for router in cfg.routers:
             for n in sorted(set(cfg.sizes) | set(cfg.against_sizes if cfg.against else ())):
                 for label, path, sizes in checkouts:
-                    if n not in sizes:
-                        continue
+                    if n not in sizes or (label == "against" and " --ties " in router):
+                        continue  # (another checkout: its routers' one replica order, benched once)
                     r = run_cell(path, POOLS[n], router, RATE_PER_INSTANCE * n, cell_requests(n, cfg), cfg.seed,
                                  Path(tmp))
                     r["checkout"] = label
@@ -116,7 +125,8 @@ def summary(cells: list[dict]) -> dict:
     res: dict = {}
     for router in sorted({c["router"] for c in cells}):
         mine = {c["instances"]: c for c in cells if c["router"] == router and c["checkout"] == "this"}
-        other = {c["instances"]: c for c in cells if c["router"] == router and c["checkout"] == "against"}
+        plain = router.partition(" --ties ")[0]  # the other checkout's router of that name
+        other = {c["instances"]: c for c in cells if c["router"] == plain and c["checkout"] == "against"}
         base = mine.get(min(mine)) if mine else None
         res[router] = {}
         for key, name in (("instance_s_per_s", ""), ("twin_instance_s_per_s", "twin_")):

@@ -1,5 +1,5 @@
 """One cell of ``latroute bench --only fleet``, run in a child process:
-``python fleet_cell.py POOL ROUTER RATE REQUESTS SEED``.
+``python fleet_cell.py POOL ROUTER RATE REQUESTS SEED [TIES]``.
 
 Why a plain script that imports only long-standing APIs (``replay``,
 ``load_pool``, ``generate_workload``): ``bench --only fleet --against
@@ -32,7 +32,7 @@ def _vm_hwm_mb() -> float:
     return float("nan")
 
 
-def run(pool_ref: str, router: str, rate: float, requests: int, seed: int) -> dict:
+def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties: str | None = None) -> dict:
     t0 = time.perf_counter()
     from harness.twin.pools import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
@@ -41,12 +41,13 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int) -> di
 
     warm_up()
     pool = load_pool(pool_ref)
+    extra = {} if ties is None else {"ties": ties}  # (a checkout before the two-level routers has no ties)
     warm = generate_workload(WorkloadConfig(requests=max(50, len(pool.instances)), arrivals=ArrivalSpec("poisson", rate),
                                             seed=seed + 1))
-    replay(pool, pool_ref, warm.requests, warm.quality, ReplayConfig(router=router, seed=seed))
+    replay(pool, pool_ref, warm.requests, warm.quality, ReplayConfig(router=router, seed=seed, **extra))
     warmup_s = time.perf_counter() - t0
     wl = generate_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", rate), seed=seed))
-    res = replay(pool, pool_ref, wl.requests, wl.quality, ReplayConfig(router=router, seed=seed))
+    res = replay(pool, pool_ref, wl.requests, wl.quality, ReplayConfig(router=router, seed=seed, **extra))
     m = res.metrics
     n_inst = len(pool.instances)
     twin_s = m["wall_s"] - requests * m["mean_decision_us"] / 1e6  # the replay less the router's own decisions
@@ -60,4 +61,4 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int) -> di
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    print(json.dumps(run(a[0], a[1], float(a[2]), int(a[3]), int(a[4]))))
+    print(json.dumps(run(a[0], a[1], float(a[2]), int(a[3]), int(a[4]), a[5] if len(a) > 5 else None)))

@@ -64,7 +64,7 @@ class EventQueue:
         self._hn = np.zeros(1, dtype=np.int64)
         self._due = np.full(n, np.nan)  # due time of each instance's live entry (NaN: none)
         self._flag = np.zeros(n, dtype=np.uint8)  # changed since take_changed
-        self._changed = np.zeros(n, dtype=np.int64)
+        self._changed = np.zeros(2 * n + 2, dtype=np.int64)  # (bring: up to n + 1 entries between two forgets)
         self._nch = np.zeros(1, dtype=np.int64)
         self._run = None  # advance_queued's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
@@ -155,6 +155,41 @@ class EventQueue:
             if self._sync is None:
                 self._sync = _entry(sync_views, *args)
             self._sync(*args)
+
+    def bring(self, k: int, out, fleet) -> None:
+        """Instance ``k`` and its view at the present (``clock[0]``), for a
+        router that reads views one at a time (``IndexedFleetViews``): its
+        steps to now run if it was left in a steady run (lazy), and its
+        view is refreshed if it changed since its last refresh. The view
+        is then the one the eager loop would have shown: the same steps,
+        run later (``catch_up``)."""
+        if self.lazy and self._edue[k] <= self.clock[0]:
+            self.insts[k].advance(self.clock[0], out)
+            self.touched(k)
+        if self._flag[k]:
+            self._flag[k] = 0
+            self._refresh_one(k, fleet)
+
+    def forget_changed(self) -> None:
+        """Empty the list of changed instances, keeping their flags (with
+        ``bring``, the flags alone say which views are stale; the list is
+        then only bounded here)."""
+        self._nch[0] = 0
+
+    def _refresh_one(self, k: int, fleet) -> None:
+        inst = self.insts[k]
+        if self._bundles is None or inst._view_of is not inst.state:
+            fleet.refresh(self.insts, (k,))
+            if self._bundles is not None:
+                self._set_shadow(k, inst._shadow)
+            return
+        self._ks[0] = k
+        pred = inst.predicted
+        args = (self._ks, 1, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents,
+                _NONE if pred is None else pred)
+        if self._sync is None:
+            self._sync = _entry(sync_views, *args)
+        self._sync(*args)
 
     def refresh_residents(self, fleet) -> None:
         """Only ``fleet.residents`` of the instances changed since the last

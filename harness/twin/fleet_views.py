@@ -43,3 +43,29 @@ class FleetViews(list):
         (``Instance.sync_view``) and their entries in ``residents``."""
         for k in changed:
             insts[k].sync_view()
+
+
+class IndexedFleetViews(FleetViews):
+    """``FleetViews`` for a router that reads views one at a time
+    (``Router.reads == "indexed"``): ``views[k]`` first calls ``bring(k)``,
+    which the twin's lazy loop sets to bring instance ``k`` and its view to
+    the present (``EventQueue.bring``); iterating brings every view. Why:
+    a router that estimates one replica or two per decision need not have
+    every changed view refreshed, nor every instance's steps run, before
+    it decides. With ``bring`` None it is a ``FleetViews``."""
+
+    bring = None
+
+    def __getitem__(self, k):
+        bring = self.bring
+        if bring is not None:
+            if isinstance(k, slice):
+                for q in range(*k.indices(len(self))):
+                    bring(q)
+            else:
+                bring(k if k >= 0 else k + len(self))
+        return list.__getitem__(self, k)
+
+    def __iter__(self):
+        for k in range(len(self)):
+            yield self[k]

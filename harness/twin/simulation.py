@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from time import perf_counter_ns
 from typing import Protocol
 
 import numpy as np
@@ -34,10 +35,11 @@ from estimators.plugins import PluginError
 from estimators.trace_blocks import request_hashes
 from harness.twin import kernel as tk
 from harness.twin.event_queue import EventQueue
-from harness.twin.fleet_views import FleetViews
+from harness.twin.fleet_views import FleetViews, IndexedFleetViews
 from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
 from harness.twin.pools import Pool
 from routers.base import SHED
+from routers.base import Router as TimedRouter
 from traces.steplog import StepLog
 from traces.store import TraceWriter
 
@@ -218,8 +220,9 @@ class Twin:
             raise ValueError(f"predicted lengths: {pred.shape} for {n} requests")
         for inst in insts:
             inst.predicted = pred
+        views_cls = IndexedFleetViews if getattr(router, "reads", "views") == "indexed" else FleetViews
         honest = None if getattr(router, "oracle", False) is True else \
-            FleetViews([inst.view for inst in insts], [sp.model for sp in self.specs], clock)
+            views_cls([inst.view for inst in insts], [sp.model for sp in self.specs], clock)
         blind = getattr(router, "blind", False) is True  # decides without looking: its views need no refresh
         rid_map = requests["request_id"].to_numpy()
         by_block: dict[int, RequestHashes] = {}
@@ -241,6 +244,8 @@ class Twin:
             inst.advance(np.inf, out)
             inst.flush_log()
         if honest is not None:  # a router that kept its views sees the run's end
+            if isinstance(honest, IndexedFleetViews):
+                honest.bring = None
             honest.refresh(insts, range(len(insts)))
         else:
             for inst in insts:
@@ -258,14 +263,34 @@ class Twin:
         # instance in a steady decode run (whose resident count cannot change) is left alone until the run
         # ends or it is handed a request (``EventQueue(lazy=True)``): at hundreds of instances nearly every
         # arrival found dozens due, each for one step
-        residents_only = getattr(c.router, "reads", "views") == "residents"
+        # a router that reads views one at a time (``Router.reads == "indexed"``: the latency-aware and chance
+        # rules, whose two-level walk with random ties estimates about one replica per decision) has a view
+        # brought to the present when it reads it (``IndexedFleetViews``), and the instances nobody reads are
+        # left in their steady runs as for a resident-count router
+        reads = getattr(c.router, "reads", "views")
+        residents_only = reads == "residents"
+        indexed = reads == "indexed" and isinstance(c.honest, IndexedFleetViews)
         # laziness computes a run's step times twice (its end, then its steps): it pays where arrivals come
         # faster than an instance's steps, which a few instances' arrivals do not (3: 12% slower, 24: 1.8x faster)
-        lazy = residents_only and lazy and c.views is None and c.on_arrival is None and len(insts) >= LAZY_MIN
+        lazy = (residents_only or indexed) and lazy and c.views is None and c.on_arrival is None \
+            and len(insts) >= LAZY_MIN
         queue = EventQueue(insts, clock, lazy=lazy)
         out, views = c.ev.out, c.views
         advance_to = queue.advance_to
         sync = queue.refresh_residents if residents_only else queue.refresh_views
+        brought = [0]  # ns in ``bring`` during the present decision
+        if lazy and indexed:
+            fleet = c.honest
+
+            def bring(k: int) -> None:
+                t0 = perf_counter_ns()
+                queue.bring(k, out, fleet)
+                brought[0] += perf_counter_ns() - t0
+
+            fleet.bring = bring
+
+            def sync(fleet) -> None:
+                queue.forget_changed()
 
         def refresh() -> None:
             sync(c.honest)
@@ -278,6 +303,10 @@ class Twin:
             if c.on_arrival is not None:
                 c.on_arrival(i, t, insts)
             j = c.route(i, t, c.seen(insts, refresh), len(insts))
+            if brought[0]:  # the twin's work (the eager loop runs it before the decision), not the router's
+                if isinstance(c.router, TimedRouter):
+                    c.router.decision_ns -= brought[0]
+                brought[0] = 0
             if j >= 0:
                 queue.catch_up(j, t, out)
             if c.place(i, j, t, insts, views):
