@@ -47,6 +47,7 @@ class FleetBench:
     against: Path | None = None  # another checkout, benched on the same cells
     against_sizes: tuple[int, ...] = (3, 24, 96)  # its cells (an old twin at 384 instances takes minutes)
     memory: bool = True  # the per-request memory cells (for the hour at 384 instances)
+    repeats: int = 3  # timed replays per cell (one warm-up): the median's figures
     seed: int = 0
 
 
@@ -55,7 +56,8 @@ def cell_requests(n_inst: int, cfg: FleetBench) -> int:
     return int(round(RATE_PER_INSTANCE * n_inst * span))
 
 
-def run_cell(checkout: Path, pool: str, router: str, rate: float, requests: int, seed: int, tmp: Path) -> dict:
+def run_cell(checkout: Path, pool: str, router: str, rate: float, requests: int, seed: int, tmp: Path,
+             repeats: int = 1) -> dict:
     """One cell in a child whose ``PYTHONPATH`` is ``checkout``; ``router``
     may end in ``--ties POLICY``."""
     name, _, ties = router.partition(" --ties ")
@@ -64,7 +66,7 @@ def run_cell(checkout: Path, pool: str, router: str, rate: float, requests: int,
         shutil.copyfile(CELL, script)
     env = dict(os.environ, PYTHONPATH=str(checkout))
     proc = subprocess.run([sys.executable, str(script), pool, name, repr(rate), str(requests), str(seed),
-                           *([ties] if ties else [])],
+                           ties or "-", str(repeats)],
                           capture_output=True, text=True, env=env, cwd=tmp)
     if proc.returncode != 0:
         raise RuntimeError(f"fleet cell {pool} {router} on {checkout} failed:\n{proc.stderr.strip()[-2000:]}")
@@ -89,7 +91,7 @@ def run(cfg: FleetBench = FleetBench(), echo=None) -> dict:  # noqa: B008 (froze
                     if n not in sizes or (label == "against" and " --ties " in router):
                         continue  # (another checkout: its routers' one replica order, benched once)
                     r = run_cell(path, POOLS[n], router, RATE_PER_INSTANCE * n, cell_requests(n, cfg), cfg.seed,
-                                 Path(tmp))
+                                 Path(tmp), cfg.repeats)
                     r["checkout"] = label
                     out["cells"].append(r)
                     if echo is not None:

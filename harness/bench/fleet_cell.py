@@ -1,5 +1,5 @@
 """One cell of ``latroute bench --only fleet``, run in a child process:
-``python fleet_cell.py POOL ROUTER RATE REQUESTS SEED [TIES]``.
+``python fleet_cell.py POOL ROUTER RATE REQUESTS SEED [TIES|- [REPEATS]]``.
 
 Why a plain script that imports only long-standing APIs (``replay``,
 ``load_pool``, ``generate_workload``): ``bench --only fleet --against
@@ -32,7 +32,12 @@ def _vm_hwm_mb() -> float:
     return float("nan")
 
 
-def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties: str | None = None) -> dict:
+def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties: str | None = None,
+        repeats: int = 1) -> dict:
+    """The timed replay ``repeats`` times on one warm-up: the run of median
+    wall time is reported (a cell lasts about a second, and this machine's
+    speed wanders by more than the changes measured; the runs are the same
+    bytes, so only their time differs)."""
     t0 = time.perf_counter()
     from harness.twin.pools import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
@@ -47,8 +52,9 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
     replay(pool, pool_ref, warm.requests, warm.quality, ReplayConfig(router=router, seed=seed, **extra))
     warmup_s = time.perf_counter() - t0
     wl = generate_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", rate), seed=seed))
-    res = replay(pool, pool_ref, wl.requests, wl.quality, ReplayConfig(router=router, seed=seed, **extra))
-    m = res.metrics
+    runs = [replay(pool, pool_ref, wl.requests, wl.quality, ReplayConfig(router=router, seed=seed, **extra)).metrics
+            for _ in range(max(1, repeats))]
+    m = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
     n_inst = len(pool.instances)
     twin_s = m["wall_s"] - requests * m["mean_decision_us"] / 1e6  # the replay less the router's own decisions
     return {"pool": pool_ref, "instances": n_inst, "router": router, "rate": rate, "requests": requests,
@@ -56,9 +62,11 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
             "instance_s_per_s": n_inst * m["simulated_s"] / m["wall_s"], "speedup": m["speedup"],
             "twin_instance_s_per_s": n_inst * m["simulated_s"] / twin_s if twin_s > 0 else float("nan"),
             "steps": m["steps"], "mean_decision_us": m["mean_decision_us"],
-            "ontime_utility": m["ontime_utility"], "peak_rss_mb": _vm_hwm_mb()}
+            "ontime_utility": m["ontime_utility"], "peak_rss_mb": _vm_hwm_mb(),
+            "walls_s": [r["wall_s"] for r in runs]}
 
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    print(json.dumps(run(a[0], a[1], float(a[2]), int(a[3]), int(a[4]), a[5] if len(a) > 5 else None)))
+    ties = a[5] if len(a) > 5 and a[5] != "-" else None
+    print(json.dumps(run(a[0], a[1], float(a[2]), int(a[3]), int(a[4]), ties, int(a[6]) if len(a) > 6 else 1)))
