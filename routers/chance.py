@@ -93,13 +93,13 @@ class ChanceRouter(Router):
         return int(np.argmin(self.latency))
 
     def choose(self, i, t, insts) -> int:
-        u = self.inputs.utility[i]
         slo = float(self.inputs.slo[i])
         if self.rule == "cc":
             # walk models by utility, replicas by the tie policy (lowest-index:
             # instances by (-utility, index)); the first likely enough to be on
             # time wins, so the others need no estimate
-            return chance_walk(self, i, t, insts, slo, u)
+            return chance_walk(self, i, t, insts, slo)
+        u = self.inputs.utility[i]
         best, best_v = 0, -np.inf
         for j in range(len(insts)):
             self.p[j] = self.p_on_time(j, i, t, slo, insts)

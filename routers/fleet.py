@@ -246,11 +246,13 @@ def _random_walk(groups: ModelGroups, tie: TieBreaker, i: int):
         yield from tie.walk(groups.member_lists[g])
 
 
-def chance_walk(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
+def chance_walk(r, i: int, t: float, insts, slo: float) -> int:
     """The chance constraint over groups (``r``: a ``ChanceRouter``): the
     first group whose best replica has P(on time) >= 1 - epsilon; its
     replica by the tie policy (least-latency: the highest P(on time), then
-    the lowest estimate, then the lowest index); else the likeliest on time."""
+    the lowest estimate, then the lowest index); else the likeliest on time.
+    The query's utility row is read only for the one-level walk (the
+    groups' order is precomputed)."""
     p, lat = r.p, r.latency
     p[:] = 0.0
     lat[:] = np.inf
@@ -266,7 +268,8 @@ def chance_walk(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
             if best >= 0:
                 return best
     else:
-        walk = groups.flat_order(i, u) if tie.ties == "lowest-index" or groups.singletons else None
+        walk = groups.flat_order(i, r.inputs.utility[i]) if tie.ties == "lowest-index" or groups.singletons \
+            else None
         for j in walk if walk is not None else _random_walk(groups, tie, i):
             p[j] = x = r.p_on_time(j, i, t, slo, insts)
             if x >= need:

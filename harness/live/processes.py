@@ -4,6 +4,7 @@ loadgen run to the end; every wait bounded."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -42,3 +43,9 @@ def loadgen(cwd: Path, out: Path, target: list[str], extra: list[str], timeout: 
     if r.returncode != 0:
         raise RuntimeError(f"loadgen failed: {r.stderr}")
     return json.loads((out / "bench.json").read_text())
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -83,9 +83,8 @@ class Proxy:
         b = cfg.backends
         self.book = RequestBook([x.model for x in b], np.array([x.spec.price_in for x in b]),
                                 np.array([x.spec.price_out for x in b]), cfg.policies, cfg.capacity)
-        specs = [x.spec for x in b]
-        self.router = make_router(cfg.router, self.book.inputs, specs, cfg.overhead_s, seed=cfg.policies.seed,
-                                  epsilon=cfg.epsilon, ties=cfg.ties)
+        self.router = make_router(cfg.router, self.book.inputs, [x.spec for x in b], cfg.overhead_s,
+                                  seed=cfg.policies.seed, epsilon=cfg.epsilon, ties=cfg.ties)
         self.ledger = Ledger(b, clock, self.book.inputs.pred_total)
         self.log = DecisionLog(b, cfg.view)
         self.alive = [True] * len(b)

@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from harness.live.ports import free_port_base
-from harness.live.processes import start_ready, stop
+from harness.live.processes import cpu_seconds, start_ready, stop
 from harness.studies.live_servers import REPO, latroute_cmd, run_checked, send, start_real, warm_up
 from harness.studies.route_live_report import diagnose, engine_ttfts, report
 from routers.fleet import TIE_POLICIES
@@ -158,12 +158,6 @@ def run_order(routers: list[str], repeats: int, seed: int) -> list[tuple[int, st
     return [(rep, routers[k]) for rep in range(repeats) for k in rng.permutation(len(routers))]
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def routerun_checked(pool: Path, router: str, view: str, speed: float, seed: int, trace: Path, run_dir: Path,
               backends: list[str] | None = None, ties: str | None = None) -> dict:
     """One run; the CPU seconds the proxy and loadgen took from the
@@ -176,12 +170,12 @@ def routerun_checked(pool: Path, router: str, view: str, speed: float, seed: int
             *(["--backends", ",".join(backends)] if backends else []), *(["--ties", ties] if ties else [])]
     proxy = start_ready(args, run_dir)
     try:
-        t0, c0, p0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(proxy.pid)
+        t0, c0, p0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(proxy.pid)
         # each run's ids its own (X-Request-Id, which the recording keeps): the recording of a session splits by run
         send(["--base-url", f"http://127.0.0.1:{port}"], trace, run_dir / "client", run_dir,
              ["--route-fields", "--id-prefix", f"{run_dir.name}-r"])
         c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = {"wall_s": time.monotonic() - t0, "proxy_cpu_s": _cpu_s(proxy.pid) - p0,
+        cpu = {"wall_s": time.monotonic() - t0, "proxy_cpu_s": cpu_seconds(proxy.pid) - p0,
                "loadgen_cpu_s": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime}
     finally:
         stop(proxy)

@@ -21,6 +21,8 @@ is dropped when popped.
 """
 from __future__ import annotations
 
+from time import perf_counter_ns
+
 import numpy as np
 from numba import typeof
 from numba.typed import List
@@ -73,6 +75,7 @@ class EventQueue:
         self._edue = np.full(n, np.inf)  # each instance's next event (Instance.due), whatever it is queued at
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
         self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
+        self.brought_ns = 0  # time in ``bring`` since the caller last took it (``lend``)
         for k in range(n):
             self.touched(k)
 
@@ -170,10 +173,21 @@ class EventQueue:
             self._flag[k] = 0
             self._refresh_one(k, fleet)
 
-    def forget_changed(self) -> None:
+    def lend(self, fleet, out) -> None:
+        """Hand ``fleet`` (an ``IndexedFleetViews``) its ``bring``: each view
+        read is brought to the present, the time it takes added to
+        ``brought_ns`` (the caller takes it out of the decision's time)."""
+        def bring(k: int) -> None:
+            t0 = perf_counter_ns()
+            self.bring(k, out, fleet)
+            self.brought_ns += perf_counter_ns() - t0
+
+        fleet.bring = bring
+
+    def forget_changed(self, fleet=None) -> None:
         """Empty the list of changed instances, keeping their flags (with
         ``bring``, the flags alone say which views are stale; the list is
-        then only bounded here)."""
+        then only bounded here). ``fleet``: unused (a refresh's signature)."""
         self._nch[0] = 0
 
     def _refresh_one(self, k: int, fleet) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from time import perf_counter_ns
 from typing import Protocol
 
 import numpy as np
@@ -278,19 +277,9 @@ class Twin:
         out, views = c.ev.out, c.views
         advance_to = queue.advance_to
         sync = queue.refresh_residents if residents_only else queue.refresh_views
-        brought = [0]  # ns in ``bring`` during the present decision
         if lazy and indexed:
-            fleet = c.honest
-
-            def bring(k: int) -> None:
-                t0 = perf_counter_ns()
-                queue.bring(k, out, fleet)
-                brought[0] += perf_counter_ns() - t0
-
-            fleet.bring = bring
-
-            def sync(fleet) -> None:
-                queue.forget_changed()
+            queue.lend(c.honest, out)
+            sync = queue.forget_changed
 
         def refresh() -> None:
             sync(c.honest)
@@ -303,10 +292,10 @@ class Twin:
             if c.on_arrival is not None:
                 c.on_arrival(i, t, insts)
             j = c.route(i, t, c.seen(insts, refresh), len(insts))
-            if brought[0]:  # the twin's work (the eager loop runs it before the decision), not the router's
+            if queue.brought_ns:  # the twin's work (the eager loop runs it before the decision), not the router's
                 if isinstance(c.router, TimedRouter):
-                    c.router.decision_ns -= brought[0]
-                brought[0] = 0
+                    c.router.decision_ns -= queue.brought_ns
+                queue.brought_ns = 0
             if j >= 0:
                 queue.catch_up(j, t, out)
             if c.place(i, j, t, insts, views):
