@@ -18,7 +18,7 @@ import numpy as np
 from estimators.sfs import SFS
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
-from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, chance_walk
+from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, chance_walk, lazy_reads
 
 # sfs-cc's OnTimeUtility AUC on qwen3-h100 (Poisson 3-9 q/s, 4000 requests, 2 seeds) is flat over epsilon
 # 0.02-0.3 (3.766-3.770, seed spread larger): 0.1 is the middle of that plateau, used for every rate
@@ -56,7 +56,7 @@ class ChanceRouter(Router):
     P(on time) in one compiled call (``SFS.estimate_p``; the decisions are
     those without it: off for the test that says so)."""
 
-    reads = "indexed"  # each estimate reads one view, ``insts[j]``
+    reads = "views"  # (set per tie policy in __init__)
 
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, epsilon: float = DEFAULT_EPSILON,
                  name: str = "chance", models: list[str] | None = None, ties: str = DEFAULT_TIES, seed: int = 0,
@@ -71,6 +71,7 @@ class ChanceRouter(Router):
         self.latency = np.zeros(len(estimators))
         self.groups = ModelGroups(inputs.utility, models or [str(j) for j in range(len(estimators))])
         self.tie = TieBreaker(ties, seed)
+        self.reads = lazy_reads(self.tie, rule == "cc")
         self.fast = fast
         self._fused = fast and all(type(e) is SFS for e in estimators)
         self._query, self._prompt = -1, 0

@@ -163,6 +163,18 @@ class TieBreaker:
         return candidates[0]
 
 
+def lazy_reads(tie: TieBreaker, walks: bool) -> str:
+    """What a two-level router tells the twin it reads (``Router.reads``):
+    ``indexed`` (views one at a time, each brought to the present as read,
+    the others left in their steady runs) for a walking rule (hard, cc)
+    with random ties, which reads about one view per decision; ``views``
+    otherwise. Why not always: least-latency reads every replica of the
+    chosen model and lowest-index every full one, and bringing that many
+    views one by one cost more than refreshing the changed ones in one
+    compiled call (qwen3-h100-x8, least-latency: 40% slower)."""
+    return "indexed" if walks and tie.ties == "random" else "views"
+
+
 def hard_choice(r, i: int, t: float, insts, slo: float, u: np.ndarray) -> int:
     """The hard rule over groups (``r``: a ``LatencyAware``, with
     ``groups``, ``tie``, ``latency``, ``estimate_one`` and, when

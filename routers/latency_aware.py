@@ -8,7 +8,7 @@ import numpy as np
 from estimators.sfs_bound import ttft_lower_bound
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
-from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, hard_choice
+from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, hard_choice, lazy_reads
 from routers.rules import soft_rule
 
 
@@ -18,7 +18,7 @@ class LatencyAware(Router):
     ``prune``: skip estimates a lower bound proves useless (exact: the
     decisions are those without it; off for the test that says so)."""
 
-    reads = "indexed"  # each estimate or bound reads one view, ``insts[j]``
+    reads = "views"  # (set per tie policy in __init__)
 
     def __init__(self, inputs: RouteInputs, estimators: list, rule: str, delta_per_us: float = 0.0,
                  name: str = "latency-aware", online_speed: bool = False, models: list[str] | None = None,
@@ -34,6 +34,7 @@ class LatencyAware(Router):
         self.online_speed = online_speed  # scale each estimator by its instance's learned host speed
         self.groups = ModelGroups(inputs.utility, models or [str(j) for j in range(len(estimators))])
         self.tie = TieBreaker(ties, seed)
+        self.reads = lazy_reads(self.tie, rule == "hard")
         self.prune = prune
         self.seen = np.full(len(estimators), np.inf)  # the pruning gate's memory (routers.fleet.hard_choice)
 

@@ -65,8 +65,6 @@ class Learning:
     feed: FirstTokenFeed
     estimators: list
     inputs: RouteInputs
-    # the feed holds every instance's first tokens up to the arrival: no instance may be left behind
-    reads = "views"
 
     def watch_first_tokens(self, first_t: np.ndarray) -> None:
         self.feed.first_t = first_t
@@ -84,6 +82,7 @@ class LearnedHard(Learning, LatencyAware):
     def __init__(self, inputs: RouteInputs, estimators: list[LearnedTTFT], overhead_s: float = 0.0, **kw):
         super().__init__(inputs, estimators, "hard", name="learned-hard", prune=False, **kw)
         self.feed = FirstTokenFeed(overhead_s)
+        self.reads = "views"  # the feed holds every instance's first tokens to the arrival: none may lag
 
     def choose(self, i, t, insts) -> int:
         return self.learned_choice(super().choose, i, t, insts)
@@ -98,6 +97,7 @@ class LearnedCC(Learning, ChanceRouter):
                  **kw):
         super().__init__(inputs, estimators, "cc", epsilon, name="learned-cc", **kw)
         self.feed = FirstTokenFeed(overhead_s)
+        self.reads = "views"  # the feed holds every instance's first tokens to the arrival: none may lag
 
     def choose(self, i, t, insts) -> int:
         return self.learned_choice(super().choose, i, t, insts)

@@ -227,8 +227,10 @@ def test_indexed_router_sees_the_eager_views(noise: bool, monkeypatch) -> None:
 @pytest.mark.parametrize("ties", ["random", "least-latency"])
 def test_lazy_views_change_no_result(router: str, ties: str, monkeypatch) -> None:
     """The latency-aware and chance routers on qwen3-h100-x8 (noise on):
-    the lazy loop (views brought to the present as read) serves the same
-    bytes as the eager one (every changed view refreshed at every arrival)."""
+    with random ties (``reads = "indexed"``) the lazy loop (views brought
+    to the present as read) serves the same bytes as the eager one (every
+    changed view refreshed at every arrival); least-latency reads views
+    eagerly."""
     import harness.twin.simulation as sim
     from harness.twin.pools import load_pool
     from harness.twin.replay import ReplayConfig, replay
@@ -238,7 +240,11 @@ def test_lazy_views_change_no_result(router: str, ties: str, monkeypatch) -> Non
     pool = load_pool("qwen3-h100-x8")
     wl = generate_workload(WorkloadConfig(requests=1500, arrivals=ArrivalSpec("poisson", 64.0), seed=3))
     cfg = ReplayConfig(router=router, seed=5, ties=ties)
+    made: list = []
+    monkeypatch.setattr(sim.Twin, "run", lambda self, req, r, *a, _run=sim.Twin.run, **k: (
+        made.append(r.reads), _run(self, req, r, *a, **k))[1])
     lazy = replay(pool, "qwen3-h100-x8", wl.requests, wl.quality, cfg)
+    assert made[-1] == ("indexed" if ties == "random" else "views")
     monkeypatch.setattr(sim, "LAZY_MIN", 10**9)
     eager = replay(pool, "qwen3-h100-x8", wl.requests, wl.quality, cfg)
     assert digest_frame(lazy.requests) == digest_frame(eager.requests)
