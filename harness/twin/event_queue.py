@@ -31,6 +31,7 @@ from estimators.engine.fastcall import entry_point
 from harness.twin.fleet_kernel import (
     advance_queued,
     append_item,
+    bring_one,
     heap_push,
     new_list,
     pop_due,
@@ -70,6 +71,7 @@ class EventQueue:
         self._nch = np.zeros(1, dtype=np.int64)
         self._run = None  # advance_queued's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
+        self._bring = None  # bring_one's compiled entry
         self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
         self.lazy = np.int64(1 if lazy and self._bundles is not None else 0)
         self._edue = np.full(n, np.inf)  # each instance's next event (Instance.due), whatever it is queued at
@@ -166,8 +168,28 @@ class EventQueue:
         view is refreshed if it changed since its last refresh. The view
         is then the one the eager loop would have shown: the same steps,
         run later (``catch_up``)."""
-        if self.lazy and self._edue[k] <= self.clock[0]:
-            self.insts[k].advance(self.clock[0], out)
+        now = self.clock[0]
+        if not self.lazy:
+            if self._flag[k]:
+                self._flag[k] = 0
+                self._refresh_one(k, fleet)
+            return
+        inst = self.insts[k]
+        sync = self._shadows is not None and inst._view_of is inst.state
+        if self._edue[k] > now and not (sync and self._flag[k]):
+            if self._flag[k]:
+                self._flag[k] = 0
+                self._refresh_one(k, fleet)
+            return
+        pred = inst.predicted
+        args = (now, k, self._bundles, out, self._ht, self._hk, self._hn, self._due, self._edue, self._flag,
+                self._changed, self._nch, self.residents, self._shadows, self._rows, fleet.h, fleet.residents,
+                _NONE if pred is None else pred, sync)
+        if self._bring is None:
+            self._bring = _entry(bring_one, *args)
+        if self._bring(*args):  # its step log filled: flush and carry on in Python, as Instance.advance does
+            inst.flush_log()
+            inst.advance(now, out)
             self.touched(k)
         if self._flag[k]:
             self._flag[k] = 0

@@ -154,3 +154,40 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
             changed[nch[0]] = k
             nch[0] += 1
     return n
+
+
+@njit(cache=True)
+def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
+              shadows, rows, hs, view_residents, predicted, sync):
+    """``EventQueue.bring`` in one compiled call: instance ``k``'s steps to
+    ``t`` if one is due by then (``advance``, by index), its next event
+    queued (the end of the steady run in flight, as ``advance_queued``'s
+    lazy mode queues it) and its view refreshed if it changed since its
+    last refresh and ``sync`` (its view already holds its arrays). Why
+    one call: from Python, ``Instance.advance`` unboxes some fifty arrays
+    and ``touched`` and the view's refresh are three more crossings, about
+    twice the steps a bring runs. Returns 1 when the step log filled
+    (nothing queued or refreshed: the caller flushes and finishes in
+    Python), else 0."""
+    st, plan, tw, model, log = bundles[k]
+    if edue[k] <= t:
+        if tk.advance(t, st, plan, tw, model, out, log):
+            return 1
+        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+        busy = tw.meta[tk.M_BUSY]
+        edue[k] = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
+        d = tk.run_horizon(tw, model)
+        if not d == due[k]:
+            due[k] = d
+            if d < np.inf:
+                heap_push(ht, hk, hn, due, d, k)
+        if not flag[k]:
+            flag[k] = 1
+            changed[nch[0]] = k
+            nch[0] += 1
+    if sync and flag[k]:
+        flag[k] = 0
+        copy_predicted(shadows[k], st.req, predicted, rows[k])
+        honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
+        view_residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+    return 0

@@ -24,6 +24,7 @@ from estimators.snapshot import RateTracker, Snapshot
 from estimators.step_ratios import CLIP_LOG
 from estimators.time_model import time_model
 from harness.twin import kernel as tk
+from harness.twin import run_memo
 from harness.twin.honest_view import H_STEPS, NH, HonestView, async_host, copy_predicted, honest_scalars
 from traces.steplog import StepLog
 
@@ -123,7 +124,7 @@ class Instance:
         meta[tk.M_ASYNC] = 1 if self.asynchronous else 0
         self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), meta, np.zeros(tk.NT, dtype=np.float64), params,
                                 rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])),
-                                speed, StepPlan.new(cap if self.asynchronous else 1))
+                                speed, StepPlan.new(cap if self.asynchronous else 1), *run_memo.new_arrays())
         self._h = np.zeros(NH, dtype=np.float64)  # async: the honest scalars SFS reads off the live instance
         k = LOG_STEPS if cfg.record_steps else 1
         self.log = tk.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
@@ -336,7 +337,7 @@ class Instance:
         params = tw.params.copy()
         params[tk.P_LOG_ON] = 0.0
         f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy(),
-                             StepPlan(*(a.copy() for a in tw.plan2)))
+                             StepPlan(*(a.copy() for a in tw.plan2)), tw.ahead.copy(), tw.ahead_rng.copy())
         f._h = self._h.copy()
         f.meta, f.times = f.tw.meta, f.tw.times
         f.rate = RateTracker()

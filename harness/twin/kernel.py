@@ -45,11 +45,13 @@ from estimators.engine.layout import (
     S_WN,
     KernelInputError,
 )
-from estimators.engine.timing import features_time, noisy_ratio, plan_time
+from estimators.engine.timing import noisy_ratio, plan_time
+from harness.twin import run_memo
 from harness.twin.async_loop import advance_async
 from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read as tk.* by the instance and the fleet)
     GAP,
     IDLE,
+    M_AH_N,
     M_ASYNC,
     M_BUSY,
     M_INBOX_N,
@@ -96,6 +98,7 @@ from harness.twin.loop_parts import (  # noqa: F401 (the bundles' layouts, read 
     Outcomes,
     TwinArrays,
     _observe_speed,
+    _observe_sums,
     record_events,
     schedule_or_reject,
     take_inbox,
@@ -192,32 +195,38 @@ def _skip_run(t_until, st, plan, tw, model, log):
     plan.counts[PL_N] = n
     plan.counts[PL_NREJ] = 0
     noise_on = tw.params[P_NOISE_ON] > 0.0
-    fn = float(n)
     t = times[T_START]
     t_start = t
     t_end = times[T_END]
     done = 0
     flight = False
+    rng, ahead, ahead_rng = tw.rng, tw.ahead, tw.ahead_rng
+    j0 = run_memo.find(tw, n, s1, s2, t)  # the run's steps the horizon drew already (``run_memo``)
+    m_n = meta[M_AH_N] if j0 >= 0 else 0
+    counted = False
     while done < k and t <= t_until:
-        c1 = s1 + n * done  # the decodes' computed tokens before this step, and their squares
-        c2 = s2 + 2 * done * s1 + n * done * done
-        typical = features_time(model.form, model.coef, fn, 0.0, fn, float(c1), float(c2), 0.0, float(c1), 0.0)
-        sp[SP_TYP] = typical / sp[SP_HOST]
-        if noise_on:
-            dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
+        j = j0 + done
+        if j0 >= 0 and j < m_n:  # drawn by the horizon: the same floats, the stream moved past its draws
+            typical = ahead[j, 2]
+            t_start = ahead[j, 0]
+            t_end = ahead[j, 1]
+            rng[:] = ahead_rng[j + 1]
         else:
-            dur = typical * model.mult
-        intake = 0.0  # nobody joins: _start_step's start and end, term by term
-        t_start = t + intake
-        t_end = t + intake + dur
+            typical, dur = run_memo.step_time(model, n, s1, s2, done, rng, noise_on)
+            t_start = t + 0.0  # nobody joins: _start_step's start and end (intake 0), term by term
+            t_end = t + 0.0 + dur
+        sp[SP_TYP] = typical / sp[SP_HOST]
         if not t_end <= t_until:
             flight = True
             break
         if log_on:
             _log_steady(st, plan, tw, log, n, done, t_start, t_end)
-        _observe_speed(sp, t_end - t_start)
+        if _observe_sums(sp, t_end - t_start):
+            counted = True
         done += 1
         t = t_end + model.gap
+    if counted:  # _observe_speed's factor, once: nothing in the run reads it
+        sp[SP_FACTOR] = np.exp(sp[SP_NUM] / sp[SP_DEN])
     scheduled = done + 1 if flight else done
     apply_run(st, plan, n, scheduled, done)
     st.sc[S_STEP] += scheduled
@@ -250,7 +259,10 @@ def run_horizon(tw, model):
     router that reads only resident counts sees the same numbers whether
     or not the instance has been advanced. The times are the run's own:
     ``_skip_run``'s expressions from the same sums, its noise drawn from a
-    copy of the stream (the stream is left as it was)."""
+    copy of the stream (the stream is left as it was), written ahead
+    (``run_memo``) for the run's steps to take; a run longer than
+    ``run_memo.AHEAD`` steps gives its last written step's end (an early
+    wake: the instance is advanced there and asked again)."""
     meta, times = tw.meta, tw.times
     busy = meta[M_BUSY]
     if busy != RUNNING:
@@ -261,24 +273,11 @@ def run_horizon(tw, model):
         return d
     n = meta[M_N]
     s1, s2 = meta[M_RUN_S1], meta[M_RUN_S2]
-    fn = float(n)
-    noise_on = tw.params[P_NOISE_ON] > 0.0
-    rng = tw.rng
-    r0, r1, r2, r3 = rng[0], rng[1], rng[2], rng[3]
     t = d + model.gap
-    t_end = d
-    for j in range(left):
-        c1 = s1 + n * j
-        c2 = s2 + 2 * j * s1 + n * j * j
-        typical = features_time(model.form, model.coef, fn, 0.0, fn, float(c1), float(c2), 0.0, float(c1), 0.0)
-        if noise_on:
-            dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, rng)
-        else:
-            dur = typical * model.mult
-        t_end = t + 0.0 + dur
-        t = t_end + model.gap
-    rng[0], rng[1], rng[2], rng[3] = r0, r1, r2, r3
-    return t_end
+    j = run_memo.find(tw, n, s1, s2, t)
+    if j >= 0 and j + left <= meta[M_AH_N]:
+        return tw.ahead[j + left - 1, 1]
+    return run_memo.write(tw, model, n, s1, s2, t, left, model.gap)
 
 
 @njit(cache=True)

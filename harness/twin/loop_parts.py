@@ -39,7 +39,10 @@ IDLE, RUNNING, GAP = 0, 1, 2  # async: RUNNING = the host waits for the oldest b
 # a steady run left in flight (``kernel._skip_run``): its steps still to come after the one in flight (0: none
 # known; any other step resets it) and the decodes' computed-token sums S1, S2 before the first of them
 M_RUN_LEFT, M_RUN_S1, M_RUN_S2 = 11, 12, 13
-NM = 14
+# the steps ahead a run's horizon drew (``harness.twin.run_memo``): how many, their batch size and the
+# decodes' computed-token sums before the first
+M_AH_N, M_AH_NB, M_AH_S1, M_AH_S2 = 14, 15, 16, 17
+NM = 18
 # params (float64) fields
 P_NOISE_ON, P_LOG_ON, P_INTAKE_REQ, P_INTAKE_TOK = 0, 1, 2, 3  # intake: s per joining request and prompt token
 P_SKIP_ON = 4  # advance runs of steady decode steps without the scheduler kernel (``_skip_run``)
@@ -68,6 +71,8 @@ class TwinArrays(NamedTuple):
     rng: np.ndarray  # xoshiro256** state
     speed: np.ndarray  # SP_*
     plan2: StepPlan  # async scheduling: the queued batch (one row on a synchronous instance: never used)
+    ahead: np.ndarray  # (AHEAD, 3): a steady run's steps ahead, [start, end, typical] (``run_memo``)
+    ahead_rng: np.ndarray  # (AHEAD + 1, 4): the noise stream before each of them (row j + 1: after step j)
 
 
 class Outcomes(NamedTuple):
@@ -99,12 +104,22 @@ class LogBuffers(NamedTuple):
 def _observe_speed(sp, duration):
     """One completed step into the running speed factor (normalised EWMA of
     the clipped log ratio; ``estimators.online_speed`` is the same rule)."""
+    if _observe_sums(sp, duration):
+        sp[SP_FACTOR] = np.exp(sp[SP_NUM] / sp[SP_DEN])
+
+
+@njit(cache=True, inline="always")
+def _observe_sums(sp, duration):
+    """``_observe_speed`` but the factor: the sums only (a run of steps
+    sets the factor once, after its last: nothing reads it in between, and
+    it is a function of the sums alone). True if the step counted."""
     if duration > 0.0 and sp[SP_TYP] > 0.0:
         r = np.log(duration / sp[SP_TYP]) - sp[SP_BASE]
         r = min(max(r, -sp[SP_CLIP]), sp[SP_CLIP])
         sp[SP_NUM] = sp[SP_LAM] * sp[SP_NUM] + r
         sp[SP_DEN] = sp[SP_LAM] * sp[SP_DEN] + 1.0
-        sp[SP_FACTOR] = np.exp(sp[SP_NUM] / sp[SP_DEN])
+        return True
+    return False
 
 
 @njit(cache=True, inline="always")
