@@ -210,7 +210,8 @@ def _skip_run(t_until, st, plan, tw, model, log):
             typical = ahead[j, 2]
             t_start = ahead[j, 0]
             t_end = ahead[j, 1]
-            rng[:] = ahead_rng[j + 1]
+            for i in range(4):
+                rng[i] = ahead_rng[j + 1, i]
         else:
             typical, dur = run_memo.step_time(model, n, s1, s2, done, rng, noise_on)
             t_start = t + 0.0  # nobody joins: _start_step's start and end (intake 0), term by term

@@ -62,8 +62,8 @@ def find(tw, n, s1, s2, t):
     j = d // n
     if j >= m or s2 != b2 + 2 * j * b1 + n * j * j or not tw.ahead[j, 0] == t:
         return -1
-    r, w = tw.rng, tw.ahead_rng[j]
-    if r[0] != w[0] or r[1] != w[1] or r[2] != w[2] or r[3] != w[3]:
+    r, w = tw.rng, tw.ahead_rng
+    if r[0] != w[j, 0] or r[1] != w[j, 1] or r[2] != w[j, 2] or r[3] != w[j, 3]:
         return -1
     return j
 
@@ -77,16 +77,18 @@ def write(tw, model, n, s1, s2, t, steps, gap):
     m = min(steps, AHEAD)
     ah, ar, meta = tw.ahead, tw.ahead_rng, tw.meta
     noise_on = tw.params[P_NOISE_ON] > 0.0
-    ar[0, :] = tw.rng
+    w = tw.rng.copy()  # the copy the steps draw from (word by word into the rows: no row views per step)
+    for i in range(4):
+        ar[0, i] = w[i]
     t_end = t
     for j in range(m):
-        w = ar[j + 1]
-        w[:] = ar[j]
         typical, dur = step_time(model, n, s1, s2, j, w, noise_on)
         t_end = t + 0.0 + dur
         ah[j, 0] = t + 0.0
         ah[j, 1] = t_end
         ah[j, 2] = typical
+        for i in range(4):
+            ar[j + 1, i] = w[i]
         t = t_end + gap
     meta[M_AH_N], meta[M_AH_NB], meta[M_AH_S1], meta[M_AH_S2] = m, n, s1, s2
     return t_end
