@@ -28,12 +28,14 @@ from numba import typeof
 from numba.typed import List
 
 from estimators.engine.fastcall import entry_point
+from estimators.engine.layout import S_NFREE_SLOTS
 from harness.twin.fleet_kernel import (
     advance_queued,
     append_item,
     bring_one,
     heap_push,
     new_list,
+    place_one,
     pop_due,
     set_item,
     sync_views,
@@ -72,6 +74,7 @@ class EventQueue:
         self._run = None  # advance_queued's compiled entry, for these bundles' types
         self._sync = None  # sync_views' compiled entry
         self._bring = None  # bring_one's compiled entry
+        self._place = None  # place_one's compiled entry
         self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
         self.lazy = np.int64(1 if lazy and self._bundles is not None else 0)
         self._edue = np.full(n, np.inf)  # each instance's next event (Instance.due), whatever it is queued at
@@ -132,6 +135,31 @@ class EventQueue:
         same whenever they are run). The caller calls ``touched(k)``."""
         if self.lazy and self._edue[k] <= t:
             self.insts[k].advance(t, out)
+
+    def place(self, k: int, t: float, rid: int, prompt: int, target: int, hit: int, out) -> None:
+        """Hand instance ``k`` a request at ``t`` (the clock's present):
+        ``catch_up``, ``Instance.add``, ``Instance.kick`` and ``touched``, in
+        one compiled call (``place_one``) where the instance has a free slot
+        and the bundles are batched, else those four in Python."""
+        inst = self.insts[k]
+        if self._bundles is not None and prompt >= 0 and inst.state.sc[S_NFREE_SLOTS] > 0:
+            args = (t, k, rid, prompt, target, hit, self._bundles, out, self._ht, self._hk, self._hn, self._due,
+                    self._edue, self._flag, self._changed, self._nch, self.residents, self.lazy)
+            if self._place is None:
+                self._place = _entry(place_one, *args)
+            slot = self._place(*args)
+            if slot >= 0:
+                if slot >= inst.rows_used:
+                    inst.rows_used = slot + 1
+                self._rows[k] = inst.rows_used
+                inst.rate.observe(inst._now)  # (Instance.add's)
+                return
+            inst.flush_log()  # its step log filled while catching up: flush, then as below
+        self.catch_up(k, t, out)
+        inst.add(rid, prompt, target, hit)
+        if inst.idle:
+            inst.kick(t)
+        self.touched(k)
 
     def refresh_views(self, fleet) -> None:
         """Bring the views of the instances changed since the last call to

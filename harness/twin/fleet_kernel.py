@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from estimators.engine.layout import S_NR, S_WN
+from estimators.engine.layout import F_HIT, F_PROMPT, F_RID, F_STATUS, F_TARGET, S_NFREE_SLOTS, S_NR, S_WN, ST_PENDING
 from harness.twin import kernel as tk
 from harness.twin.honest_view import copy_predicted, honest_scalars
 
@@ -191,3 +191,46 @@ def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, res
         honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
         view_residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
     return 0
+
+
+@njit(cache=True)
+def place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
+              lazy):
+    """Hand instance ``k`` request ``rid`` at ``t`` in one compiled call:
+    its steps to ``t`` first if one is due by then (``EventQueue.catch_up``),
+    the request into a free slot and the inbox (``Instance.add``: the
+    caller checked there is a free slot and the prompt can reach the
+    scheduler), an idle engine woken (``Instance.kick``), its next event
+    queued and it marked changed (``EventQueue.touched``). Why one call:
+    these were four crossings from Python, each unboxing the instance's
+    arrays, for a few stores. Returns the slot, or -1 when the step log
+    filled (nothing added: the caller flushes and hands it in Python)."""
+    st, plan, tw, model, log = bundles[k]
+    meta, times, sc = tw.meta, tw.times, st.sc
+    if lazy and edue[k] <= t:
+        if tk.advance(t, st, plan, tw, model, out, log):
+            return -1
+    sc[S_NFREE_SLOTS] -= 1
+    slot = st.free_slots[sc[S_NFREE_SLOTS]]
+    row = st.req[slot]
+    row[:] = 0
+    row[F_PROMPT], row[F_TARGET], row[F_RID], row[F_HIT] = prompt, max(1, target), rid, hit
+    row[F_STATUS] = ST_PENDING
+    tw.inbox[meta[tk.M_INBOX_N]] = slot
+    meta[tk.M_INBOX_N] += 1
+    if meta[tk.M_BUSY] == tk.IDLE:
+        meta[tk.M_BUSY] = tk.GAP
+        times[tk.T_START] = t + model.gap
+    residents[k] = sc[S_NR] + sc[S_WN] + meta[tk.M_INBOX_N]
+    busy = meta[tk.M_BUSY]
+    d = times[tk.T_END] if busy == tk.RUNNING else (times[tk.T_START] if busy == tk.GAP else np.inf)
+    edue[k] = d
+    if not d == due[k]:
+        due[k] = d
+        if d < np.inf:
+            heap_push(ht, hk, hn, due, d, k)
+    if not flag[k]:
+        flag[k] = 1
+        changed[nch[0]] = k
+        nch[0] += 1
+    return slot

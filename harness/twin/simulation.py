@@ -136,9 +136,12 @@ class _Run:
                              f"not in 0..{n_inst - 1}")
         return j
 
-    def place(self, i: int, j: int, t: float, insts: list[Instance], views) -> bool:
+    def place(self, i: int, j: int, t: float, insts: list[Instance], views, queue: EventQueue | None = None) -> bool:
         """Send request ``i`` to instance ``j`` (False: it was shed, or its
-        front end refused it, and every instance is unchanged)."""
+        front end refused it, and every instance is unchanged). ``queue``:
+        the fleet loop's, which hands the request over (``EventQueue.place``:
+        the instance caught up, the request added, the engine woken, its
+        next event queued)."""
         if j == SHED:
             return False  # ev.instance[i] stays -1: served nowhere
         if views is not None:
@@ -149,7 +152,11 @@ class _Run:
         if p >= inst.max_model_len:
             self.ev.out.reject_t[i] = t  # vLLM's front end refuses it: no room for one output token
             return False
-        inst.add(i, p, int(self.output[i]), 0 if self.hits is None else int(self.hits[i]))
+        hit = 0 if self.hits is None else int(self.hits[i])
+        if queue is not None:
+            queue.place(j, t, i, p, int(self.output[i]), hit, self.ev.out)
+            return True
+        inst.add(i, p, int(self.output[i]), hit)
         if inst.idle:
             inst.kick(t)
         return True
@@ -296,10 +303,7 @@ class Twin:
                 if isinstance(c.router, TimedRouter):
                     c.router.decision_ns -= queue.brought_ns
                 queue.brought_ns = 0
-            if j >= 0:
-                queue.catch_up(j, t, out)
-            if c.place(i, j, t, insts, views):
-                queue.touched(j)
+            if c.place(i, j, t, insts, views, queue):
                 r = insts[j].rate
                 insts[j].view.ewma = (r.level, r.last, r.tau)  # the rest of its view waits for the next decision
 
