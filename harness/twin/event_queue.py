@@ -122,7 +122,8 @@ class EventQueue:
         if self._run is None:
             self._run = _entry(advance_queued, *args)
         n = self._run(*args)
-        if full[:n].any():
+        if n < 0:  # a step log filled (``advance_queued``)
+            n = -1 - n
             for q in np.flatnonzero(full[:n]).tolist():
                 k = int(ks[q])  # its step log filled: flush and carry on, as Instance.advance does
                 insts[k].flush_log()

@@ -130,16 +130,18 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
     its next event is the end of the steady run in flight
     (``kernel.run_horizon``), for a loop whose router reads only the
     resident counts and that catches an instance up before handing it a
-    request; ``edue[k]``: its next event whatever it is queued at. Returns how many ran;
-    ``full[q]`` = 1 where instance ``ks[q]``'s step log filled: it is
-    neither queued nor marked (the caller flushes it, carries on and
-    queues it)."""
+    request; ``edue[k]``: its next event whatever it is queued at. Returns how many ran,
+    as ``-1 - n`` if a step log filled: then ``full[q]`` = 1 where instance
+    ``ks[q]``'s did, which is neither queued nor marked (the caller
+    flushes it, carries on and queues it)."""
     n = pop_due(t, ht, hk, hn, due, ks)
+    filled = False
     for q in range(n):
         k = ks[q]
         st, plan, tw, model, log = bundles[k]
         full[q] = tk.advance(t, st, plan, tw, model, out, log)
         if full[q]:
+            filled = True
             continue
         residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
         busy = tw.meta[tk.M_BUSY]
@@ -153,7 +155,7 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
             flag[k] = 1
             changed[nch[0]] = k
             nch[0] += 1
-    return n
+    return -1 - n if filled else n
 
 
 @njit(cache=True)
