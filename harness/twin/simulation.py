@@ -139,9 +139,7 @@ class _Run:
     def place(self, i: int, j: int, t: float, insts: list[Instance], views, queue: EventQueue | None = None) -> bool:
         """Send request ``i`` to instance ``j`` (False: it was shed, or its
         front end refused it, and every instance is unchanged). ``queue``:
-        the fleet loop's, which hands the request over (``EventQueue.place``:
-        the instance caught up, the request added, the engine woken, its
-        next event queued)."""
+        the fleet loop's, which hands the request over (``EventQueue.place``)."""
         if j == SHED:
             return False  # ev.instance[i] stays -1: served nowhere
         if views is not None:
