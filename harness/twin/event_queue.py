@@ -197,29 +197,20 @@ class EventQueue:
         view is refreshed if it changed since its last refresh. The view
         is then the one the eager loop would have shown: the same steps,
         run later (``catch_up``)."""
-        now = self.clock[0]
-        if not self.lazy:
-            if self._flag[k]:
-                self._flag[k] = 0
-                self._refresh_one(k, fleet)
-            return
-        inst = self.insts[k]
-        sync = self._shadows is not None and inst._view_of is inst.state
-        if self._edue[k] > now and not (sync and self._flag[k]):
-            if self._flag[k]:
-                self._flag[k] = 0
-                self._refresh_one(k, fleet)
-            return
-        pred = inst.predicted
-        args = (now, k, self._bundles, out, self._ht, self._hk, self._hn, self._due, self._edue, self._flag,
-                self._changed, self._nch, self.residents, self._shadows, self._rows, fleet.h, fleet.residents,
-                _NONE if pred is None else pred, sync)
-        if self._bring is None:
-            self._bring = _entry(bring_one, *args)
-        if self._bring(*args):  # its step log filled: flush and carry on in Python, as Instance.advance does
-            inst.flush_log()
-            inst.advance(now, out)
-            self.touched(k)
+        if self.lazy:
+            now, inst = self.clock[0], self.insts[k]
+            sync = self._shadows is not None and inst._view_of is inst.state
+            if self._edue[k] <= now or (sync and self._flag[k]):  # (else a view to sync only in Python, below)
+                pred = inst.predicted
+                args = (now, k, self._bundles, out, self._ht, self._hk, self._hn, self._due, self._edue, self._flag,
+                        self._changed, self._nch, self.residents, self._shadows, self._rows, fleet.h,
+                        fleet.residents, _NONE if pred is None else pred, sync)
+                if self._bring is None:
+                    self._bring = _entry(bring_one, *args)
+                if self._bring(*args):  # its step log filled: flush and carry on in Python, as Instance.advance does
+                    inst.flush_log()
+                    inst.advance(now, out)
+                    self.touched(k)
         if self._flag[k]:
             self._flag[k] = 0
             self._refresh_one(k, fleet)

@@ -20,6 +20,33 @@ from harness.twin import kernel as tk
 from harness.twin.honest_view import copy_predicted, honest_scalars
 
 
+@njit(cache=True, inline="always")
+def _residents(st, tw):
+    """The instance's requests: running, waiting and not yet taken in."""
+    return st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+
+
+@njit(cache=True, inline="always")
+def _sync_one(k, st, tw, model, shadows, rows, hs, residents, predicted):
+    copy_predicted(shadows[k], st.req, predicted, rows[k])
+    honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
+    residents[k] = _residents(st, tw)
+
+
+@njit(cache=True, inline="always")
+def _queue(k, d, ht, hk, hn, due, flag, changed, nch):
+    """Instance ``k``'s next event queued at ``d`` (unless its live entry
+    is there already) and ``k`` marked changed."""
+    if not d == due[k]:
+        due[k] = d
+        if d < np.inf:
+            heap_push(ht, hk, hn, due, d, k)
+    if not flag[k]:
+        flag[k] = 1
+        changed[nch[0]] = k
+        nch[0] += 1
+
+
 @njit(cache=True)
 def sync_views(ks, n, bundles, shadows, rows, hs, residents, predicted):
     """Refresh the views of instances ``ks[:n]``: the request table copied
@@ -30,9 +57,7 @@ def sync_views(ks, n, bundles, shadows, rows, hs, residents, predicted):
     for q in range(n):
         k = ks[q]
         st, plan, tw, model, log = bundles[k]
-        copy_predicted(shadows[k], st.req, predicted, rows[k])
-        honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
-        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+        _sync_one(k, st, tw, model, shadows, rows, hs, residents, predicted)
 
 
 @njit(cache=True)
@@ -143,18 +168,9 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
         if full[q]:
             filled = True
             continue
-        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
-        busy = tw.meta[tk.M_BUSY]
-        e = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
-        edue[k] = e
-        d = tk.run_horizon(tw, model) if lazy else e
-        due[k] = d
-        if d < np.inf:
-            heap_push(ht, hk, hn, due, d, k)
-        if not flag[k]:
-            flag[k] = 1
-            changed[nch[0]] = k
-            nch[0] += 1
+        residents[k] = _residents(st, tw)
+        e = edue[k] = tk.next_event(tw)
+        _queue(k, tk.run_horizon(tw, model) if lazy else e, ht, hk, hn, due, flag, changed, nch)  # (due[k]: NaN)
     return -1 - n if filled else n
 
 
@@ -175,23 +191,12 @@ def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, res
     if edue[k] <= t:
         if tk.advance(t, st, plan, tw, model, out, log):
             return 1
-        residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
-        busy = tw.meta[tk.M_BUSY]
-        edue[k] = tw.times[tk.T_END] if busy == tk.RUNNING else (tw.times[tk.T_START] if busy == tk.GAP else np.inf)
-        d = tk.run_horizon(tw, model)
-        if not d == due[k]:
-            due[k] = d
-            if d < np.inf:
-                heap_push(ht, hk, hn, due, d, k)
-        if not flag[k]:
-            flag[k] = 1
-            changed[nch[0]] = k
-            nch[0] += 1
+        residents[k] = _residents(st, tw)
+        edue[k] = tk.next_event(tw)
+        _queue(k, tk.run_horizon(tw, model), ht, hk, hn, due, flag, changed, nch)
     if sync and flag[k]:
         flag[k] = 0
-        copy_predicted(shadows[k], st.req, predicted, rows[k])
-        honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
-        view_residents[k] = st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+        _sync_one(k, st, tw, model, shadows, rows, hs, view_residents, predicted)
     return 0
 
 
@@ -223,16 +228,7 @@ def place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, edu
     if meta[tk.M_BUSY] == tk.IDLE:
         meta[tk.M_BUSY] = tk.GAP
         times[tk.T_START] = t + model.gap
-    residents[k] = sc[S_NR] + sc[S_WN] + meta[tk.M_INBOX_N]
-    busy = meta[tk.M_BUSY]
-    d = times[tk.T_END] if busy == tk.RUNNING else (times[tk.T_START] if busy == tk.GAP else np.inf)
-    edue[k] = d
-    if not d == due[k]:
-        due[k] = d
-        if d < np.inf:
-            heap_push(ht, hk, hn, due, d, k)
-    if not flag[k]:
-        flag[k] = 1
-        changed[nch[0]] = k
-        nch[0] += 1
+    residents[k] = _residents(st, tw)
+    d = edue[k] = tk.next_event(tw)
+    _queue(k, d, ht, hk, hn, due, flag, changed, nch)
     return slot

@@ -248,6 +248,14 @@ def _skip_run(t_until, st, plan, tw, model, log):
     return scheduled
 
 
+@njit(cache=True, inline="always")
+def next_event(tw):
+    """When ``advance`` next has work (``Instance.due``): the in-flight
+    step's end, the end of the gap (the next schedule()), or never (idle)."""
+    busy = tw.meta[M_BUSY]
+    return tw.times[T_END] if busy == RUNNING else (tw.times[T_START] if busy == GAP else np.inf)
+
+
 @njit(cache=True)
 def run_horizon(tw, model):
     """When this instance's resident count can next change, at the
@@ -265,9 +273,8 @@ def run_horizon(tw, model):
     ``run_memo.AHEAD`` steps gives its last written step's end (an early
     wake: the instance is advanced there and asked again)."""
     meta, times = tw.meta, tw.times
-    busy = meta[M_BUSY]
-    if busy != RUNNING:
-        return times[T_START] if busy == GAP else np.inf
+    if meta[M_BUSY] != RUNNING:
+        return next_event(tw)
     d = times[T_END]
     left = meta[M_RUN_LEFT]
     if left <= 0 or meta[M_INBOX_N] != 0 or meta[M_ASYNC] != 0:
