@@ -127,8 +127,84 @@ def noisy_ratio(noise, stall_q, stall_v, s):
     r = np.exp(noise[0] + noise[1] * rng_normal(s))
     if noise[2] > 0.0 and rng_uniform(s) < noise[2]:
         if stall_q.size >= 2:
-            r += np.interp(rng_uniform(s), stall_q, stall_v)
+            r += interp_one(rng_uniform(s), stall_q, stall_v)
         else:
             r += noise[3]
     return r
 
+
+_LIKELY_IN_CACHE = 8  # (Numba's LIKELY_IN_CACHE_SIZE)
+
+
+@njit(cache=True)
+def _search(key, arr, length, guess):
+    """Numba's ``binary_search_with_guess`` (NumPy's, before 1.15), line for
+    line: the index ``j`` with ``arr[j] <= key < arr[j + 1]``, -1 below the
+    first point, ``length`` above the last."""
+    imin = 0
+    imax = length
+    if key > arr[length - 1]:
+        return length
+    elif key < arr[0]:
+        return -1
+    if length <= 4:
+        i = 1
+        while i < length and key >= arr[i]:
+            i += 1
+        return i - 1
+    if guess > length - 3:
+        guess = length - 3
+    if guess < 1:
+        guess = 1
+    if key < arr[guess]:
+        if key < arr[guess - 1]:
+            imax = guess - 1
+            if guess > _LIKELY_IN_CACHE and key >= arr[guess - _LIKELY_IN_CACHE]:
+                imin = guess - _LIKELY_IN_CACHE
+        else:
+            return guess - 1
+    else:
+        if key < arr[guess + 1]:
+            return guess
+        else:
+            if key < arr[guess + 2]:
+                return guess + 1
+            else:
+                imin = guess + 2
+                if (guess < (length - _LIKELY_IN_CACHE - 1)) and (key < arr[guess + _LIKELY_IN_CACHE]):
+                    imax = guess + _LIKELY_IN_CACHE
+    while imin < imax:
+        imid = imin + ((imax - imin) >> 1)
+        if key >= arr[imid]:
+            imin = imid + 1
+        else:
+            imax = imid
+    return imin - 1
+
+
+@njit(cache=True)
+def interp_one(x, xp, fp):
+    """``np.interp(x, xp, fp)`` for one float ``x`` and at least two points:
+    the arithmetic of Numba's ``np.interp`` (a facsimile of NumPy's), in
+    the same order, without the arrays it allocates. Why: the twin's
+    kernel draws a stall's excess with it, and a kernel that allocates
+    cannot be compiled without Numba's runtime (``harness.twin.kernel``:
+    every array it is handed would otherwise be reference-counted at every
+    inner call)."""
+    if np.isnan(x):
+        return x
+    n = xp.size
+    j = _search(x, xp, n, 0)
+    if j == -1:
+        return fp[0]
+    if j == n:
+        return fp[n - 1]
+    if j == n - 1 or xp[j] == x:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    r = slope * (x - xp[j]) + fp[j]
+    if np.isnan(r):  # (NumPy 1.17's: a NaN in one direction, try the other)
+        r = slope * (x - xp[j + 1]) + fp[j + 1]
+        if np.isnan(r) and fp[j] == fp[j + 1]:
+            r = fp[j]
+    return r

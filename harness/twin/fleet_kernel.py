@@ -8,6 +8,15 @@ queue keeps each instance's bundles in a Numba typed list once (re-set
 only when an instance grows) and hands this loop the due ones' indices.
 It calls the same ``advance`` in the same order on the same arrays as one
 call per instance would: the results are the same bytes.
+
+The work of ``advance_queued``, ``bring_one`` and ``place_one`` is
+compiled without Numba's runtime (``_nrt=False``; their entries from
+Python, which must unbox the typed list, only call it): the instance's
+bundle is borrowed from the list (``harness.twin.borrow``) and no array
+is reference-counted in the steps they run (``kernel.advance`` is compiled
+the same way). Taking each bundle with a reference, and every inner call
+taking its arrays with one, was a seventh of an sfs-cc replay at 24
+instances.
 """
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ from numba.typed import List
 
 from estimators.engine.layout import F_HIT, F_PROMPT, F_RID, F_STATUS, F_TARGET, S_NFREE_SLOTS, S_NR, S_WN, ST_PENDING
 from harness.twin import kernel as tk
+from harness.twin.borrow import borrow_item
 from harness.twin.honest_view import copy_predicted, honest_scalars
 
 
@@ -27,10 +37,19 @@ def _residents(st, tw):
 
 
 @njit(cache=True, inline="always")
-def _sync_one(k, st, tw, model, shadows, rows, hs, residents, predicted):
-    copy_predicted(shadows[k], st.req, predicted, rows[k])
+def _sync_borrowed(k, st, tw, model, shadow, rows, hs, residents, predicted):
+    """A view's refresh: the instance's request table into the view's own
+    (``shadow``) with the predicted lengths, its honest scalars and its
+    resident count."""
+    copy_predicted(shadow, st.req, predicted, rows[k])
     honest_scalars(hs[k], tw.meta, tw.times, tw.speed, model.gap)
     residents[k] = _residents(st, tw)
+
+
+@njit(cache=True, inline="always")
+def _sync_one(k, st, tw, model, shadows, rows, hs, residents, predicted):
+    """``_sync_borrowed`` with the view's table taken from the list (code compiled with the runtime)."""
+    _sync_borrowed(k, st, tw, model, shadows[k], rows, hs, residents, predicted)
 
 
 @njit(cache=True, inline="always")
@@ -147,6 +166,12 @@ def pop_due(t, ht, hk, hn, due, ks):
 
 @njit(cache=True)
 def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch, residents, lazy, edue):
+    """``_advance_queued``, entered from Python (which unboxes the list)."""
+    return _advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch, residents, lazy, edue)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nch, residents, lazy, edue):
     """Pop every instance whose next event is at or before ``t``, run its
     steps to ``t`` (``advance``, by index), write its resident count
     (``residents[k]``: here, where its bundle is at hand, since taking a
@@ -163,7 +188,7 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
     filled = False
     for q in range(n):
         k = ks[q]
-        st, plan, tw, model, log = bundles[k]
+        st, plan, tw, model, log = borrow_item(bundles, k)
         full[q] = tk.advance(t, st, plan, tw, model, out, log)
         if full[q]:
             filled = True
@@ -177,6 +202,14 @@ def advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, nc
 @njit(cache=True)
 def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
               shadows, rows, hs, view_residents, predicted, sync):
+    """``_bring_one``, entered from Python (which unboxes the lists)."""
+    return _bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents, shadows, rows, hs,
+                      view_residents, predicted, sync)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
+               shadows, rows, hs, view_residents, predicted, sync):
     """``EventQueue.bring`` in one compiled call: instance ``k``'s steps to
     ``t`` if one is due by then (``advance``, by index), its next event
     queued (the end of the steady run in flight, as ``advance_queued``'s
@@ -187,7 +220,7 @@ def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, res
     twice the steps a bring runs. Returns 1 when the step log filled
     (nothing queued or refreshed: the caller flushes and finishes in
     Python), else 0."""
-    st, plan, tw, model, log = bundles[k]
+    st, plan, tw, model, log = borrow_item(bundles, k)
     if edue[k] <= t:
         if tk.advance(t, st, plan, tw, model, out, log):
             return 1
@@ -196,13 +229,21 @@ def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, res
         _queue(k, tk.run_horizon(tw, model), ht, hk, hn, due, flag, changed, nch)
     if sync and flag[k]:
         flag[k] = 0
-        _sync_one(k, st, tw, model, shadows, rows, hs, view_residents, predicted)
+        _sync_borrowed(k, st, tw, model, borrow_item(shadows, k), rows, hs, view_residents, predicted)
     return 0
 
 
 @njit(cache=True)
 def place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
               lazy):
+    """``_place_one``, entered from Python (which unboxes the list)."""
+    return _place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, edue, flag, changed, nch,
+                      residents, lazy)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True)
+def _place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
+               lazy):
     """Hand instance ``k`` request ``rid`` at ``t`` in one compiled call:
     its steps to ``t`` first if one is due by then (``EventQueue.catch_up``),
     the request into a free slot and the inbox (``Instance.add``: the
@@ -212,7 +253,7 @@ def place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, edu
     these were four crossings from Python, each unboxing the instance's
     arrays, for a few stores. Returns the slot, or -1 when the step log
     filled (nothing added: the caller flushes and hands it in Python)."""
-    st, plan, tw, model, log = bundles[k]
+    st, plan, tw, model, log = borrow_item(bundles, k)
     meta, times, sc = tw.meta, tw.times, st.sc
     if lazy and edue[k] <= t:
         if tk.advance(t, st, plan, tw, model, out, log):

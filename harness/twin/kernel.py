@@ -22,6 +22,12 @@ kernel: the same floats in the same order, the same noise draws, the same
 step log, the request table brought forward once. Everything else is
 scheduled step by step.
 
+``advance`` and ``run_horizon`` are compiled without Numba's runtime
+(``_nrt=False``): they allocate nothing, and their inner calls then take
+the bundles' arrays without reference counting (the fleet kernel's
+borrowed bundles, ``harness.twin.borrow``, need it). So nothing they call
+may allocate (``timing.interp_one``, ``run_memo.write``'s rows).
+
 Bundles: the instance's ``SchedState`` and ``StepPlan`` (the in-flight
 step), ``TwinArrays`` (inbox, meta, times, params, noise stream), the
 ``TimeModel``, ``Outcomes`` (per-request times, indexed by trace position)
@@ -256,7 +262,7 @@ def next_event(tw):
     return tw.times[T_END] if busy == RUNNING else (tw.times[T_START] if busy == GAP else np.inf)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def run_horizon(tw, model):
     """When this instance's resident count can next change, at the
     earliest: after the last step of the steady run whose step is in
@@ -288,7 +294,7 @@ def run_horizon(tw, model):
     return run_memo.write(tw, model, n, s1, s2, t, left, model.gap)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def advance(t_until, st, plan, tw, model, out, log):
     """Run every step that ends at or before ``t_until``. Returns 1 when the
     step log is full (the caller flushes it and calls again), else 0.

@@ -77,18 +77,19 @@ def write(tw, model, n, s1, s2, t, steps, gap):
     m = min(steps, AHEAD)
     ah, ar, meta = tw.ahead, tw.ahead_rng, tw.meta
     noise_on = tw.params[P_NOISE_ON] > 0.0
-    w = tw.rng.copy()  # the copy the steps draw from (word by word into the rows: no row views per step)
+    r = tw.rng
     for i in range(4):
-        ar[0, i] = w[i]
+        ar[0, i] = r[i]
     t_end = t
     for j in range(m):
+        w = ar[j + 1]  # step j draws from a copy of the state before it, in the row that keeps the state after it
+        for i in range(4):  # (a row, not an array copy: the twin's kernel allocates nothing, ``harness.twin.kernel``)
+            w[i] = ar[j, i]
         typical, dur = step_time(model, n, s1, s2, j, w, noise_on)
         t_end = t + 0.0 + dur
         ah[j, 0] = t + 0.0
         ah[j, 1] = t_end
         ah[j, 2] = typical
-        for i in range(4):
-            ar[j + 1, i] = w[i]
         t = t_end + gap
     meta[M_AH_N], meta[M_AH_NB], meta[M_AH_S1], meta[M_AH_S2] = m, n, s1, s2
     return t_end
