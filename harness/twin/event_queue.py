@@ -30,6 +30,7 @@ from numba.typed import List
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import S_NFREE_SLOTS
 from harness.twin.fleet_kernel import (
+    ON_READ,
     advance_queued,
     append_item,
     bring_one,
@@ -107,9 +108,10 @@ class EventQueue:
 
     def advance_to(self, t: float, out) -> None:
         """Move the clock to ``t`` and run every instance's steps that end by
-        ``t`` (``Instance.advance`` on the due instances, by index)."""
+        ``t`` (``Instance.advance`` on the due instances, by index; ON_READ,
+        ``lend``: only the clock)."""
         self.clock[0] = t
-        if self._hn[0] == 0 or self._ht[0] > t:
+        if self.lazy == ON_READ or self._hn[0] == 0 or self._ht[0] > t:
             return
         insts, ks, full = self.insts, self._ks, self._full
         if self._bundles is None:
@@ -204,7 +206,7 @@ class EventQueue:
                 pred = inst.predicted
                 args = (now, k, self._bundles, out, self._ht, self._hk, self._hn, self._due, self._edue, self._flag,
                         self._changed, self._nch, self.residents, self._shadows, self._rows, fleet.h,
-                        fleet.residents, _NONE if pred is None else pred, sync)
+                        fleet.residents, _NONE if pred is None else pred, sync, self.lazy)
                 if self._bring is None:
                     self._bring = _entry(bring_one, *args)
                 if self._bring(*args):  # its step log filled: flush and carry on in Python, as Instance.advance does
@@ -218,7 +220,16 @@ class EventQueue:
     def lend(self, fleet, out) -> None:
         """Hand ``fleet`` (an ``IndexedFleetViews``) its ``bring``: each view
         read is brought to the present, the time it takes added to
-        ``brought_ns`` (the caller takes it out of the decision's time)."""
+        ``brought_ns`` (the caller takes it out of the decision's time).
+        A lazy queue then advances an instance only when its view is read
+        or it is handed a request (``fleet_kernel.ON_READ``; ``advance_to``
+        only moves the clock): nothing else in the loop reads an instance
+        before that, and its steps are the same whenever they are run, so
+        an instance nobody reads is not advanced at arrivals, nor is the
+        end of its steady runs computed (an sfs-cc replay at 24 instances
+        reads about one view per arrival)."""
+        if self.lazy:
+            self.lazy = np.int64(ON_READ)
         def bring(k: int) -> None:
             t0 = perf_counter_ns()
             self.bring(k, out, fleet)

@@ -29,6 +29,11 @@ from harness.twin import kernel as tk
 from harness.twin.borrow import borrow_item
 from harness.twin.honest_view import copy_predicted, honest_scalars
 
+# when the queue advances an instance (``EventQueue.lazy``): at each of its events (EAGER), at the end of the
+# steady run in flight (LAZY: a router that reads only resident counts), or only when a router reads its view or
+# it is handed a request (ON_READ: a router that reads views one at a time; nothing else needs it sooner)
+EAGER, LAZY, ON_READ = 0, 1, 2
+
 
 @njit(cache=True, inline="always")
 def _residents(st, tw):
@@ -60,6 +65,12 @@ def _queue(k, d, ht, hk, hn, due, flag, changed, nch):
         due[k] = d
         if d < np.inf:
             heap_push(ht, hk, hn, due, d, k)
+    _mark(k, flag, changed, nch)
+
+
+@njit(cache=True, inline="always")
+def _mark(k, flag, changed, nch):
+    """Instance ``k`` marked changed (its view is stale)."""
     if not flag[k]:
         flag[k] = 1
         changed[nch[0]] = k
@@ -201,19 +212,20 @@ def _advance_queued(t, ht, hk, hn, due, ks, full, bundles, out, flag, changed, n
 
 @njit(cache=True)
 def bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
-              shadows, rows, hs, view_residents, predicted, sync):
+              shadows, rows, hs, view_residents, predicted, sync, mode):
     """``_bring_one``, entered from Python (which unboxes the lists)."""
     return _bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents, shadows, rows, hs,
-                      view_residents, predicted, sync)
+                      view_residents, predicted, sync, mode)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True)
 def _bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, residents,
-               shadows, rows, hs, view_residents, predicted, sync):
+               shadows, rows, hs, view_residents, predicted, sync, mode):
     """``EventQueue.bring`` in one compiled call: instance ``k``'s steps to
     ``t`` if one is due by then (``advance``, by index), its next event
     queued (the end of the steady run in flight, as ``advance_queued``'s
-    lazy mode queues it) and its view refreshed if it changed since its
+    lazy mode queues it; ``mode`` ON_READ: queued nowhere, the instance
+    waits for its next read or request) and its view refreshed if it changed since its
     last refresh and ``sync`` (its view already holds its arrays). Why
     one call: from Python, ``Instance.advance`` unboxes some fifty arrays
     and ``touched`` and the view's refresh are three more crossings, about
@@ -226,7 +238,10 @@ def _bring_one(t, k, bundles, out, ht, hk, hn, due, edue, flag, changed, nch, re
             return 1
         residents[k] = _residents(st, tw)
         edue[k] = tk.next_event(tw)
-        _queue(k, tk.run_horizon(tw, model), ht, hk, hn, due, flag, changed, nch)
+        if mode == ON_READ:
+            _mark(k, flag, changed, nch)  # (queued nowhere: it waits for its next read or request)
+        else:
+            _queue(k, tk.run_horizon(tw, model), ht, hk, hn, due, flag, changed, nch)
     if sync and flag[k]:
         flag[k] = 0
         _sync_borrowed(k, st, tw, model, borrow_item(shadows, k), rows, hs, view_residents, predicted)
@@ -249,7 +264,8 @@ def _place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, ed
     the request into a free slot and the inbox (``Instance.add``: the
     caller checked there is a free slot and the prompt can reach the
     scheduler), an idle engine woken (``Instance.kick``), its next event
-    queued and it marked changed (``EventQueue.touched``). Why one call:
+    queued (unless ``lazy`` is ON_READ) and it marked changed
+    (``EventQueue.touched``). Why one call:
     these were four crossings from Python, each unboxing the instance's
     arrays, for a few stores. Returns the slot, or -1 when the step log
     filled (nothing added: the caller flushes and hands it in Python)."""
@@ -271,5 +287,8 @@ def _place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, ed
         times[tk.T_START] = t + model.gap
     residents[k] = _residents(st, tw)
     d = edue[k] = tk.next_event(tw)
-    _queue(k, d, ht, hk, hn, due, flag, changed, nch)
+    if lazy == ON_READ:
+        _mark(k, flag, changed, nch)
+    else:
+        _queue(k, d, ht, hk, hn, due, flag, changed, nch)
     return slot
