@@ -42,6 +42,8 @@ class ShortestQueue(Router):
 
     def choose(self, i, t, insts) -> int:
         res = residents_of(insts)
+        if isinstance(res, np.ndarray):
+            return int(res.argmin())  # (the method: np.argmin's dispatch took four times the reduction at 96)
         if isinstance(res, list):
             return res.index(min(res))
         return int(np.argmin(res))
