@@ -43,7 +43,7 @@ class ShortestQueue(Router):
     def choose(self, i, t, insts) -> int:
         res = residents_of(insts)
         if isinstance(res, np.ndarray):
-            return int(res.argmin())  # (the method: np.argmin's dispatch took four times the reduction at 96)
+            return int(res.argmin())  # (the method: np.argmin's dispatch took ~5x the reduction, 96 counts)
         if isinstance(res, list):
             return res.index(min(res))
         return int(np.argmin(res))

@@ -30,6 +30,8 @@ from numba.typed import List
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import S_NFREE_SLOTS
 from harness.twin.fleet_kernel import (
+    EAGER,
+    LAZY,
     ON_READ,
     advance_queued,
     append_item,
@@ -77,7 +79,7 @@ class EventQueue:
         self._bring = None  # bring_one's compiled entry
         self._place = None  # place_one's compiled entry
         self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
-        self.lazy = np.int64(1 if lazy and self._bundles is not None else 0)
+        self.lazy = np.int64(LAZY if lazy and self._bundles is not None else EAGER)
         self._edue = np.full(n, np.inf)  # each instance's next event (Instance.due), whatever it is queued at
         self._shadows = None  # each view's request table (Instance._shadow), for sync_views
         self._rows = np.zeros(n, dtype=np.int64)  # each instance's slots ever used (Instance.rows_used)
