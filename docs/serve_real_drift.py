@@ -28,15 +28,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-RUNS = ("real1", "real2", "real3")
+RUNS = ("real0", "real1", "real2", "real3")  # real0 (the warm-up run) where the repetition has one
 LAGS = (1, 5, 20, 100)
 
 
 def step_ratios(rep: Path, run: str) -> np.ndarray:
     from estimators.profile import load_profile
 
-    prof = load_profile(rep / "tiny-a.json")
-    s = pd.read_parquet(rep / run / "rec.t" / "steps.parquet").sort_values("start_s")
+    return ratios(load_profile(rep / "tiny-a.json"), rep / run / "rec.t")
+
+
+def ratios(prof, rec: Path) -> np.ndarray:
+    """A recording's steps, in order: actual duration / the profile's typical one."""
+    s = pd.read_parquet(rec / "steps.parquet").sort_values("start_s")
     return ((s["end_s"] - s["start_s"]).to_numpy() / prof.typical(s))
 
 
@@ -74,7 +78,7 @@ def main(reps: list[Path]) -> None:
           + ", ".join(map(str, LAGS)) + " | hand-over mean / median (ms) | corr(hand-over, in-flight remaining) |")
     print("|---|---|---|---|---|---|---|")
     for rep in reps:
-        for run in RUNS:
+        for run in (r for r in RUNS if (rep / r / "rec.t").is_dir()):
             r = step_ratios(rep, run)
             lr = np.log(r)
             h = handover(rep, run)
