@@ -1,7 +1,7 @@
 """How much does a real vLLM CPU server's speed move between runs of the
 same workload on this machine, and is it the process or the machine?
-(docs/results/serve-faithfulness.md, "The real engine's speed from run to
-run".)
+(docs/results/serve-faithfulness.md, "Repetition 7 on a slower machine,
+and where the drift comes from".)
 
 Why a script: issue 29's real-engine target compares an emulation fitted
 on one real run with two later real runs. If the real server's speed level
