@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 
 from reports.spec import FigureSpec, Panel
 
@@ -20,6 +21,12 @@ PLOTLY_DASH = {"solid": "solid", "dash": "dash", "dot": "dot", "dashdot": "dashd
 def _rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
+
+
+def _axis_position(value: float, log: bool) -> float:
+    """Where an annotation at data ``value`` goes: Plotly places annotations
+    on a log axis by log10 of the value (shapes and traces by the value)."""
+    return math.log10(value) if log else value
 
 
 def _panel_traces(p: Panel, col: int, seen: set[str]) -> list:
@@ -68,8 +75,6 @@ def plotly_figure(spec: FigureSpec):
         if p.equal:
             vals = [v for s in p.series for v in (*s.x, *s.y) if v > 0]
             if vals:
-                import math
-
                 lo, hi = math.log10(min(vals) / 1.3), math.log10(max(vals) * 1.3)
                 fig.update_xaxes(range=[lo, hi], row=1, col=col)
                 fig.update_yaxes(range=[lo, hi], scaleanchor=f"x{col if col > 1 else ''}", row=1, col=col)
@@ -77,8 +82,13 @@ def plotly_figure(spec: FigureSpec):
                     fig.add_shape(type="line", x0=10 ** lo, y0=10 ** lo, x1=10 ** hi, y1=10 ** hi,
                                   line={"color": "black", "width": 1}, row=1, col=col)
         for k, (x, text) in enumerate(p.vlines):  # alternate sides so neighbouring labels do not collide
-            fig.add_vline(x=x, line_dash="dash", line_color="black", annotation_text=text, row=1, col=col,
-                          annotation_position="top left" if k % 2 == 0 else "bottom right")
+            fig.add_vline(x=x, line_dash="dash", line_color="black", row=1, col=col)
+            # The label is its own annotation, not add_vline's: on a log axis Plotly reads a shape's x as
+            # data but an annotation's x as log10(data), so add_vline's label sat at 10**x, not at its line.
+            top = k % 2 == 0
+            fig.add_annotation(x=_axis_position(x, p.xlog), y=1 if top else 0, text=text, showarrow=False,
+                               xanchor="right" if top else "left", yanchor="top" if top else "bottom",
+                               xref=f"x{col if col > 1 else ''}", yref=f"y{col if col > 1 else ''} domain")
     if bars:
         fig.update_layout(barmode="stack")
     rows = max((len(s.y) for p in spec.panels for s in p.series if s.mode == "barh"), default=0)

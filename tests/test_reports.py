@@ -217,6 +217,31 @@ def test_ttft_cdf_marks_the_slo(results):
     assert "Met: shortest-queue" in specs["ttft_cdf"].caption
 
 
+def test_interactive_ttft_cdf_labels_sit_on_their_slo_lines(tmp_path):
+    """On the TTFT CDF's log x axis each dashed SLO line's label is at the
+    line: Plotly reads an annotation's x there as log10 of the value (a shape's
+    as the value), so a label given the line's x sat at 10**x (1.5 s for a
+    0.18 s line)."""
+    import math
+
+    assert run_cli("replay", "--rate", 6, "--requests", 200, "--router", "sfs-hard", "--out",
+                   tmp_path / "rep").exit_code == 0
+    res = run_cli("report", tmp_path / "rep", "--out", tmp_path / "report")
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "report" / "interactive.html").read_text()
+    key = 'Plotly.newPlot("fig-ttft_cdf", f.data, f.layout, {responsive: true, displaylogo: false});})('
+    fig, _ = json.JSONDecoder().raw_decode(page, page.index(key) + len(key))
+    layout = fig["layout"]
+    assert layout["xaxis"]["type"] == "log"
+    lines = [s for s in layout["shapes"] if s["x0"] == s["x1"]]
+    labels = [a for a in layout["annotations"] if "SLO" in a["text"]]
+    assert [a["text"].split()[0] for a in labels] == ["median", "p90"] and len(lines) == 2
+    for line, label in zip(lines, labels):
+        assert label["xref"] == line["xref"] == "x"
+        assert label["x"] == pytest.approx(math.log10(line["x0"])), (label, line)
+        assert label["text"] == f"{label['text'].split()[0]} SLO {line['x0']:.3g} s"
+
+
 def test_frontier_labels_do_not_overlap():
     import matplotlib
 
