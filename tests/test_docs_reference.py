@@ -67,3 +67,22 @@ def test_source_files_the_docs_name_exist():
             if name not in not_ours and not (REPO / name).is_file():
                 missing.append((page.relative_to(REPO).as_posix(), name))
     assert not missing, missing
+
+
+def test_route_page_says_a_real_vllm_publishes_the_state_feed_as_the_code_does(tmp_path):
+    """The recording scheduler serves a real vLLM's state feed
+    (traces.vllm_recorder.state_feed) and a pool entry's ``state_url`` points
+    the proxy at it: the route page says so, names the variable and the pool
+    field the code reads, and does not also list that feed as not there yet."""
+    import json
+
+    from harness.twin.pools import load_pool
+    from traces.vllm_recorder.state_feed import ENV_LISTEN
+
+    text = (REPO / "docs" / "how-to" / "route.md").read_text()
+    assert f"`{ENV_LISTEN}=127.0.0.1:PORT`" in text
+    entry = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))  # the page's pool entry
+    (tmp_path / "pool.json").write_text(json.dumps({"instances": [entry]}))
+    assert load_pool(tmp_path / "pool.json").state_urls == (entry["state_url"],)
+    not_yet = text.split("## Not here yet", 1)[1].split("\n## ", 1)[0]
+    assert "state feed" not in " ".join(not_yet.split()).lower(), not_yet
