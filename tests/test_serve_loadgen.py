@@ -5,6 +5,7 @@ request arrives); the server's recording shows each request where it was
 sent and the kernel agreeing with every recorded step."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 
 from harness.live.loadgen import assign_backends
-from tests.test_serve_http import ROOT, events, open_stream, start_serve
+from tests.test_serve_http import ROOT, SPEED, events, open_stream, start_serve
 from traces.errors import BadInput
 
 pytest.importorskip("aiohttp")
@@ -92,3 +93,44 @@ def test_loadgen_backends_assign_from(tmp_path):
                 == "length"]  # requests no client cut short
     assert len(full) == len(req) + 1
     np.testing.assert_array_equal(full["served"].to_numpy(), full["offline"].to_numpy())
+
+
+def test_trace_join_takes_a_serve_recording(tmp_path):
+    """``trace join`` joins a loadgen run with ``latroute serve --record``'s
+    trace of it (it took only the recording scheduler's requests.csv and
+    refused this one, pointing at ``record finish``, which does not apply):
+    every request joins on its X-Request-Id, the recorded id is the trace's
+    own request_id, so ``validate``/``estimate --join`` on that trace accept
+    the join, and the overhead is the client's TTFT beyond the recorded one."""
+    from tests.conftest import run_cli
+    from traces.client_join import read_join
+    from traces.store import open_trace
+
+    assert run_cli("trace", "generate", "--requests", 12, "--rate", 8, "--seed", 3, "--out",
+                   tmp_path / "wl").exit_code == 0
+    p, base = start_serve(tmp_path, "--record", str(tmp_path / "rec"))
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        lg = subprocess.run([sys.executable, "-m", "harness.cli", "loadgen", "--base-url", f"http://127.0.0.1:{base}",
+                             "--trace", str(tmp_path / "wl"), "--id-prefix", "j-", "--out", str(tmp_path / "client")],
+                            env=env, capture_output=True, text=True, timeout=120)
+        assert lg.returncode == 0, lg.stderr
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    res = run_cli("trace", "join", tmp_path / "client", tmp_path / "rec", "--out", tmp_path / "j")
+    assert res.exit_code == 0, res.output
+    assert "joined 12 of 12 client requests (0 failed on the client; 0 recorded requests not from this client)" \
+        in res.stdout
+    rec = open_trace(tmp_path / "rec")
+    joined = read_join(tmp_path / "j", rec, tmp_path / "rec")  # the identity validate checks
+    served = rec.read("requests").set_index("client_id")
+    joined = joined.set_index("client_id")
+    assert (joined["recording_request_id"] == served.loc[joined.index, "request_id"]).all()
+    assert np.allclose(joined["engine_ttft_s"], served.loc[joined.index, "ttft_s"])
+    # the client's wall seconds on the server's clock (--speed 4): its whole requests take what the server
+    # recorded, and its first tokens come after the recorded ones (HTTP and streaming cost something)
+    assert json.loads((tmp_path / "j" / "join.json").read_text())["server_speed"] == SPEED
+    assert np.allclose(joined["client_e2e_s"], joined["engine_e2e_s"], rtol=0.05, atol=0.02), joined
+    assert (joined["overhead_s"] > 0).all(), joined["overhead_s"]

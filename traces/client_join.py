@@ -1,5 +1,6 @@
 """Join a client trace (``latroute loadgen``) with a server-side recording
-(``RecordingScheduler``) of the same run.
+of the same run: a real vLLM's (``RecordingScheduler``: requests.csv) or
+an emulated one's (``latroute serve --record``: a latroute trace).
 
 Why: the engine's TTFT (arrival at the front end's input processing to the
 end of the step that computed the last prompt token) and the client's TTFT
@@ -17,7 +18,8 @@ join when the engine saw them and are counted either way.
 
 The recording's ``request_id`` in the result is the id ``latroute trace
 import vllm-record`` gives the same request (the importer's own mapping of
-the recorded ids), so the join lines up with the imported trace.
+the recorded ids), so the join lines up with the imported trace; a
+``serve --record`` trace's is the trace's own ``request_id``.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from traces.errors import BadInput
 from traces.importers.vllm_record import _request_ids
 from traces.limits import MAX_TIME_S, shown
 from traces.paths import input_dir, input_file, read_text
-from traces.store import Trace
+from traces.store import Trace, open_trace
 
 JOIN_COLUMNS = ["request_id", "client_id", "recording_request_id", "client_ok", "client_ttft_s", "engine_ttft_s",
                 "overhead_s", "client_e2e_s", "engine_e2e_s", "engine_queue_s", "output_tokens"]
@@ -60,6 +62,7 @@ def overhead_summary(diff_s: np.ndarray) -> dict:
 
 
 RECORDING_COLUMNS = ("id", "client_id", "arrival_s", "added_s", "ttft_s", "finish_s")
+RECORDING_TRACE_COLUMNS = ("request_id", "client_id", "arrival_s", "added_s", "ttft_s", "finish_s")  # serve --record's
 CLIENT_COLUMNS = ("client_id", "ttft_s")
 _TIMES = ("arrival_s", "added_s", "ttft_s", "finish_s")  # arrival_s required; the others empty when unfinished
 
@@ -145,6 +148,52 @@ def read_recording_requests(req_csv: Path) -> pd.DataFrame:
     return rec
 
 
+def serve_recording_requests(recording: Path) -> tuple[pd.DataFrame, Path, float]:
+    """A ``latroute serve --record`` trace's requests in the form
+    ``read_recording_requests`` returns, the file they came from and the
+    server's ``--speed`` (its seconds per wall second: its recorded times
+    are its own seconds, so the join puts the client's on that clock, the
+    one ``validate`` and ``estimate`` predict on). The
+    trace already holds the server's request ids (``recording_request_id``
+    is its ``request_id``, so the join's identity is the one ``validate``
+    computes on the same trace) and the X-Request-Id as ``client_id``; its
+    ``ttft_s`` and ``finish_s`` include the pool's front-end overhead, as
+    the twin's do, so the join's overhead is what the client saw beyond
+    that. Any other latroute trace is refused: it holds no server's view of
+    the run."""
+    from traces.consistency import Where, check_request_times
+
+    trace = open_trace(recording)
+    file = trace.file("requests")
+    source = trace.meta.get("source")
+    kind = source.get("kind") if isinstance(source, dict) else None
+    if kind != "serve":
+        raise BadInput(recording / "meta.json", None, "source",
+                       f"a latroute trace of kind {shown(kind)}, not a recording: join the recording scheduler's "
+                       "directory (requests.csv) or a `latroute serve --record` trace")
+    if not trace.has("requests"):
+        raise BadInput(file, None, "requests", "table not present in this trace")
+    cols = trace.columns("requests")
+    for name in RECORDING_TRACE_COLUMNS:
+        if name not in cols:
+            raise BadInput(file, None, name, "missing column: not written by `latroute serve --record`")
+    speed = source.get("speed", 1.0)
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not 0 < speed <= MAX_TIME_S:
+        raise BadInput(recording / "meta.json", None, "source.speed", f"must be a positive number, got {shown(speed)}")
+    rec = trace.read("requests", list(RECORDING_TRACE_COLUMNS))
+    check_request_times(rec, Where(str(file)))
+    early = np.flatnonzero((rec["added_s"] < rec["arrival_s"]).to_numpy())
+    if early.size:
+        i = int(early[0])
+        raise BadInput(file, i + 1, "added_s", f"{rec['added_s'].iloc[i]:g} is before the request's arrival "
+                                               f"{rec['arrival_s'].iloc[i]:g}")
+    rec["client_id"] = rec["client_id"].map(lambda x: None if x is None or x != x else str(x).strip() or None)
+    rec["recording_request_id"] = rec["request_id"].astype(np.int64)
+    rec["id"] = rec["recording_request_id"].astype(str)
+    rec["_line"] = np.arange(1, len(rec) + 1)  # a Parquet table's rows, counted from 1
+    return rec.drop(columns=["request_id"]), file, float(speed)
+
+
 def recording_identity(request_ids: np.ndarray, arrival_s: np.ndarray) -> dict:
     """What a join records of its recording, so ``validate``/``estimate
     --join`` can tell a join of another recording: the request count and a
@@ -186,12 +235,21 @@ def join_client_recording(client: Trace, recording: Path) -> JoinResult:
     client request has no recorded counterpart or an id is ambiguous."""
     input_dir(recording, "RECORDING_DIR")
     req_csv = Path(recording) / "requests.csv"
-    if not os.path.lexists(req_csv):
-        raise BadInput(req_csv, None, "file", "missing: not a recording directory (run `latroute record finish`?)")
-    rec = read_recording_requests(req_csv)
+    speed = 1.0  # server seconds per client (wall) second
+    if os.path.lexists(req_csv):
+        rec = read_recording_requests(req_csv)
+        ids = _request_ids(rec["id"].tolist())
+        rec["recording_request_id"] = rec["id"].map(ids)
+    elif os.path.lexists(Path(recording) / "meta.json"):
+        rec, req_csv, speed = serve_recording_requests(Path(recording))
+    else:
+        raise BadInput(req_csv, None, "file", "missing: not a recording (the recording scheduler's directory, "
+                                              "after `latroute record finish` if its server was killed, or a "
+                                              "`latroute serve --record` trace)")
     cl = _client_requests(client)
-    ids = _request_ids(rec["id"].tolist())
-    rec["recording_request_id"] = rec["id"].map(ids)
+    for col in ("ttft_s", "e2e_s"):  # the client's wall seconds on the server's clock, where the twin predicts
+        if col in cl and speed != 1.0:
+            cl[col] = cl[col] * speed
     identity = recording_identity(rec["recording_request_id"].to_numpy(), rec["arrival_s"].to_numpy())
     dup = rec["client_id"].duplicated(keep=False) & rec["client_id"].isin(cl["client_id"]) & rec["client_id"].notna()
     if dup.any():
@@ -237,6 +295,7 @@ def join_client_recording(client: Trace, recording: Path) -> JoinResult:
         "engine_ttft_median_ms": _ms(good["engine_ttft_s"].dropna().to_numpy(), 0.5),
     }
     summary["recording"] = identity
+    summary["server_speed"] = speed
     return JoinResult(per, summary)
 
 
