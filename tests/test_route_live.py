@@ -270,3 +270,48 @@ def test_route_faults_refused_5xx_and_killed_mid_stream(backends):
     retried = dec[dec["attempt"] == 1]["request_id"].unique()
     assert len(retried) == 2  # f0 (gone) and f1 (five), each once
     assert not (dec["chosen"] & ~dec["alive"]).any()  # a dead backend is never chosen
+
+
+class _Healthy(BaseHTTPRequestHandler):
+    """A backend come back: /health answers 200."""
+
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_route_says_on_stderr_when_a_backend_dies_and_comes_back(tmp_path):
+    """The proxy's console names a backend it marks dead, with the reason,
+    and again when its /health brings it back (before, only the decision
+    log written at shutdown said so)."""
+    port_gone = free_base(1)  # nothing listens there yet
+    pool = _route_pool(tmp_path, "one", [("gone", "qwen3-8b", f"http://127.0.0.1:{port_gone}")])
+    port = free_base(1)
+    p = _start(["route", "--pool", str(pool), "--router", "round-robin", "--listen", f"127.0.0.1:{port}"], tmp_path)
+    back = None
+    try:
+        st, body, _ = post(port, "/v1/completions", {"prompt": "w5 w6", "max_tokens": 2}, {"X-Request-Id": "r0"})
+        assert st == 502, body  # refused: the client gets vLLM's error body and the backend is marked dead
+        assert get(port, "/health")[0] == 503
+        back = ThreadingHTTPServer(("127.0.0.1", port_gone), _Healthy)
+        threading.Thread(target=back.serve_forever, daemon=True).start()
+        deadline = time.monotonic() + 15  # the health check asks every second
+        while get(port, "/health")[0] != 200:
+            assert time.monotonic() < deadline, "the backend was not revived"
+            time.sleep(0.2)
+    finally:
+        out, err = _stop(p)
+        if back is not None:
+            back.shutdown()
+    assert p.returncode == 0, err
+    lines = err.splitlines()
+    dead = [ln for ln in lines if ln.startswith("backend gone marked dead: ")]
+    alive = [ln for ln in lines if ln == "backend gone alive again: GET /health answered 200"]
+    assert len(dead) == 1 and len(alive) == 1, err
+    assert "Connect" in dead[0], dead  # the reason, as the log has it
+    assert lines.index(dead[0]) < lines.index(alive[0])
+    assert "marked dead" not in out and "alive again" not in out  # stdout stays ready + the summary

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,12 @@ from routers.registry import make_router
 DEAD_UTILITY = -1e30  # what a router is told a dead backend's utility is
 
 
+def console(line: str) -> None:
+    """A line for whoever watches the proxy's terminal: stderr, at once
+    (stdout carries ``ready`` and the summary that scripts read)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 @dataclass(frozen=True)
 class RouteConfig:
     backends: list[Backend]
@@ -78,8 +85,8 @@ class RouteConfig:
 
 
 class Proxy:
-    def __init__(self, cfg: RouteConfig, clock: Clock):
-        self.cfg, self.clock = cfg, clock
+    def __init__(self, cfg: RouteConfig, clock: Clock, say=console):
+        self.cfg, self.clock, self.say = cfg, clock, say
         b = cfg.backends
         self.book = RequestBook([x.model for x in b], np.array([x.spec.price_in for x in b]),
                                 np.array([x.spec.price_out for x in b]), cfg.policies, cfg.capacity)
@@ -141,6 +148,8 @@ class Proxy:
         inst = self.cfg.backends[j].instance_id
         self.log.event(self.clock.now(), "dead", inst, reason)
         self.metrics.backend_up(j, False)
+        # the log says it only when the proxy stops: whoever runs it should see a backend go now
+        self.say(f"backend {inst} marked dead: {reason}")
 
     async def watch_health(self) -> None:
         """Every ``health_interval_s``, ask each dead backend's /health; a
@@ -159,6 +168,7 @@ class Proxy:
                     self.alive[j] = True
                     self.log.event(self.clock.now(), "revived", b.instance_id, "GET /health answered 200")
                     self.metrics.backend_up(j, True)
+                    self.say(f"backend {b.instance_id} alive again: GET /health answered 200")
 
     # --- the routing step
     def decide(self, i: int, attempt: int, excluded: set[int]) -> int:
