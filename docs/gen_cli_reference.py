@@ -38,8 +38,8 @@ or run (or an internal error), 2 bad input, 130 interrupted
 
 
 def _walk(cmd: click.Command, ctx: click.Context, path: list[str]):
-    """(path, help text) for ``cmd`` and every command under it, depth first, in listing order."""
-    yield path, cmd.get_help(ctx)
+    """(path, command, help text) for ``cmd`` and every command under it, depth first, in listing order."""
+    yield path, cmd, cmd.get_help(ctx)
     if isinstance(cmd, click.Group):
         for name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, name)
@@ -47,6 +47,18 @@ def _walk(cmd: click.Command, ctx: click.Context, path: list[str]):
                 continue
             sub_ctx = click.Context(sub, info_name=name, parent=ctx, **sub.context_settings)
             yield from _walk(sub, sub_ctx, [*path, name])
+
+
+def one_line_help(path: list[str], cmd: click.Command) -> str:
+    """The line ``--help`` lists the command with, untruncated: a top-level
+    command's from ``harness.cli.COMMANDS`` (what ``latroute --help`` shows
+    without importing the command), a subcommand's the first sentence of
+    its help, as its group's ``--help`` lists it."""
+    from harness.cli import COMMANDS
+
+    if len(path) == 2 and path[1] in COMMANDS:
+        return COMMANDS[path[1]][1]
+    return cmd.get_short_help_str(limit=1_000)
 
 
 def render() -> str:
@@ -67,12 +79,13 @@ def _render() -> str:
     settings = {**cli.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
     ctx = click.Context(cli, info_name="latroute", **settings)
     entries = list(_walk(cli, ctx, ["latroute"]))
-    lines = [HEADER, "| command | |", "|---|---|"]
-    for path, _ in entries[1:]:
+    lines = [HEADER, "| command | what it does |", "|---|---|"]
+    for path, cmd, _ in entries[1:]:
         anchor = "-".join(path)
-        lines.append(f"| [`{' '.join(path)}`](#{anchor}) | |")
+        cell = one_line_help(path, cmd).replace("|", r"\|")  # a pipe would end the table cell
+        lines.append(f"| [`{' '.join(path)}`](#{anchor}) | {cell} |")
     lines.append("")
-    for path, text in entries:
+    for path, _, text in entries:
         anchor = "-".join(path)
         lines += [f"## {' '.join(path)} {{#{anchor}}}", "", "```text", text.rstrip(), "```", ""]
     return "\n".join(lines)

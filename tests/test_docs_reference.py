@@ -86,3 +86,28 @@ def test_route_page_says_a_real_vllm_publishes_the_state_feed_as_the_code_does(t
     assert load_pool(tmp_path / "pool.json").state_urls == (entry["state_url"],)
     not_yet = text.split("## Not here yet", 1)[1].split("\n## ", 1)[0]
     assert "state feed" not in " ".join(not_yet.split()).lower(), not_yet
+
+
+def test_cli_reference_table_gives_each_command_its_help_line():
+    """The reference's command table says what each command does, in the
+    words ``--help`` lists it with: a top-level command's line from
+    ``harness.cli.COMMANDS``, a subcommand's the first sentence of its help
+    (the description column was empty)."""
+    import click
+
+    from harness.cli import COMMANDS, cli
+
+    text = (REPO / "docs" / "reference" / "cli.md").read_text()
+    rows = re.findall(r"^\| \[`latroute ([^`]+)`\]\(#[\w-]+\) \|(.*)\|$", text, re.M)
+    assert {name for name, _ in rows} >= set(COMMANDS) | {"trace join", "record finish"}
+    ctx = click.Context(cli, info_name="latroute")
+    for name, cell in rows:
+        cell = cell.strip().replace(r"\|", "|")
+        assert cell, f"latroute {name}: empty description"
+        top, *sub = name.split()
+        if not sub:
+            assert cell == COMMANDS[top][1], name
+        else:
+            cmd = cli.get_command(ctx, top).get_command(ctx, sub[0])
+            assert cell == cmd.get_short_help_str(limit=1_000), name
+            assert cell.endswith(".") and not cell.endswith("..."), name  # whole, not click's truncation
