@@ -111,3 +111,17 @@ def test_cli_reference_table_gives_each_command_its_help_line():
             cmd = cli.get_command(ctx, top).get_command(ctx, sub[0])
             assert cell == cmd.get_short_help_str(limit=1_000), name
             assert cell.endswith(".") and not cell.endswith("..."), name  # whole, not click's truncation
+
+
+def test_every_how_to_page_is_listed_in_the_docs_index_and_the_readme():
+    """Each page under docs/how-to/ is linked from the site's index and from
+    the README's How-to list (the serve and route pages were in neither)."""
+    pages = sorted(p.name for p in (REPO / "docs" / "how-to").glob("*.md"))
+    assert {"serve.md", "route.md"} <= set(pages)
+    index = set(re.findall(r"\]\(how-to/([\w.-]+\.md)\)", (REPO / "docs" / "index.md").read_text()))
+    readme = (REPO / "README.md").read_text()
+    how_to = re.search(r"^- \*\*How-to\*\*:(.*?)^- ", readme, re.S | re.M)
+    assert how_to, "the README has no How-to list"
+    listed = set(re.findall(r"\]\(docs/how-to/([\w.-]+\.md)\)", how_to.group(1)))
+    assert [p for p in pages if p not in index] == [], "not linked from docs/index.md"
+    assert [p for p in pages if p not in listed] == [], "not in the README's How-to list"
