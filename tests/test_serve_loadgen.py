@@ -129,8 +129,10 @@ def test_trace_join_takes_a_serve_recording(tmp_path):
     joined = joined.set_index("client_id")
     assert (joined["recording_request_id"] == served.loc[joined.index, "request_id"]).all()
     assert np.allclose(joined["engine_ttft_s"], served.loc[joined.index, "ttft_s"])
-    # the client's wall seconds on the server's clock (--speed 4): its whole requests take what the server
-    # recorded, and its first tokens come after the recorded ones (HTTP and streaming cost something)
+    # the client's wall seconds on the server's clock (--speed 4): its whole requests take about what the
+    # server recorded (left in wall seconds they were a quarter of it), and its first tokens come after the
+    # recorded ones (HTTP and streaming cost something)
     assert json.loads((tmp_path / "j" / "join.json").read_text())["server_speed"] == SPEED
-    assert np.allclose(joined["client_e2e_s"], joined["engine_e2e_s"], rtol=0.05, atol=0.02), joined
+    assert np.allclose(joined["client_e2e_s"], joined["engine_e2e_s"], rtol=0.25, atol=0.1), \
+        joined[["client_e2e_s", "engine_e2e_s"]]
     assert (joined["overhead_s"] > 0).all(), joined["overhead_s"]
