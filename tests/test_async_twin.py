@@ -144,6 +144,8 @@ def test_serve_refuses_an_async_instance(tmp_path):
     """``serve`` runs the synchronous loop in real time: a pool with async
     scheduling is refused in one line (exit 2), not served with the wrong
     loop; the offline replay runs it."""
+    pytest.importorskip("aiohttp", reason="latroute serve needs the serve extra, refused before its options")
+    pytest.importorskip("prometheus_client", reason="latroute serve needs the serve extra, refused before its options")
     import json
 
     from tests.conftest import assert_refused, run_cli

@@ -140,6 +140,7 @@ def test_ledger_shadow_keys_rows_by_request_and_forgets_ended_ones():
      "--lengths"),
 ])
 def test_route_refuses_bad_options_before_binding(args, says):
+    pytest.importorskip("prometheus_client", reason="latroute route needs the serve extra, refused before its options")
     r = run_cli("route", *args)
     assert_refused(r, None, says)
     assert r.stdout == ""
@@ -191,6 +192,7 @@ def test_a_plug_in_routes_and_a_dead_backend_is_never_chosen():
     """A module:Class plug-in decides on the proxy's views; when it picks a
     dead backend the proxy overrules it with the alive backend with the
     fewest residents, and the log says which was alive and chosen."""
+    pytest.importorskip("prometheus_client", reason="the proxy's /metrics needs the serve extra")
     from harness.route.backends import pool_backends
     from harness.route.proxy import Proxy, RouteConfig
     from harness.serve.clock import Clock
@@ -217,6 +219,7 @@ def test_a_plug_in_routes_and_a_dead_backend_is_never_chosen():
 def test_the_proxy_takes_the_tie_policy(ties: str):
     """``latroute route --ties`` reaches the two-level router the proxy
     builds (replica pools: its choice among a model's replicas)."""
+    pytest.importorskip("prometheus_client", reason="the proxy's /metrics needs the serve extra")
     from harness.route.backends import pool_backends
     from harness.route.proxy import Proxy, RouteConfig
     from harness.serve.clock import Clock

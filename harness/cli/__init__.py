@@ -4,6 +4,11 @@ This room holds one module per command (``trace``, ``replay`` and ``sweep``,
 ``estimate``, ...), the click parameter types (``params``) and the options
 that several commands share; a command module may import anything in
 latroute, nothing imports the command line but its own modules and tests.
+A command module imports only click, the standard library and light
+latroute modules at its top (its option choices from ``choices``), and
+numba, numpy, pandas, duckdb and the rest inside the command, so every
+``latroute CMD --help`` answers as fast as ``latroute --help``
+(tests/test_cli_help.py).
 
 Every command ends in one of four ways, so CI jobs and scripts can tell
 them apart from the status alone:
@@ -11,8 +16,11 @@ them apart from the status alone:
 - success, or a failed check or run that the command reports itself: exit
   0 or 1 (``check`` found a regression, ``loadgen`` had failed requests);
 - bad input: one line ``error: FILE:ROW: COLUMN: reason`` (``BadInput``),
-  ``error: OPTION: reason`` (``BadOption``) or, for what click finds while
-  parsing the command line, ``error: latroute CMD: --opt: reason``; exit 2;
+  ``error: OPTION: reason`` (``BadOption``), ``error: latroute CMD needs
+  the EXTRA extra: python -m pip install -e ".[EXTRA]"`` (an optional extra
+  the command needs is not installed: ``harness.cli.extras``) or, for what
+  click finds while parsing the command line, ``error: latroute CMD:
+  --opt: reason``; exit 2;
 - an internal error (a bug, or the environment failing under us): one line
   ``error: internal error: Type: message (run with --debug ...)``, exit 1;
   ``latroute --debug CMD`` or ``LATROUTE_DEBUG=1`` prints the traceback too;

@@ -5,44 +5,38 @@ from pathlib import Path
 
 import click
 
-from estimators.batch_features import FORMS
-from estimators.batch_fit import LOSSES
-from estimators.calibrate import (
-    CalibrationConfig,
-    FormResult,
-    best_form,
-    build_profile,
-    evaluate_profile,
-    fit_forms,
-    load_steps,
-    noise_check,
-)
-from estimators.drift import speed_drift
-from estimators.profile import BatchTimeProfile, load_profile
-from estimators.recalibrate import format_curve, learning_curve, update_profile
+from harness.cli.choices import FORMS, LOSSES
 from harness.cli.params import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window, refuse_given, refuse_non_utf8
-from traces.outputs import check_out
+
+# The fits and the profile load numba, numpy, pandas and duckdb: imported where a calibration runs, so that
+# ``latroute calibrate --help`` does not pay for them (harness.cli.choices holds the form and loss names).
 
 
 def _pct(v: float) -> str:
     return f"{100 * v:6.2f}%"
 
 
-def format_results(results: dict[str, FormResult], chosen: str | None = None) -> str:
+def format_results(results: dict, chosen: str | None = None) -> str:
+    """The fit of each form (``estimators.calibrate.FormResult``), one line each."""
+    from estimators.batch_features import FORMS as TERMS
+
     lines = [f"{'form':<5} {'terms':>5} {'held-out MAPE':>14} {'median APE':>11} {'p90 APE':>8} {'R^2':>6} "
              f"{'stall rate':>10} {'train/held-out steps':>21}"]
     for form, r in results.items():
         h = r.holdout
-        lines.append(f"{form:<5} {len(FORMS[form]):>5} {_pct(h['mape']):>14} {_pct(h['median_ape']):>11} "
+        lines.append(f"{form:<5} {len(TERMS[form]):>5} {_pct(h['mape']):>14} {_pct(h['median_ape']):>11} "
                      f"{_pct(h['p90_ape']):>8} {h['r2']:>6.3f} {_pct(r.train['stall_rate']):>10} "
                      f"{r.train['n']:>10,}/{h['n']:<10,}" + ("  <- chosen" if form == chosen else ""))
     for form, why in getattr(results, "rejected", {}).items():  # forms the steps cannot determine
-        lines.append(f"{form:<5} {len(FORMS[form]):>5}   left out: {why}")
+        lines.append(f"{form:<5} {len(TERMS[form]):>5}   left out: {why}")
     return "\n".join(lines)
 
 
-def format_profile(p: BatchTimeProfile) -> str:
-    coefs = "  ".join(f"{t.name}={v:.4g}" for t, v in zip(FORMS[p.form], p.coefficients))
+def format_profile(p) -> str:
+    """A profile's (``estimators.profile.BatchTimeProfile``) coefficients, noise and baselines."""
+    from estimators.batch_features import FORMS as TERMS
+
+    coefs = "  ".join(f"{t.name}={v:.4g}" for t, v in zip(TERMS[p.form], p.coefficients))
     n = p.noise
     lines = [f"coefficients ({p.form}, seconds): {coefs}",
              f"noise: lognormal jitter mu {n.log_mu:+.4f} sigma {n.log_sigma:.4f} (log of actual/typical); "
@@ -142,6 +136,8 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
     refuse_non_utf8({"TRACES": traces, "--out": out, "--evaluate-on": evaluate_on, "--update": update_ref,
                      "--warm": warm, "--name": name})
     _refuse_unused(click.get_current_context(), from_requests, update_ref is not None)
+    from traces.outputs import check_out
+
     check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm])  # before any work
     if from_requests:
         from dataclasses import replace
@@ -160,6 +156,17 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
                                 virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host)
         return
+    from estimators.calibrate import (
+        CalibrationConfig,
+        best_form,
+        build_profile,
+        evaluate_profile,
+        fit_forms,
+        load_steps,
+        noise_check,
+    )
+    from estimators.profile import load_profile
+
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
     data = load_steps(list(traces), instance, steps_window)
@@ -218,8 +225,11 @@ def _refuse_unused(ctx: click.Context, from_requests: bool, updating: bool) -> N
                                      "profile's own form; it holds nothing out and evaluates nothing)")
 
 
-def _update(profile: BatchTimeProfile, steps, out: Path, name: str | None, force: bool = False) -> None:
+def _update(profile, steps, out: Path, name: str | None, force: bool = False) -> None:
     """``calibrate --update``: the drift found, the learning curve, the updated profile."""
+    from estimators.drift import speed_drift
+    from estimators.recalibrate import format_curve, learning_curve, update_profile
+
     click.echo("\n".join(speed_drift(profile, steps).lines()))
     curve = learning_curve(profile, steps) if len(steps) >= 50 else None
     if curve is not None:

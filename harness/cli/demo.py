@@ -16,27 +16,18 @@ from pathlib import Path
 
 import click
 
-from estimators.calibrate import CalibrationConfig, best_form, build_profile, calibrate_instance, fit_forms, load_steps
-from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
-from estimators.profile import load_profile
-from harness.cli.calibrate import format_profile, format_results
-from harness.cli.estimate import format_metrics
 from harness.cli.params import SEED
-from harness.cli.replay import write_replay_result
-from harness.cli.sweep import format_sweep
-from harness.sweep.driver import Cell, SweepSpec, default_workers, run_and_write_sweep
-from harness.twin.pools import load_pool
-from harness.twin.replay import ReplayConfig, replay, warm_up
-from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router, write_twin_trace
-from reports.render import build_report
-from reports.results import command_line, load_result, result_header
-from reports.serving import tidy_estimates
-from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
-from traces.arrivals import ArrivalSpec
-from traces.outputs import StagedDir, check_out, write_json, write_parquet
-from traces.store import TraceWriter, open_trace
-from traces.summary import format_summary, summarize
-from traces.workload import WorkloadConfig, generate_workload, write_workload
+
+# Every step of the demo loads numba, numpy, pandas, duckdb and matplotlib: imported where it runs, so that
+# ``latroute demo --help`` does not pay for them.
+
+
+def load_profile(ref: str):
+    """``estimators.profile.load_profile``, imported when the demo first loads a profile."""
+    from estimators.profile import load_profile as load
+
+    return load(ref)
+
 
 DEMO_REQUESTS = 4000
 DEMO_RATE = 8.0
@@ -65,6 +56,8 @@ def demo(out: Path, seed: int) -> None:
     # every run, and nothing else (a directory of someone's files is refused before any work). Everything is
     # built in a pid-named temporary beside OUT and renamed onto it at the end, so a killed demo leaves no
     # partial OUT (the next run removes the temporary of a dead pid).
+    from traces.outputs import StagedDir, check_out
+
     check_out(out, force=True, owner="latroute demo")
     with StagedDir(out, force=True, kind="demo") as root:
         _run_demo(out, Path(root), seed)
@@ -76,6 +69,34 @@ def demo(out: Path, seed: int) -> None:
 def _run_demo(out: Path, root: Path, seed: int) -> None:
     """The demo's steps, writing under ``root`` (the staging directory);
     paths recorded in the outputs and shown name ``out``, where they end up."""
+    from estimators.calibrate import (
+        CalibrationConfig,
+        best_form,
+        build_profile,
+        calibrate_instance,
+        fit_forms,
+        load_steps,
+    )
+    from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
+    from harness.cli.calibrate import format_profile, format_results
+    from harness.cli.estimate import format_metrics
+    from harness.cli.replay import write_replay_result
+    from harness.cli.sweep import format_sweep
+    from harness.sweep.backends import default_workers
+    from harness.sweep.driver import Cell, SweepSpec, run_and_write_sweep
+    from harness.twin.pools import load_pool
+    from harness.twin.replay import ReplayConfig, replay, warm_up
+    from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router, write_twin_trace
+    from reports.render import build_report
+    from reports.results import command_line, load_result, result_header
+    from reports.serving import tidy_estimates
+    from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
+    from traces.arrivals import ArrivalSpec
+    from traces.outputs import StagedDir, write_json, write_parquet
+    from traces.store import TraceWriter, open_trace
+    from traces.summary import format_summary, summarize
+    from traces.workload import WorkloadConfig, generate_workload, write_workload
+
     workload = root / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)
     click.echo(f"[1/6] generating {DEMO_REQUESTS} requests at {DEMO_RATE:g} q/s (Poisson, paper task mix)")

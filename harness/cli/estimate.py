@@ -7,31 +7,30 @@ from pathlib import Path
 
 import click
 
-from estimators.calibrate import calibrate_instance
-from estimators.drift import trace_drift
-from estimators.estimate import (
+from harness.cli.choices import (
     ESTIMATORS,
     KNOWN_ESTIMATORS,
-    BaselineParams,
-    EstimateConfig,
-    check_plugin_estimator,
-    coinciding_quantiles,
-    estimate_trace,
+    LEARNED_RETRAIN_EVERY_S,
+    LEARNED_WINDOW,
+    LENGTH_POLICIES,
+    RECALIBRATION_STEP,
+    SPEED_HALF_LIFE_STEPS,
 )
-from estimators.learned.model import RETRAIN_EVERY_S, WINDOW, LearnedConfig
-from estimators.online_speed import HALF_LIFE_STEPS, OnlineSpeedConfig
-from estimators.profile import load_profile
-from estimators.recalibration import STEP, RecalibrationConfig
+from harness.cli.extras import require_extra
 from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
-from reports.results import result_header
-from reports.serving import tidy_estimates
 from traces.errors import BadInput, BadOption
-from traces.lengths import LENGTH_POLICIES, check_length_policy
-from traces.outputs import StagedDir, check_out, write_json, write_parquet
-from traces.store import Trace, open_trace
 
+# The estimators, the profile and the trace store load numba, numpy, pandas and duckdb: imported where an
+# estimate runs, so that ``latroute estimate --help`` does not pay for them (harness.cli.choices holds the
+# names and defaults its options show).
 
-def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, needs_baselines: bool):
+def _models(trace, profile_ref: str | None, calibrate_on: Path | None, needs_baselines: bool):
+    """Each instance's (profile, baseline parameters) of ``trace`` (a ``traces.store.Trace``)."""
+    from estimators.calibrate import calibrate_instance
+    from estimators.estimate import BaselineParams
+    from estimators.profile import load_profile
+    from traces.store import open_trace
+
     instances = trace.read("instances")
     ids = list(instances["instance_id"].astype(str))
     models = {}
@@ -62,8 +61,11 @@ def _models(trace: Trace, profile_ref: str | None, calibrate_on: Path | None, ne
     return models
 
 
-def _train_on(path: Path) -> Trace:
-    """The recording ``--train-on`` names, checked before any work: it needs measured TTFTs and steps."""
+def _train_on(path: Path):
+    """The recording (``traces.store.Trace``) ``--train-on`` names, checked before any work: it needs measured
+    TTFTs and steps."""
+    from traces.store import open_trace
+
     other = open_trace(path)
     for table in ("requests", "steps", "step_items", "instances"):
         if not other.has(table):
@@ -138,18 +140,18 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
 @click.option("--online-speed", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Scale each profile by the host speed learned from the steps completed before each query "
                    "(every estimator alike).")
-@click.option("--speed-half-life", type=AT_LEAST_1, default=HALF_LIFE_STEPS, show_default=True,
+@click.option("--speed-half-life", type=AT_LEAST_1, default=SPEED_HALF_LIFE_STEPS, show_default=True,
               help="Half-life, in completed steps, of the online speed factor.")
 @click.option("--recalibrate", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Recalibrate each distribution's quantiles online from the measured TTFTs of requests whose "
                    "first token came before each arrival (estimators.recalibration); the model's own are kept "
                    "as p50_raw_s..p99_raw_s.")
-@click.option("--recalibration-step", type=POSITIVE, default=STEP, show_default=True,
+@click.option("--recalibration-step", type=POSITIVE, default=RECALIBRATION_STEP, show_default=True,
               help="Step (log time) of the online recalibration's quantile offsets.")
-@click.option("--retrain-every", type=click.FloatRange(min=0.0), default=RETRAIN_EVERY_S, show_default=True,
+@click.option("--retrain-every", type=click.FloatRange(min=0.0), default=LEARNED_RETRAIN_EVERY_S, show_default=True,
               help="learned: seconds (of the trace's clock) between refits (llm-d's example deployment: 1; its "
                    "code's default: 1800).")
-@click.option("--window", type=click.IntRange(min=10), default=WINDOW, show_default=True,
+@click.option("--window", type=click.IntRange(min=10), default=LEARNED_WINDOW, show_default=True,
               help="learned: the newest labelled samples a refit trains on (llm-d's example deployment: 100).")
 @click.option("--train-on", type=click.Path(path_type=Path),
               help="learned: first train its model on this other recording's measured requests (e.g. another "
@@ -197,14 +199,28 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     --profile (from calibrate --from-requests) and the estimators read the
     twin's reconstructed states, scored against the measured TTFTs.
     """
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
+    if "learned" in chosen:  # before anything else: without LightGBM the learned estimator cannot run
+        require_extra("estimate --estimators learned", "learned")
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
                      "--join": join_dir, "--train-on": train_on})
+    from traces.outputs import StagedDir, check_out, write_json, write_parquet
+
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
-    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in KNOWN_ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
                                  f"(choose from {', '.join(KNOWN_ESTIMATORS)})", param_hint="--estimators")
+    from estimators.drift import trace_drift
+    from estimators.estimate import EstimateConfig, check_plugin_estimator, coinciding_quantiles, estimate_trace
+    from estimators.learned.model import LearnedConfig
+    from estimators.online_speed import OnlineSpeedConfig
+    from estimators.recalibration import RecalibrationConfig
+    from reports.results import result_header
+    from reports.serving import tidy_estimates
+    from traces.lengths import check_length_policy
+    from traces.store import open_trace
+
     for name in chosen:
         if ":" in name:  # a plug-in is foreign code: loaded and checked before any work or output
             check_plugin_estimator(name)

@@ -6,8 +6,6 @@ from pathlib import Path
 import click
 
 from harness.cli.params import refuse_non_utf8
-from traces.outputs import StagedDir, check_out, write_json, write_parquet
-from traces.store import open_trace
 
 
 @click.command("join")
@@ -29,8 +27,11 @@ def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
       latroute trace join client-run rec-run --out join-run
     """
     refuse_non_utf8({"CLIENT": client_dir, "RECORDING_DIR": recording, "--out": out})
+    from traces.outputs import StagedDir, check_out, write_json, write_parquet  # pyarrow: only when joining
+
     check_out(out, force, inputs=[client_dir, recording])  # before any work
-    from traces.client_join import join_client_recording  # pandas: only when joining
+    from traces.client_join import join_client_recording
+    from traces.store import open_trace
 
     res = join_client_recording(open_trace(client_dir), recording)
     with StagedDir(out, force) as tmp:

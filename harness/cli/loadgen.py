@@ -7,23 +7,13 @@ import sys
 from pathlib import Path
 
 import click
-import numpy as np
 
+from harness.cli.extras import require_extra
 from harness.cli.params import BURSTINESS, COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
-from harness.live.loadgen import (
-    LoadgenConfig,
-    assign_backends,
-    bench_result,
-    check_base_url,
-    generated_workload,
-    requests_frame,
-    run_loadgen,
-)
-from harness.live.record import RunFailed, read_workload
-from harness.live.route_fields import route_fields as _route_fields
 from traces.errors import BadInput
-from traces.outputs import check_out, write_json
-from traces.store import TraceWriter, open_trace
+
+# The load generator, its workload and the trace store load numpy, pandas, duckdb and (sending) aiohttp:
+# imported where a run starts, so that ``latroute loadgen --help`` does not pay for them.
 
 
 @click.command()
@@ -85,7 +75,25 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
       latroute loadgen --backends http://127.0.0.1:8100,http://127.0.0.1:8101,http://127.0.0.1:8102 \\
           --trace r-sq/served --assign-from r-sq --out client-sq   # each request where replay r-sq sent it
     """
+    require_extra("loadgen", "loadgen")  # before anything else: without aiohttp nothing can be sent
+    from traces.outputs import check_out, write_json
+
     check_out(out, force, inputs=[trace_dir, assign_from])  # before any work
+    import numpy as np
+
+    from harness.live.loadgen import (
+        LoadgenConfig,
+        assign_backends,
+        bench_result,
+        check_base_url,
+        generated_workload,
+        requests_frame,
+        run_loadgen,
+    )
+    from harness.live.record import RunFailed, read_workload
+    from harness.live.route_fields import route_fields as _route_fields
+    from traces.store import TraceWriter, open_trace
+
     if (base_url is None) == (backends is None):
         raise BadInput("--base-url", None, "--base-url", "give --base-url URL or --backends URL,... (exactly one)")
     urls = tuple(check_base_url(u.strip()) for u in backends.split(",")) if backends else ()

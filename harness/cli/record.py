@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from harness.cli.params import POSITIVE, SEED, TOKENS, Finite, IntIn
-from harness.live.record import EngineOptions, RunFailed, finish, record_engine, vllm_python
-from traces.outputs import check_out
-from traces.store import open_trace
+
+# The recorder's driver and the trace store load numpy, pandas and duckdb: imported where a command runs, so
+# that ``latroute record ... --help`` does not pay for them.
 
 
 @click.group()
@@ -68,7 +68,12 @@ def engine(trace_dir: Path, model: Path, model_name: str | None, out: Path, **kw
       latroute record engine d1 --model ../shared/models/tiny-a --no-prefix-caching --out rec-d1
       latroute trace import vllm-record rec-d1 --out rec-d1.trace
     """
+    from traces.outputs import check_out
+
     check_out(out, kw["force"], inputs=[trace_dir, model])  # before any work
+    from harness.live.record import EngineOptions, RunFailed, record_engine, vllm_python
+    from traces.store import open_trace
+
     python = vllm_python(kw.pop("vllm_python"))
     opts = EngineOptions(model=model, model_name=model_name, max_num_batched_tokens=kw["max_num_batched_tokens"],
                          max_num_seqs=kw["max_num_seqs"], long_prefill_token_threshold=kw["long_prefill_token_threshold"],
@@ -102,5 +107,7 @@ def finish_cmd(recording: Path) -> None:
     between parts) is refused naming its row, exit 2, nothing removed; the
     parts are removed only once the joined files are written and read back.
     """
+    from harness.live.record import finish
+
     done = finish(recording)
     click.echo(f"joined {done['step_parts']} step parts and {done['request_parts']} request parts in {recording}")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.choices import DEFAULT_LAMBDA, ROUTERS
 from harness.cli.params import (
     COUNT,
     NON_NEGATIVE,
@@ -23,19 +24,10 @@ from harness.cli.replay_options import (
     view_options,
 )
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
-from harness.twin.pools import load_pool
-from harness.twin.replay import ReplayConfig, workload_inputs
-from harness.twin.replay import replay as run_replay
-from harness.twin.simulation import InstanceSpec
-from reports.results import command_line, result_header
-from routers.registry import ROUTERS, router_entry
-from routers.utility import DEFAULT_LAMBDA
-from traces.arrivals import ArrivalSpec
 from traces.errors import BadOption
-from traces.outputs import StagedDir, check_out, write_json, write_parquet
-from traces.store import TraceWriter, open_trace
-from traces.workload import WorkloadConfig, generate_workload
 
+# The twin, the router registry and the trace store load numba, numpy, pandas and duckdb: imported where a
+# replay runs, so that ``latroute replay --help`` does not pay for them.
 
 def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: int, record_steps: bool = False,
                         force: bool = False, command: str | None = None, percentiles=None,
@@ -44,7 +36,10 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
     metrics), metrics.parquet (the same, long format) and the served trace
     (with the quality table the replay used)."""
     from harness.twin.simulation import write_twin_trace
+    from reports.results import result_header
     from reports.serving import DEFAULT_PERCENTILES, tidy
+    from traces.outputs import StagedDir, write_json, write_parquet
+    from traces.store import TraceWriter
 
     quality = res.extra.get("quality", quality)
     with StagedDir(out, force) as tmp:
@@ -152,7 +147,19 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
       latroute replay --pool qwen3-h100-x8 --rate 48 --router sfs-cc --ties least-latency --out r-x8
     """
+    from traces.outputs import check_out
+
     check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
+    from harness.twin.pools import load_pool
+    from harness.twin.replay import ReplayConfig, workload_inputs
+    from harness.twin.replay import replay as run_replay
+    from harness.twin.simulation import InstanceSpec
+    from reports.results import command_line
+    from routers.registry import router_entry
+    from traces.arrivals import ArrivalSpec
+    from traces.store import open_trace
+    from traces.workload import WorkloadConfig, generate_workload
+
     names = parse_routers(router_name)
     if len(names) != 1:
         raise BadOption("--router", f"takes one router, got {len(names)} ({', '.join(names)}); to compare "

@@ -4,25 +4,41 @@ from __future__ import annotations
 
 import click
 
-from estimators.learned.model import MIN_SAMPLES, RETRAIN_EVERY_S, WINDOW
-from estimators.learned.model import available as learned_available
+from harness.cli.choices import (
+    ARRIVAL_KINDS,
+    DEFAULT_EPSILON,
+    DEFAULT_TIES,
+    LEARNED_MIN_SAMPLES,
+    LEARNED_RETRAIN_EVERY_S,
+    LEARNED_WINDOW,
+    LENGTH_POLICIES,
+    QUALITY_POLICIES,
+    SLO_POLICIES,
+    TIE_POLICIES,
+)
+from harness.cli.extras import install_command
 from harness.cli.params import (
     AT_LEAST_1,
     BURSTINESS,
     NON_NEGATIVE,
     PROBABILITY_BELOW_1,
 )
-from routers.chance import DEFAULT_EPSILON
-from routers.fleet import DEFAULT_TIES, TIE_POLICIES
-from routers.registry import router_entry
-from traces.arrivals import ARRIVAL_KINDS, resolve_arrival
 from traces.errors import BadOption
-from traces.lengths import LENGTH_POLICIES, check_length_policy
-from traces.quality import QUALITY_POLICIES
-from traces.slo import SLO_POLICIES
+
+# The router registry, the arrival generators and the length policies load numpy, pandas and numba: they are
+# imported by the checks below, when a command runs, never by its --help (harness.cli.choices holds the names).
+
+
+def learned_available() -> bool:
+    """Whether LightGBM (the learned extra) can be imported here."""
+    from estimators.learned.model import available
+
+    return available()
 
 
 def parse_routers(text: str) -> list[str]:
+    from routers.registry import router_entry
+
     names = [x.strip() for x in text.split(",") if x.strip()]
     if not names:
         raise click.BadParameter("no router given", param_hint="--router(s)")
@@ -32,7 +48,7 @@ def parse_routers(text: str) -> list[str]:
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--router(s)") from None
         if e.estimator == "learned" and not learned_available():  # refused before any work, not at its first fit
-            raise click.BadParameter(f"{n} needs LightGBM (the learned extra): pip install -e '.[learned]'",
+            raise click.BadParameter(f"{n} needs LightGBM (the learned extra): {install_command('learned')}",
                                      param_hint="--router(s)")
     return names
 
@@ -68,10 +84,10 @@ def view_options(f):
 
 def learned_options(f):
     """--retrain-every and --window (replay and sweep): the learned routers' online training schedule."""
-    f = click.option("--window", type=click.IntRange(MIN_SAMPLES, 1_000_000), default=WINDOW, show_default=True,
+    f = click.option("--window", type=click.IntRange(LEARNED_MIN_SAMPLES, 1_000_000), default=LEARNED_WINDOW, show_default=True,
                      help="Learned routers: the newest labelled samples each fit uses (llm-d's example "
                           "deployment: 100).")(f)
-    return click.option("--retrain-every", "retrain_every_s", type=NON_NEGATIVE, default=RETRAIN_EVERY_S,
+    return click.option("--retrain-every", "retrain_every_s", type=NON_NEGATIVE, default=LEARNED_RETRAIN_EVERY_S,
                         show_default=True,
                         help="Learned routers: simulated seconds between fits (llm-d's example deployment retrains "
                              "every second; its code's default is 1800). Only first tokens out before an arrival "
@@ -101,6 +117,8 @@ def arrival_options(f):
 
 
 def arrival_kind(arrival: str | None, burstiness: float) -> str:
+    from traces.arrivals import resolve_arrival
+
     try:
         return resolve_arrival(arrival, burstiness)
     except ValueError as e:
@@ -108,6 +126,8 @@ def arrival_kind(arrival: str | None, burstiness: float) -> str:
 
 
 def check_lengths_option(text: str | None) -> None:
+    from traces.lengths import check_length_policy
+
     try:
         check_length_policy(text)
     except ValueError as e:

@@ -7,26 +7,18 @@ from pathlib import Path
 import click
 
 from harness.cli.params import NON_NEGATIVE, KeyFraction
-from reports.check import (
-    a_kind,
-    baseline_doc,
-    check_complete,
-    check_kind,
-    compare,
-    flatten,
-    intervals,
-    load_baseline,
-    parse_tolerances,
-    speed_drift_violations,
-)
-from reports.render import build_report
-from reports.result_shape import load_report_result
-from reports.results import load_result
-from routers.registry import ROUTERS
 from traces.errors import BadInput, BadOption
 from traces.jsonio import dump_json
-from traces.outputs import StagedDir, check_out, write_output_json
 
+# Results, figures and the baseline checks load numpy, pandas, pyarrow, matplotlib and plotly: imported where
+# a report is built or a result checked, so that ``--help`` does not pay for them.
+
+
+def load_result(path: Path):
+    """``reports.results.load_result``, imported when a command first reads a result."""
+    from reports.results import load_result as load
+
+    return load(path)
 
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -41,7 +33,13 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
       latroute report est-d1 sweep-poisson r-sfs r-sq --out report
       open report/interactive.html    # hover, zoom, toggle series; index.html is the static page
     """
+    from traces.outputs import StagedDir, check_out
+
     check_out(out, force, inputs=results)  # before any work
+    from reports.render import build_report
+    from reports.result_shape import load_report_result
+    from routers.registry import ROUTERS
+
     loaded = [load_report_result(p) for p in results]  # every value the report reads, checked first
     with StagedDir(out, force) as tmp:
         info = build_report(loaded, tmp, router_order=ROUTERS)  # colours in registry order
@@ -86,6 +84,20 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
     """
     if baseline is None and (max_speed_drift is None or write_baseline):
         raise BadOption("--baseline", "give --baseline (or only --max-speed-drift)")
+    from reports.check import (
+        a_kind,
+        baseline_doc,
+        check_complete,
+        check_kind,
+        compare,
+        flatten,
+        intervals,
+        load_baseline,
+        parse_tolerances,
+        speed_drift_violations,
+    )
+    from traces.outputs import check_out, write_output_json
+
     if write_baseline:  # before any work
         check_out(baseline, force, kind="file", inputs=[result], option="--baseline")
     res = load_result(result)

@@ -1,18 +1,17 @@
 """``latroute route``: a latroute router as an OpenAI-compatible proxy in front of vLLM backends."""
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from pathlib import Path
 
 import click
 
+from harness.cli.choices import DEFAULT_EPSILON
+from harness.cli.extras import require_extra
 from harness.cli.params import NON_NEGATIVE, POSITIVE, SEED, Finite, IntIn
 from harness.cli.replay_options import ties_option
-from routers.chance import DEFAULT_EPSILON
 from traces.errors import BadOption
-from traces.outputs import check_out
 
 VIEWS = ("ledger", "metrics", "exact")
 MODELS_TIMEOUT_S = 5.0
@@ -32,6 +31,8 @@ def check_router(name: str) -> None:
         e = router_entry(name)
     except ValueError as err:
         raise BadOption("--router", str(err)) from None
+    if e.estimator == "learned":  # LightGBM, the learned extra: refused now, not at the router's first fit
+        require_extra(f"route --router {name}", "learned")
     if e.oracle:
         raise BadOption("--router", f"{name} is an oracle (it forks the twin's true future): no live proxy has one")
     if e.needs_baselines:
@@ -42,6 +43,8 @@ def check_router(name: str) -> None:
 
 def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
     """Each bare backend's first /v1/models entry (model, max_model_len)."""
+    import asyncio
+
     import aiohttp
 
     async def one(session, url: str):
@@ -131,6 +134,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
       latroute route --pool qwen3-h100 --backends $B --router sfs-cc --listen 127.0.0.1:8200 --speed 4 --log rl
       latroute route --pool my-pool-with-urls.json --router shortest-queue --view metrics --listen 127.0.0.1:8200
     """
+    require_extra("route", "serve")  # before anything else: the proxy runs on aiohttp and prometheus_client
     host, port = parse_listen(listen)
     from harness.route.inputs import check_lengths_policy, check_quality_models
 
@@ -140,6 +144,8 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         raise BadOption("--lengths", str(e)) from None
     check_router(router_name)
     if log_dir is not None:
+        from traces.outputs import check_out
+
         check_out(log_dir, force, option="--log")
     from harness.live.loadgen import check_base_url
     from harness.route.backends import listed_backends, pool_backends

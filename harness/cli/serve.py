@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from harness.cli.extras import require_extra
 from harness.cli.params import SEED, Finite, IntIn
 from traces.errors import BadOption
-from traces.outputs import check_out
 
 
 @click.command()
@@ -50,7 +50,10 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
       latroute serve --pool qwen3-h100-x8 --port-base 8100 --speed 4
       latroute serve --pool qwen3-h100-pc --port-base 8100 --noise off
     """
+    require_extra("serve", "serve")  # before anything else: without aiohttp and prometheus_client nothing serves
     if record is not None:
+        from traces.outputs import check_out  # pyarrow: only when a recording is asked for
+
         check_out(record, force, inputs=[pool_ref], option="--record")  # before any work
     from harness.twin.pools import load_pool
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from traces.errors import BadOption
-from traces.store import open_trace
 
 GOODPUT_MAX_MS = 1e9  # a bound of ~11.6 days: past it every request meets it (harness.cli.params.MAX_MAGNITUDE)
 
@@ -106,6 +105,7 @@ def parse_serving(percentiles_text: str | None, goodput_text: str | None) -> tup
 def served_serving_metrics(trace_dir: Path, requests, percentiles, goodput) -> dict:
     """Serving metrics of a served trace, with ITL when it holds steps."""
     from reports.serving import serving_metrics, token_gaps
+    from traces.store import open_trace
 
     t = open_trace(trace_dir)
     itl = token_gaps(requests, t.read("steps"), t.read("step_items")) if t.has("steps") and t.has(

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.choices import DEFAULT_LAMBDA, MAIN_ROUTERS, ROUTERS
+from harness.cli.extras import require_extra
 from harness.cli.params import (
     COUNT,
     MAX_SEED,
@@ -33,24 +35,11 @@ from harness.cli.replay_options import (
     view_options,
 )
 from harness.cli.serving_options import parse_serving, serving_options
-from harness.sweep.backends import BACKENDS, Progress
-from harness.sweep.driver import (
-    Cell,
-    SweepSpec,
-    check_sweep_run,
-    default_workers,
-    spec_doc,
-    sweep_result,
-    write_sweep_result,
-)
-from harness.sweep.prechecks import check_routers
-from harness.sweep.store import SweepStore, cell_key
-from harness.twin.pools import load_pool
-from reports.results import command_line
-from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
-from routers.utility import DEFAULT_LAMBDA
+from harness.sweep.backends import BACKENDS, Progress, default_workers
 from traces.errors import BadInput, BadOption
-from traces.store import open_trace
+
+# The sweep driver, its store and the twin load numba, numpy, pandas and duckdb: imported where a sweep runs,
+# so that ``latroute sweep --help`` does not pay for them.
 
 SWEEP_SPEC_KEYS = ("pool", "trace", "rates", "routers", "deltas", "lambdas", "arrival", "burst_ratio", "burstiness",
                    "lengths", "slo", "quality", "requests", "seeds", "seed", "workers", "metric_percentiles", "goodput", "noise", "backend", "address",
@@ -222,6 +211,16 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
       latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
       latroute sweep --spec study.toml --out study --resume
     """
+    if backend == "ray":  # before anything else: without Ray nothing can run
+        require_extra("sweep --backend ray", "ray")
+    from harness.sweep.driver import Cell, SweepSpec, check_sweep_run, spec_doc, sweep_result, write_sweep_result
+    from harness.sweep.prechecks import check_routers
+    from harness.sweep.store import SweepStore, cell_key
+    from harness.twin.pools import load_pool
+    from reports.results import command_line
+    from routers.registry import router_entry
+    from traces.store import open_trace
+
     check_sweep_run(out, workers, backend, address, resume, force, trace_dir)  # before any work
     rate_list, delta_list, lam_list = list(rates), list(deltas), list(lambdas)  # range-checked by their types
     names = parse_routers(router_names)

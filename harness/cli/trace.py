@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.choices import ARRIVAL_KINDS
 from harness.cli.params import (
     AT_LEAST_1,
     BURSTINESS,
@@ -20,15 +21,20 @@ from harness.cli.params import (
     Finite,
     IntIn,
 )
-from traces.arrivals import ARRIVAL_KINDS, ArrivalSpec, resolve_arrival
 from traces.errors import BadInput, BadOption
-from traces.outputs import check_out
-from traces.store import open_trace
 from traces.tasks import DEFAULT_MIX, parse_mix
 
-# Importers and the workload generator load pandas: imported inside their
-# commands so ``trace info`` starts fast. Mirrors traces.importers.common.
+# Importers, the workload generator and the trace store load numpy, pandas, pyarrow and duckdb: imported
+# inside their commands so that ``trace ... --help`` and ``trace info`` start fast. Mirrors
+# traces.importers.common.
 DEFAULT_CHUNK_ROWS = 500_000
+
+
+def open_trace(path: Path):
+    """``traces.store.open_trace``, imported when a command first opens a trace."""
+    from traces.store import open_trace as open_
+
+    return open_(path)
 
 
 @click.group()
@@ -153,7 +159,10 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
       latroute trace generate --out chat --sessions --duration 600 --rate 8 --turns 4
     """
+    from traces.outputs import check_out
+
     check_out(out, force, inputs=[lengths_from, arrivals_from])  # before any work
+    from traces.arrivals import ArrivalSpec, resolve_arrival
     from traces.workload import WorkloadConfig, write_workload
 
     if n_requests is not None and duration is not None:
@@ -183,7 +192,6 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
         from traces.arrivals import source_arrivals
         source_arrivals(arrivals_from)
     if lengths_from is not None:  # its lengths read and checked against the schema now, not mid-write
-        from traces.store import open_trace
         open_trace(lengths_from).read("requests")
     spec = ArrivalSpec(kind=arrival, rate=rate or 1.0, burst_ratio=burst_ratio, high_fraction=high_fraction,
                        correlation_s=correlation_s, burstiness=burstiness)
@@ -255,6 +263,8 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
       latroute trace import lmbench per_request.csv --run r042 --out r042
       latroute trace import vllm-reqstats shared/data/vllm_gpu_llmservingsim/RTX4090_Llama-3.1-8B --out r4090
     """
+    from traces.outputs import check_out
+
     check_out(out, force, inputs=[src])  # before any work
     from traces.importers import import_trace
     from traces.importers.common import ImportOptions

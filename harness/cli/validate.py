@@ -5,20 +5,13 @@ import time
 from pathlib import Path
 
 import click
-import pandas as pd
 
-from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
-from estimators.profile import load_profile
 from harness.cli.params import SEED, EngineSetting, Window, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
-from harness.twin.simulation import write_twin_trace
-from harness.twin.validate import validate as run_validation
-from reports.results import result_header
-from reports.serving import format_serving, tidy
-from traces.client_join import client_ttft_check, read_join
-from traces.outputs import StagedDir, check_out, write_json, write_parquet
-from traces.store import TraceWriter, open_trace
 from traces.vllm_versions import unchecked_version_warning
+
+# The twin, the calibration and the trace store load numba, numpy, pandas and duckdb: imported where a
+# validation runs, so that ``latroute validate --help`` does not pay for them.
 
 
 @click.command()
@@ -68,6 +61,8 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     (``--engine`` overrides); see ``harness.requestlevel.validate``.
     """
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir})
+    from traces.outputs import StagedDir, check_out, write_json, write_parquet
+
     check_out(out, force, inputs=[trace_dir, profile_ref, join_dir])  # before any work
     if (profile_ref is None) == (not self_calibrate):
         raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
@@ -76,6 +71,17 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     if noise != "on":
         refuse_given(ctx, {"seed": "--seed"}, "only with --noise on (it seeds the noise draws; with noise off "
                                               "every step takes its expected time)")
+    import pandas as pd
+
+    from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
+    from estimators.profile import load_profile
+    from harness.twin.simulation import write_twin_trace
+    from harness.twin.validate import validate as run_validation
+    from reports.results import result_header
+    from reports.serving import format_serving, tidy
+    from traces.client_join import client_ttft_check, read_join
+    from traces.store import TraceWriter, open_trace
+
     trace = open_trace(trace_dir)
     if trace.has("instances") or trace.has("steps"):
         refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache", "score_window": "--score-window"},

@@ -38,6 +38,13 @@ BACKENDS = ("local", "ray")
 PR_SET_PDEATHSIG = 1
 
 
+def default_workers() -> int:
+    """Worker processes of a sweep when none are asked for: the machine's
+    cores, at most 2. Here, free of numpy, so ``latroute sweep --help`` can
+    show it."""
+    return max(1, min(os.cpu_count() or 1, 2))
+
+
 def _die_with_parent(parent: int) -> None:
     """Pool initializer: SIGKILL this worker when its parent dies (and die
     now if the parent is already gone: the death signal is armed only from

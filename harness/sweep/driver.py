@@ -277,10 +277,6 @@ def summarize_sweep(df: pd.DataFrame) -> dict:
     return out
 
 
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 2))
-
-
 def check_workers(workers: int, backend: str = "local", address: str | None = None) -> None:
     """Refuse a worker count this machine cannot run: below 1, or above its
     cores (thousands of forked workers would take the machine down; an
