@@ -45,7 +45,6 @@ def _dist_entry():
     return _DIST
 
 
-_ENTRY = None
 _FUSED = None
 
 
@@ -63,19 +62,24 @@ def _fused_entry():
     return _FUSED
 
 
-def _entry():
-    """The compiled kernel's entry point (typed once per process)."""
-    global _ENTRY
-    if _ENTRY is None:
+_ENTRIES: dict[str, object] = {}
+
+
+def _entry(scratch: str):
+    """The compiled kernel's entry point for a scratch state ``"cached"``
+    (with the prefix-cache fields) or ``"core"`` (without), typed once per
+    process and only when first asked for: a pool without the prefix cache
+    never compiles the other (a first run pays every variant it compiles)."""
+    run = _ENTRIES.get(scratch)
+    if run is None:
         st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
         plan = StepPlan.new(2)
         model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
         core = st.core()
-        _ENTRY = (entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
-                              model, st, plan, 0, np.zeros(0)),
-                  entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
-                              model, core, plan, 0, np.zeros(0)))
-    return _ENTRY
+        run = _ENTRIES[scratch] = entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0,
+                                              st.free_slots, 0, 0, model, st if scratch == "cached" else core, plan,
+                                              0, np.zeros(0))
+    return run
 
 
 def joining_intake(intake: Intake, view: InstanceView, prompt: int) -> float:
@@ -113,7 +117,7 @@ class SFS:
         self.fallbacks = 0  # estimates rerun on a copy of the prefix cache
         self._pointed = None  # the state the scratch state reads the cache of
         self._core, self._core_of, self._off = None, None, False  # the last state estimated: its scheduler arrays, caching off
-        self._run, self._run_core = _entry()  # the scratch state with / without the prefix-cache fields
+        self._run = self._run_core = None  # the kernel for a scratch state with / without the prefix-cache fields
         self._base = self.model
         self._speed = 1.0
         self.last_s1 = self.last_s2 = self._typ0 = 0.0
@@ -126,7 +130,7 @@ class SFS:
         self._elapsed = 0.0
         self._no_typ = np.zeros(0)
         self._dist = np.zeros(5)
-        self._ttft_dist = _dist_entry()
+        self._ttft_dist = None  # sfs_ttft_dist's entry, compiled on the first distribution
         self._fused = None  # sfs_estimate_p's entry, compiled on the first estimate_p
         self._buf = np.zeros((SCRATCH_ROWS, SCRATCH_COLS))
         # the state estimate_p last saw, its max length (-1: not fused) and scheduler arrays
@@ -198,7 +202,10 @@ class SFS:
             # state is unboxed per call and reference-counted per compiled call that takes it)
             if st.capacity + 1 > self.cap:
                 self._scratch(st)
-            est, steps, self.last_s1, self.last_s2, self._typ0 = self._run_core(
+            run = self._run_core
+            if run is None:
+                run = self._run_core = _entry("core")
+            est, steps, self.last_s1, self.last_s2, self._typ0 = run(
                 core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
                 self.st2c, self.plan2, MAX_SIM_STEPS, typ)
@@ -210,6 +217,8 @@ class SFS:
         if self._pointed is not st:
             self._scratch(st)
         gap = first_gap(q.t, start, view.wake_s, self.model.gap)
+        if self._run is None:
+            self._run = _entry("cached")
         if copy_cache:
             steps = -1
         else:
@@ -313,6 +322,8 @@ class SFS:
         if v is None:  # refused by the front end: no trajectory
             self._dist[:] = (self.last_est, self.last_est, self.last_est, self.last_est, float(self.last_est <= slo))
             return self._dist
+        if self._ttft_dist is None:
+            self._ttft_dist = _dist_entry()
         self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self.dist_scale, self._nm,
                         self._cv, self._typ0, self._elapsed, float(slo), quantiles, self._dist)
         return self._dist

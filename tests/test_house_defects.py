@@ -139,9 +139,9 @@ def test_demo_first_speed_is_steady_state_with_compile_apart(tmp_path, monkeypat
     monkeypatch.setattr(demo, "time", types.SimpleNamespace(perf_counter=lambda: time.perf_counter() + offset[0]))
     real = twin_replay.warm_up
 
-    def slow_warm_up():
+    def slow_warm_up(*args, **kwargs):
         offset[0] += 1000.0  # the demo's clock jumps 1000 s during the compile
-        return real() + 1000.0
+        return real(*args, **kwargs) + 1000.0
 
     monkeypatch.setattr(twin_replay, "warm_up", slow_warm_up)
     monkeypatch.setattr(demo, "warm_up", slow_warm_up, raising=False)

@@ -105,9 +105,11 @@ def _run_demo(out: Path, root: Path, seed: int) -> None:
 
     click.echo(f"\n[2/6] replaying them on the engine twin of pool {DEMO_POOL} (shortest-queue, noise on)")
     pool = load_pool(DEMO_POOL)
-    compile_s = warm_up()  # Numba's compile (or cache load) on a toy replay, so that the speed below is steady state
+    twin = Twin.from_pool(pool, TwinConfig(seed=seed))
+    # Numba's compile (or cache load) on a toy replay of this pool and router, so that the speed below is steady state
+    compile_s = warm_up(twin.specs, shortest_queue_router)
     t = time.perf_counter()
-    res = Twin.from_pool(pool, TwinConfig(seed=seed)).run(generate_workload(cfg).requests, shortest_queue_router)
+    res = twin.run(generate_workload(cfg).requests, shortest_queue_router)
     wall = time.perf_counter() - t
     served = root / "served"
     with TraceWriter(served, force=True) as w:

@@ -171,7 +171,16 @@ def pop_due(t, ht, hk, hn, due, ks):
             due[k] = np.nan  # a duplicate entry is stale
             ks[n] = k
             n += 1
-    ks[:n].sort()
+    # insertion sort, not ks[:n].sort(): numpy's sort compiled inside a caller built without Numba's
+    # runtime fails to type (it depends on which caller compiled this first); n is the few instances due
+    # at one moment, and the order is the same
+    for i in range(1, n):
+        k = ks[i]
+        j = i - 1
+        while j >= 0 and ks[j] > k:
+            ks[j + 1] = ks[j]
+            j -= 1
+        ks[j + 1] = k
     return n
 
 

@@ -119,22 +119,37 @@ def workload_inputs(requests: pd.DataFrame, quality: pd.DataFrame | None, specs,
     return WorkloadInputs(lengths, slo, qual, util, route)
 
 
-def warm_up() -> float:
-    """Compile (or load from Numba's cache) the twin and SFS kernels on a toy
-    replay, so replay timings and router decision times exclude it."""
-    t0 = time.perf_counter()
-    from estimators.batch_fit import NoiseModel
-    from estimators.engine.config import InstanceConfig
-    from estimators.profile import BatchTimeProfile
-    from harness.twin.simulation import InstanceSpec
+def warm_up(specs=None, router="sfs-hard", overhead: float = 0.0, **router_options) -> float:
+    """Compile (or load from Numba's cache) the kernels a replay runs, on a
+    toy replay, so replay timings and router decision times exclude it.
 
-    prof = BatchTimeProfile("warm", "eq9", np.array([1e-3, 1e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.01))
-    specs = [InstanceSpec(InstanceConfig(instance_id="w", max_num_batched_tokens=256, max_num_seqs=8,
-                                         num_kv_blocks=100, max_model_len=1024), prof)]
+    With ``specs`` (the replay's own instances) and its router (a registry
+    name, or a router itself such as the demo's shortest-queue function),
+    the toy runs those instances and that router on two requests: it
+    compiles the kernels the replay will call (prefix caching on or off,
+    the pool's policies, sync or async scheduling, the fleet loop of a
+    replica pool), and nothing else. Without ``specs``: one small vLLM V1
+    instance with the prefix cache and sfs-hard, the bench's fixed warm-up.
+    Why not always that one: a first run pays for every variant it
+    compiles, and a pool without the prefix cache warmed up with it
+    compiled both."""
+    t0 = time.perf_counter()
+    if specs is None:
+        from estimators.batch_fit import NoiseModel
+        from estimators.engine.config import InstanceConfig
+        from estimators.profile import BatchTimeProfile
+        from harness.twin.simulation import InstanceSpec
+
+        prof = BatchTimeProfile("warm", "eq9", np.array([1e-3, 1e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.01))
+        specs = [InstanceSpec(InstanceConfig(instance_id="w", max_num_batched_tokens=256, max_num_seqs=8,
+                                             num_kv_blocks=100, max_model_len=1024), prof)]
+    n = len(specs)
     reqs = pd.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 0.001], "prompt_tokens": [100, 100],
                          "output_tokens": [3, 3]})
-    inputs = RouteInputs(np.array([100, 100]), np.array([1.0, 1.0]), np.zeros((2, 1)), np.array([3, 3]))
-    Twin(specs, TwinConfig(record_steps=False)).run(reqs, make_router("sfs-hard", inputs, specs, 0.0))
+    inputs = RouteInputs(np.array([100, 100]), np.array([1.0, 1.0]), np.zeros((2, n)), np.array([3, 3]))
+    made = router if not isinstance(router, str) else make_router(
+        router, inputs, specs, overhead, true_outputs=reqs["output_tokens"].to_numpy(), **router_options)
+    Twin(specs, TwinConfig(record_steps=False)).run(reqs, made)
     return time.perf_counter() - t0
 
 
@@ -150,7 +165,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
                          online_speed=cfg.online_speed, epsilon=cfg.epsilon,
                          true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties, learned=cfg.learned())
-    warm_s = warm_up()
+    warm_s = warm_up(specs, cfg.router, pool.frontend_overhead_s, baselines=baselines, online_speed=cfg.online_speed,
+                     epsilon=cfg.epsilon, ties=cfg.ties, learned=cfg.learned())
     t0 = time.perf_counter()
     oracle = router_entry(cfg.router).oracle
     views = StaleViews(ViewConfig(cfg.view_interval_ms, cfg.ledger)) if cfg.view_interval_ms > 0 and not oracle \
