@@ -16,8 +16,8 @@ from harness.cli.params import refuse_non_utf8
 def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
     """Join a `latroute loadgen` trace with the server's recording of the same run.
 
-    The key is the X-Request-Id loadgen sent, which the recording scheduler
-    logs (never the order): every successful client request must be in the
+    The key is the X-Request-Id loadgen sent, which the recording scheduler,
+    or `latroute serve --record`, logs (never the order): every successful client request must be in the
     recording. Reports client TTFT - engine TTFT (the API server's overhead:
     HTTP, hand-over, detokenisation) per request and its median and p90.
     `latroute validate REC --join OUT` compares the twin with client TTFTs.
@@ -41,7 +41,10 @@ def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
     click.echo(f"joined {s['joined']} of {s['client_requests']} client requests ({s['client_failed']} failed on the "
                f"client; {s['recorded_not_from_client']} recorded requests not from this client)")
     if o["n"]:
+        speed = s.get("server_speed", 1)
+        clock = f"; server seconds, --speed {speed:g}" if speed != 1 else ""
         click.echo(f"client TTFT - engine TTFT: median {o['median_ms']:.2f} ms, p90 {o['p90_ms']:.2f} ms, "
                    f"mean {o['mean_ms']:.2f} ms over {o['n']} requests "
-                   f"(TTFT median {s['client_ttft_median_ms']:.1f} ms client, {s['engine_ttft_median_ms']:.1f} ms engine)")
+                   f"(TTFT median {s['client_ttft_median_ms']:.1f} ms client, {s['engine_ttft_median_ms']:.1f} ms engine"
+                   f"{clock})")
     click.echo(f"wrote {out}")
