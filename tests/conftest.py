@@ -5,6 +5,7 @@ LATROUTE_SHARED_DATA to point elsewhere)."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,12 @@ from click.testing import CliRunner
 from harness.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A test run started in the background (``cmd &`` in a script, nohup, some CI runners) inherits Ctrl-C
+    # ignored, and so would every command a test starts (an ignored signal stays ignored across exec): the
+    # tests that send a command SIGINT would see it run on. Python's own handler here makes the commands
+    # start with the default disposition, as they do from a terminal (a handler is reset at exec).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 if "LATROUTE_CACHE_DIR" not in os.environ:
     # the pool-baseline disk cache (harness.twin.baseline_cache) of this test session only, shared with the
     # CLI processes tests start: tests neither read a user's cache nor leave entries in it
