@@ -28,8 +28,8 @@ Numba's cache: the kernels are ``@njit(cache=True)``, and Numba keys a function'
 own file's content only, not by its callees in other files (which it compiles in, inlined or linked),
 so a warm cache would hide an edit to a callee. So the script first runs the unedited suite once (cap
 ``--warm-cap``) with NUMBA_CACHE_DIR pointing at a warm cache, and gives every later run a fresh copy of
-it, from which it deletes the entries (``*.nbi``, ``*.nbc``) of the edited module and of every module
-that imports it, directly or transitively (the import statements of every .py file of the copy,
+it, from which, for an edit of a compiled function, it deletes the entries (``*.nbi``, ``*.nbc``) of the
+edited module and of every module that imports it, directly or transitively (the import statements of every .py file of the copy,
 read with ``ast``, lazy imports in functions included). Numba names the directory of a file's entries
 ``<parent directory name>_<sha1 of the file's absolute directory>`` directly under NUMBA_CACHE_DIR,
 and each entry ``<file stem>.<qualname>-<line>.py<version>.nbi`` (or ``.<n>.nbc``); the copy always
@@ -175,6 +175,18 @@ class Found:
     qualname: str
     first: int  # 1-based line of the def
     last: int
+    compiled: bool = False  # decorated for Numba (njit, jit, overload, ...): its code is inside its callers' entries
+
+
+NUMBA_DECORATORS = {"njit", "jit", "overload", "overload_method", "register_jitable", "generated_jit", "vectorize",
+                    "guvectorize", "intrinsic", "cfunc"}
+
+
+def _numba_decorator(d: ast.expr) -> bool:
+    """``@njit``, ``@njit(...)``, ``@numba.njit(...)``, ``@overload(f, ...)`` and the like."""
+    f = d.func if isinstance(d, ast.Call) else d
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in NUMBA_DECORATORS
 
 
 def module_name(rel: Path) -> str:
@@ -196,7 +208,8 @@ def functions(repo: Path) -> list[Found]:
                 for child in ast.iter_child_nodes(node):
                     if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                         q = prefix + child.name
-                        out.append(Found(rel, module_name(rel), q, child.lineno, child.end_lineno))
+                        out.append(Found(rel, module_name(rel), q, child.lineno, child.end_lineno,
+                                         any(_numba_decorator(d) for d in child.decorator_list)))
                         walk(child, q + ".")
                     elif isinstance(child, ast.ClassDef):
                         walk(child, prefix + child.name + ".")
@@ -363,6 +376,7 @@ def run_suite(root: Path, cache: Path, cap: float, log: Path, shared: Path | Non
     if shared is not None and "LATROUTE_SHARED_DATA" not in env:
         env["LATROUTE_SHARED_DATA"] = str(shared)
     t0 = time.monotonic()
+    failed_at = None
     with open(log, "wb") as out:
         # its own process group, to kill at the cap; Ctrl-C at its default (a shell's background job starts
         # with SIGINT ignored, which Python then keeps: the suite's own Ctrl-C tests would fail)
@@ -371,14 +385,31 @@ def run_suite(root: Path, cache: Path, cap: float, log: Path, shared: Path | Non
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         timed_out = False
         try:
-            rc = proc.wait(timeout=cap)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            rc = kill_group(proc)
+            # the edit is caught when the suite reports a failure (an F or E in its progress), not when
+            # pytest exits: with -x, pytest-xdist stops the other worker only after its running test ends,
+            # and its shutdown after a failure can hang; a run that reported one gets GRACE_S to print its
+            # summary (which names the test), then is stopped
+            rc = None
+            while rc is None:
+                now = time.monotonic() - t0
+                if failed_at is None and now < cap and reported_failure(log):
+                    failed_at = now
+                deadline = cap if failed_at is None else min(cap, failed_at + GRACE_S)
+                if now >= deadline:
+                    break
+                try:
+                    rc = proc.wait(timeout=min(POLL_S, deadline - now))
+                except subprocess.TimeoutExpired:
+                    pass
+            if rc is None:
+                timed_out = failed_at is None
+                rc = kill_group(proc)
+            elif failed_at is None and rc != 0:
+                failed_at = time.monotonic() - t0
         except BaseException:  # interrupted or terminated: leave no suite running
             kill_group(proc)
             raise
-    seconds = round(time.monotonic() - t0, 1)
+    seconds = round(time.monotonic() - t0 if failed_at is None else failed_at, 1)
     text = log.read_text(encoding="utf-8", errors="replace")
     first = None
     m = re.search(r"^(?:FAILED|ERROR) (\S+)", text, re.M)
@@ -386,14 +417,30 @@ def run_suite(root: Path, cache: Path, cap: float, log: Path, shared: Path | Non
         first = m.group(1)
     if timed_out:
         result = "timeout"
-    elif rc == 0:
+    elif failed_at is None and rc == 0:
         result = "missed"
     else:
         result = "caught"
-        if first is None:
+        if first is None and failed_at is not None and rc < 0:
+            first = f"(not named: stopped {GRACE_S:g} s after the failure, before pytest's summary)"
+        elif first is None:
             tail = [x for x in text.strip().splitlines() if x.strip()][-1:] or [""]
             first = f"(exit {rc}: {tail[0][:100]})"
     return {"result": result, "seconds": seconds, "exit": rc, "first_failure": first if result == "caught" else None}
+
+
+POLL_S = 0.5
+GRACE_S = 30.0
+_PROGRESS = re.compile(r"^[.sxXFE]+(?: +\[ *\d+%\])?$")
+
+
+def reported_failure(log: Path) -> bool:
+    """Whether pytest's -q progress in ``log`` shows a failed or erroring test yet."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(("F" in ln or "E" in ln) and _PROGRESS.match(ln.strip()) for ln in text.splitlines())
 
 
 def prepare_cache(warm: Path, dest: Path, owners: dict[Path, str] | None, drop: set[str]) -> int:
@@ -452,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the edits and check they apply; run nothing")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory (copies, caches, logs)")
+    p.add_argument("--reuse", type=Path, metavar="DIR",
+                   help="a scratch directory kept from an earlier run of the same code whose warm-up (the control) "
+                        "passed: its warm cache and control are reused, the warm-up is not run again")
     a = p.parse_args(argv)
     repo = a.repo.resolve()
     edits = select(a.only)
@@ -474,9 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-uno"], capture_output=True,
                                 text=True).stdout.strip())
-    work = Path(os.path.realpath(tempfile.mkdtemp(prefix="edit-catching-")))
+    work = Path(os.path.realpath(a.reuse if a.reuse else tempfile.mkdtemp(prefix="edit-catching-")))
     root, warm, cache, logs = work / "repo", work / "warm-cache", work / "cache", work / "logs"
-    logs.mkdir()
+    logs.mkdir(exist_ok=True)
     report: dict = {"repo": str(repo), "head": head, "uncommitted_changes": dirty, "cap_s": a.cap,
                     "command": "python " + " ".join(PYTEST), "edits": []}
     def say(s: str) -> None:
@@ -488,10 +538,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, terminated)  # so the run in progress is stopped and the scratch removed
 
     try:
-        say(f"warm-up: the unedited suite with an empty Numba cache (cap {a.warm_cap:g} s) in {work}")
-        copy_repo(repo, files, root)
-        warm.mkdir()
-        report["warmup"] = run_suite(root, warm, a.warm_cap, logs / "warmup.log", shared)
+        if a.reuse:  # the same path as before: the warm entries' directory names hash the copy's path
+            summary = (logs / "warmup.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1]
+            m = re.search(r"(\d+) passed.* in ([\d.]+)s", summary)
+            if not warm.is_dir() or not m or re.search(r"failed|error", summary):
+                raise SystemExit(f"--reuse {work}: no warm cache or no passing warm-up log there ({summary!r})")
+            report["warmup"] = {"result": "missed", "seconds": float(m.group(2)), "exit": 0, "first_failure": None,
+                                "reused": str(work)}
+            say(f"warm-up: reused from {work} ({summary})")
+        else:
+            say(f"warm-up: the unedited suite with an empty Numba cache (cap {a.warm_cap:g} s) in {work}")
+            copy_repo(repo, files, root)
+            warm.mkdir()
+            report["warmup"] = run_suite(root, warm, a.warm_cap, logs / "warmup.log", shared)
         owners, unknown = cache_owners(warm, root)
         if unknown:
             report["numba_cache"] = (f"cold: {len(unknown)} warm-cache entries map to no file of the copy "
@@ -509,14 +568,16 @@ def main(argv: list[str] | None = None) -> int:
         for e, f, _ in checked:
             copy_repo(repo, files, root)
             (root / f.path).write_text(edited_text(e, repo, f), encoding="utf-8")
-            gone = prepare_cache(warm, cache, owners, dependents(root, f.module))
+            # only a compiled function's code is copied into other entries (its callers'); a Python function's
+            # edit leaves every cache entry valid, and dropping them would only add compiles to the run
+            gone = prepare_cache(warm, cache, owners, dependents(root, f.module) if f.compiled else set())
             r = run_suite(root, cache, a.cap, logs / f"{e.name}.log", shared)
             r.update(name=e.name, function=e.function, kind=e.kind, breaks=e.breaks, file=str(f.path),
                      cache_entries_dropped=gone)
             report["edits"].append(r)
             say(f"{e.name}: {r['result']} in {r['seconds']} s {r['first_failure'] or ''}")
     finally:
-        if a.keep:
+        if a.keep or a.reuse:
             say(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
