@@ -33,52 +33,40 @@ from estimators.time_model import time_model
 
 MAX_SIM_STEPS = 1_000_000
 SPEED_RESOLUTION = 5e-3  # relative: well below the online speed factor's own noise (~1.5%)
-_DIST = None
-
-
-def _dist_entry():
-    """``sfs_ttft_dist``'s compiled entry point (typed once per process)."""
-    global _DIST
-    if _DIST is None:
-        z = np.zeros(2)
-        _DIST = entry_point(sfs_ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, 0.0, z, z, 0.0, 0.0, 0.0, True, z)
-    return _DIST
-
-
-_FUSED = None
-
-
-def _fused_entry():
-    """``sfs_estimate_p``'s compiled entry point on the scheduler arrays only (caching off)."""
-    global _FUSED
-    if _FUSED is None:
-        st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
-        plan = StepPlan.new(2)
-        model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
-        core, z = st.core(), np.zeros(2)
-        _FUSED = entry_point(sfs_estimate_p, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0, model,
-                             core, plan, 0, np.zeros(0), 0.0, 0.0, 0.0, z, z, 0.0,
-                             np.zeros((SCRATCH_ROWS, SCRATCH_COLS)))
-    return _FUSED
-
-
 _ENTRIES: dict[str, object] = {}
 
 
-def _entry(scratch: str):
-    """The compiled kernel's entry point for a scratch state ``"cached"``
-    (with the prefix-cache fields) or ``"core"`` (without), typed once per
-    process and only when first asked for: a pool without the prefix cache
-    never compiles the other (a first run pays every variant it compiles)."""
-    run = _ENTRIES.get(scratch)
+def _example_state():
+    """A two-slot state without the prefix cache, its plan, a time model and its scheduler arrays: the
+    argument types the kernels' entry points are typed for."""
+    st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
+    model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
+    return st, StepPlan.new(2), model, st.core()
+
+
+def _entry(kind: str):
+    """A compiled kernel's entry point, typed once per process and only when first asked for (a first run
+    pays every variant it compiles: a pool without the prefix cache never needs ``"cached"``):
+
+    - ``"cached"`` / ``"core"``: ``sfs_estimate_borrowed`` with a scratch state with / without the
+      prefix-cache fields;
+    - ``"fused"``: ``sfs_estimate_p`` on the scheduler arrays only (caching off);
+    - ``"dist"``: ``sfs_ttft_dist``."""
+    run = _ENTRIES.get(kind)
     if run is None:
-        st = SchedState.new(InstanceConfig(prefix_caching=False), capacity=2)
-        plan = StepPlan.new(2)
-        model = TimeModel(0, np.zeros(4), 1.0, 0.0, np.zeros(4), np.zeros(0), np.zeros(0))
-        core = st.core()
-        run = _ENTRIES[scratch] = entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0,
-                                              st.free_slots, 0, 0, model, st if scratch == "cached" else core, plan,
-                                              0, np.zeros(0))
+        z = np.zeros(2)
+        if kind == "dist":
+            run = entry_point(sfs_ttft_dist, 0.0, 0.0, 0.0, 0, 0.0, 0.0, z, z, 0.0, 0.0, 0.0, True, z)
+        else:
+            st, plan, model, core = _example_state()
+            if kind == "fused":
+                run = entry_point(sfs_estimate_p, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
+                                  model, core, plan, 0, np.zeros(0), 0.0, 0.0, 0.0, z, z, 0.0,
+                                  np.zeros((SCRATCH_ROWS, SCRATCH_COLS)))
+            else:
+                run = entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots,
+                                  0, 0, model, st if kind == "cached" else core, plan, 0, np.zeros(0))
+        _ENTRIES[kind] = run
     return run
 
 
@@ -259,7 +247,7 @@ class SFS:
             return self.p_on_time(slo)
         fused = self._fused
         if fused is None:
-            fused = self._fused = _fused_entry()
+            fused = self._fused = _entry("fused")
         start = view.infl_start
         model = self.model
         if start is None:
@@ -323,7 +311,7 @@ class SFS:
             self._dist[:] = (self.last_est, self.last_est, self.last_est, self.last_est, float(self.last_est <= slo))
             return self._dist
         if self._ttft_dist is None:
-            self._ttft_dist = _dist_entry()
+            self._ttft_dist = _entry("dist")
         self._ttft_dist(self.last_est, self.last_s1, self.last_s2, self.last_steps, m.mult, self.dist_scale, self._nm,
                         self._cv, self._typ0, self._elapsed, float(slo), quantiles, self._dist)
         return self._dist
