@@ -97,6 +97,11 @@ class EstimateConfig:
     # the learned estimator's online training (retrain interval, window); one model per instance
     learned: LearnedConfig = field(default_factory=LearnedConfig)
     learned_train_on: Trace | None = None  # a recording the learned model is first trained on, then carried in
+    # ``lps``'s arrival rate: True = each instance's own EWMA of the arrivals routed to it before the query
+    # (as ``lps-mg``), False = the calibration traces' pooled mean rate (the paper's form); None = online on a
+    # reconstructed trace (``snapshots: reconstructed``), whose calibration pooled every replica's arrivals
+    # (often at full utilisation, where the paper's form answers one constant for every request)
+    online_lps: bool | None = None
 
 
 @dataclass
@@ -219,6 +224,14 @@ def trace_lengths(trace: Trace, reqs: pd.DataFrame, policy: str | None) -> Predi
     return predicted_lengths(reqs, policy, history=reqs.iloc[n_warm:] if n_warm else None)
 
 
+def lps_online(trace: Trace, cfg: EstimateConfig) -> bool:
+    """Whether ``lps`` takes the online arrival rate (``EstimateConfig.online_lps``; by default on a
+    reconstructed, request-level trace)."""
+    if cfg.online_lps is not None:
+        return cfg.online_lps
+    return trace.meta.get("snapshots") == "reconstructed"
+
+
 def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, BaselineParams | None]],
                    cfg: EstimateConfig, progress=None) -> EstimateResult:
     """``models`` maps each instance id to its batch-time profile and
@@ -229,6 +242,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
     if not (trace.has("steps") and trace.has("step_items") and trace.has("instances")):
         raise ValueError(f"{trace.path}: needs steps, step_items and instances tables to build snapshots")
     lengths = trace_lengths(trace, reqs, cfg.lengths)
+    online_lps = lps_online(trace, cfg)
     pred_total = np.array(lengths.tokens, dtype=np.int64)  # own copy: a column's array may view the true lengths
     ttft = reqs["ttft_s"].to_numpy(dtype=np.float64)
     rows, attr, floor_parts, floors = [], [], [], []
@@ -244,7 +258,7 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
             raise ValueError(f"no profile for instance {inst!r}")
         profile, params = models[inst]
         walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None, predicted=pred_total)
-        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, cache_aware=cfg.cache_aware,
+        ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, online_lps, cfg.cache_aware,
                       trainer=(carried(carry, inst) or OnlineTrainer(cfg.learned)) if n == "learned" else None)
                 for n in cfg.estimators]
         learners = [e for e in ests if isinstance(e, LearnedTTFT)]
@@ -309,6 +323,10 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         for name, c in raw_coverage.items():
             metrics["estimators"][name]["coverage_raw"] = c
     metrics["lengths"] = lengths.policy
+    if "lps" in cfg.estimators:
+        metrics["lps_arrival_rate"] = (f"online: each instance's EWMA (tau {cfg.ewma_tau_s:g} s) of the arrivals "
+                                       "routed to it before the query" if online_lps
+                                       else "the calibration traces' mean arrival rate")
     if cfg.score_window is not None:
         metrics["score_window"] = list(cfg.score_window)
     metrics["policies"] = {"lengths": lengths.record()}

@@ -94,7 +94,7 @@ def test_calibrate_validate_estimate_on_a_request_level_slice(slice_trace, tmp_p
     assert set(m["ttft"]["distribution"]) == {"mean", "p50", "p90", "p99"}
     assert open_trace(tmp_path / "v" / "twin").has("steps")
     assert (tmp_path / "v" / "ttft_cdf.png").stat().st_size > 1000
-    res = run_cli("estimate", slice_trace, "--profile", prof, "--estimators", "sfs,throughput",
+    res = run_cli("estimate", slice_trace, "--profile", prof, "--estimators", "sfs,throughput,lps",
                   "--out", tmp_path / "e")
     assert res.exit_code == 0, res.output
     assert "RECONSTRUCTED" in res.output
@@ -104,6 +104,13 @@ def test_calibrate_validate_estimate_on_a_request_level_slice(slice_trace, tmp_p
     measured = open_trace(slice_trace).read("requests").set_index("request_id")["ttft_s"]
     # scored against the MEASURED TTFT, not the twin's
     assert np.allclose(est["true_s"].to_numpy(), measured.loc[est["request_id"]].to_numpy())
+    # LPS takes the instance's own arrival rate before each query, not the calibration's pooled rate: its
+    # queueing term (the estimate less the query's own prefill) follows the load
+    assert m["lps_arrival_rate"].startswith("online")
+    lps = est[est["estimator"] == "lps"]
+    prompt = open_trace(slice_trace).read("requests").set_index("request_id")["prompt_tokens"]
+    wait = lps["est_s"].to_numpy() - prompt.loc[lps["request_id"]].to_numpy() / doc["derived"]["theta_pre_tokens_per_s"]
+    assert np.ptp(wait) > 1e-3
 
 
 def test_request_level_commands_refuse_a_trace_without_measured_ttft(slice_trace, tmp_path):
