@@ -80,13 +80,13 @@ class Release:
     small: tuple[int, int]  # the row for other GPUs, and for a device vLLM could not query
     async_default: bool  # on a GPU, when no option says otherwise
     batch_source: str  # path#line of the device table
-    async_source: str
+    async_source: str  # where SchedulerConfig has (or, before 0.10, lacks) async_scheduling
     block_source: str
 
 
 RELEASES: tuple[Release, ...] = (
     Release("0.8.5", ((70.0, False, 8192, 1024),), (2048, 256), False,
-            "vllm/engine/arg_utils.py#L1596", "vllm/engine/arg_utils.py (no async scheduler in 0.8.5)",
+            "vllm/engine/arg_utils.py#L1596", "vllm/config.py#L1821",
             "vllm/platforms/cuda.py#L142"),
     Release("0.10.1.1", ((70.0, True, 8192, 1024),), (2048, 256), False,
             "vllm/engine/arg_utils.py#L1638", "vllm/config/scheduler.py#L155", "vllm/platforms/cuda.py"),
