@@ -113,3 +113,17 @@ def test_vllm_bench_num_prompts_and_reqstats_num_requests(tmp_path):
     res = run_cli("trace", "import", "vllm-reqstats", d, "--out", out, "--allow-incomplete")
     assert res.exit_code == 0, res.output
     assert open_trace(out).meta["completeness"]["missing"] == 3
+
+
+def test_a_bad_completeness_or_engine_section_in_meta_json_is_refused_by_key(tmp_path):
+    src = _lmbench(tmp_path, range(252))
+    out = tmp_path / "t"
+    assert run_cli("trace", "import", "lmbench", src, "--run", "r9", "--out", out).exit_code == 0
+    meta_path = out / "meta.json"
+    good = json.loads(meta_path.read_text())
+    for key, value, fragment in (("completeness", {"status": "mostly"}, "completeness.status"),
+                                 ("completeness", {"status": "complete", "missing": -1}, "completeness.missing"),
+                                 ("engine", {"marks": {"max_num_seqs": "guessed"}}, "engine.marks.max_num_seqs"),
+                                 ("engine", {"accepted_unmodelled": "lmcache"}, "engine.accepted_unmodelled")):
+        meta_path.write_text(json.dumps({**good, key: value}))
+        assert_refused(run_cli("trace", "info", out), None, "meta.json", fragment)
