@@ -17,7 +17,17 @@ from harness.requestlevel.engine_options import (
 from tests.conftest import REPO, assert_refused, run_cli, shared
 from traces.importers.engine_settings import SETTINGS
 from traces.store import open_trace
-from traces.vllm_defaults import RELEASES, TREE, engine_defaults, gpu_class, release_for, table_rows
+from traces.vllm_defaults import (
+    BY_VERSION,
+    FALLBACK_VERSION,
+    RELEASES,
+    TREE,
+    engine_defaults,
+    gpu_class,
+    release_for,
+    table_rows,
+)
+from traces.vllm_versions import CHECKED_VLLM_VERSIONS
 
 
 def _reqstats_copy(tmp_path, edit) -> object:
@@ -150,6 +160,7 @@ def test_defaults_per_version_and_gpu_class():
     assert seqs("0.32.0", gpu_class(None)) == (2048, 256)  # vLLM's row when it cannot query the device
     assert release_for("0.9.2").release.version == "0.8.5" and "not tabulated" in release_for("0.9.2").how
     assert release_for(None).release.version == "0.32.0" and release_for("latest").release.version == "0.32.0"
+    assert FALLBACK_VERSION == CHECKED_VLLM_VERSIONS[-1] and FALLBACK_VERSION in BY_VERSION  # a checked version has a row
     assert [engine_defaults(r, h100)["async_scheduling"].value for r in RELEASES] == [False, False, True, True]
 
 

@@ -14,15 +14,18 @@ and the rule for a version or a GPU the trace does not state:
   device: the row for "other GPUs" (the code says so in a comment).
 
 ``docs/reference/engine-defaults.md`` prints the table
-(``tests/test_import_settings.py`` checks the page against it).
-Imports nothing of latroute: the importers and the harness both read it.
+(``tests/test_import_settings.py`` checks the page against it). The
+fallback version is the one the scheduler kernel was checked against
+(``traces.vllm_versions``). The importers and the harness both read it.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-FALLBACK_VERSION = "0.32.0"
+from traces.vllm_versions import CHECKED_VLLM_VERSIONS
+
+FALLBACK_VERSION = CHECKED_VLLM_VERSIONS[-1]
 USAGE_CONTEXT = "vllm serve (usage context OPENAI_API_SERVER)"
 TREE = "https://github.com/vllm-project/vllm/blob/v{v}/{path}"
 
