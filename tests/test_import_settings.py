@@ -119,7 +119,7 @@ def test_other_unmodelled_features_and_bad_accept_keys(tmp_path):
 
 def test_an_unknown_version_is_defaulted_to_032_and_a_stated_one_picks_its_row(tmp_path):
     def strip(meta):
-        del meta["vllm_version"]
+        del meta["vllm_version"], meta["started_at"]  # no version, and no date to bound it
         meta["resolved_config"]["scheduler_config"].pop("async_scheduling")
         meta["resolved_config"]["scheduler_config"].pop("max_num_seqs")
         meta["engine_kwargs"].pop("max_num_seqs")
@@ -139,6 +139,16 @@ def test_an_unknown_version_is_defaulted_to_032_and_a_stated_one_picks_its_row(t
     eng = open_trace(tmp_path / "b").meta["engine"]
     assert eng["marks"]["vllm_version"] == "given" and eng["settings"]["async_scheduling"] is False
     assert "0.10.1.1's defaults" in eng["sources"]["vllm_version"]
+    # no version but the run's date: the newest tabulated release published by then, inferred
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"date": "20250901-100000", "num_prompts": 2, "request_rate": 1.0,
+                                 "input_lens": [10, 20], "output_lens": [5, 6], "ttfts": [0.1, 0.2]}))
+    res = run_cli("trace", "import", "vllm-bench", bench, "--out", tmp_path / "c")
+    assert res.exit_code == 0, res.output
+    eng = open_trace(tmp_path / "c").meta["engine"]
+    assert (eng["settings"]["vllm_version"], eng["marks"]["vllm_version"]) == ("0.10.1.1", "inferred")
+    assert "a run on 2025-09-01 ran no release published later" in eng["sources"]["vllm_version"]
+    assert eng["settings"]["async_scheduling"] is False  # 0.10's default
 
 
 def test_defaults_per_version_and_gpu_class():
@@ -160,6 +170,9 @@ def test_defaults_per_version_and_gpu_class():
     assert seqs("0.32.0", gpu_class(None)) == (2048, 256)  # vLLM's row when it cannot query the device
     assert release_for("0.9.2").release.version == "0.8.5" and "not tabulated" in release_for("0.9.2").how
     assert release_for(None).release.version == "0.32.0" and release_for("latest").release.version == "0.32.0"
+    assert release_for(None, "2025-05-08").release.version == "0.8.5" and release_for(None, "2025-05-08").inferred
+    assert release_for(None, "2025-04-14").release.version == "0.8.5"  # before every row: the oldest
+    assert release_for("0.19.0", "2025-01-01").release.version == "0.19.0"  # a stated version wins
     assert FALLBACK_VERSION == CHECKED_VLLM_VERSIONS[-1] and FALLBACK_VERSION in BY_VERSION  # a checked version has a row
     assert [engine_defaults(r, h100)["async_scheduling"].value for r in RELEASES] == [False, False, True, True]
 

@@ -9,7 +9,11 @@ of vLLM's source at the release's tag), the GPU classes it tells apart,
 and the rule for a version or a GPU the trace does not state:
 
 - a version not tabulated takes the newest tabulated release at or before
-  it (said so); an unknown version is defaulted to ``FALLBACK_VERSION``;
+  it (said so);
+- with no version, the run's date bounds it: no server ran a release
+  published after the run, so the newest tabulated release published by
+  then is inferred (``Release.published``, from PyPI); with neither, the
+  version is defaulted to ``FALLBACK_VERSION``;
 - an unknown GPU takes vLLM's own fallback when it cannot query the
   device: the row for "other GPUs" (the code says so in a comment).
 
@@ -85,18 +89,22 @@ class Release:
     batch_source: str  # path#line of the device table
     async_source: str  # where SchedulerConfig has (or, before 0.10, lacks) async_scheduling
     block_source: str
+    published: str  # the day its first file reached PyPI (UTC): no run before it used it
 
 
 RELEASES: tuple[Release, ...] = (
     Release("0.8.5", ((70.0, False, 8192, 1024),), (2048, 256), False,
             "vllm/engine/arg_utils.py#L1596", "vllm/config.py#L1821",
-            "vllm/platforms/cuda.py#L142"),
+            "vllm/platforms/cuda.py#L142", "2025-04-28"),
     Release("0.10.1.1", ((70.0, True, 8192, 1024),), (2048, 256), False,
-            "vllm/engine/arg_utils.py#L1638", "vllm/config/scheduler.py#L155", "vllm/platforms/cuda.py"),
+            "vllm/engine/arg_utils.py#L1638", "vllm/config/scheduler.py#L155", "vllm/platforms/cuda.py",
+            "2025-08-20"),
     Release("0.19.0", ((70.0, True, 8192, 1024),), (2048, 256), True,
-            "vllm/engine/arg_utils.py#L2053", "vllm/config/vllm.py#L755", "vllm/config/cache.py#L34"),
+            "vllm/engine/arg_utils.py#L2053", "vllm/config/vllm.py#L755", "vllm/config/cache.py#L34",
+            "2026-04-03"),
     Release("0.32.0", ((160.0, False, 16384, 1024), (70.0, True, 8192, 1024)), (2048, 256), True,
-            "vllm/engine/arg_utils.py#L2923", "vllm/config/vllm.py#L1585", "vllm/config/cache.py#L72"),
+            "vllm/engine/arg_utils.py#L2923", "vllm/config/vllm.py#L1585", "vllm/config/cache.py#L72",
+            "2026-10-18"),
 )
 BY_VERSION = {r.version: r for r in RELEASES}
 
@@ -113,10 +121,26 @@ class VersionChoice:
     release: Release
     stated: str | None
     how: str
+    inferred: bool = False  # from the run's date, not stated
 
 
-def release_for(version: str | None) -> VersionChoice:
-    """The tabulated release for a trace's vLLM version (see the module docstring for the rule)."""
+def release_for(version: str | None, run_date: str | None = None) -> VersionChoice:
+    """The tabulated release for a trace's vLLM version (see the module docstring for the rule). With no
+    version but the run's date (``YYYY-MM-DD``), the newest tabulated release published by then: the
+    server cannot have run a later one."""
+    if (version is None or _key(version) is None) and run_date:
+        why = "the source states no vLLM version" if version is None else f"{version!r} is not a version number"
+        by_then = [r for r in RELEASES if r.published <= run_date]
+        later = [r for r in RELEASES if r.published > run_date]
+        if by_then:
+            r = by_then[-1]
+            after = f"; {later[0].version} was published {later[0].published}" if later else ""
+            return VersionChoice(r, None, f"{why}; a run on {run_date} ran no release published later: "
+                                          f"{r.version}'s defaults, the newest tabulated release by then "
+                                          f"(published {r.published}{after})", True)
+        r = RELEASES[0]
+        return VersionChoice(r, None, f"{why}; a run on {run_date} predates every tabulated release: "
+                                      f"{r.version}'s defaults, the oldest (published {r.published})", True)
     if version is None or _key(version) is None:
         why = "the source states no vLLM version" if version is None else f"{version!r} is not a version number"
         return VersionChoice(BY_VERSION[FALLBACK_VERSION], None,

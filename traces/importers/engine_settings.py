@@ -135,11 +135,13 @@ def found_in_settings(settings: dict, source: str) -> list[Found]:
 
 def assemble(stated: dict[str, Stated], overrides: dict, longest_tokens: int, path: str | Path,
              found: list[Found] = (), accepted: list[str] = (),
-             infer_kv: Callable[[int], tuple[int, str] | None] | None = None) -> EngineConfig:
+             infer_kv: Callable[[int], tuple[int, str] | None] | None = None,
+             run_date: str | None = None) -> EngineConfig:
     """Every setting of ``SETTINGS`` with its mark: ``--engine`` overrides (given), what the source states or
     implies, then vLLM's defaults for the trace's version and GPU; the KV size from ``infer_kv(block_size)``
-    when it can tell, else taken large enough never to bind. Unmodelled settings (``found``, and a
-    data-parallel size above 1 however stated) are refused unless ``accepted``."""
+    when it can tell, else taken large enough never to bind; with no version stated, the run's date
+    (``YYYY-MM-DD``) bounds it. Unmodelled settings (``found``, and a data-parallel size above 1 however
+    stated) are refused unless ``accepted``."""
     cfg = EngineConfig()
     for key, value in overrides.items():
         cfg.set(key, value, GIVEN, "--engine")
@@ -151,9 +153,9 @@ def assemble(stated: dict[str, Stated], overrides: dict, longest_tokens: int, pa
         found += found_in_settings(cfg.settings, cfg.sources.get("data_parallel_size", ""))
     lines, seen, notes = settle(found, list(accepted), path)
     cfg.not_modelled, cfg.accepted, cfg.notes = lines, seen, list(notes)
-    choice = release_for(cfg.settings.get("vllm_version"))
+    choice = release_for(cfg.settings.get("vllm_version"), run_date)
     if "vllm_version" not in cfg.settings:
-        cfg.set("vllm_version", choice.release.version, DEFAULTED, choice.how)
+        cfg.set("vllm_version", choice.release.version, INFERRED if choice.inferred else DEFAULTED, choice.how)
     elif choice.release.version != cfg.settings["vllm_version"]:
         cfg.sources["vllm_version"] += f"; defaults below from {choice.how}"
     gpu = gpu_class(cfg.settings.get("gpu"))
@@ -190,3 +192,12 @@ def assemble(stated: dict[str, Stated], overrides: dict, longest_tokens: int, pa
                     f"not state: taken large enough never to bind (max_num_seqs {seqs} x the longest request's "
                     f"{longest} blocks); give --engine num_kv_blocks=N, or search it in calibration")
     return cfg
+
+
+def run_day(epoch_s: float | None) -> str | None:
+    """The UTC day (``YYYY-MM-DD``) of a Unix time, None when there is none or it is not a plausible one."""
+    import datetime as dt
+
+    if epoch_s is None or not math.isfinite(epoch_s) or not 1e9 <= epoch_s <= 1e10:
+        return None
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).date().isoformat()

@@ -33,7 +33,7 @@ from traces.importers.common import (
     require_columns,
 )
 from traces.importers.completeness import Completeness, enforce, lmbench
-from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides
+from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides, run_day
 from traces.importers.unmodelled import Found, check_accept_keys
 from traces.limits import shown
 from traces.store import TraceWriter
@@ -88,6 +88,14 @@ def _run_engine(info: dict, runs: Path) -> tuple[dict[str, Stated], list[Found]]
     return stated, found
 
 
+def _run_date(info: dict) -> str | None:
+    """The run's day from runs.csv ``t0_launch_epoch`` (its first launch), when it has one."""
+    try:
+        return run_day(float(info.get("t0_launch_epoch") or "nan"))
+    except ValueError:
+        return None
+
+
 def _target_qps(info: dict, runs: Path) -> float | None:
     raw = info.get("target_qps")
     if raw is None or not str(raw).strip():
@@ -138,7 +146,7 @@ def import_lmbench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[
     info = _run_info(src, opts.run)
     stated, found = _run_engine(info, runs)
     cfg = assemble(stated, overrides, int((df["prompt_tokens"] + df["output_tokens"]).max()),
-                   runs if runs.exists() else src, found, accepted)
+                   runs if runs.exists() else src, found, accepted, run_date=_run_date(info))
     done: Completeness = lmbench(launch, _target_qps(info, runs), info.get("workload"))
     notes = enforce(done, opts.allow_incomplete, src, "launch_rel_s")
     order = np.argsort(arrival, kind="stable")

@@ -22,6 +22,7 @@ than the one the kernel follows) is refused by name unless accepted
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from traces.errors import BadInput
@@ -151,8 +152,10 @@ def stated_settings(meta: dict, path: Path) -> dict[str, Stated]:
 def engine_config(meta: dict, path: Path, overrides: dict, longest_tokens: int, accepted: list[str],
                   infer_kv) -> EngineConfig:
     """Every setting marked; ``infer_kv(block_size)`` gives (blocks, how) when the run shows its KV size."""
+    day = str(meta.get("started_at") or "")[:10]
     return assemble(stated_settings(meta, path), overrides, longest_tokens, path,
-                    unmodelled_features(meta, path), accepted, infer_kv)
+                    unmodelled_features(meta, path), accepted, infer_kv,
+                    run_date=day if re.match(r"^\d{4}-\d{2}-\d{2}$", day) else None)
 
 
 def kv_from_usage(pct: list[float], held_blocks: list[float]) -> tuple[int, str] | None:

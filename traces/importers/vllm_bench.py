@@ -161,6 +161,12 @@ def _stated_engine(doc: dict, src: Path) -> dict[str, Stated]:
     return out
 
 
+def _run_date(doc: dict) -> str | None:
+    """The run's day from the result's ``date`` (``YYYYMMDD-HHMMSS``, the client's local time)."""
+    m = re.match(r"^(\d{4})(\d{2})(\d{2})-", str(doc.get("date") or ""))
+    return f"{m.group(1)}-{m.group(2)}-{m.group(3)}" if m else None
+
+
 def _completeness(doc: dict, src: Path, n: int, failed: np.ndarray):
     """``num_prompts`` (else the arrays' length: they list failed requests too) against the requests served."""
     sent = doc.get("num_prompts")
@@ -200,7 +206,8 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
     ttft[failed] = np.nan
     done = _completeness(doc, src, n, failed)
     notes: list[str] = enforce(done, opts.allow_incomplete, src, "num_prompts" if "num_prompts" in doc else "errors")
-    cfg = assemble(_stated_engine(doc, src), overrides, int((prompt + output).max()), src, (), accepted)
+    cfg = assemble(_stated_engine(doc, src), overrides, int((prompt + output).max()), src, (), accepted,
+                   run_date=_run_date(doc))
     itl_sum = itl_lists = None
     if isinstance(doc.get("itls"), list):
         itl_lists = _itl_lists(_array(doc, "itls", src, n), src)
