@@ -79,7 +79,8 @@ def sources(root: Path) -> dict[str, tuple[list[Path], list]]:
     put("burstgpt", "BurstGPT_1.csv", _burstgpt())
     put("mooncake", "conversation_trace.jsonl", _head(shared("mooncake", "conversation_trace.jsonl"), ROWS // 2))
     lmb = shared("llmd_lmbench_per_request")
-    put("lmbench", "per_request.csv", _head(lmb / "per_request.csv", ROWS), ["--run", "r000"],
+    put("lmbench", "per_request.csv", _head(lmb / "per_request.csv", ROWS),
+        ["--run", "r000", "--accept-unmodelled", "lmcache", "--allow-incomplete"],
         {"runs.csv": _head(lmb / "runs.csv", 3)})
     put("vllm-bench", "bench.json", _bench())
     return out
@@ -141,7 +142,7 @@ def sources_index(root: Path) -> dict[str, tuple[list[Path], list]]:
     names = {"azure": ["AzureLLMInferenceTrace_conv.csv"], "burstgpt": ["BurstGPT_1.csv"],
              "mooncake": ["conversation_trace.jsonl"], "lmbench": ["per_request.csv", "runs.csv"],
              "vllm-bench": ["bench.json"]}
-    extra = {"lmbench": ["--run", "r000"]}
+    extra = {"lmbench": ["--run", "r000", "--accept-unmodelled", "lmcache", "--allow-incomplete"]}  # a slice of r000
     return {f: ([root / f / n for n in ns], extra.get(f, [])) for f, ns in names.items()}
 
 

@@ -184,10 +184,15 @@ def test_vllm_bench_fixture_schedule_start_times_and_unknown(tmp_path):
                        tmp_path / "mc")
     assert res.exit_code == 0 and r["arrival_s"].isna().all()
     assert open_trace(tmp_path / "mc").meta["arrivals"] == "unknown"
-    # failed requests keep their row, without a TTFT
-    res, r = do_import("vllm-bench", write(tmp_path, "err.json", json.dumps(bench_json(errors=["", "boom", "", ""]))),
-                       tmp_path / "err")
+    # a failed request makes the run incomplete: refused, naming it, unless --allow-incomplete; then it keeps
+    # its row, without a TTFT
+    err = write(tmp_path, "err.json", json.dumps(bench_json(errors=["", "boom", "", ""])))
+    assert_refused(run_cli("trace", "import", "vllm-bench", err, "--out", tmp_path / "err"), tmp_path / "err",
+                   "err.json: num_prompts: incomplete: 1 of 4", "1 failed (request 1 in send order)",
+                   "--allow-incomplete")
+    res, r = do_import("vllm-bench", err, tmp_path / "err", "--allow-incomplete")
     assert len(r) == 4 and r["ttft_s"].isna().tolist() == [False, True, False, False]
+    assert open_trace(tmp_path / "err").meta["completeness"]["missing"] == 1
 
 
 def test_lmbench_fixture_run_selection_and_sort(tmp_path):

@@ -63,9 +63,11 @@ def test_fixture_imports_with_aligned_clocks_and_named_sources(tmp_path):
     eng = t.meta["engine"]
     assert eng["settings"]["num_kv_blocks"] == 640 and eng["sources"]["num_kv_blocks"] == "--engine"
     assert eng["settings"]["max_num_seqs"] == 8 and "engine_kwargs.max_num_seqs" in eng["sources"]["max_num_seqs"]
-    assert eng["settings"]["async_scheduling"] is True and "default" in eng["sources"]["async_scheduling"]
+    assert eng["settings"]["async_scheduling"] is True and eng["marks"]["async_scheduling"] == "defaulted"
+    assert "v0.19.0/vllm/config/vllm.py" in eng["sources"]["async_scheduling"]  # the run's version's default
+    assert eng["marks"]["num_kv_blocks"] == "given" and eng["marks"]["max_num_seqs"] == "given"
     assert not any("async_scheduling" in w for w in eng["not_modelled"])  # the twin replays vLLM's async rules
-    assert "engine num_kv_blocks = 640  (--engine)" in res.output
+    assert "engine num_kv_blocks = 640  [given] --engine" in res.output
     assert t.meta["source"]["clock_alignment"]["offset_s"] == pytest.approx(CLIENT0 - ENGINE0)
 
 
@@ -79,7 +81,7 @@ def test_kv_blocks_inferred_from_usage_when_the_file_has_none(tmp_path):
     assert res.exit_code == 0, res.output
     eng = open_trace(tmp_path / "t").meta["engine"]
     assert eng["settings"]["num_kv_blocks"] == 22  # 161 tokens = 11 blocks of 16 at 50%
-    assert eng["sources"]["num_kv_blocks"].startswith("inferred: kv_cache_pct")
+    assert eng["marks"]["num_kv_blocks"] == "inferred" and eng["sources"]["num_kv_blocks"].startswith("kv_cache_pct")
 
 
 def test_bad_runs_are_refused_with_file_row_and_field(tmp_path):
@@ -98,30 +100,38 @@ def test_bad_runs_are_refused_with_file_row_and_field(tmp_path):
         (_run(tmp_path, meta={"resolved_config": {"scheduler_config": {"policy": "lifo"}}}, name="policy"),
          "meta.json: resolved_config.scheduler_config.policy: unknown scheduler policy 'lifo'"),
         (_run(tmp_path, meta={"resolved_config": {"scheduler_config": {"policy": "priority"}}}, name="prio"),
-         "the kernel models fcfs only"),
+         "priority scheduling policy is not modelled", "--accept-unmodelled policy"),
         (_run(tmp_path, series="t,running\n1,2\n", name="series"), "timeseries.csv:1: prompt_throughput: missing column"),
         (_run(tmp_path, series="t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,1,0,140\n",
               name="pct"), "timeseries.csv:2: kv_cache_pct: value '140' above the maximum 100"),
     ]
-    for k, (src, fragment) in enumerate(cases):
+    for k, (src, *fragments) in enumerate(cases):
         out = tmp_path / f"out{k}"
-        assert_refused(run_cli("trace", "import", "vllm-reqstats", src, "--out", out), out, fragment)
+        assert_refused(run_cli("trace", "import", "vllm-reqstats", src, "--out", out), out, *fragments)
     out = tmp_path / "outopt"
     assert_refused(run_cli("trace", "import", "vllm-reqstats", _run(tmp_path, name="opt"), "--out", out,
                            "--engine", "watermark=3"), out, "--engine")
     assert_refused(run_cli("trace", "import", "vllm-bench", _run(tmp_path, name="fmt") / "meta.json", "--out", out,
-                           "--engine", "num_kv_blocks=3"), out, "only with FORMAT vllm-reqstats")
+                           "--engine", "num_kv_blocks=3"), out, "input_lens: missing column")
+    assert_refused(run_cli("trace", "import", "azure", _run(tmp_path, name="az") / "meta.json", "--out", out,
+                           "--engine", "num_kv_blocks=3"), out, "--engine", "only with FORMAT vllm-reqstats")
 
 
-def test_unmodelled_scheduler_setting_is_named(tmp_path):
+def test_unmodelled_scheduler_setting_is_refused_unless_accepted(tmp_path):
     meta = {"resolved_config": {"scheduler_config": {"policy": "fcfs", "scheduler_reserve_full_isl": False,
                                                      "async_scheduling": False}}}
-    res = run_cli("trace", "import", "vllm-reqstats", _run(tmp_path, meta=meta), "--out", tmp_path / "t")
+    src = _run(tmp_path, meta=meta)
+    assert_refused(run_cli("trace", "import", "vllm-reqstats", src, "--out", tmp_path / "t"), tmp_path / "t",
+                   "resolved_config.scheduler_config.scheduler_reserve_full_isl", "--accept-unmodelled "
+                   "scheduler_reserve_full_isl")
+    res = run_cli("trace", "import", "vllm-reqstats", src, "--out", tmp_path / "t",
+                  "--accept-unmodelled", "scheduler_reserve_full_isl")
     assert res.exit_code == 0, res.output
     eng = open_trace(tmp_path / "t").meta["engine"]
-    assert eng["not_modelled"] == ["scheduler_config.scheduler_reserve_full_isl = false (the kernel follows true)"]
+    assert eng["accepted_unmodelled"] == ["scheduler_reserve_full_isl"]
+    assert eng["not_modelled"][0].startswith("resolved_config.scheduler_config.scheduler_reserve_full_isl = false")
     assert eng["settings"]["async_scheduling"] is False
-    assert "not modelled: scheduler_config.scheduler_reserve_full_isl" in res.output
+    assert "engine not modelled, accepted: resolved_config.scheduler_config.scheduler_reserve_full_isl" in res.output
 
 
 @needs_data
@@ -139,8 +149,10 @@ def test_real_gpu_runs_import(tmp_path):
     res = run_cli("trace", "import", "vllm-reqstats", P6000, "--out", tmp_path / "b")
     assert res.exit_code == 0, res.output
     e = open_trace(tmp_path / "b").meta["engine"]
-    assert e["sources"]["num_kv_blocks"].startswith("inferred: kv_cache_pct is 0 throughout")
-    assert e["sources"]["async_scheduling"] == "vLLM 0.19 default (GPU)" and e["settings"]["gpus"] == 2
+    assert e["marks"]["num_kv_blocks"] == "defaulted" and "never to bind" in e["sources"]["num_kv_blocks"]
+    assert "kv_cache_pct of timeseries.csv is 0 at most" in res.output
+    assert e["marks"]["async_scheduling"] == "defaulted" and "vLLM 0.19.0" in e["sources"]["async_scheduling"]
+    assert e["settings"]["gpus"] == 2
 
 
 @needs_data

@@ -14,6 +14,8 @@ from traces.errors import BadInput
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TIME_S, shown
 
 SOURCE_TEXT_KEYS = ("kind", "file", "dir", "vllm_version", "platform")
+ENGINE_MARKS = ("given", "inferred", "defaulted")  # traces.importers.engine_settings
+COMPLETENESS = ("complete", "incomplete", "unknown")  # traces.importers.completeness
 
 
 def _kind(v: Any) -> str:
@@ -63,3 +65,39 @@ def check_meta(meta: dict, path: Path) -> None:
         n = warm.get("warmup_requests")
         if n is not None and not _whole(n, 0, MAX_ID):
             raise BadInput(path, None, "warm_prefix.warmup_requests", f"must be a whole number >= 0, got {shown(n)}")
+    _check_engine(meta.get("engine"), path)
+    _check_completeness(meta.get("completeness"), path)
+
+
+def _check_engine(engine: Any, path: Path) -> None:
+    """``engine`` of a request-level import: settings with a mark each, and the unmodelled ones accepted."""
+    if engine is None:
+        return
+    if not isinstance(engine, dict):
+        raise BadInput(path, None, "engine", f"must be a JSON object, got a {_kind(engine)}: {shown(engine)}")
+    for key in ("settings", "marks", "sources"):
+        v = engine.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise BadInput(path, None, f"engine.{key}", f"must be a JSON object, got a {_kind(v)}: {shown(v)}")
+    for k, mark in (engine.get("marks") or {}).items():
+        if mark not in ENGINE_MARKS:
+            raise BadInput(path, None, f"engine.marks.{k}", f"must be one of {', '.join(ENGINE_MARKS)}, got {shown(mark)}")
+    for key in ("not_modelled", "accepted_unmodelled"):
+        v = engine.get(key)
+        if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
+            raise BadInput(path, None, f"engine.{key}", f"must be a list of strings, got {shown(v)}")
+
+
+def _check_completeness(done: Any, path: Path) -> None:
+    """``completeness``: whether the run logged every request it sent."""
+    if done is None:
+        return
+    if not isinstance(done, dict):
+        raise BadInput(path, None, "completeness", f"must be a JSON object, got a {_kind(done)}: {shown(done)}")
+    if done.get("status") not in COMPLETENESS:
+        raise BadInput(path, None, "completeness.status",
+                       f"must be one of {', '.join(COMPLETENESS)}, got {shown(done.get('status'))}")
+    for key in ("logged", "sent", "missing"):
+        v = done.get(key)
+        if v is not None and not _whole(v, 0, MAX_ID):
+            raise BadInput(path, None, f"completeness.{key}", f"must be a whole number >= 0 or null, got {shown(v)}")

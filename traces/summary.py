@@ -51,6 +51,10 @@ def _summarize(trace: Trace) -> dict[str, Any]:
         "arrivals": trace.meta.get("arrivals"),
         "tables": {name: con.execute(f"select count(*) from {name}").fetchone()[0] for name in trace.tables},
     }
+    if trace.meta.get("completeness"):
+        info["completeness"] = trace.meta["completeness"]
+    if trace.meta.get("engine"):
+        info["engine"] = _engine_summary(trace.meta["engine"])
     if trace.has("requests"):
         n, t_min, t_max = con.execute("select count(*), min(arrival_s), max(arrival_s) from requests").fetchone()
         if t_min is not None:
@@ -88,6 +92,31 @@ def _summarize(trace: Trace) -> dict[str, Any]:
         info["steps"] = {"count": row[0], "first_start_s": row[1], "last_end_s": row[2], "mean_duration_s": row[3]}
     con.close()
     return info
+
+
+def _engine_summary(engine: dict) -> dict[str, Any]:
+    """How the trace's engine settings are known: how many given, inferred, defaulted (which ones), and
+    the unmodelled settings its import accepted."""
+    marks = engine.get("marks") or {}
+    settings = engine.get("settings") or {}
+    out: dict[str, Any] = {k: sorted(s for s, m in marks.items() if m == k) for k in ("given", "inferred", "defaulted")}
+    for key in ("vllm_version", "gpu"):
+        if key in settings:
+            out[key] = {"value": settings[key], "mark": marks.get(key)}
+    out["accepted_unmodelled"] = list(engine.get("accepted_unmodelled") or [])
+    out["not_modelled"] = list(engine.get("not_modelled") or [])
+    return out
+
+
+def _completeness_line(done: dict) -> str:
+    status, logged, sent, missing = done.get("status"), done.get("logged"), done.get("sent"), done.get("missing")
+    if status == "complete":
+        return f"complete: {logged} of {sent} sent logged"
+    if status == "incomplete":
+        of = f"{missing} of {sent}" if sent is not None else f"at least {missing}"
+        return (f"{of} missing ({logged} logged" + (f"; {done['where']}" if done.get("where") else "") + ")"
+                + ("; imported with --allow-incomplete" if done.get("allowed") else ""))
+    return f"unknown ({logged} logged; {done.get('how') or 'the run size is not stated'})"
 
 
 def _prefix_summary(trace: Trace, recorded: bool) -> dict[str, Any]:
@@ -135,6 +164,18 @@ def format_summary(info: dict[str, Any]) -> str:
                          + (f", recorded {_fmt(p['recorded_hit_rate'])}" if "recorded_hit_rate" in p else ""))
         if info.get("tasks"):
             lines.append("tasks          " + ", ".join(f"{k} {v:,}" for k, v in info["tasks"].items()))
+    if info.get("completeness"):
+        lines.append("completeness   " + _completeness_line(info["completeness"]))
+    if info.get("engine"):
+        e = info["engine"]
+        about = ", ".join(f"{k.replace('_', ' ')} {_fmt(e[k]['value'])} ({e[k]['mark']})"
+                          for k in ("vllm_version", "gpu") if k in e)
+        lines.append("engine         " + (about + "; " if about else "")
+                     + ", ".join(f"{len(e[k])} {k}" for k in ("given", "inferred", "defaulted"))
+                     + (f" (defaulted: {', '.join(e['defaulted'])})" if e["defaulted"] else ""))
+        if e["accepted_unmodelled"]:
+            lines.append("not modelled   " + ", ".join(e["accepted_unmodelled"])
+                         + " (accepted at import: every result from this trace carries it)")
     if info.get("instances"):
         lines.append("instances      " + ", ".join(info["instances"]))
     if "steps" in info:

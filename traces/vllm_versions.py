@@ -4,6 +4,8 @@ The kernel reimplements vLLM V1's scheduling rules; every recorded batch of
 ``shared/data/vllm_cpu`` (vLLM 0.32.0) is reproduced. A recording from
 another version may follow other rules, so ``validate`` says so instead of
 letting a decision-agreement figure below 100% look like a kernel bug.
+A request log that names no vLLM version is given the newest checked
+version's defaults (``traces.vllm_defaults``).
 """
 from __future__ import annotations
 

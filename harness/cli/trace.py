@@ -28,6 +28,7 @@ from traces.tasks import DEFAULT_MIX, parse_mix
 # inside their commands so that ``trace ... --help`` and ``trace info`` start fast. Mirrors
 # traces.importers.common.
 DEFAULT_CHUNK_ROWS = 500_000
+REQUEST_LEVEL_FORMATS = ("vllm-reqstats", "vllm-bench", "lmbench")  # measured requests of a served engine
 
 
 def open_trace(path: Path):
@@ -237,13 +238,23 @@ def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, a
 @click.option("--run", help="lmbench: the run_id to import (one trace per run).")
 @click.option("--seed", type=SEED, help="vllm-bench: seed of the benchmark's arrival schedule (default: from the file, else 0).")
 @click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
-              help="vllm-reqstats: an engine setting the run's meta.json lacks or that replaces it (repeatable; "
-                   "e.g. num_kv_blocks=4000).")
+              help="vllm-reqstats, vllm-bench, lmbench: an engine setting the source lacks or that replaces it "
+                   "(repeatable; e.g. num_kv_blocks=4000, vllm_version=0.8.5, gpu=H100, tensor_parallel_size=4). "
+                   "Every setting is printed as given, inferred or defaulted.")
+@click.option("--accept-unmodelled", "accept_unmodelled", multiple=True, metavar="KEY",
+              help="vllm-reqstats, vllm-bench, lmbench: import a run whose engine used a feature latroute does not "
+                   "model (data_parallel_size, enable_expert_parallel, speculative_config, enable_lora, "
+                   "kv_offloading, lmcache, kv_transfer_config, policy, ...), refused otherwise; every result from "
+                   "the trace carries it (repeatable).")
+@click.option("--allow-incomplete", is_flag=True,
+              help="vllm-reqstats, vllm-bench, lmbench: import a run that logged fewer requests than it sent "
+                   "(refused otherwise: the missing are rarely a random sample).")
 @click.option("--chunk-rows", type=COUNT, default=DEFAULT_CHUNK_ROWS, show_default=True,
               help="Rows per chunk (memory bound).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool, run: str | None,
-            seed: int | None, engine_opts: tuple[str, ...], chunk_rows: int, force: bool) -> None:
+            seed: int | None, engine_opts: tuple[str, ...], accept_unmodelled: tuple[str, ...],
+            allow_incomplete: bool, chunk_rows: int, force: bool) -> None:
     """Import a public trace format into a latroute trace.
 
     \b
@@ -262,6 +273,14 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
       latroute trace import vllm-record shared/data/vllm_cpu/d1_tinya_poisson_r3 --out d1
       latroute trace import lmbench per_request.csv --run r042 --out r042
       latroute trace import vllm-reqstats shared/data/vllm_gpu_llmservingsim/RTX4090_Llama-3.1-8B --out r4090
+      latroute trace import lmbench per_request.csv --run r209 --allow-incomplete --out r209
+
+    \b
+    The request-level formats (vllm-reqstats, vllm-bench, lmbench) print every
+    engine setting as given, inferred (how) or defaulted (vLLM's default for the
+    trace's version and GPU), refuse an engine feature latroute does not model
+    unless --accept-unmodelled, and refuse a run that logged fewer requests than
+    it sent unless --allow-incomplete.
     """
     from traces.outputs import check_out
 
@@ -270,10 +289,13 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
     from traces.importers.common import ImportOptions
 
     src_size = src.stat().st_size if src.is_file() else 0
-    if engine_opts and fmt != "vllm-reqstats":
-        raise BadOption("--engine", f"only with FORMAT vllm-reqstats (a {fmt} import has no engine configuration)")
+    for name, given in (("--engine", engine_opts), ("--accept-unmodelled", accept_unmodelled),
+                        ("--allow-incomplete", allow_incomplete)):
+        if given and fmt not in REQUEST_LEVEL_FORMATS:
+            raise BadOption(name, f"only with FORMAT {', '.join(REQUEST_LEVEL_FORMATS)} (a {fmt} import has no "
+                                  "engine configuration or run size)")
     opts = ImportOptions(model=model, run=run, seed=seed, keep_failed=keep_failed, chunk_rows=chunk_rows,
-                         engine=engine_opts)
+                         engine=engine_opts, accept_unmodelled=accept_unmodelled, allow_incomplete=allow_incomplete)
     t = time.perf_counter()
     if sys.stderr.isatty() and src_size > (32 << 20):
         with click.progressbar(length=src_size, label=f"importing {src.name}", file=sys.stderr) as bar:
@@ -281,8 +303,8 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
             rows, notes = import_trace(fmt, src, out, opts, force=force)
     else:
         rows, notes = import_trace(fmt, src, out, opts, force=force)
-    for note in notes:
-        click.echo(f"note: {note}")
+    for note in notes:  # the engine's settings print as they are, one per line; the rest are notes
+        click.echo(note if note.startswith("engine ") else f"note: {note}")
     click.echo(f"wrote {out}: " + ", ".join(f"{k} {v:,}" for k, v in rows.items())
                + f" in {time.perf_counter() - t:.2f} s")
 

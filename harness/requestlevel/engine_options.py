@@ -1,56 +1,63 @@
-"""The engine behind a request-level trace: what the trace does not say.
+"""The engine behind a request-level trace: every setting marked.
 
-A per-request trace (vLLM ``benchmark_serving`` results, LMBench CSVs, a
-production log) records arrivals, lengths and measured TTFTs but neither
-the engine's steps nor its configuration. To replay it on the twin we need
-an ``InstanceConfig``; it comes, in increasing priority, from
+A per-request trace (vLLM's per-request stats, ``vllm bench serve``
+results, LMBench CSVs, a production log) records arrivals, lengths and
+measured TTFTs but neither the engine's steps nor, mostly, its
+configuration. To replay it on the twin we need an ``InstanceConfig``; each
+of its settings comes from, in increasing priority,
 
-1. ``REQUEST_TRACE_DEFAULTS`` below,
-2. the ``engine`` section that ``calibrate --from-requests`` writes into
-   a profile's ``fitted_on`` (so ``validate --profile P`` needs nothing else),
-3. what the trace itself states (``meta.json`` ``engine.settings``, from
-   ``trace import vllm-reqstats``: the run's own engine configuration),
-4. ``--engine KEY=VALUE`` options (any ``InstanceConfig`` field).
+1. ``REQUEST_TRACE_DEFAULTS`` below: only for a trace imported before its
+   settings were marked (``REQUEST_TRACE_DEFAULT_SOURCES`` says why each);
+2. the settings the trace's import *defaulted* (``meta.json`` ``engine``
+   with ``marks``: vLLM's documented default for the trace's version and
+   GPU, ``traces.vllm_defaults``; or the assumption taken where vLLM has
+   none, as for the KV cache size);
+3. the ``engine`` section that ``calibrate --from-requests`` writes into
+   a profile's ``fitted_on`` (so ``validate --profile P`` needs nothing else);
+4. what the trace *gives* or *infers* (its own configuration, or what the
+   import derived from the run, saying how);
+5. ``--engine KEY=VALUE`` options (any ``InstanceConfig`` field).
 
-Defaults and why (the A100 ``benchmark_serving`` runs of April 2025 name
-no vLLM version; the ``.commands`` files start ``vllm serve`` with no
-scheduler flags, and the image of mid-April 2025 is vLLM 0.8.x):
+``request_engine_marked`` returns the configuration with each setting's
+mark (given / inferred / defaulted) and where it came from, so a command
+can print them (``engine_lines``); ``trace_caveats`` is what results made
+from the traces must carry (unmodelled settings accepted at import, runs
+that logged fewer requests than they sent). Unknown settings (the budget,
+``max_num_seqs``) can be searched by ``calibrate --from-requests
+--search-engine``. The front end in front of the engine
+(``harness.requestlevel.frontend``: a constant overhead, fitted, and one
+serial queue of admissions and output deliveries at measured costs per
+request and per delivered token) travels in the profile too.
+
+Why ``REQUEST_TRACE_DEFAULTS`` holds what it holds (the A100
+``benchmark_serving`` runs of April 2025, imported before settings were
+marked, name no vLLM version; their ``.commands`` files start ``vllm
+serve`` with no scheduler flags, and the image of mid-April 2025 is vLLM
+0.8.x):
 
 - ``policy vllm-v1``: 0.8.0 (March 2025) made the V1 engine the default
   for supported models; Llama-3 and DeepSeek-V2 both were.
-- ``max_num_batched_tokens 2048`` and ``max_num_seqs 256``: V1's defaults
-  for the OpenAI server in 0.8 on a GPU that is not an H100/H200
-  (``EngineArgs._set_default_args_v1``: 8192 for ``vllm serve`` on
-  H100/H200, 2048 elsewhere; 16384 / 8192 for the ``LLM`` class), chunked
-  prefill always on in V1.
-- Prefix caching: V1 turns it on by default. The benchmark re-sends the
-  same 200 prompts at every rate on the same server, in the order 1, 4, 16
-  q/s, all at once, so every run after the first finds its prompts cached
-  (the all-at-once run prefills 42.7k prompt tokens of a 70B model in
-  0.45 s, 13 PFLOP/s, five times what 8 A100s can compute: only the
-  cached prompts explain it). Request-level commands take
-  ``--prefix-cache warm`` (``calibrate --warm TRACE``) for such runs.
+- ``max_num_batched_tokens 2048`` and ``max_num_seqs 256``: vLLM's
+  defaults for ``vllm serve`` on a GPU under 70 GiB (an A100-40GB),
+  chunked prefill always on in V1 (``docs/reference/engine-defaults.md``).
+- Prefix caching off in the twin: the benchmark re-sends the same 200
+  prompts at every rate on the same server, so every run after the first
+  finds its prompts cached; a request-level trace names no prompt blocks,
+  so that cache is modelled by hits given outright (``--prefix-cache
+  warm``, ``calibrate --warm TRACE``), not by the block cache.
 - ``block_size 16``: vLLM's CUDA default.
 - ``num_kv_blocks 26000``: Llama-3.3-70B in bf16 on 8 x A100-40GB with
   ``gpu_memory_utilization`` 0.9 keeps about 288 GB, of which ~140 GB are
   weights and a few GB activations and CUDA graphs, leaving ~135 GB for
   KV; one token costs 80 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes =
-  320 KiB, so ~420k tokens = ~26k blocks of 16. The 200-request runs hold
-  at most ~100k tokens, so the exact figure does not bind here; other
-  deployments should say theirs.
-- ``max_model_len 131072``: Llama-3.x's context (the front end refuses
-  longer prompts; none of these traces come close).
-
-Unknown settings (the budget, ``max_num_seqs``) can be searched by
-``calibrate --from-requests --search-engine``. The front end in front of
-the engine (``harness.requestlevel.frontend``: a constant overhead, fitted, and one
-serial queue of admissions and output deliveries at measured costs per
-request and per delivered token) travels in the profile too.
+  320 KiB, so ~420k tokens = ~26k blocks of 16.
+- ``max_model_len 131072``: Llama-3.x's context.
 """
+
 from __future__ import annotations
 
 import math
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
@@ -62,6 +69,42 @@ from traces.errors import BadOption
 REQUEST_TRACE_DEFAULTS = InstanceConfig(
     instance_id="i0", model="", gpus=8, policy="vllm-v1", max_num_batched_tokens=2048, max_num_seqs=256,
     block_size=16, num_kv_blocks=26_000, max_model_len=131_072, prefix_caching=False)
+
+_FALLBACK = "latroute's fallback for a trace whose import marked no settings"
+REQUEST_TRACE_DEFAULT_SOURCES = {
+    "gpus": f"{_FALLBACK}: 8, the A100 runs' tensor x pipeline parallel size",
+    "policy": f"{_FALLBACK}: vLLM V1's scheduler, the default since vLLM 0.8.0",
+    "max_num_batched_tokens": f"{_FALLBACK}: vLLM's vllm serve default on a GPU under 70 GiB (A100-40GB)",
+    "max_num_seqs": f"{_FALLBACK}: vLLM's vllm serve default on a GPU under 70 GiB (A100-40GB)",
+    "block_size": f"{_FALLBACK}: vLLM's CUDA default",
+    "num_kv_blocks": f"{_FALLBACK}: Llama-3.3-70B bf16 on 8 x A100-40GB at gpu_memory_utilization 0.9",
+    "max_model_len": f"{_FALLBACK}: Llama-3.x's context",
+    "prefix_caching": f"{_FALLBACK}: off in the twin (request logs name no prompt blocks; --prefix-cache warm)",
+    "chunked_prefill": f"{_FALLBACK}: always on in vLLM V1",
+    "long_prefill_token_threshold": f"{_FALLBACK}: vLLM's default (off)",
+    "async_scheduling": f"{_FALLBACK}: off (vLLM 0.8's V1 had no async scheduler)",
+}
+GIVEN, INFERRED, DEFAULTED = "given", "inferred", "defaulted"  # as traces.importers.engine_settings marks them
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How one replayed setting is known: given, inferred or defaulted, and from where."""
+
+    mark: str
+    how: str
+
+
+class StatedEngine(dict):
+    """What traces state of their engine (``trace_engine``): the given and inferred settings as a dict (they
+    override a profile's fitted engine), ``marks`` saying how each is known, and ``defaults``, the settings
+    the imports defaulted, each (value, Mark) (they go under a profile's fitted engine)."""
+
+    def __init__(self, stated: dict, marks: dict[str, Mark], defaults: dict[str, tuple]):
+        super().__init__(stated)
+        self.marks = marks
+        self.defaults = defaults
+
 
 _MAX_SETTING = 2**31 - 1
 _FIELDS = {f.name: f for f in fields(InstanceConfig)}
@@ -116,43 +159,110 @@ def parse_search_options(items: tuple[str, ...] | list[str]) -> dict:
     return grid
 
 
-def trace_engine(traces: list) -> dict:
-    """The engine settings the traces themselves state (``meta.json`` ``engine.settings``, written by
-    ``trace import vllm-reqstats``), as ``InstanceConfig`` fields: settings the kernel has no field for
-    are left out (``async_scheduling`` is one it has: a GPU run replays with vLLM's async rules unless
-    ``--engine async_scheduling=false``). Traces that state different values
-    for one setting are refused (calibrate the runs of one engine together, or give ``--engine``)."""
+def trace_engine(traces: list) -> StatedEngine:
+    """The engine settings the traces state (``meta.json`` ``engine``, written by ``trace import`` of a
+    request-level format), as ``InstanceConfig`` fields: settings the kernel has no field for are left out
+    (``async_scheduling`` is one it has: a GPU run replays with vLLM's async rules unless ``--engine
+    async_scheduling=false``). Given and inferred settings must agree across the traces (refused
+    otherwise: calibrate the runs of one engine together, or give ``--engine``); a defaulted setting that
+    differs takes the largest value (a default the import derived from each run's own requests, such as a
+    KV size large enough never to bind, differs by run). A trace imported before settings were marked has
+    ``settings`` only: they are taken as given."""
     from traces.errors import BadInput
 
     out: dict = {}
+    marks: dict[str, Mark] = {}
+    defaults: dict[str, tuple] = {}
     first: dict = {}
     for t in traces:
-        settings = ((t.meta.get("engine") or {}).get("settings") or {})
+        engine = t.meta.get("engine") or {}
+        settings, kinds, sources = engine.get("settings") or {}, engine.get("marks") or {}, engine.get("sources") or {}
         for k, v in settings.items():
             if k not in _FIELDS or k in _SKIP:
+                continue
+            kind = kinds.get(k, GIVEN)
+            how = f"{t.path.name}: {sources.get(k, 'meta.json engine.settings')}"
+            if kind == DEFAULTED:
+                if k not in defaults or _larger(v, defaults[k][0]):
+                    defaults[k] = (v, Mark(DEFAULTED, how))
                 continue
             if k in out and out[k] != v:
                 raise BadInput(t.path / "meta.json", None, f"engine.settings.{k}",
                                f"{v} but {first[k]} states {out[k]}: calibrate one engine's traces together "
                                f"(or give --engine {k}=N)")
             out.setdefault(k, v)
+            marks.setdefault(k, Mark(kind, how))
             first.setdefault(k, t.path)
-    return out
+    return StatedEngine(out, marks, {k: d for k, d in defaults.items() if k not in out})
+
+
+def _larger(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return bool(a) and not bool(b)
+    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b
+
+
+def request_engine_marked(profile: BatchTimeProfile | None, options: dict | None = None,
+                          base: InstanceConfig = REQUEST_TRACE_DEFAULTS,
+                          stated: dict | None = None) -> tuple[InstanceConfig, dict[str, Mark]]:
+    """The replayed engine and how each of its settings is known: ``base`` (``REQUEST_TRACE_DEFAULTS``), the
+    traces' defaulted settings, the profile's fitted engine, the traces' given and inferred settings
+    (``trace_engine``), then explicit options."""
+    kw: dict = {}
+    marks: dict[str, Mark] = ({k: Mark(DEFAULTED, why) for k, why in REQUEST_TRACE_DEFAULT_SOURCES.items()}
+                              if base is REQUEST_TRACE_DEFAULTS else {})
+    stated_marks = stated.marks if isinstance(stated, StatedEngine) else {}
+    if isinstance(stated, StatedEngine):
+        for k, (v, m) in stated.defaults.items():
+            kw[k], marks[k] = v, m
+    if profile is not None:
+        searched = bool((profile.fitted_on.get("request_fit") or {}).get("engine_searched"))
+        how = f"profile {profile.name}'s fitted engine" + (" (searched in calibration)" if searched else "")
+        for k, v in (profile.fitted_on.get("engine") or {}).items():
+            if k in _FIELDS and k not in _SKIP:
+                kw[k], marks[k] = v, Mark(INFERRED, how)
+    for k, v in (stated or {}).items():
+        kw[k], marks[k] = v, stated_marks.get(k, Mark(GIVEN, "the trace's meta.json engine.settings"))
+    for k, v in (options or {}).items():
+        kw[k], marks[k] = v, Mark(GIVEN, "--engine")
+    try:
+        return replace(base, **kw), marks
+    except (TypeError, ValueError) as e:
+        raise BadOption("--engine", str(e)) from None
 
 
 def request_engine(profile: BatchTimeProfile | None, options: dict | None = None,
                    base: InstanceConfig = REQUEST_TRACE_DEFAULTS, stated: dict | None = None) -> InstanceConfig:
-    """Defaults, then the profile's fitted engine, then what the trace states (``trace_engine``), then
-    explicit options."""
-    kw = {}
-    if profile is not None:
-        kw.update({k: v for k, v in (profile.fitted_on.get("engine") or {}).items() if k in _FIELDS and k not in _SKIP})
-    kw.update(stated or {})
-    kw.update(options or {})
-    try:
-        return replace(base, **kw)
-    except (TypeError, ValueError) as e:
-        raise BadOption("--engine", str(e)) from None
+    """``request_engine_marked`` without the marks."""
+    return request_engine_marked(profile, options, base, stated)[0]
+
+
+def engine_lines(engine: InstanceConfig, marks: dict[str, Mark]) -> list[str]:
+    """One line per replayed setting: its value, mark and source (what a request-level command prints)."""
+    return [f"engine {k} = {_fmt(getattr(engine, k))}  [{m.mark}] {m.how}" for k, m in sorted(marks.items())
+            if hasattr(engine, k)]
+
+
+def _fmt(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def trace_caveats(traces: list) -> dict:
+    """What every result made from these traces must carry: the unmodelled settings their imports accepted
+    (``meta.json`` ``engine.accepted_unmodelled`` and ``engine.not_modelled``) and the runs that logged fewer
+    requests than they sent (``completeness``, imported with ``--allow-incomplete``)."""
+    out: dict = {"accepted_unmodelled": [], "not_modelled": [], "incomplete": []}
+    for t in traces:
+        engine = t.meta.get("engine") or {}
+        for k in engine.get("accepted_unmodelled") or []:
+            if k not in out["accepted_unmodelled"]:
+                out["accepted_unmodelled"].append(k)
+        out["not_modelled"] += [f"{t.path.name}: {w}" for w in engine.get("not_modelled") or []]
+        done = t.meta.get("completeness") or {}
+        if done.get("status") == "incomplete":
+            out["incomplete"].append({"trace": str(t.path), "sent": done.get("sent"), "logged": done.get("logged"),
+                                      "missing": done.get("missing")})
+    return out
 
 
 def virtual_engines(profile: BatchTimeProfile | None) -> int:

@@ -3,6 +3,13 @@
 Each importer reads its source in chunks (bounded memory), names the file,
 row and column of anything it refuses, and writes through a TraceWriter so
 a refused input leaves nothing behind.
+
+The request-level formats (vllm-reqstats, vllm-bench, lmbench: logs of an
+engine that served the requests) also mark every engine setting given,
+inferred or defaulted (``engine_settings``, over ``traces.vllm_defaults``),
+refuse engine features the kernel does not model unless accepted
+(``unmodelled``), and refuse a run that logged fewer requests than it sent
+unless allowed (``completeness``). Importers import ``traces`` only.
 """
 from __future__ import annotations
 

@@ -36,7 +36,9 @@ class ImportOptions:
     run: str | None = None  # lmbench: run id to import
     seed: int | None = None  # vllm-bench: seed of the arrival schedule
     keep_failed: bool = False  # burstgpt: keep zero-response (failed) rows
-    engine: tuple[str, ...] = ()  # vllm-reqstats: KEY=VALUE engine settings the run's meta.json lacks or overrides
+    engine: tuple[str, ...] = ()  # request-level formats: KEY=VALUE engine settings the source lacks or overrides
+    accept_unmodelled: tuple[str, ...] = ()  # request-level formats: unmodelled settings to import anyway
+    allow_incomplete: bool = False  # import a run that logged fewer requests than it sent
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     progress: Callable[[int], None] | None = None  # called with bytes of the source read so far
 

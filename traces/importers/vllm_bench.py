@@ -17,6 +17,14 @@ versions, so arrival times come from, in order of preference:
    gaps every request and rescales the last time to n/rate;
 3. otherwise arrivals are unknown: ``arrival_s`` is null and meta.json says
    ``arrivals: unknown``.
+
+The per-request arrays list every request the client sent, failed ones
+included (with an error and no TTFT); ``num_prompts`` says how many were
+sent. A run with failed or missing requests is refused unless
+``--allow-incomplete`` (``traces.importers.completeness``): the failed are
+rarely a random sample. The engine settings the file implies (the GPU of
+``_gpu_type``, the parallel sizes of a ``tpN_ppM`` file name) and vLLM's
+defaults for the rest are marked in meta.json (``engine_settings``).
 """
 from __future__ import annotations
 
@@ -29,12 +37,16 @@ import pandas as pd
 
 from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, require_file
+from traces.importers.completeness import counted, enforce, ranges
+from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides
+from traces.importers.unmodelled import check_accept_keys
 from traces.jsonio import read_json
 from traces.limits import MAX_EPOCH_S, shown
 from traces.store import TraceWriter
 
 BENCHMARK_DEFAULT_SEED = 0
 _SEED_RE = re.compile(r"--seed[= ]+(\d+)")
+_PARALLEL_RE = re.compile(r"(?<![a-z])tp(\d+)_pp(\d+)(?![0-9])", re.I)
 MIN_RATE, MAX_RATE = 1e-6, 1e9  # requests/s: outside, the drawn gaps overflow or underflow a float
 
 
@@ -130,8 +142,51 @@ def _itl_lists(itls: list, src: Path) -> list:
     return out
 
 
+def _stated_engine(doc: dict, src: Path) -> dict[str, Stated]:
+    """What the file says of its server: the GPU (``_gpu_type``, or ``gpu``), the tensor and pipeline
+    parallel sizes from a ``tpN_ppM`` in its recorded source name (or its own)."""
+    out: dict[str, Stated] = {}
+    for key in ("_gpu_type", "gpu"):
+        v = doc.get(key)
+        if isinstance(v, str) and v.strip():
+            out["gpu"] = Stated(v.strip()[:200], GIVEN, f"{src.name} {key}")
+            break
+    for name in (doc.get("_source_file"), src.name):
+        m = _PARALLEL_RE.search(str(name or ""))
+        if m:
+            how = f"the run's name {shown(Path(str(name)).name, 80)} says tp{m.group(1)}_pp{m.group(2)}"
+            out["tensor_parallel_size"] = Stated(max(1, int(m.group(1))), INFERRED, how)
+            out["pipeline_parallel_size"] = Stated(max(1, int(m.group(2))), INFERRED, how)
+            break
+    return out
+
+
+def _run_date(doc: dict) -> str | None:
+    """The run's day from the result's ``date`` (``YYYYMMDD-HHMMSS``, the client's local time)."""
+    m = re.match(r"^(\d{4})(\d{2})(\d{2})-", str(doc.get("date") or ""))
+    return f"{m.group(1)}-{m.group(2)}-{m.group(3)}" if m else None
+
+
+def _completeness(doc: dict, src: Path, n: int, failed: np.ndarray):
+    """``num_prompts`` (else the arrays' length: they list failed requests too) against the requests served."""
+    sent = doc.get("num_prompts")
+    if sent is not None:
+        sent = int(json_number(sent, "num_prompts", src, None, integer=True))
+        how = "the file's num_prompts"
+    else:
+        sent, how = n, "the file's per-request arrays, which list failed requests too"
+    where = []
+    if failed.any():
+        where.append(f"{int(failed.sum())} failed (request {ranges(np.flatnonzero(failed))} in send order)")
+    if sent > n:
+        where.append(f"{sent - n} not in the file")
+    return counted(sent, n - int(failed.sum()), how, "; ".join(where))
+
+
 def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[str]:
     require_file(src)
+    overrides = parse_engine_overrides(opts.engine)
+    accepted = check_accept_keys(opts.accept_unmodelled)
     doc = read_json(src, "file")
     if not isinstance(doc, dict):
         raise BadInput(src, 1, "file", "not a JSON object (expected a benchmark result)")
@@ -149,12 +204,15 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
         raise BadInput(src, None, "errors", f"has {len(errors)} entries but input_lens has {n}")
     failed = np.array([bool(e) for e in errors])
     ttft[failed] = np.nan
+    done = _completeness(doc, src, n, failed)
+    notes: list[str] = enforce(done, opts.allow_incomplete, src, "num_prompts" if "num_prompts" in doc else "errors")
+    cfg = assemble(_stated_engine(doc, src), overrides, int((prompt + output).max()), src, (), accepted,
+                   run_date=_run_date(doc))
     itl_sum = itl_lists = None
     if isinstance(doc.get("itls"), list):
         itl_lists = _itl_lists(_array(doc, "itls", src, n), src)
         itl_sum = np.array([np.nan if x is None else float(sum(x)) for x in itl_lists])
 
-    notes: list[str] = []
     rate = _rate(doc.get("request_rate"), src)
     burstiness = _burstiness(doc, src)
     order = np.arange(n)
@@ -204,4 +262,6 @@ def import_vllm_bench(src: Path, writer: TraceWriter, opts: ImportOptions) -> li
                              "backend": doc.get("backend"), "date": doc.get("date"),
                              "failed": int(failed.sum()), "arrival_schedule": how}
     writer.meta["arrivals"] = kind
-    return notes
+    writer.meta["engine"] = cfg.to_meta()
+    writer.meta["completeness"] = done.to_meta()
+    return notes + cfg.lines()

@@ -40,8 +40,11 @@ import pandas as pd
 from traces.errors import BadInput
 from traces.frame_checks import validate_frame
 from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
-from traces.importers.reqstats_engine import engine_config, kv_from_usage, parse_engine_overrides
+from traces.importers.completeness import UNKNOWN, Completeness, counted, enforce, ranges
+from traces.importers.engine_settings import parse_engine_overrides
+from traces.importers.reqstats_engine import engine_config, kv_from_usage
 from traces.importers.reqstats_kv import held_blocks, peak_blocks
+from traces.importers.unmodelled import check_accept_keys
 from traces.jsonio import read_json
 from traces.limits import MAX_EPOCH_S, shown
 from traces.schema import ENGINE_SERIES, REQUESTS
@@ -61,6 +64,7 @@ def import_vllm_reqstats(src: Path, writer: TraceWriter, opts: ImportOptions) ->
         raise BadInput(src, None, "file", "a vllm-reqstats source is a run directory "
                                           "(requests.jsonl, timeseries.csv, meta.json)")
     overrides = parse_engine_overrides(opts.engine)
+    accepted = check_accept_keys(opts.accept_unmodelled)
     meta_path = src / "meta.json"
     require_file(meta_path)
     meta = read_json(meta_path, "file")
@@ -74,22 +78,22 @@ def import_vllm_reqstats(src: Path, writer: TraceWriter, opts: ImportOptions) ->
     eng = {k: raw[k] + offset - origin for k in ENGINE_ORDER}  # engine stamps on the trace's clock
     prompt, output = raw["input_toks"].to_numpy(np.float64), raw["output_toks"].to_numpy(np.float64)
 
-    def infer_kv(block_size: int) -> tuple[int, str]:
+    def infer_kv(block_size: int) -> tuple[int, str] | None:
         args = (eng["scheduled_ts"].to_numpy(), eng["first_token_ts"].to_numpy(), eng["last_token_ts"].to_numpy(),
                 prompt, output, block_size)
         usage = kv_from_usage(series["kv_cache_pct"].tolist(), held_blocks(series["t_s"].to_numpy(), *args).tolist())
         if usage is not None:
             return usage[0], (f"kv_cache_pct of timeseries.csv against the blocks the requests held "
                               f"({usage[1]}, block_size {block_size})")
-        peak = peak_blocks(*args)
-        seqs = int(meta.get("engine_kwargs", {}).get("max_num_seqs") or 256)
-        longest = int(np.ceil((prompt + output).max() / block_size))
-        return seqs * longest, (f"kv_cache_pct is {float(series['kv_cache_pct'].max()):g} throughout (not reported), "
-                                f"so the size is bounded from below only: the requests held at most {peak} blocks; "
-                                f"taken as max_num_seqs {seqs} x the longest request ({longest} blocks), "
-                                "so the KV cache never binds, as nothing in the run shows it did")
+        kv_notes.append(f"the KV size cannot be inferred: kv_cache_pct of timeseries.csv is "
+                        f"{float(series['kv_cache_pct'].max()):g} at most (not reported); the requests held at "
+                        f"most {peak_blocks(*args)} blocks at once")
+        return None
 
-    cfg = engine_config(meta, meta_path, overrides, infer_kv)
+    kv_notes: list[str] = []
+    cfg = engine_config(meta, meta_path, overrides, int((prompt + output).max()), accepted, infer_kv)
+    done = _completeness(meta, meta_path, raw, lines)
+    notes_done = enforce(done, opts.allow_incomplete, meta_path, "num_requests")
     arrival = raw["arrival_time"].to_numpy(np.float64) - origin
     requests = pd.DataFrame({
         "request_id": raw["request_id"].to_numpy(np.int64),
@@ -117,12 +121,26 @@ def import_vllm_reqstats(src: Path, writer: TraceWriter, opts: ImportOptions) ->
                              "engine_kwargs": meta.get("engine_kwargs"), "clock_alignment": align}
     writer.meta["arrivals"] = "measured"
     writer.meta["engine"] = cfg.to_meta()
+    writer.meta["completeness"] = done.to_meta()
     notes = [f"clocks aligned: engine + {offset:.6f} s = client (the smallest offset putting every queued_ts at or "
              f"after its arrival_time); queued lags arrival by {1e3 * float(np.median(lag)):.1f} ms median, "
              f"{1e3 * float(lag.max()):.1f} ms at most; trace clock from {origin_from}"]
     if (order != np.arange(len(order))).any():
         notes.append("requests sorted by arrival_time")
-    return notes + cfg.lines()
+    return notes + notes_done + cfg.lines() + kv_notes
+
+
+def _completeness(meta: dict, path: Path, raw: pd.DataFrame, lines: np.ndarray) -> Completeness:
+    """The run's ``num_requests`` (how many its client sent) against the requests logged; the missing named
+    by request number when the ids number them."""
+    sent = meta.get("num_requests")
+    logged = len(raw)
+    if sent is None:
+        return Completeness(UNKNOWN, logged, how="meta.json states no num_requests")
+    sent = int(json_number(sent, "num_requests", path, None, integer=True))
+    ids = raw["request_id"].to_numpy(np.int64)
+    gaps = np.setdiff1d(np.arange(sent), ids) if logged < sent and ids.max() < sent else np.zeros(0, np.int64)
+    return counted(sent, logged, "meta.json num_requests", f"request ids {ranges(gaps)}" if gaps.size else "")
 
 
 def _request_id(value, path: Path, line: int) -> str:
