@@ -185,3 +185,64 @@ def replica_seed(seed: int, k: int) -> int:
     """The noise seed of replica ``k``'s twin: its own stream (replica 0
     keeps ``seed``, so one replica replays as one engine does)."""
     return seed if k == 0 else int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
+
+
+def fleet_spec(pool_ref, replicas: int | None, assign: str | None, seeds: int, given: set[str],
+               fitted: dict | None = None, fitted_source: str = "", writes: tuple[str, ...] | None = None):
+    """The fleet a command's options state, and the pool when one is given.
+
+    ``given``: the fleet options typed (``--pool``, ``--replicas``,
+    ``--assign``, ``--assign-seeds``); ``fitted``: the profile's
+    ``fitted_on.fleet`` (validate, estimate), taken when neither a pool nor
+    a replica count is given (``--assign`` and ``--assign-seeds`` then
+    restate its assignment); ``writes``: the names of the profile a
+    calibration writes (a pool for it must name that profile). Returns
+    ``(FleetSpec or None, Pool or None)``; None: one engine."""
+    if pool_ref is not None and replicas is not None:
+        raise BadOption("--replicas", "the pool's entries give the replica count: give --pool or --replicas, not both")
+    restated = {o for o in ("--assign", "--assign-seeds") if o in given}
+    if pool_ref is None and replicas is None:
+        spec = FleetSpec.from_json(fitted, fitted_source) if fitted else None
+        if spec is None:
+            if restated:
+                raise BadOption(sorted(restated)[0], "only with a fleet of several replicas (--replicas N, --pool FILE, "
+                                                     "or a profile fitted on one)")
+            return None, None
+        return FleetSpec(spec.replicas, assign or spec.assign, seeds if "--assign-seeds" in given else spec.seeds,
+                         spec.source, stated=True), None
+    pool = None
+    if pool_ref is not None:
+        spec, pool = _pool_spec(pool_ref, assign, seeds, writes)
+    else:
+        spec = FleetSpec(check_replicas(replicas), assign, seeds, "--replicas", stated=True)
+    if spec.replicas == 1 and restated:
+        raise BadOption(sorted(restated)[0], f"{spec.source} gives one replica: there is no assignment to state")
+    return spec, pool
+
+
+def _pool_spec(ref, assign: str | None, seeds: int, writes: tuple[str, ...] | None):
+    """A pool of one model's identical replicas as a fleet."""
+    from dataclasses import asdict
+
+    from harness.twin.pools import load_pool
+
+    pool = load_pool(ref, serial_frontend=True, profiles=writes is None)
+    insts = pool.instances
+    for key in ("model", "profile"):
+        names = sorted({getattr(c, key) for c in insts})
+        if len(names) > 1:
+            raise BadInput(ref, None, f"instances.{key}", f"names {', '.join(map(repr, names))}: a request log is "
+                                                          "replayed on one model's replicas, sharing one profile")
+    if writes is not None and insts[0].profile not in writes:
+        raise BadInput(ref, None, "instances.profile", f"names {insts[0].profile!r}, but this calibration writes "
+                                                       f"{writes[0]}: a pool for it names the profile it fits")
+    first = {k: v for k, v in asdict(insts[0]).items() if k != "instance_id"}
+    for c in insts[1:]:
+        other = {k: v for k, v in asdict(c).items() if k != "instance_id"}
+        diff = sorted(k for k in first if first[k] != other[k])
+        if diff:
+            raise BadInput(ref, None, f"instances.{diff[0]}", f"{insts[0].instance_id} and {c.instance_id} differ: "
+                                                              "the replicas of a request log are replayed alike")
+    entry = {k: getattr(insts[0], k) for k, src in (pool.sources[0] if pool.sources else {}).items()
+             if src == "pool entry"}
+    return FleetSpec(len(insts), assign, seeds, f"pool {ref}", engine=entry, stated=True), pool

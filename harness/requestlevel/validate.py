@@ -20,6 +20,7 @@ import pandas as pd
 from estimators.accuracy import error_summary
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
+from harness.requestlevel.fleet import FleetSpec
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.replay import replay_requests
 from harness.requestlevel.request_trace import PREFIX_CACHE, RequestTrace, tpot_of, window_mask  # noqa: F401 (kept importable from here)
@@ -82,6 +83,7 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
         "tpot_true_s": tpot_of(rec, ttft_m, fin_m), "tpot_twin_s": tpot_of(rec, ttft_t, fin_t),
         "e2e_true_s": (fin_m - arr) if fin_m is not None else np.nan, "e2e_twin_s": fin_t - arr,
         "preemptions_twin": res.requests["preemptions"].to_numpy(),
+        "instance_twin": res.requests["instance_id"].to_numpy(),
     })
     with np.errstate(invalid="ignore", divide="ignore"):
         per["ape"] = np.abs(per["ttft_twin_s"] - per["ttft_true_s"]) / per["ttft_true_s"]
@@ -100,8 +102,78 @@ def validate_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Insta
         "tpot": compare(sc["tpot_true_s"].to_numpy(), sc["tpot_twin_s"].to_numpy()),
         "e2e": compare(sc["e2e_true_s"].to_numpy(dtype=np.float64), sc["e2e_twin_s"].to_numpy()),
         "rejected_twin": res.extra.get("rejected", 0),
+        "fleet": res.extra.get("fleet"),
     }
     return RequestValidation(metrics, per, res)
+
+
+@dataclass
+class AssignmentValidation:
+    """A validation of one trace under each distinct assignment of a
+    fleet's seeds (one run when the log names its instances, when the fleet
+    is one engine, or when every seed gives one partition)."""
+
+    runs: list[RequestValidation]
+    seeds: int  # the seeds the runs stand for
+
+    @property
+    def median(self) -> RequestValidation:
+        """The run whose TTFT mean error is the median (the lower of two)."""
+        order = sorted(range(len(self.runs)), key=lambda i: (_err(self.runs[i].metrics, "ttft", "mean"), i))
+        return self.runs[order[(len(order) - 1) // 2]]
+
+    def spread(self) -> dict | None:
+        """min/median/max over the runs of the headline errors (None for one engine)."""
+        fleet = self.runs[0].metrics.get("fleet")
+        if fleet is None:
+            return None
+        out = {"replicas": fleet["replicas"], "assign": fleet["assign"], "seeds": self.seeds,
+               "distinct_assignments": len(self.runs)}
+        for key, q in SPREAD:
+            v = np.array([_err(r.metrics, key, q) for r in self.runs], dtype=np.float64)
+            v = v[np.isfinite(v)]
+            if v.size:
+                out[f"{key}_{q}_error"] = [float(v.min()), float(np.median(v)), float(v.max())]
+        return out
+
+
+SPREAD = (("ttft", "mean"), ("ttft", "p90"), ("ttft", "mape"), ("tpot", "mean"), ("e2e", "mean"))
+
+
+def _err(m: dict, key: str, q: str) -> float:
+    c = m.get(key) or {}
+    if not c.get("n"):
+        return float("nan")
+    if q == "mape":
+        return float(c["mape"])
+    e = c["distribution"][q]["error"]
+    return float("nan") if e is None else float(e)
+
+
+def validate_assignments(rts: list[RequestTrace], profile: BatchTimeProfile, engine: InstanceConfig,
+                         overhead_s: float, seeds: int = 1, **kw) -> AssignmentValidation:
+    """``validate_requests`` of each of ``rts`` (one trace under each
+    assignment, ``RequestTrace.under``)."""
+    return AssignmentValidation([validate_requests(rt, profile, engine, overhead_s, **kw) for rt in rts], seeds)
+
+
+def format_assignments(v: AssignmentValidation) -> list[str]:
+    """The median run's lines and, for a fleet, the spread over its assignments."""
+    lines = format_request_metrics(v.median.metrics)
+    s = v.spread()
+    if s is None:
+        return lines
+    served = v.median.metrics["fleet"].get("requests_per_replica", {})
+    head = (f"fleet   {s['replicas']} replicas, assignment {s['assign']}: " +
+            ("the log's own" if s["assign"] == "logged" else
+             f"{s['seeds']} seed(s), {s['distinct_assignments']} distinct assignment(s)")
+            + (f"; requests per replica {'/'.join(str(c) for c in served.values())}" if served else ""))
+    lines.append(head)
+    if s["distinct_assignments"] > 1:
+        lines.append("        over the assignments, min/median/max: " + "  ".join(
+            f"{key.upper()} {q} {'/'.join(f'{100 * x:+.1f}' for x in s[f'{key}_{q}_error'])}%"
+            for key, q in SPREAD if f"{key}_{q}_error" in s))
+    return lines
 
 
 def format_request_metrics(m: dict) -> list[str]:
@@ -121,13 +193,25 @@ def format_request_metrics(m: dict) -> list[str]:
 def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, engine_opts: tuple[str, ...],
                            noise: bool, seed: int, out, force: bool, echo,
                            prefix_cache: str = "cold",
-                           score_window: tuple[float, float] | None = None) -> RequestValidation:
+                           score_window: tuple[float, float] | None = None,
+                           fleet: FleetSpec | None = None, frontend: FrontEnd | None = None,
+                           overhead_s: float | None = None) -> RequestValidation:
     """``validate`` on a request-level trace: checks, replay, metrics.json,
     requests.parquet, ttft_cdf.png (measured vs twin TTFT CDFs) and the
-    twin's trace (with steps) under twin/."""
+    twin's trace (with steps) under twin/.
+
+    ``fleet``: the replicas the log came from (``--pool``, ``--replicas``;
+    None: the profile's fit's fleet, else one engine); ``frontend`` and
+    ``overhead_s``: a pool's (None: the profile's). A fleet whose log does
+    not name its instances is scored under each distinct assignment of its
+    seeds (the median run's figures, the spread beside them), and the
+    replicas the run's completions imply are found (``active_replicas``): a
+    run that part of the fleet served is replayed on that part, the full
+    fleet's figures shown beside."""
     import time
     from pathlib import Path
 
+    from harness.requestlevel.active_replicas import ActiveReplicas, implied_replicas
     from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
@@ -137,22 +221,50 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
         trace_engine,
         virtual_engines,
     )
+    from harness.requestlevel.fleet import LOGGED, logged_instances
     from harness.twin.simulation import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
     from traces.outputs import StagedDir, write_json, write_parquet
     from traces.store import TraceWriter
 
-    options = parse_engine_options(engine_opts)
+    spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()
+    options = {**spec.engine, **parse_engine_options(engine_opts)}
     engine = request_engine(profile, options, stated=trace_engine([trace]))
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    under = rt.under(spec)  # a fleet the log contradicts is refused here, before any replay
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}",
                       profile)
+    fe = frontend if frontend is not None else frontend_of(profile)
+    ov = overhead_s if overhead_s is not None else frontend_overhead(profile)
+    ve = virtual_engines(profile)
+    kw = {"record_steps": True, "noise": noise, "seed": seed, "virtual_engines": ve, "frontend": fe,
+          "score_window": score_window}
     t = time.perf_counter()
-    v = validate_requests(rt, profile, engine, frontend_overhead(profile), record_steps=True, noise=noise, seed=seed,
-                          virtual_engines=virtual_engines(profile), frontend=frontend_of(profile),
-                          score_window=score_window)
+    full = validate_assignments(under, profile, engine, ov, spec.seeds, **kw)
+    chosen, active = full, None
+    logged = logged_instances(rt.requests, rt.source)
+    if logged is not None:
+        m_inst = int(logged.max()) + 1
+        active = ActiveReplicas(max(spec.replicas, m_inst) if spec.stated else m_inst, m_inst, True,
+                                "named by the log's instance_id column")
+    elif under[0].fleet is not None and under[0].fleet.assign != LOGGED:
+        fins = [r.twin.requests["finish_s"].to_numpy(dtype=np.float64) + ov for r in full.runs]
+        active = implied_replicas(rt, spec, profile, engine, ov, ve, fe, fins)
+        if active.partial:
+            from dataclasses import replace
+
+            chosen = validate_assignments(rt.under(replace(spec, replicas=active.implied)), profile, engine, ov,
+                                          spec.seeds, **kw)
+    v = chosen.median
     m = v.metrics
+    m["fleet_spec"] = spec.to_json()
+    m["assign_seeds"] = chosen.spread()
+    if active is not None:
+        m["active_replicas"] = active.to_json()
+    if chosen is not full:
+        m["full_fleet"] = {"replicas": spec.replicas, "assign_seeds": full.spread(),
+                           **{k: full.median.metrics[k] for k in ("ttft", "tpot", "e2e")}}
     from harness.requestlevel.engine_view import engine_view, format_engine_view, has_engine_stamps
 
     if has_engine_stamps(rt.requests):  # a vLLM run's own stats (vllm-reqstats): the engine's definitions too
@@ -174,11 +286,20 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
          f"{1e3 * m['frontend_overhead_s']:.1f} ms + {1e3 * m['frontend']['per_request_s']:.2f} ms per request "
          f"and {1e3 * m['frontend'].get('per_output_s', 0.0):.3f} ms per delivered token queued, "
          f"{m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+    echo(f"fleet: {spec.replicas} replica(s) ({spec.source})"
+         + (f", assignment {spec.assign} ({spec.seeds} seed(s))" if spec.assign and logged is None else "")
+         + (", each request's instance named by the log" if logged is not None else ""))
+    if active is not None:
+        echo(active.line())
     if score_window is not None:
         echo(f"scored: requests {score_window[0]:g}:{score_window[1]:g} by arrival ({m['scored_requests']} of "
              f"{m['requests']}); the twin replayed all of them")
-    for line in format_request_metrics(m):
+    for line in format_assignments(chosen):
         echo(line)
+    if chosen is not full:
+        echo(f"the full fleet ({spec.replicas} replicas), beside:")
+        for line in format_assignments(full):
+            echo("  " + line)
     if "engine_view" in m:
         for line in format_engine_view(m["engine_view"]):
             echo(line)
