@@ -281,3 +281,11 @@ def test_validate_and_estimate_with_a_pool_of_replicas(tmp_path):
     assert a["reconstructions"] == 3 and len(a["estimators"]["sfs"]["mape"]) == 3
     lo, mid, hi = a["estimators"]["sfs"]["mape"]
     assert lo <= mid <= hi
+
+
+def test_the_command_lines_choices_are_the_fleets():
+    from harness.cli import fleet_options as cli
+    from harness.requestlevel import fleet
+
+    assert cli.ASSIGN_CHOICES == fleet.ASSIGN and cli.MAX_REPLICAS == fleet.MAX_REPLICAS
+    assert cli.DEFAULT_SEEDS == fleet.DEFAULT_SEEDS
