@@ -289,3 +289,32 @@ def test_the_command_lines_choices_are_the_fleets():
 
     assert cli.ASSIGN_CHOICES == fleet.ASSIGN and cli.MAX_REPLICAS == fleet.MAX_REPLICAS
     assert cli.DEFAULT_SEEDS == fleet.DEFAULT_SEEDS
+
+
+def test_a_warm_fleet_reconstructs_with_each_replicas_cache(tmp_path):
+    """Warm replicas each warm their own prompts: the reconstruction holds
+    both warm-ups (ids unique across replicas, on one clock, before the
+    trace). A replica whose prompts do not fit in its cache has its hits
+    handed over while the other's are cached, and estimators still read it."""
+    from dataclasses import replace
+
+    from harness.requestlevel.fleet import FleetSpec
+    from harness.requestlevel.reconstruct import write_reconstruction
+    from traces.store import open_trace
+
+    log = _synthetic(tmp_path / "log", 40, 20.0, 2)
+    prof = _profile(tmp_path / "p.json", engine=ENGINE)
+    res = run_cli("estimate", log, "--profile", prof, "--replicas", "2", "--assign", "random", "--assign-seeds", "2",
+                  "--prefix-cache", "warm", "--estimators", "sfs", "--out", tmp_path / "e")
+    assert res.exit_code == 0, res.output  # seed 1 splits the prompts 16/24: 24 do not fit in 640 blocks
+    rt = RequestTrace.of(open_trace(log)).warmed("warm").under(FleetSpec(2, "random", 1, "x", stated=True))[0]
+    big = replace(REQUEST_TRACE_DEFAULTS, **{**ENGINE, "num_kv_blocks": 4000})
+    write_reconstruction(rt, profile_of(PROFILE, "p"), big, 0.01, tmp_path / "recon", "log")
+    t = open_trace(tmp_path / "recon")
+    reqs, steps = t.read("requests"), t.read("steps")
+    warm = reqs[reqs["ttft_s"].isna()]
+    assert len(warm) == 40 and reqs["request_id"].is_unique  # every prompt warmed once, on its own replica
+    assert set(warm["instance_id"]) == {"i0-r0", "i0-r1"}
+    first = reqs.loc[reqs["ttft_s"].notna(), "arrival_s"].min()
+    assert (warm["arrival_s"] < first).all() and (steps["start_s"] >= 0).all()
+    assert set(t.read("step_items")["request_id"]) <= set(reqs["request_id"])

@@ -101,12 +101,16 @@ def merge_replicas(parts: list[tuple[int, np.ndarray, TwinResult]], n: int, flee
     served = {k: int(len(rows)) for k, rows, _ in parts}
     extra = {"rejected": sum(p.extra.get("rejected", 0) for _, _, p in parts),
              "shed": sum(p.extra.get("shed", 0) for _, _, p in parts),
-             "warmup": pd.concat(warms, ignore_index=True), "time_shift_s": shift,
+             "warmup": pd.concat(warms, ignore_index=True).sort_values("arrival_s", kind="stable", ignore_index=True),
+             "time_shift_s": shift,
              "warm_hits": hits.pop() if len(hits) == 1 else "engine cache on some replicas, outright on others",
              "deliveries": ({"rounds": max(d["rounds"] for d in deliveries),
                              "unsettled_s": max(d["unsettled_s"] for d in deliveries)} if deliveries else None),
              "fleet": {**fleet.to_json(), "requests_per_replica": served}}
-    return TwinResult(requests=pd.concat(reqs).sort_index().reset_index(drop=True), log=StepLog.concat(logs),
+    merged = pd.concat(reqs).sort_index().reset_index(drop=True)
+    if "hash_ids" in merged:  # a replica whose warm set did not fit had its hits handed over: its prompts name no blocks
+        merged["hash_ids"] = [h if isinstance(h, list | np.ndarray) else None for h in merged["hash_ids"]]
+    return TwinResult(requests=merged, log=StepLog.concat(logs),
                       instances=pd.concat([p.instances for _, _, p in parts], ignore_index=True),
                       sim_end_s=max(p.sim_end_s + shift - p.extra["time_shift_s"] for _, _, p in parts),
                       steps_run=sum(p.steps_run for _, _, p in parts), extra={**first.extra, **extra},

@@ -208,6 +208,7 @@ def load_pool(name_or_path: str | Path, serial_frontend: bool = False, profiles:
     sources: list[dict[str, str]] = []
     frontends: list[dict | None] = []
     overheads: dict[str, float] = {}  # profile -> its fitted overhead
+    fits: dict = {}  # profile reference -> its request-level fit (None: not one)
     for i, inst in enumerate(doc["instances"], start=1):
         if not isinstance(inst, dict):
             raise BadInput(path, i, "instances", "not an object")
@@ -235,7 +236,9 @@ def load_pool(name_or_path: str | Path, serial_frontend: bool = False, profiles:
         unknown = set(inst) - known
         if unknown:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
-        fitted = _fitted(inst["profile"], known) if profiles else None
+        if profiles and inst["profile"] not in fits:  # read once per profile (a pool names one for many entries)
+            fits[inst["profile"]] = _fitted(inst["profile"], known)
+        fitted = fits.get(inst["profile"]) if profiles else None
         source = {k: "pool entry" for k in inst if k not in _NOT_ENGINE}
         frontend = None
         if fitted is not None:
