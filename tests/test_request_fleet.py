@@ -318,3 +318,13 @@ def test_a_warm_fleet_reconstructs_with_each_replicas_cache(tmp_path):
     first = reqs.loc[reqs["ttft_s"].notna(), "arrival_s"].min()
     assert (warm["arrival_s"] < first).all() and (steps["start_s"] >= 0).all()
     assert set(t.read("step_items")["request_id"]) <= set(reqs["request_id"])
+
+
+def test_calibrate_replays_the_logs_own_assignment_without_being_told(tmp_path):
+    """A log naming each request's instance is a fleet's log whatever the
+    options say: its assignment is replayed by the fit as by validate."""
+    logged = _synthetic(tmp_path / "log", 80, 30.0, 2, "random", logged=True)
+    engine = sum((["--engine", f"{k}={v}"] for k, v in ENGINE.items()), [])
+    res = run_cli("calibrate", "--from-requests", logged, "--max-evals", "4", *engine, "--out", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    assert "fleet   2 replicas, assignment logged: the log's own" in res.output

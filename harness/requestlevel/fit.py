@@ -319,7 +319,10 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     engine = request_engine(None, options, stated=trace_engine(opened))
     rts = [RequestTrace.of(t).warmed("warm" if str(p) in warm_set else "cold").windowed(fit_window)
            for p, t in zip(paths, opened)]
-    groups = [rt.under(fleet) if fleet else [rt] for rt in rts]  # each trace under each assignment of its fleet
+    from harness.requestlevel.fleet import FleetSpec
+
+    # each trace under each assignment of its fleet (a log naming its instances: its own)
+    groups = [rt.under(fleet or FleetSpec()) for rt in rts]
     require_decode_input(rts)
     refuse_unservable(engine, [r.requests["prompt_tokens"] for r in rts], [r.requests["output_tokens"] for r in rts],
                       options)
