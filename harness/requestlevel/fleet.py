@@ -32,8 +32,9 @@ requests depends on when requests finish: ``harness.requestlevel.fleet_replay``
 decides it on the twin itself. A replica count of 0 and a log that names
 more instances than the fleet has are refused before any work.
 
-This module is free of the twin: it holds the settings, the assignments
-that need no engine, and the checks against a log.
+This module holds the settings (from the options, a pool or a profile's
+fit: ``fleet_spec``), the assignments that need no engine, and the checks
+against a log; it replays nothing.
 """
 from __future__ import annotations
 
