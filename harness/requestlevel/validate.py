@@ -171,7 +171,7 @@ def format_assignments(v: AssignmentValidation) -> list[str]:
     lines.append(head)
     if s["distinct_assignments"] > 1:
         lines.append("        over the assignments, min/median/max: " + "  ".join(
-            f"{key.upper()} {q} {'/'.join(f'{100 * x:+.1f}' for x in s[f'{key}_{q}_error'])}%"
+            f"{key.upper()} {q} {'/'.join(f'{100 * x:.1f}' if q == 'mape' else f'{100 * x:+.1f}' for x in s[f'{key}_{q}_error'])}%"
             for key, q in SPREAD if f"{key}_{q}_error" in s))
     return lines
 
