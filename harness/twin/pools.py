@@ -62,7 +62,7 @@ class Pool:
     state_urls: tuple[str | None, ...] = ()  # per instance, its state feed when not at its url; () when none says
     # per instance, where each engine setting that is not InstanceConfig's default came from: "pool entry" or
     # "profile P's fit"; () for the built-in pools
-    sources: tuple[dict[str, str], ...] = ()
+    sources: tuple[dict[str, str], ...] = field(default=(), compare=False)  # provenance, not the pool's content
     # per instance, the serial front end its profile's fit assumed (``fitted_on.request_fit.frontend``, None:
     # none, or the entry keeps only the overhead); () when no entry's profile has one
     frontends: tuple[dict | None, ...] = ()
