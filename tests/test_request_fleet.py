@@ -184,6 +184,8 @@ def test_bad_fleets_are_refused_in_one_line(tmp_path):
         (["validate", plain, "--profile", prof, "--replicas", "1", "--assign", "random"], "--assign",
          "one replica"),
         (["estimate", plain, "--profile", prof, "--replicas", "2", "--assign-seeds", "3"], "--assign"),
+        (["validate", logged, "--profile", prof, "--replicas", "2", "--assign-seeds", "3"], "--assign-seeds",
+         "no seeds to draw"),
     ]
     for args, *frags in cases:
         target = tmp_path / "p2.json" if args[0] == "calibrate" else out

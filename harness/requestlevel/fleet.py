@@ -38,7 +38,7 @@ against a log; it replays nothing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -81,6 +81,7 @@ class FleetSpec:
     source: str = "one replica (default)"
     engine: dict = field(default_factory=dict)
     stated: bool = False  # replicas said by the user (an option, a pool, a profile), not the default
+    seeds_stated: bool = False  # --assign-seeds typed (refused on a log that names its instances: nothing to draw)
 
     def to_json(self) -> dict:
         return {"replicas": self.replicas, "assign": self.assign, "assign_seeds": self.seeds, "source": self.source}
@@ -159,6 +160,9 @@ def check_against_log(spec: FleetSpec, logged: np.ndarray, reqs: pd.DataFrame, s
     arrival order): refused when it names more instances than the fleet
     stated has, or when a stated round-robin is not what the log shows."""
     m = int(logged.max()) + 1 if logged.size else 1
+    if spec.seeds_stated:
+        raise BadOption("--assign-seeds", f"{source} names each request's serving instance: its assignment is replayed, "
+                                          "there are no seeds to draw")
     if spec.stated and m > spec.replicas:
         raise BadInput(source, None, INSTANCE_COLUMN,
                        f"names {m} serving instances, but {spec.source} has {spec.replicas} replica(s): the log "
@@ -210,7 +214,7 @@ def fleet_spec(pool_ref, replicas: int | None, assign: str | None, seeds: int, g
                                                      "or a profile fitted on one)")
             return None, None
         return FleetSpec(spec.replicas, assign or spec.assign, seeds if "--assign-seeds" in given else spec.seeds,
-                         spec.source, stated=True), None
+                         spec.source, stated=True, seeds_stated="--assign-seeds" in given), None
     pool = None
     if pool_ref is not None:
         spec, pool = _pool_spec(pool_ref, assign, seeds, writes)
@@ -218,7 +222,7 @@ def fleet_spec(pool_ref, replicas: int | None, assign: str | None, seeds: int, g
         spec = FleetSpec(check_replicas(replicas), assign, seeds, "--replicas", stated=True)
     if spec.replicas == 1 and restated:
         raise BadOption(sorted(restated)[0], f"{spec.source} gives one replica: there is no assignment to state")
-    return spec, pool
+    return replace(spec, seeds_stated="--assign-seeds" in given), pool
 
 
 def _pool_spec(ref, assign: str | None, seeds: int, writes: tuple[str, ...] | None):
