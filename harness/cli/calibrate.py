@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from harness.cli.choices import FORMS, LOSSES
+from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
 from harness.cli.params import FRACTION_OPEN, SEED, EngineSetting, Finite, IntIn, Window, refuse_given, refuse_non_utf8
 
 # The fits and the profile load numba, numpy, pandas and duckdb: imported where a calibration runs, so that
@@ -110,13 +111,15 @@ def format_profile(p) -> str:
               help="--from-requests: also fit the host's part of a step (step_gap_s, the time between steps, and "
                    "host_share, the host's share of a step's time); under async scheduling it overlaps the "
                    "device's (docs/concepts/batch-time.md).")
+@fleet_options
 def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
               virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
               steps_window: tuple[float, float] | None, fit_window: tuple[float, float] | None, frontend: str,
               frontend_ms: float | None,
-              frontend_out_ms: float | None, frontend_accept: float | None, fit_host: bool) -> None:
+              frontend_out_ms: float | None, frontend_accept: float | None, fit_host: bool, fleet_pool: Path | None,
+              replicas: int | None, assign: str | None, assign_seeds: int) -> None:
     """Fit a batch-time profile from the steps of one or more traces.
 
     Several traces are pooled. Prints held-out MAPE, median APE, R^2 and the
@@ -132,19 +135,33 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
       latroute calibrate d10 --steps-window 0:0.3 --out d10-head.json   # then: estimate --score-window 0.3:1
       latroute calibrate --from-requests l70-q1 l70-q16 --search-engine --out l70.json
       latroute calibrate --from-requests r4090 --fit-window 0:0.5 --out r4090-h1.json   # validate --score-window 0.5:1
+      latroute calibrate --from-requests q4 q8 q12 --replicas 2 --assign round-robin --out fleet.json
+
+    With --from-requests, --replicas N (or --pool FILE) says the logs come
+    from N replicas of one model: one profile is fitted, shared by them,
+    from the whole fleet's log (its instance_id column's assignment, or
+    --assign's over --assign-seeds seeds).
     """
     refuse_non_utf8({"TRACES": traces, "--out": out, "--evaluate-on": evaluate_on, "--update": update_ref,
-                     "--warm": warm, "--name": name})
+                     "--warm": warm, "--name": name, "--pool": fleet_pool})
     _refuse_unused(click.get_current_context(), from_requests, update_ref is not None)
     from traces.outputs import check_out
 
-    check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm])  # before any work
+    check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm, fleet_pool])  # before any work
     if from_requests:
         from dataclasses import replace
 
         from harness.requestlevel.engine_options import parse_search_options
         from harness.requestlevel.fit import calibrate_from_requests
+        from harness.requestlevel.fleet import fleet_spec
         from harness.requestlevel.frontend import FrontEnd, measured
+
+        fleet, _ = fleet_spec(fleet_pool, replicas, assign, assign_seeds, given_fleet_options(click.get_current_context()),
+                              writes=(str(out), out.name, out.stem, name or out.stem))
+        if fleet is not None:
+            click.echo(f"fleet: {fleet.replicas} replicas ({fleet.source})"
+                       + (f", assignment {fleet.assign} ({fleet.seeds} seed(s)) where a log does not name its instances"
+                          if fleet.assign else ""))
 
         fe = measured() if frontend == "measured" else FrontEnd()
         if frontend_ms is not None:
@@ -154,7 +171,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         if frontend_accept is not None:
             fe = replace(fe, accept_share=frontend_accept, accept_source="given (--frontend-accept-share)")
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
-                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host)
+                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host, fleet)
         return
     from estimators.calibrate import (
         CalibrationConfig,
@@ -203,7 +220,7 @@ _REQUEST_ONLY = {"engine_opts": "--engine", "search_engine": "--search-engine", 
                  "search_opts": "--search", "warm": "--warm", "virtual_engines": "--virtual-engines",
                  "frontend": "--frontend", "frontend_ms": "--frontend-per-request",
                  "frontend_out_ms": "--frontend-per-output", "frontend_accept": "--frontend-accept-share",
-                 "fit_window": "--fit-window", "fit_host": "--fit-host"}
+                 "fit_window": "--fit-window", "fit_host": "--fit-host", **FLEET_PARAMS}
 _STEPS_ONLY = {"update_ref": "--update", "steps_window": "--steps-window", "form": "--form", "holdout": "--holdout",
                "stall_pct": "--stall-pct", "loss": "--loss", "seed": "--seed", "evaluate_on": "--evaluate-on",
                "instance": "--instance"}

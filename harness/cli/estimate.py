@@ -17,6 +17,7 @@ from harness.cli.choices import (
     SPEED_HALF_LIFE_STEPS,
 )
 from harness.cli.extras import require_extra
+from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
 from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
 from traces.errors import BadInput, BadOption
 
@@ -172,12 +173,14 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
 @click.option("--join", "join_dir", type=click.Path(path_type=Path),
               help="`latroute trace join` output of this recording: also score each estimator against the "
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
+@fleet_options
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, recalibrate: str,
              recalibration_step: float, retrain_every: float, window: int, train_on: Path | None,
              cache_blind: bool, cache_aware: bool, out: Path, force: bool,
              engine_opts: tuple[str, ...], prefix_cache: str, score_window: tuple[float, float] | None,
-             join_dir: Path | None) -> None:
+             join_dir: Path | None, fleet_pool: Path | None, replicas: int | None, assign: str | None,
+             assign_seeds: int) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -197,20 +200,25 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
 
     A request-level TRACE (no steps) is first replayed on the twin with the
     --profile (from calibrate --from-requests) and the estimators read the
-    twin's reconstructed states, scored against the measured TTFTs.
+    twin's reconstructed states, scored against the measured TTFTs. On a
+    fleet (the profile's fit's, --replicas or --pool) each distinct
+    assignment of its seeds is reconstructed and scored: the first one's
+    estimates are written, the MAPE's min/median/max over all reported.
     """
     chosen = tuple(n.strip() for n in names.split(",") if n.strip())
     if "learned" in chosen:  # before anything else: without LightGBM the learned estimator cannot run
         require_extra("estimate --estimators learned", "learned")
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
-                     "--join": join_dir, "--train-on": train_on})
+                     "--join": join_dir, "--train-on": train_on, "--pool": fleet_pool})
     from traces.outputs import StagedDir, check_out, write_json, write_parquet
 
-    check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on])  # before any work
+    check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on, fleet_pool])  # before any work
     unknown = [n for n in chosen if n not in KNOWN_ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
                                  f"(choose from {', '.join(KNOWN_ESTIMATORS)})", param_hint="--estimators")
+    import numpy as np
+
     from estimators.drift import trace_drift
     from estimators.estimate import EstimateConfig, check_plugin_estimator, coinciding_quantiles, estimate_trace
     from estimators.learned.model import LearnedConfig
@@ -244,19 +252,37 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                                                       "online arrival-rate estimate)")
     trace = open_trace(trace_dir)
     recon = None
+    recons: list = []
     if trace.has("steps") or trace.has("instances"):
-        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache"},
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache", **FLEET_PARAMS},
                      f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
-                     "engine and its prefix cache")
+                     "engine, its prefix cache and the instance of every request")
+    if fleet_pool is not None and (profile_ref is not None or calibrate_on is not None):
+        raise BadOption("--profile" if profile_ref is not None else "--calibrate-on",
+                        "the pool's entries name their profile: give --pool or a profile, not both")
     joined = None
     if join_dir is not None:
         from traces.client_join import read_join
 
         joined = read_join(join_dir, trace, trace_dir)
     if not trace.has("steps") and not trace.has("instances"):
+        from estimators.profile import load_profile
+        from harness.requestlevel.fleet import fleet_spec
+        from harness.requestlevel.frontend import FrontEnd
         from harness.requestlevel.reconstruct import reconstruct_for_estimate
 
-        recon = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts, prefix_cache)
+        fitted = load_profile(profile_ref) if profile_ref is not None else None
+        fleet, pool = fleet_spec(fleet_pool, replicas, assign, assign_seeds, given_fleet_options(ctx),
+                                 fitted=fitted.fitted_on.get("fleet") if fitted else None,
+                                 fitted_source=f"profile {fitted.name}'s fit" if fitted else "")
+        frontend = fe_overhead = None
+        if pool is not None:
+            profile_ref = pool.instances[0].profile
+            frontend = FrontEnd.from_json(pool.frontends[0] if pool.frontends else None)
+            fe_overhead = pool.frontend_overhead_s
+        recons = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts, prefix_cache, fleet, frontend,
+                                          fe_overhead)
+        recon = recons[0]
         trace = recon.trace
     if lengths == "column" and "predicted_output_tokens" not in trace.columns("requests"):
         raise BadOption("--lengths", f"column needs a predicted_output_tokens column; {trace_dir} has none "
@@ -295,6 +321,14 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         m["learned_trained_on"] = str(train_on)
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
+    if len(recons) > 1:  # a fleet's other assignments: scored too, for the spread (their estimates are not written)
+        runs = [m] + [estimate_trace(r.trace, _models(r.trace, profile_ref, None, needs_baselines=any(
+            n != "sfs" for n in chosen)), cfg).metrics for r in recons[1:]]
+        m["assign_seeds"] = {"reconstructions": len(runs), "notes": [r.note for r in recons], "estimators": {
+            name: {k: [float(np.min(v)), float(np.median(v)), float(np.max(v))]
+                   for k in ("mape", "median_ape", "p90_ape")
+                   for v in [np.array([r["estimators"][name][k] for r in runs], dtype=np.float64)]}
+            for name in m["estimators"]}}
     if join_dir is not None:
         from traces.client_join import client_estimate_check
 
@@ -313,6 +347,11 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if recon is not None:
         click.echo(recon.note)
     click.echo(format_metrics(m, coinciding_quantiles(res.estimates)))
+    if "assign_seeds" in m:
+        a = m["assign_seeds"]
+        click.echo(f"over the fleet's {a['reconstructions']} distinct assignments (min/median/max MAPE; the first's "
+                   "estimates written): " + "  ".join(f"{name} " + "/".join(f"{100 * x:.1f}" for x in e["mape"]) + "%"
+                                                     for name, e in a["estimators"].items()))
     for d in drift.values():
         click.echo("\n".join(d.lines()))
     if speed_cfg is not None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
 from harness.cli.params import SEED, EngineSetting, Window, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
 from traces.vllm_versions import unchecked_version_warning
@@ -35,9 +36,11 @@ from traces.vllm_versions import unchecked_version_warning
               help="Request-level TRACE: score only this share of its requests in arrival order (0.5:1 = the "
                    "second half); the twin still replays every request (pairs with calibrate --fit-window).")
 @serving_options
+@fleet_options
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int,
              join_dir: Path | None, out: Path, force: bool, engine_opts: tuple[str, ...], prefix_cache: str,
-             score_window: tuple[float, float] | None, percentiles_text: str, goodput_text: str | None) -> None:
+             score_window: tuple[float, float] | None, percentiles_text: str, goodput_text: str | None,
+             fleet_pool: Path | None, replicas: int | None, assign: str | None, assign_seeds: int) -> None:
     """Replay a recorded trace on the engine twin and compare with the recording.
 
     Same engine configuration, arrival times and instance assignment as the
@@ -55,17 +58,27 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
       latroute validate d1 --calibrate --noise on --seed 3 --out val-d1-noisy
       latroute validate l70-q4 --profile l70.json --out val-q4   # request-level: no steps
       latroute validate r4090 --profile r4090-h1.json --score-window 0.5:1 --out val-h2
+      latroute validate q20 --profile fleet.json --out val-q20   # the profile's fleet: 2 replicas, round-robin
+      latroute validate q20 --pool fleet-pool.json --out val-q20-pool
 
     A request-level TRACE (measured TTFT, no steps or instances) is replayed
-    on one twin instance with the engine the profile's calibration fitted
-    (``--engine`` overrides); see ``harness.requestlevel.validate``.
+    with the engine the profile's calibration fitted (``--engine``
+    overrides), on the fleet its fit was on unless --replicas or --pool say
+    otherwise; it reports how many replicas the run's completions imply and
+    replays with that many, the full fleet beside. See
+    ``harness.requestlevel.validate``.
     """
-    refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir})
+    refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir,
+                     "--pool": fleet_pool})
     from traces.outputs import StagedDir, check_out, write_json, write_parquet
 
-    check_out(out, force, inputs=[trace_dir, profile_ref, join_dir])  # before any work
-    if (profile_ref is None) == (not self_calibrate):
-        raise click.UsageError("give --profile P.json or --calibrate (exactly one)")
+    check_out(out, force, inputs=[trace_dir, profile_ref, join_dir, fleet_pool])  # before any work
+    if fleet_pool is not None and profile_ref is not None:
+        from traces.errors import BadOption
+
+        raise BadOption("--profile", "the pool's entries name their profile: give --pool or --profile, not both")
+    if (profile_ref is None and fleet_pool is None) == (not self_calibrate):
+        raise click.UsageError("give --profile P.json (or --pool FILE) or --calibrate (exactly one)")
     percentiles, goodput = parse_serving(percentiles_text, goodput_text)
     ctx = click.get_current_context()
     if noise != "on":
@@ -84,17 +97,29 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
 
     trace = open_trace(trace_dir)
     if trace.has("instances") or trace.has("steps"):
-        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache", "score_window": "--score-window"},
+        refuse_given(ctx, {"engine_opts": "--engine", "prefix_cache": "--prefix-cache", "score_window": "--score-window",
+                           **FLEET_PARAMS},
                      f"only for a request-level TRACE: {trace_dir} is a recording, whose steps already fix the "
-                     "engine and its prefix cache")
+                     "engine, its prefix cache and the instance of every request")
     joined = read_join(join_dir, trace, trace_dir) if join_dir is not None else None
     if not trace.has("instances") and not trace.has("steps"):
+        from harness.requestlevel.fleet import fleet_spec
+        from harness.requestlevel.frontend import FrontEnd
         from harness.requestlevel.validate import validate_request_trace
 
         if self_calibrate:
             raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")
-        validate_request_trace(trace, trace_dir, load_profile(profile_ref), engine_opts, noise == "on", seed, out,
-                               force, click.echo, prefix_cache, score_window)
+        profile = load_profile(profile_ref) if profile_ref is not None else None
+        fleet, pool = fleet_spec(fleet_pool, replicas, assign, assign_seeds, given_fleet_options(ctx),
+                                 fitted=profile.fitted_on.get("fleet") if profile else None,
+                                 fitted_source=f"profile {profile.name}'s fit" if profile else "")
+        frontend = overhead = None
+        if pool is not None:
+            profile = load_profile(pool.instances[0].profile)
+            frontend = FrontEnd.from_json(pool.frontends[0] if pool.frontends else None)
+            overhead = pool.frontend_overhead_s
+        validate_request_trace(trace, trace_dir, profile, engine_opts, noise == "on", seed, out,
+                               force, click.echo, prefix_cache, score_window, fleet, frontend, overhead)
         return
     if (warning := unchecked_version_warning(trace.meta)) is not None:
         click.echo(warning, err=True)

@@ -30,18 +30,22 @@ def has_engine_stamps(reqs: pd.DataFrame) -> bool:
 
 
 def _first_scheduled(res: TwinResult, n: int) -> np.ndarray:
-    """Start of the first step each request was in (NaN if never); request ids are row positions."""
+    """Start of the first step each request was in (NaN if never); request ids are row positions.
+
+    Steps are numbered per instance: with several (virtual engines, replicas) a step number repeats, so a
+    step is looked up by its instance and number together."""
     out = np.full(n, np.nan)
     items, steps = res.step_items, res.steps
     if items is None or steps is None or items.empty:
         return out
-    start = steps.set_index("step")["start_s"]
-    first = items.groupby("request_id")["step"].min()
+    first = items.sort_values("step", kind="stable").drop_duplicates("request_id")[["request_id", "instance_id", "step"]]
+    at = first.merge(steps[["instance_id", "step", "start_s"]], on=["instance_id", "step"], how="left",
+                     validate="many_to_one")
     ids = res.requests["request_id"].to_numpy()
     pos = {int(r): i for i, r in enumerate(ids)}
-    for rid, step in first.items():
+    for rid, start in zip(at["request_id"].to_numpy(), at["start_s"].to_numpy(dtype=np.float64)):
         if int(rid) in pos:
-            out[pos[int(rid)]] = float(start.loc[step])
+            out[pos[int(rid)]] = start
     return out - float(res.extra.get("time_shift_s", 0.0))
 
 

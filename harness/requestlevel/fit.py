@@ -290,9 +290,11 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                             max_evals: int, echo: Callable[[str], None], virtual_engines: int = 1,
                             grid: dict | None = None, warm: tuple = (),
                             frontend: FrontEnd | None = None,
-                            fit_window: tuple[float, float] | None = None, fit_host: bool = False) -> RequestFit:
+                            fit_window: tuple[float, float] | None = None, fit_host: bool = False,
+                            fleet=None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
-    the engine, write the profile. Bad input is refused before any work."""
+    the engine, write the profile. Bad input is refused before any work. ``fleet``: the replicas the logs came
+    from (``harness.requestlevel.fleet.FleetSpec``); the loss sums over each trace's assignments."""
     from pathlib import Path
 
     from harness.requestlevel.engine_options import (
@@ -303,10 +305,10 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
         trace_engine,
     )
     from harness.requestlevel.reconstruct import baseline_params
-    from harness.requestlevel.validate import format_request_metrics, validate_requests
+    from harness.requestlevel.validate import format_assignments, validate_assignments
     from traces.store import open_trace
 
-    options = parse_engine_options(engine_opts)
+    options = {**(fleet.engine if fleet else {}), **parse_engine_options(engine_opts)}
     from traces.errors import BadOption
 
     unknown = [w for w in warm if str(w) not in {str(p) for p in paths}]
@@ -317,11 +319,15 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     engine = request_engine(None, options, stated=trace_engine(opened))
     rts = [RequestTrace.of(t).warmed("warm" if str(p) in warm_set else "cold").windowed(fit_window)
            for p, t in zip(paths, opened)]
+    from harness.requestlevel.fleet import FleetSpec
+
+    # each trace under each assignment of its fleet (a log naming its instances: its own)
+    groups = [rt.under(fleet or FleetSpec()) for rt in rts]
     require_decode_input(rts)
     refuse_unservable(engine, [r.requests["prompt_tokens"] for r in rts], [r.requests["output_tokens"] for r in rts],
                       options)
     out = Path(out)
-    fit = fit_requests(rts, engine, name or out.stem,
+    fit = fit_requests([r for g in groups for r in g], engine, name or out.stem,
                        RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
                                         virtual_engines=virtual_engines, grid=grid or {},
                                         frontend=frontend or FrontEnd(), fit_host=fit_host))
@@ -338,10 +344,11 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                                       **({"host_fitted": list(HOST_PARAMS)} if fit_host else {}),
                                       "initial": initial_values(rts),
                                       "engine_searched": search_engine or bool(grid), "virtual_engines": virtual_engines,
-                                      "frontend": (frontend or FrontEnd()).to_json()}}
+                                      "frontend": (frontend or FrontEnd()).to_json()},
+                      **({"fleet": fleet.to_json()} if fleet else {})}
     if fit.engine_search:
         prof.fitted_on["request_fit"]["engine_search"] = fit.engine_search
-    prof.derived = baseline_params(rts, prof, fit.engine, overhead, virtual_engines, frontend)
+    prof.derived = baseline_params([g[0] for g in groups], prof, fit.engine, overhead, virtual_engines, frontend)
     if fit_window is not None:
         echo(f"fit window {fit_window[0]:g}:{fit_window[1]:g} of each trace's requests by arrival: "
              f"{prof.fitted_on['timed_requests']} requests' timings fitted on, every request's arrival and lengths "
@@ -362,12 +369,13 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
              + (f"{100 * frontend.accept_share:.0f}% of a request's cost accepted before any waiting handling "
                 f"({frontend.accept_source})" if frontend.accept_share > 0 else "one FIFO queue"))
     per_trace = {}
-    for p, rt in zip(paths, rts):
-        v = validate_requests(rt, prof, fit.engine, overhead, record_steps=False, virtual_engines=virtual_engines,
-                              frontend=frontend)
-        per_trace[str(p)] = {k: v.metrics[k] for k in ("ttft", "tpot", "e2e")}
+    for p, g in zip(paths, groups):
+        v = validate_assignments(g, prof, fit.engine, overhead, fleet.seeds if fleet else 1, record_steps=False,
+                                 virtual_engines=virtual_engines, frontend=frontend)
+        per_trace[str(p)] = {**{k: v.median.metrics[k] for k in ("ttft", "tpot", "e2e")},
+                             **({"assign_seeds": v.spread()} if fleet else {})}
         echo(f"fit on {p}:")
-        for line in format_request_metrics(v.metrics):
+        for line in format_assignments(v):
             echo("  " + line)
     prof.metrics = {"train": per_trace}
     prof.save(out)

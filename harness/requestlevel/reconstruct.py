@@ -71,7 +71,8 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
     twin's reconstructions of the calibration traces: throughput and decode
     step from the reconstructed steps, LPS and the queue fit from those
     steps with the measured TTFTs. A warm trace's warm-up (before its first
-    arrival) is left out of all of them."""
+    arrival) is left out of all of them. A fleet's replicas replay one
+    engine: the parameters are its first replica's."""
     from estimators.derived import lps_params, pooled_lps, request_params
     from traces.store import open_trace
 
@@ -92,8 +93,11 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
                                                           "its measured TTFTs and ends cannot be fitted")
             recon = open_trace(d).read("requests")  # the first measured arrival, on the log's clock
             windows.append((float(recon.loc[recon["ttft_s"].notna(), "arrival_s"].min()), np.inf))
-        first = engine.instance_id + (".v0" if virtual_engines > 1 else "")
-        data = load_steps(dirs, first if virtual_engines > 1 else None)
+        # the first engine of the reconstruction (a fleet's first replica, a pipeline's first virtual engine): the
+        # baselines are per instance, and every instance replays the same engine
+        ids = open_trace(dirs[0]).read("instances")["instance_id"].astype(str).tolist()
+        first = ids[0]
+        data = load_steps(dirs, first if len(ids) > 1 else None)
         start = data.steps["trace"].map({str(d): w[0] for d, w in zip(dirs, windows)})
         derived = throughput_params(data.steps[data.steps["start_s"] >= start])
         traces = [open_trace(d) for d in dirs]
@@ -116,9 +120,14 @@ class Reconstruction:
 
 
 def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_opts: tuple[str, ...],
-                             prefix_cache: str = "cold") -> Reconstruction:
+                             prefix_cache: str = "cold", fleet=None, frontend: FrontEnd | None = None,
+                             overhead_s: float | None = None) -> list[Reconstruction]:
     """``estimate`` on a request-level trace: the twin's reconstruction (in a
-    temporary directory) with the measured TTFTs, ready for the estimators."""
+    temporary directory) with the measured TTFTs, ready for the estimators;
+    one per distinct assignment of a fleet's seeds (``fleet``: a
+    ``harness.requestlevel.fleet.FleetSpec``, None: the profile's fit's
+    fleet, else one engine; ``frontend`` and ``overhead_s``: a pool's, None:
+    the profile's)."""
     from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
@@ -128,6 +137,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         trace_engine,
         virtual_engines,
     )
+    from harness.requestlevel.fleet import FleetSpec
     from traces.errors import BadOption
     from traces.store import open_trace
 
@@ -135,13 +145,22 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         raise BadOption("--profile", "a request-level trace (no steps) needs a profile from calibrate "
                                      "--from-requests to reconstruct its engine")
     profile = load_profile(profile_ref)
-    options = parse_engine_options(engine_opts)
+    spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()
+    options = {**spec.engine, **parse_engine_options(engine_opts)}
     engine = request_engine(profile, options, stated=trace_engine([trace]))
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    under = rt.under(spec)
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, str(profile_ref),
                       profile)
-    tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
-    d = Path(tmp.name) / "recon"
-    write_reconstruction(rt, profile, engine, frontend_overhead(profile), d, str(trace_dir), virtual_engines(profile),
-                         frontend_of(profile))
-    return Reconstruction(open_trace(d), RECONSTRUCTED_NOTE, tmp)
+    fe = frontend if frontend is not None else frontend_of(profile)
+    ov = overhead_s if overhead_s is not None else frontend_overhead(profile)
+    out = []
+    for r in under:
+        tmp = tempfile.TemporaryDirectory(prefix="latroute-recon-")
+        d = Path(tmp.name) / "recon"
+        write_reconstruction(r, profile, engine, ov, d, str(trace_dir), virtual_engines(profile), fe)
+        note = RECONSTRUCTED_NOTE + ("" if r.fleet is None else
+                                     f" (fleet: {r.fleet.replicas} replicas, assignment {r.fleet.assign}"
+                                     + ("" if r.fleet.assign == "logged" else f", seed {r.fleet.seed}") + ")")
+        out.append(Reconstruction(open_trace(d), note, tmp))
+    return out

@@ -19,6 +19,16 @@ as one more instance of the same ``model`` (``routers.fleet`` groups them).
 The built-in ``qwen3-h100-x8``, ``-x32`` and ``-x128`` are ``qwen3-h100``
 with 8, 32 and 128 replicas of each model (24, 96 and 384 instances).
 
+**Profiles.** An entry naming a request-level profile (``calibrate
+--from-requests``) takes the profile's fitted engine settings (its
+``fitted_on.engine``) for every key it does not state, and the pool takes
+the profile's fitted front-end overhead unless the file states
+``frontend_overhead_s``: a pool naming a calibrated profile replays the
+engine that was calibrated, not ``InstanceConfig``'s defaults. A profile
+whose fit includes the API server's serial queue is refused where the twin
+does not model that queue unless the entry says ``"frontend": "overhead"``
+(``load_pool``).
+
 Limits (refused at load with the file, entry row and key): engine counts
 whole numbers in [1, 2^31 - 1]; prices USD per million tokens in [0, 1e6];
 ``host_speed`` in (0, 1000]; ``chunked_prefill`` and ``prefix_caching``
@@ -50,6 +60,12 @@ class Pool:
     notes: dict = field(default_factory=dict)
     urls: tuple[str | None, ...] = ()  # per instance, the server it runs on (``latroute route``); () when none says
     state_urls: tuple[str | None, ...] = ()  # per instance, its state feed when not at its url; () when none says
+    # per instance, where each engine setting that is not InstanceConfig's default came from: "pool entry" or
+    # "profile P's fit"; () for the built-in pools
+    sources: tuple[dict[str, str], ...] = field(default=(), compare=False)  # provenance, not the pool's content
+    # per instance, the serial front end its profile's fit assumed (``fitted_on.request_fit.frontend``, None:
+    # none, or the entry keeps only the overhead); () when no entry's profile has one
+    frontends: tuple[dict | None, ...] = ()
 
     def to_json(self) -> dict:
         return {"name": self.name, "frontend_overhead_s": self.frontend_overhead_s,
@@ -119,7 +135,62 @@ def _named_key(message: str, entry: dict) -> str:
     return f"instances.{first}" if first in entry else "instances"
 
 
-def load_pool(name_or_path: str | Path) -> Pool:
+FRONTEND_MODES = ("profile", "overhead")
+_NOT_ENGINE = {"instance_id", "model", "profile", "price_in", "price_out", "device"}
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """What a request-level profile's fit says about the engine behind it."""
+
+    name: str
+    engine: dict  # InstanceConfig fields
+    overhead_s: float | None
+    frontend: dict | None  # the serial front end, when it costs anything
+
+    @property
+    def serial(self) -> str | None:
+        fe = self.frontend or {}
+        per_req, per_out = float(fe.get("per_request_s", 0.0)), float(fe.get("per_output_s", 0.0))
+        if per_req <= 0 and per_out <= 0:
+            return None
+        return f"{1e3 * per_req:.2f} ms per request, {1e3 * per_out:.3f} ms per delivered token"
+
+
+def _fitted(ref: str, known: set[str]) -> _Fitted | None:
+    """The fit of the profile an entry names, when it is a request-level
+    fit (``calibrate --from-requests`` writes ``fitted_on.engine`` and
+    ``fitted_on.request_fit``); None for other profiles and for a name that
+    is neither a built-in nor an existing file (the twin refuses it when it
+    loads the instance's profile)."""
+    from estimators.builtin_profiles import BUILTIN_PROFILES
+    from estimators.profile import load_profile
+
+    if not isinstance(ref, str) or (ref not in BUILTIN_PROFILES and not os.path.lexists(ref)):
+        return None
+    prof = load_profile(ref)
+    engine = {k: v for k, v in (prof.fitted_on.get("engine") or {}).items() if k in known and k not in _NOT_ENGINE}
+    fit = prof.fitted_on.get("request_fit") or {}
+    if not engine and not fit:
+        return None
+    overhead = fit.get("frontend_overhead_s")
+    return _Fitted(prof.name, engine, None if overhead is None else float(overhead), fit.get("frontend") or None)
+
+
+def load_pool(name_or_path: str | Path, serial_frontend: bool = False, profiles: bool = True) -> Pool:
+    """A built-in pool or a pool file (see the module's docstring).
+
+    **An entry naming a request-level profile** (``calibrate
+    --from-requests``) takes that profile's fitted engine settings for every
+    key the entry does not state, and the pool takes the profile's fitted
+    front-end overhead when the file states no ``frontend_overhead_s`` (the
+    entries' profiles must then agree on it). A profile whose fit queues the
+    API server's work (``harness.requestlevel.frontend``) is refused unless
+    the caller models that queue (``serial_frontend``: the request-level
+    commands) or the entry says ``"frontend": "overhead"`` (keep only the
+    fitted constant overhead). ``profiles=False`` reads the entries as
+    written (``calibrate --from-requests --pool``: the profile is the one
+    being fitted)."""
     key = str(name_or_path)
     if key in BUILTIN_POOLS:
         return BUILTIN_POOLS[key]()
@@ -134,6 +205,10 @@ def load_pool(name_or_path: str | Path) -> Pool:
     rows = []  # the entry row of each instance (replicas share their entry's)
     urls: list[str | None] = []
     state_urls: list[str | None] = []
+    sources: list[dict[str, str]] = []
+    frontends: list[dict | None] = []
+    overheads: dict[str, float] = {}  # profile -> its fitted overhead
+    fits: dict = {}  # profile reference -> its request-level fit (None: not one)
     for i, inst in enumerate(doc["instances"], start=1):
         if not isinstance(inst, dict):
             raise BadInput(path, i, "instances", "not an object")
@@ -154,9 +229,30 @@ def load_pool(name_or_path: str | Path) -> Pool:
             if n_rep != 1:
                 raise BadInput(path, i, f"instances.{key_}", "an entry with replicas names no single server: "
                                                              "give each replica its own entry and url")
+        mode = inst.pop("frontend", "profile")
+        if mode not in FRONTEND_MODES:
+            raise BadInput(path, i, "instances.frontend", f"must be one of {', '.join(FRONTEND_MODES)}, got "
+                                                          f"{shown(mode)}")
         unknown = set(inst) - known
         if unknown:
             raise BadInput(path, i, sorted(unknown)[0], "unknown key")
+        if profiles and inst["profile"] not in fits:  # read once per profile (a pool names one for many entries)
+            fits[inst["profile"]] = _fitted(inst["profile"], known)
+        fitted = fits.get(inst["profile"]) if profiles else None
+        source = {k: "pool entry" for k in inst if k not in _NOT_ENGINE}
+        frontend = None
+        if fitted is not None:
+            source.update({k: f"profile {fitted.name}'s fit" for k in fitted.engine if k not in inst})
+            inst = {**fitted.engine, **inst}
+            if fitted.overhead_s is not None:
+                overheads[fitted.name] = fitted.overhead_s
+            if fitted.serial is not None and mode == "profile":
+                if not serial_frontend:
+                    raise BadInput(path, i, "instances.profile",
+                                   f"{inst['profile']}: its fit queues the API server's work ({fitted.serial}), which "
+                                   "this command's twin does not model; say \"frontend\": \"overhead\" in the entry "
+                                   "to keep only its fitted constant overhead")
+                frontend = fitted.frontend
         try:
             cfg = InstanceConfig(**inst)
             cfg.to_array()  # what vLLM refuses (chunked prefill off with a budget under max_model_len, ...)
@@ -167,19 +263,30 @@ def load_pool(name_or_path: str | Path) -> Pool:
             rows.append(i)
             urls.append(url.rstrip("/") if url else None)
             state_urls.append(state_url.rstrip("/") if state_url else None)
+            sources.append(source)
+            frontends.append(frontend)
     seen: set[str] = set()
     for row, c in zip(rows, instances, strict=True):
         if c.instance_id in seen:
             raise BadInput(path, row, "instance_id", f"duplicate instance id {c.instance_id!r}")
         seen.add(c.instance_id)
-    overhead = doc.get("frontend_overhead_s", 0.0)
+    notes = doc.get("notes") or {}
+    if not isinstance(notes, dict):
+        raise BadInput(path, None, "notes", "must be an object")
+    if "frontend_overhead_s" in doc or not overheads:
+        overhead = doc.get("frontend_overhead_s", 0.0)
+    elif len(set(overheads.values())) == 1:
+        overhead = next(iter(overheads.values()))
+        notes = {**notes, "frontend_overhead_s": f"profile {', '.join(overheads)}'s fit"}
+    else:
+        raise BadInput(path, None, "frontend_overhead_s", "not stated, and the entries' profiles fit different "
+                       "front-end overheads (" + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in overheads.items())
+                       + "): the twin adds one per pool; state it")
     if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead <= 3600:
         raise BadInput(path, None, "frontend_overhead_s", f"must be seconds in [0, 3600], got {shown(overhead)}")
     name = doc.get("name", path.stem)
     if not isinstance(name, str):
         raise BadInput(path, None, "name", f"must be a string, got {shown(name)}")
-    notes = doc.get("notes") or {}
-    if not isinstance(notes, dict):
-        raise BadInput(path, None, "notes", "must be an object")
     return Pool(name=name, instances=tuple(instances), frontend_overhead_s=float(overhead), notes=notes,
-                urls=tuple(urls) if any(urls) else (), state_urls=tuple(state_urls) if any(state_urls) else ())
+                urls=tuple(urls) if any(urls) else (), state_urls=tuple(state_urls) if any(state_urls) else (),
+                sources=tuple(sources), frontends=tuple(frontends) if any(frontends) else ())
