@@ -90,6 +90,11 @@ def test_calibrate_validate_estimate_on_a_request_level_slice(slice_trace, tmp_p
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "v" / "metrics.json").read_text())
     assert m["request_level"] and m["engine"]["max_num_seqs"] == 128  # the engine travelled in the profile
+    # every replayed setting says how it is known: the profile's fitted engine is inferred, nothing unmarked
+    marks = m["engine_marks"]
+    assert marks["max_num_seqs"]["mark"] == "inferred" and "profile p" in marks["max_num_seqs"]["how"]
+    assert {d["mark"] for d in marks.values()} <= {"given", "inferred", "defaulted"}
+    assert "engine settings:" in res.output and m["caveats"]["incomplete"] == []
     assert m["ttft"]["n"] == 60 and m["ttft"]["mape"] < 0.6 and m["tpot"]["mape"] < 0.3
     assert set(m["ttft"]["distribution"]) == {"mean", "p50", "p90", "p99"}
     assert open_trace(tmp_path / "v" / "twin").has("steps")

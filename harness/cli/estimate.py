@@ -321,6 +321,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         m["learned_trained_on"] = str(train_on)
     if recon is not None:
         m["snapshots"] = {"kind": "reconstructed", "note": recon.note}
+        m["engine_marks"], m["caveats"] = recon.engine_marks, recon.caveats
     if len(recons) > 1:  # a fleet's other assignments: scored too, for the spread (their estimates are not written)
         runs = [m] + [estimate_trace(r.trace, _models(r.trace, profile_ref, None, needs_baselines=any(
             n != "sfs" for n in chosen)), cfg).metrics for r in recons[1:]]
@@ -345,7 +346,10 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                + ", ".join(f"{i}={p['name']}" for i, p in m["profiles"].items()))
     click.echo(note)
     if recon is not None:
+        from harness.requestlevel.engine_options import marks_summary
+
         click.echo(recon.note)
+        click.echo("\n".join(marks_summary(recon.engine_marks, recon.caveats)))
     click.echo(format_metrics(m, coinciding_quantiles(res.estimates)))
     if "assign_seeds" in m:
         a = m["assign_seeds"]

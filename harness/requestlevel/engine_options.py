@@ -243,6 +243,28 @@ def engine_lines(engine: InstanceConfig, marks: dict[str, Mark]) -> list[str]:
             if hasattr(engine, k)]
 
 
+def marks_json(engine: InstanceConfig, marks: dict[str, Mark]) -> dict:
+    """The marks as a result's metrics.json stores them: setting -> value, mark and source."""
+    return {k: {"value": getattr(engine, k), "mark": m.mark, "how": m.how} for k, m in sorted(marks.items())
+            if hasattr(engine, k)}
+
+
+def marks_summary(marks: dict[str, dict], caveats: dict) -> list[str]:
+    """What a request-level command prints of the replayed engine (``marks_json``): the count of each mark,
+    the defaulted settings by name (the source of each is in metrics.json), and the trace's caveats."""
+    count = {k: sum(m["mark"] == k for m in marks.values()) for k in (GIVEN, INFERRED, DEFAULTED)}
+    defaulted = sorted(k for k, m in marks.items() if m["mark"] == DEFAULTED)
+    lines = [f"engine settings: {count[GIVEN]} given, {count[INFERRED]} inferred, {count[DEFAULTED]} defaulted"
+             + (f" ({', '.join(defaulted)})" if defaulted else "") + "; each with its source in metrics.json "
+             "engine_marks"]
+    if caveats.get("accepted_unmodelled"):
+        lines.append("NOT MODELLED, accepted at import: " + ", ".join(caveats["accepted_unmodelled"]))
+    for c in caveats.get("incomplete") or []:
+        lines.append(f"INCOMPLETE run: {c['trace']} logged {c['logged']} of {c['sent']} requests sent "
+                     "(imported with --allow-incomplete; the missing ones are not a random sample)")
+    return lines
+
+
 def _fmt(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 

@@ -12,7 +12,7 @@ scored against what was measured. The trace's meta says so
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +117,8 @@ class Reconstruction:
     trace: object  # traces.store.Trace of the reconstruction
     note: str
     tmp: tempfile.TemporaryDirectory  # kept alive as long as the trace is read
+    engine_marks: dict = field(default_factory=dict)  # each replayed setting: value, given/inferred/defaulted, how
+    caveats: dict = field(default_factory=dict)  # unmodelled settings accepted at import, incompleteness
 
 
 def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_opts: tuple[str, ...],
@@ -131,9 +133,11 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
+        marks_json,
         parse_engine_options,
         refuse_unservable,
-        request_engine,
+        request_engine_marked,
+        trace_caveats,
         trace_engine,
         virtual_engines,
     )
@@ -147,7 +151,8 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     profile = load_profile(profile_ref)
     spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()
     options = {**spec.engine, **parse_engine_options(engine_opts)}
-    engine = request_engine(profile, options, stated=trace_engine([trace]))
+    engine, marks = request_engine_marked(profile, options, stated=trace_engine([trace]))
+    known = {"engine_marks": marks_json(engine, marks), "caveats": trace_caveats([trace])}
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     under = rt.under(spec)
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, str(profile_ref),
@@ -162,5 +167,5 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
         note = RECONSTRUCTED_NOTE + ("" if r.fleet is None else
                                      f" (fleet: {r.fleet.replicas} replicas, assignment {r.fleet.assign}"
                                      + ("" if r.fleet.assign == "logged" else f", seed {r.fleet.seed}") + ")")
-        out.append(Reconstruction(open_trace(d), note, tmp))
+        out.append(Reconstruction(open_trace(d), note, tmp, **known))
     return out

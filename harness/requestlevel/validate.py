@@ -215,9 +215,12 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
+        marks_json,
+        marks_summary,
         parse_engine_options,
         refuse_unservable,
-        request_engine,
+        request_engine_marked,
+        trace_caveats,
         trace_engine,
         virtual_engines,
     )
@@ -230,7 +233,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
 
     spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()
     options = {**spec.engine, **parse_engine_options(engine_opts)}
-    engine = request_engine(profile, options, stated=trace_engine([trace]))
+    engine, marks = request_engine_marked(profile, options, stated=trace_engine([trace]))
+    caveats = trace_caveats([trace])
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     under = rt.under(spec)  # a fleet the log contradicts is refused here, before any replay
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}",
@@ -259,6 +263,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     v = chosen.median
     m = v.metrics
     m["fleet_spec"] = spec.to_json()
+    m["engine_marks"] = marks_json(engine, marks)
+    m["caveats"] = caveats
     m["assign_seeds"] = chosen.spread()
     if active is not None:
         m["active_replicas"] = active.to_json()
@@ -286,6 +292,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
          f"{1e3 * m['frontend_overhead_s']:.1f} ms + {1e3 * m['frontend']['per_request_s']:.2f} ms per request "
          f"and {1e3 * m['frontend'].get('per_output_s', 0.0):.3f} ms per delivered token queued, "
          f"{m['virtual_engines']} virtual engine(s), prefix cache {rt.prefix_cache}, noise {'on' if noise else 'off'}")
+    for line in marks_summary(m["engine_marks"], caveats):
+        echo(line)
     echo(f"fleet: {spec.replicas} replica(s) ({spec.source})"
          + (f", assignment {spec.assign} ({spec.seeds} seed(s))" if spec.assign and logged is None else "")
          + (", each request's instance named by the log" if logged is not None else ""))
