@@ -17,7 +17,14 @@ mix: the best guess without task labels. It keeps the models' order
 (0.6b < 8b < 32b) and their gaps, which is what routing trades off against
 cost and latency.
 
-The default is ``table`` when the trace has a quality table, else ``model``.
+- ``none``: no accuracy: every model's is 0, so a request's utility is the
+  cost term alone (``-lambda * cost``) and latency-aware routers trade
+  cost against the SLO. For a user's own models, which the accuracy model
+  does not know: an accuracy made up for them would steer routing.
+
+The default is ``table`` when the trace has a quality table, else
+``model`` when the accuracy model knows every model of the pool, else
+``none`` (the note says which, and why).
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ import pandas as pd
 
 from traces.tasks import QWEN3_MODELS, TASKS
 
-QUALITY_POLICIES = ("model", "table")
+QUALITY_POLICIES = ("model", "table", "none")
 # Realised accuracy per (request, model) is Beta around the task's mean with
 # this concentration; predicted accuracy adds Gaussian noise of this sigma,
 # clipped to [0, 1], for a mean absolute error of about 0.17.
@@ -99,7 +106,17 @@ def quality_table(requests: pd.DataFrame, quality: pd.DataFrame | None, models: 
     default). Raises ValueError for a partial table or an unknown model."""
     if policy is not None and policy not in QUALITY_POLICIES:
         raise ValueError(f"unknown quality policy {policy!r} (choose from {', '.join(QUALITY_POLICIES)})")
-    chosen = policy or ("table" if quality is not None else "model")
+    models = list(dict.fromkeys(models))  # a model's replicas share its accuracy: one draw per model, not per instance
+    means = one_task_accuracy()
+    unknown = [m for m in models if m not in means]
+    chosen = policy or ("table" if quality is not None else "none" if unknown else "model")
+    if chosen == "none":
+        n = len(requests)
+        zeros = [np.zeros(n) for _ in models]
+        how = ("default: the trace has no quality table and the accuracy model knows only "
+               f"{', '.join(QWEN3_MODELS)}, not {unknown[0]}" if policy is None and unknown else "--quality none")
+        return QualityTable(quality_frame(requests["request_id"].to_numpy(), models, zeros, zeros), "none",
+                            f"no accuracy ({how}): every model's accuracy is 0, so the utility is the cost term alone")
     if chosen == "table":
         if quality is None:
             raise ValueError("--quality table needs a quality table; the trace has none (use model)")
@@ -107,12 +124,9 @@ def quality_table(requests: pd.DataFrame, quality: pd.DataFrame | None, models: 
         if why:
             raise ValueError(f"quality table {why} (a missing row would count as accuracy 0)")
         return QualityTable(quality, "table", "quality table (the trace's per-request accuracies)")
-    models = list(dict.fromkeys(models))  # a model's replicas share its accuracy: one draw per model, not per instance
-    means = one_task_accuracy()
-    unknown = [m for m in models if m not in means]
     if unknown:
         raise ValueError(f"--quality model knows only {', '.join(QWEN3_MODELS)}, not {unknown[0]} "
-                         "(give the trace a quality table)")
+                         "(give the trace a quality table, or --quality none: the utility is the cost term)")
     n = len(requests)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xACC]))
     acc, hat = draw_accuracy([np.full(n, means[m]) for m in models], rng)

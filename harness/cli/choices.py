@@ -41,7 +41,7 @@ LOSSES = ("relative", "absolute")
 # traces.slo.SLO_POLICIES
 ARRIVAL_KINDS = ("poisson", "mmpp", "gamma", "azure-conv")
 LENGTH_POLICIES = ("column", "median", "constant:N", "oracle")
-QUALITY_POLICIES = ("model", "table")
+QUALITY_POLICIES = ("model", "table", "none")
 SLO_POLICIES = ("rule", "column", "none")
 
 # every mirrored value: (name here, module that owns it, its name there); a list or dict there is compared as

@@ -58,8 +58,9 @@ def policy_options(f):
     """--lengths, --slo and --quality: what routers are told where a trace
     lacks it (shared by replay and sweep)."""
     f = click.option("--quality", "quality_policy", type=click.Choice(QUALITY_POLICIES),
-                     help="Per-model accuracy: the trace's quality table, or the generator's accuracy model with "
-                          "the requests as one task. Default: table if the trace has one, else model.")(f)
+                     help="Per-model accuracy: the trace's quality table, the generator's accuracy model with "
+                          "the requests as one task, or none (accuracy 0: the utility is the cost term). Default: "
+                          "table if the trace has one, else model if it knows the pool's models, else none.")(f)
     f = click.option("--slo", "slo_policy", type=click.Choice(SLO_POLICIES),
                      help="TTFT SLOs: the trace's slo_ttft_s, DESIGN's rule on the prompt length, or none "
                           "(every served request on time). Default: column if present, else rule.")(f)
