@@ -9,8 +9,13 @@ at a time. Each must agree step by step with the kernel in async mode
 (batch with placeholders, preemptions, queues, free blocks, which call's
 outputs were applied, finishes); each async-specific one must disagree with
 the kernel's synchronous rules, so the suite can tell the two modes apart.
-Regenerating them needs vLLM (``LATROUTE_VLLM_PYTHON``), checked by the last
-test, which skips cleanly without it.
+``tests/peer/fixtures/async_random.jsonl.gz`` holds the seeded random async
+scenarios (``scenarios.random_async_scenarios``: arrivals at every step,
+prompts around and above the budget, small KV pools, shared prefixes,
+max_model_len and max_num_seqs limits), recorded the same way and checked
+the same way (a prefix hit shows as an admitted item's computed tokens
+before its step). Regenerating them needs vLLM (``LATROUTE_VLLM_PYTHON``),
+checked by the last test, which skips cleanly without it.
 """
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.peer import random_fixtures
 from tests.peer.latroute_side import run_scenario, run_scenario_async
+from tests.peer.scenarios import random_async_scenarios
 from tests.test_vllm_peer import FIELDS, assert_agrees, first_difference, load
 
 PEER = Path(__file__).resolve().parent / "peer"
@@ -38,6 +45,58 @@ def test_async_kernel_agrees_with_vllm_async_scheduler(path: Path):
     fx = load(path)
     assert fx["async_scheduling"] is True
     assert_agrees(fx, *run_scenario_async(fx, len(fx["steps"])), ASYNC_FIELDS)
+
+
+RANDOM = random_fixtures.load_all()
+
+
+@pytest.mark.parametrize("fx", RANDOM, ids=[fx["name"] for fx in RANDOM])
+def test_random_scenarios_agree_with_vllm_async_scheduler(fx: dict):
+    assert_agrees(fx, *run_scenario_async(fx, len(fx["steps"])), ASYNC_FIELDS)
+
+
+def test_random_set_is_the_generators_and_exercises_what_it_is_for():
+    """The file holds exactly the scenarios the generator makes now (at
+    least 200), and they do what they are there for: preemptions, prefix
+    hits on blocks other requests filled, finishes at max_model_len,
+    max_num_seqs and the token budget binding, prompts above the budget,
+    arrivals while batches are in flight."""
+    made = random_async_scenarios()
+    assert len(RANDOM) == len(made) >= 200
+    assert [{k: fx[k] for k in ("name", "engine", "requests")} for fx in RANDOM] == \
+        [{k: sc[k] for k in ("name", "engine", "requests")} for sc in made]
+    assert {fx["vllm_version"] for fx in RANDOM} == {"0.32.0"}
+
+    def count(pred):
+        return sum(1 for fx in RANDOM if pred(fx))
+
+    def shared_hit(fx):  # a first admission with computed tokens: only blocks another request filled can give them
+        seen = set()
+        for st in fx["steps"]:
+            for rid, _, before, _ in st["batch"]:
+                if rid not in seen and before > 0:
+                    return True
+                seen.add(rid)
+        return False
+
+    def at_max_model_len(fx):
+        return any(r["prompt"] + r["max_tokens"] > fx["engine"]["max_model_len"] for r in fx["requests"])
+
+    def seqs_bind(fx):
+        return any(st["running"] is not None and len(st["running"]) == fx["engine"]["max_num_seqs"] and st["waiting"]
+                   for st in fx["steps"])
+
+    def budget_binds(fx):
+        return any(sum(item[1] for item in st["batch"]) == fx["engine"]["max_num_batched_tokens"] for st in fx["steps"])
+
+    n = len(RANDOM)
+    assert count(lambda fx: any(st["preempted"] for st in fx["steps"])) >= n // 4
+    assert count(shared_hit) >= n // 4
+    assert count(at_max_model_len) >= n // 4
+    assert count(seqs_bind) >= n // 4
+    assert count(budget_binds) >= n // 2
+    assert count(lambda fx: any(r["prompt"] > fx["engine"]["max_num_batched_tokens"] for r in fx["requests"])) >= n // 2
+    assert all(len({r["arrival_step"] for r in fx["requests"]}) > 2 for fx in RANDOM)
 
 
 def test_suite_covers_every_sync_scenario_and_eight_async_ones():
@@ -139,3 +198,6 @@ def test_regenerated_fixtures_match_the_committed_ones(tmp_path: Path):
     for sub in ("", "async"):
         for path in sorted((PEER / "fixtures" / sub).glob("*.json")):
             assert (tmp_path / sub / path.name).read_text() == path.read_text(), f"{sub}/{path.name} changed"
+    again = random_fixtures.read_text(tmp_path / random_fixtures.PATH.name).splitlines()
+    for old, new in zip(random_fixtures.read_text().splitlines(), again, strict=True):
+        assert new == old, f"{random_fixtures.unpack(old)['name']} changed"

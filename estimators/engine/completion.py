@@ -74,9 +74,11 @@ def _complete_async(st, plan, n):
     slot now holds another request) is skipped; a sampled token is appended
     and, unless the output is stale (scheduled before the request's last
     preemption), takes a placeholder back; the stop checks are sync mode's,
-    and a stale token can finish a preempted request in ``waiting``. A
-    running request's blocks are registered up to its computed tokens
-    minus the placeholders still in flight. Prefix caching with SFS's
+    and a stale token can finish a preempted request in ``waiting``. On
+    every output of a running request, the finishing one included, its
+    full blocks are registered up to its computed tokens minus the
+    placeholders still in flight, before a finish frees them (so they join
+    the free queue's tail as cached blocks). Prefix caching with SFS's
     overlay is not modelled here."""
     req, sc, cfg = st.req, st.sc, st.cfg
     max_len = cfg[C_MAX_LEN]
@@ -97,6 +99,16 @@ def _complete_async(st, plan, n):
         if not stale:
             req[s, F_PH] -= 1
         req[s, F_EVENT] |= _token_events(req[s, F_OUTPUTS], req[s, F_TARGET], req[s, F_PROMPT], max_len)
+        if status == ST_RUNNING and cfg[C_PREFIX] != PREFIX_OFF:
+            # every output of a running request, the finishing one included, registers its full blocks
+            # before any free: a finished request's blocks then carry hashes and join the free queue's
+            # tail, not its head (AsyncScheduler._update_request_with_output, then _free_request)
+            done = req[s, F_COMPUTED] - req[s, F_PH]
+            if done // b > req[s, F_NCACHED]:
+                computed = req[s, F_COMPUTED]
+                req[s, F_COMPUTED] = done  # register up to the tokens whose outputs are known
+                _register_slow(st, s)
+                req[s, F_COMPUTED] = computed
         if req[s, F_EVENT] & EV_FINISH:
             if status == ST_WAITING:  # preempted, finished by its stale token: it holds no blocks
                 wait_remove(sc, st.waiting, s)
@@ -106,13 +118,6 @@ def _complete_async(st, plan, n):
             else:
                 finish(st, s)
             finished += 1
-        elif status == ST_RUNNING and cfg[C_PREFIX] != PREFIX_OFF:
-            done = req[s, F_COMPUTED] - req[s, F_PH]
-            if done // b > req[s, F_NCACHED]:
-                computed = req[s, F_COMPUTED]
-                req[s, F_COMPUTED] = done  # register up to the tokens whose outputs are known
-                _register_slow(st, s)
-                req[s, F_COMPUTED] = computed
     if finished > 0:
         compact_running(req, st.sc, st.running)
     return finished

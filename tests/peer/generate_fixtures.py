@@ -24,9 +24,17 @@ read the same variable):
 Options: ``--model DIR`` (a model directory whose configuration vLLM can
 read; default ``../shared/models/tiny-a`` beside the repository), ``--out
 DIR`` (default ``tests/peer/fixtures``; the async fixtures go to its
-``async`` folder), ``--only NAME`` (one scenario), ``--mode sync|async|both``
-(default both). A fixture whose content did not change is left untouched,
-so ``git diff`` shows exactly what a new vLLM release changed.
+``async`` folder), ``--only NAME`` (one scenario of the sync and async
+sets), ``--mode sync|async|random|both|all`` (both: sync and async; default
+all: the random set too). A fixture whose content did not change is left
+untouched, so ``git diff`` shows exactly what a new vLLM release changed.
+
+Random async set (``--mode random``): the seeded scenarios of
+``scenarios.random_async_scenarios`` (arrivals at every step, prompts
+around and above the budget, small KV pools, shared prefixes, max_model_len
+and max_num_seqs limits), recorded in async mode like the others and
+written whole to ``fixtures/async_random.jsonl.gz`` (``random_fixtures``:
+one line per scenario; rewritten only when its content changed).
 
 Async mode (``docs/reference/async-scheduling.md``). The same scenarios, and
 the async-specific ones of ``async_scenarios()``, run through vLLM's
@@ -72,9 +80,11 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 FORMAT = "latroute-vllm-peer/1"
 DEFAULT_MODEL = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tiny-a")
 MAX_STEPS = 400
+RANDOM_MAX_STEPS = 2000
 
 
-from scenarios import async_scenarios, scenarios  # noqa: E402 (beside this script: run by path)
+import random_fixtures  # noqa: E402 (beside this script: run by path)
+from scenarios import async_scenarios, random_async_scenarios, scenarios  # noqa: E402
 
 
 # ---------------------------------------------------------------- vLLM side
@@ -234,7 +244,7 @@ def engine_core(scheduler, executor):
     return core
 
 
-def run_vllm_async(sc: dict, model_dir: str) -> dict:
+def run_vllm_async(sc: dict, model_dir: str, max_steps: int = MAX_STEPS) -> dict:
     """The scenario through ``AsyncScheduler`` and the engine core's own
     ``step_with_batch_queue``: one record per call (see module doc)."""
     from vllm.utils.hashing import sha256
@@ -278,7 +288,7 @@ def run_vllm_async(sc: dict, model_dir: str) -> dict:
         return original_update(so, mro)
 
     s.schedule, s.update_from_output = schedule, update
-    for step in range(1, MAX_STEPS + 1):
+    for step in range(1, max_steps + 1):
         add_arrivals(s, pending, step, reqs, index, eng["block_size"], hasher)
         seen.clear()
         seen["step"] = step
@@ -294,7 +304,7 @@ def run_vllm_async(sc: dict, model_dir: str) -> dict:
         if not pending and len(finished) == len(sc["requests"]) and not core.batch_queue and not s.has_requests():
             break
     else:
-        raise RuntimeError(f"{sc['name']}: not finished after {MAX_STEPS} steps")
+        raise RuntimeError(f"{sc['name']}: not finished after {max_steps} steps")
     reasons = {i: str(reqs[i].get_finished_reason()) for i in sorted(reqs)}
     return {"start": start, "steps": steps, "finish_reasons": reasons}
 
@@ -319,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "fixtures"))
     ap.add_argument("--only", default=None)
-    ap.add_argument("--mode", choices=("sync", "async", "both"), default="both")
+    ap.add_argument("--mode", choices=("sync", "async", "random", "both", "all"), default="all")
     args = ap.parse_args(argv)
     if not Path(args.model, "config.json").is_file():
         print(f"error: --model {args.model}: no config.json (a model directory vLLM can read)", file=sys.stderr)
@@ -328,13 +338,14 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     runs = []  # (scenario, runner, folder)
-    if args.mode in ("sync", "both"):
+    if args.mode in ("sync", "both", "all"):
         runs += [(sc, run_vllm, out) for sc in scenarios()]
-    if args.mode in ("async", "both"):
+    if args.mode in ("async", "both", "all"):
         runs += [(sc, run_vllm_async, out / "async") for sc in scenarios() + async_scenarios()]
     chosen = [r for r in runs if args.only in (None, r[0]["name"])]
-    if not chosen:
-        print(f"error: no scenario named {args.only!r}", file=sys.stderr)
+    if args.only is not None and not chosen:
+        print(f"error: --only {args.only}: no {args.mode} scenario of that name (the random set is written whole)",
+              file=sys.stderr)
         return 2
     changed = 0
     for sc, runner, folder in chosen:
@@ -350,8 +361,28 @@ def main(argv: list[str] | None = None) -> int:
         last = json.loads(text)["steps"][-1]
         print(f"{'async ' if sc.get('async_scheduling') else 'sync  '}{sc['name']:45s} {len(json.loads(text)['steps']):3d} "
               f"steps  free blocks at end {last['free_blocks']:5d}  {'unchanged' if same else 'written'}")
-    print(f"vLLM {vllm.__version__}: {len(chosen)} scenarios, {changed} fixtures written")
+    if chosen:
+        print(f"vLLM {vllm.__version__}: {len(chosen)} scenarios, {changed} fixtures written")
+    if args.mode in ("random", "all") and args.only is None:
+        write_random(out / random_fixtures.PATH.name, args.model, vllm.__version__)
     return 0
+
+
+def write_random(path: Path, model_dir: str, vllm_version: str) -> None:
+    """The random async set, recorded and written whole (left untouched when
+    its content is the same)."""
+    lines = []
+    for sc in random_async_scenarios():
+        sc = {**sc, "async_scheduling": True}
+        lines.append(random_fixtures.pack(sc, run_vllm_async(sc, model_dir, RANDOM_MAX_STEPS), vllm_version))
+    text = "".join(line + "\n" for line in lines)
+    same = path.exists() and random_fixtures.read_text(path) == text
+    if not same:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        random_fixtures.write(path, lines)
+    steps = [len(random_fixtures.unpack(line)["steps"]) for line in lines]
+    print(f"vLLM {vllm_version}: {len(lines)} random async scenarios, {sum(steps)} calls (longest {max(steps)}), "
+          f"{path} {'unchanged' if same else 'written'}")
 
 if __name__ == "__main__":
     sys.exit(main())

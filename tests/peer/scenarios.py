@@ -270,3 +270,62 @@ def mixed_requests(n: int, shared: bool) -> list[dict]:
             blocks = [100 * (i % 4) + b for b in range(min(prompt // 4, rng.randint(1, 6)))]
         out.append(req(i, prompt, outputs, arrival, blocks))
     return sorted(out, key=lambda r: r["arrival_step"])
+
+
+RANDOM_SOURCE = "latroute (random async)"
+RANDOM_SEED = 48
+RANDOM_COUNT = 240
+
+
+def random_async_scenarios(count: int = RANDOM_COUNT, seed: int = RANDOM_SEED) -> list[dict]:
+    """``count`` seeded random scenarios for async mode (the same list every
+    run): arrivals at every step, prompts around and above the token budget,
+    1-40 outputs, KV pools small enough to force preemptions, prefix caching
+    with shared prefixes in two of three, max_model_len and max_num_seqs
+    limits. Scenario ``i`` draws from its own generator (seeded by ``seed``
+    and ``i``), so adding scenarios leaves the earlier ones as they were."""
+    import random
+
+    return [_random_scenario(random.Random(seed * 1_000_003 + i), f"rand_{i:03d}") for i in range(count)]
+
+
+def _random_scenario(rng, name: str) -> dict:
+    block = rng.choice((2, 4, 8, 16))
+    budget = rng.randint(16, 96)
+    chunked = rng.random() < 0.85
+    caching = rng.random() < 2 / 3
+    n = rng.randint(6, 18)
+    prompts = [rng.randint(budget // 2, budget * 5 // 2) if rng.random() < 0.7 else rng.randint(1, max(1, budget // 2))
+               for _ in range(n)]
+    outputs = [rng.randint(1, 40) for _ in range(n)]
+    # max_model_len: tight (a few requests stop with 'length') or roomy; without
+    # chunked prefill vLLM needs the budget to cover it, so prompts shrink to fit
+    if chunked:
+        max_len = max(prompts) + rng.choice((1, 8, 20, 200))
+    else:
+        max_len = budget
+        prompts = [min(p, budget - 1 - rng.randint(0, 3)) for p in prompts]
+        prompts = [max(1, p) for p in prompts]
+    long_prefill = rng.choice((0, 0, budget // 4, budget // 2)) if chunked else 0
+    # the pool: the largest request fits alone, the whole load does not
+    held = [-(-min(p + t, max_len) // block) for p, t in zip(prompts, outputs)]
+    usable = max(max(held), round(sum(held) * rng.uniform(0.15, 0.6)))
+    max_num_seqs = rng.choice((1, 2, 3, 4, 6, 8, 16))
+    families = [[1000 * f + j for j in range(rng.randint(1, 8))] for f in range(rng.randint(1, 3))]
+    per_step = rng.choice((1, 1, 2))
+    requests = []
+    for i, (p, t) in enumerate(zip(prompts, outputs)):
+        blocks = None
+        if caching and rng.random() < 0.75:
+            fam = rng.choice(families)
+            k = min(len(fam), p // block)
+            blocks = fam[:rng.randint(min(1, k), k)] if k else []
+        requests.append(req(i, p, t, 1 + i // per_step, blocks))
+    eng = engine(budget=budget, max_num_seqs=max_num_seqs, block_size=block, num_blocks=usable + 1,
+                 long_prefill=long_prefill, max_model_len=max_len, prefix_caching=caching, chunked_prefill=chunked)
+    return scenario(name, RANDOM_SOURCE, "random async scenario",
+                    f"{n} requests, {per_step} per step; budget {budget}, block size {block}, {usable} usable "
+                    f"blocks, max_num_seqs {max_num_seqs}, max_model_len {max_len}"
+                    f"{', long_prefill ' + str(long_prefill) if long_prefill else ''}"
+                    f"{', prefix caching' if caching else ''}{'' if chunked else ', chunked prefill off'}.",
+                    eng, requests)
