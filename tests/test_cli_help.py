@@ -2,13 +2,11 @@
 
 The commands are enumerated from the group itself (``harness.cli.COMMANDS``
 and each group's ``list_commands``, recursively), so a command added later
-is covered without editing this file. Two checks per command:
-
-- machine-independent: importing the command's module, then rendering its
-  help, in a fresh interpreter loads none of numba, numpy, pandas, duckdb,
-  pyarrow, matplotlib or plotly;
-- timed: ``latroute CMD --help`` takes at most 3x ``latroute --help`` (the
-  least of three runs each, measured in the same test run, to damp noise).
+is covered without editing this file. Importing the command's module, then
+rendering its help, in a fresh interpreter loads none of numba, numpy,
+pandas, duckdb, pyarrow, matplotlib or plotly: what made a help slow. (No
+timed check: a wall-clock ratio fails whenever the machine is busy, and
+speed is ``latroute bench``'s to measure.)
 """
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ import importlib
 import json
 import subprocess
 import sys
-import time
 
 import click
 import pytest
@@ -25,7 +22,6 @@ from harness.cli import COMMANDS, cli
 from tests.conftest import REPO
 
 HEAVY = ("numba", "numpy", "pandas", "duckdb", "pyarrow", "matplotlib", "plotly")
-RUNS = 3  # timed runs per command; the least counts
 
 
 def _walk(cmd: click.Command, path: tuple[str, ...], ctx: click.Context):
@@ -86,29 +82,6 @@ def test_help_loads_no_heavy_module(path):
     assert got["status"] == 0 and got["chars"] > 0, got
     assert got["import"] == [], f"import {module} loads {got['import']}"
     assert got["help"] == [], f"latroute {' '.join(path)} --help loads {got['help']}"
-
-
-def _help_seconds(*path: str) -> float:
-    best = float("inf")
-    for _ in range(RUNS):
-        t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", *path, "--help"], cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
-        best = min(best, time.perf_counter() - t)
-        assert proc.returncode == 0 and proc.stdout.startswith("Usage: latroute"), proc.stderr[-2000:]
-    return best
-
-
-@pytest.fixture(scope="module")
-def root_help_s() -> float:
-    return _help_seconds()
-
-
-@pytest.mark.parametrize("path", sorted(PATHS), ids=" ".join)
-def test_help_is_as_fast_as_the_group_help(path, root_help_s):
-    took = _help_seconds(*path)
-    assert took <= 3 * root_help_s, (f"latroute {' '.join(path)} --help took {took:.3f} s, "
-                                      f"latroute --help {root_help_s:.3f} s")
 
 
 def test_help_names_match_the_modules_that_own_them():
