@@ -220,7 +220,21 @@ def test_disconnect_frees_blocks(server):
 
 
 def test_sigterm_ends_streams_and_writes_the_recording(server):
+    """The recording holds a finished request, an aborted one and the stream SIGTERM cut, all sent here (the
+    module's other tests may run on another pytest-xdist worker, with a server of their own)."""
     p, base, tmp = server
+    for k in range(2):  # every instance steps (the third one below)
+        st, _, _ = post(base + k, "/v1/completions", {"prompt": "w5 w6 w7", "max_tokens": 3},
+                        {"X-Request-Id": f"done-{k}"})
+        assert st == 200
+    gone_port = base + 2
+    g, gresp = open_stream(gone_port, {"prompt": [7] * 3000, "max_tokens": 20000}, "gone-2")
+    assert len(events(gresp, limit=3)) == 3
+    g.sock.shutdown(socket.SHUT_RDWR)
+    g.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and gauge(gone_port, "vllm:num_requests_running") > 0:
+        time.sleep(0.05)
     c, resp = open_stream(base, {"prompt": [9] * 100, "max_tokens": 30000}, "cut-1")
     assert len(events(resp, limit=2)) == 2
     p.send_signal(signal.SIGTERM)
@@ -235,8 +249,8 @@ def test_sigterm_ends_streams_and_writes_the_recording(server):
 
     t = open_trace(tmp / "rec")
     req = t.read("requests")
-    assert {"req-1", "req-s", "gone-1", "cut-1"} <= set(req["client_id"])
-    gone = req[req["client_id"] == "gone-1"].iloc[0]
+    assert {"done-0", "done-1", "gone-2", "cut-1"} <= set(req["client_id"])
+    gone = req[req["client_id"] == "gone-2"].iloc[0]
     assert gone["finish_reason"] == "abort" and 3 <= gone["output_tokens"] < 20000
     assert t.meta["serve"]["lag"]["step_ends"] > 0
     items = t.read("step_items")
