@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -61,6 +62,10 @@ BUDGETS = (512, 1024, 2048, 4096, 8192, 16384)
 MAX_SEQS = (16, 32, 64, 128, 256, 512)
 
 
+# "loss": the fit's own loss on the held-back requests; "figures": the mean |log error| of the figures a run is
+# judged by (TTFT mean, p50, p99, TPOT mean, E2E mean; ``summary_error``)
+HELD_BACK_METRICS = ("loss", "figures")
+MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
 MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
 HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
 
@@ -70,6 +75,7 @@ class RequestFitConfig:
     max_evals: int = 120  # per candidate's search
     patience: int | None = 40  # a search stops after this many evaluations without a 0.1% gain
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
+    held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
     refine_step: float = 0.1  # the chosen candidate refined on every timed request: simplex size (log units)
     refine_evals: int = 60
     bounds: bool = True  # hold the values to the ranges the requests support (``fit_bounds``)
@@ -208,19 +214,28 @@ class TraceTargets:
     ttft: np.ndarray
     tpot: np.ndarray
     q: np.ndarray
+    e2e: np.ndarray | None = None  # measured end-to-end (finish_s - arrival_s); NaN without finish_s
 
     @classmethod
     def of(cls, rt: RequestTrace) -> TraceTargets:
         tt = rt.requests["ttft_s"].to_numpy(dtype=np.float64)
-        return cls(rt, tt, rt.tpot(), np.nanpercentile(tt, TTFT_QUANTILES))
+        return cls(rt, tt, rt.tpot(), np.nanpercentile(tt, TTFT_QUANTILES), _e2e(rt))
 
     def part(self, keep: np.ndarray) -> TraceTargets:
         """The same replay scored on the requests in ``keep`` only (the others' timings blanked)."""
         tt = np.where(keep, self.ttft, np.nan)
-        return TraceTargets(self.rt, tt, np.where(keep, self.tpot, np.nan), np.nanpercentile(tt, TTFT_QUANTILES))
+        return TraceTargets(self.rt, tt, np.where(keep, self.tpot, np.nan), np.nanpercentile(tt, TTFT_QUANTILES),
+                            np.where(keep, self.e2e, np.nan))
 
     def timed(self) -> np.ndarray:
         return np.flatnonzero(np.isfinite(self.ttft))
+
+
+def _e2e(rt: RequestTrace) -> np.ndarray:
+    r = rt.requests
+    if "finish_s" not in r:
+        return np.full(len(r), np.nan)
+    return r["finish_s"].to_numpy(dtype=np.float64) - r["arrival_s"].to_numpy(dtype=np.float64)
 
 
 def _logerr(a: np.ndarray, b: np.ndarray) -> float:
@@ -228,13 +243,19 @@ def _logerr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.abs(np.log(a[ok] / b[ok])))) if ok.any() else 10.0
 
 
-Prediction = tuple[np.ndarray, np.ndarray]  # one trace's replayed TTFT and TPOT per request
+def _mean_logerr(a: np.ndarray, b: np.ndarray) -> float:
+    """|log| of the ratio of the means over the requests both have."""
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    return abs(float(np.log(a[ok].mean() / b[ok].mean()))) if ok.any() else 10.0
+
+
+Prediction = tuple[np.ndarray, np.ndarray, np.ndarray]  # one trace's replayed TTFT, TPOT and E2E per request
 
 
 def predict(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], virtual_engines: int = 1,
             frontend: FrontEnd | None = None) -> list[Prediction] | None:
-    """Each trace replayed with the profile of ``values``: TTFT and TPOT per request (None: a request
-    never got its first token)."""
+    """Each trace replayed with the profile of ``values``: TTFT, TPOT and E2E per request (None: a
+    request never got its first token)."""
     prof = profile_of(values, "fit")
     out = []
     for tg in targets:
@@ -244,28 +265,51 @@ def predict(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTarge
         if not np.isfinite(ttft).all():
             return None
         fin = res.requests["finish_s"].to_numpy(dtype=np.float64) + values[4]
-        out.append((ttft, tpot_of(tg.rt.requests, ttft, fin)))
+        out.append((ttft, tpot_of(tg.rt.requests, ttft, fin), fin - tg.rt.requests["arrival_s"].to_numpy(np.float64)))
     return out
 
 
 def score(preds: list[Prediction] | None, targets: list[TraceTargets], w: dict,
           rows: list[np.ndarray] | None = None) -> float:
-    """Sum over traces of the TTFT-quantile, per-request TTFT/TPOT and mean-TPOT log errors over each
-    trace's timed requests (``rows``: the requests to score, repeats allowed, e.g. a bootstrap's)."""
+    """Sum over traces of the weighted log errors (``LOSS_TERMS``) over each trace's timed requests
+    (``rows``: the requests to score, repeats allowed, e.g. a bootstrap's)."""
     if preds is None:
         return 1e3
     total = 0.0
-    for k, ((ttft, tp), tg) in enumerate(zip(preds, targets)):
+    for k, ((ttft, tp, e2e), tg) in enumerate(zip(preds, targets)):
         idx = tg.timed() if rows is None else rows[k]
         m_ttft, m_tpot, q = tg.ttft[idx], tg.tpot[idx], tg.q if rows is None else \
             np.percentile(tg.ttft[idx], TTFT_QUANTILES)
         p_ttft, p_tpot = ttft[idx], np.where(np.isfinite(m_tpot), tp[idx], np.nan)
         total += w["ttft_q"] * _logerr(np.percentile(p_ttft, TTFT_QUANTILES), q)
         total += w["ttft_req"] * _logerr(p_ttft, m_ttft)
+        if w.get("ttft_mean"):
+            total += w["ttft_mean"] * _mean_logerr(p_ttft, m_ttft)
         if np.isfinite(m_tpot).any():
             total += w["tpot_req"] * _logerr(p_tpot, m_tpot)
             total += w["tpot_mean"] * abs(np.log(np.nanmean(p_tpot) / np.nanmean(m_tpot)))
+        m_e2e = tg.e2e[idx]
+        if (w.get("e2e_req") or w.get("e2e_mean")) and np.isfinite(m_e2e).any():
+            total += w.get("e2e_req", 0.0) * _logerr(e2e[idx], m_e2e)
+            total += w.get("e2e_mean", 0.0) * _mean_logerr(e2e[idx], m_e2e)
     return total
+
+
+def summary_error(preds: list[Prediction] | None, targets: list[TraceTargets]) -> float:
+    """The mean |log error| of the figures a run is judged by (TTFT mean, p50, p99; TPOT mean; E2E mean)
+    over each trace's timed requests, averaged over traces: how a candidate predicts held-back time."""
+    if preds is None:
+        return 1e3
+    errs = []
+    for (ttft, tp, e2e), tg in zip(preds, targets):
+        idx = tg.timed()
+        m, p = tg.ttft[idx], ttft[idx]
+        errs += [_mean_logerr(p, m)] + [abs(float(np.log(np.percentile(p, q) / np.percentile(m, q)))) for q in (50, 99)]
+        if np.isfinite(tg.tpot[idx]).any():
+            errs.append(_mean_logerr(tp[idx], tg.tpot[idx]))
+        if np.isfinite(tg.e2e[idx]).any():
+            errs.append(_mean_logerr(e2e[idx], tg.e2e[idx]))
+    return float(np.mean(errs))
 
 
 def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], w: dict,
@@ -282,14 +326,18 @@ class Evaluator:
     def __init__(self, engine: InstanceConfig, targets: list[TraceTargets], cfg: RequestFitConfig,
                  bounds: Bounds | None):
         self.engine, self.targets, self.cfg, self.bounds = engine, targets, cfg, bounds
-        self.replays = 0
-        self._memo: dict[bytes, list[Prediction] | None] = {}
+        self.replays = 0  # evaluations: each replays every one of ``targets``
+        self._memo: OrderedDict[bytes, list[Prediction] | None] = OrderedDict()
 
     def preds(self, values: np.ndarray) -> list[Prediction] | None:
         key = np.asarray(values, dtype=np.float64).tobytes() + repr(self.engine).encode()
-        if key not in self._memo:
+        if key in self._memo:
+            self._memo.move_to_end(key)
+        else:
             self.replays += 1
             self._memo[key] = predict(values, self.engine, self.targets, self.cfg.virtual_engines, self.cfg.frontend)
+            if len(self._memo) > MEMO:
+                self._memo.popitem(last=False)
         return self._memo[key]
 
     def point(self, z: np.ndarray) -> tuple[np.ndarray, float]:
@@ -373,7 +421,9 @@ def _choose(ev: Evaluator, traces: list[RequestTrace], cfg: RequestFitConfig) ->
     cands = []
     for k, x0 in labelled:
         x, f = _search(ev, early, x0, 0.5, cfg.max_evals, cfg.patience)
-        cands.append(Candidate(k, x, float(f), score(ev.preds(x), late, cfg.weights)))
+        held = score(ev.preds(x), late, cfg.weights) if cfg.held_back_metric == "loss" else \
+            summary_error(ev.preds(x), late)
+        cands.append(Candidate(k, x, float(f), float(held)))
     best = min(range(len(cands)), key=lambda i: cands[i].held_loss)
     why = (f"{len(cands)} candidates fitted on the earlier {100 * (1 - cfg.held_back):.0f}% of each trace's timed "
            f"requests; kept the one that predicts the later {100 * cfg.held_back:.0f}% best, then refined on all")
@@ -387,7 +437,11 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     t0 = time.perf_counter()
     targets = [TraceTargets.of(rt) for rt in traces]
     ev = Evaluator(engine, targets, cfg, bounds if cfg.bounds else None)
-    x, cands, chosen, why = _choose(ev, traces, cfg)
+    # a trace replayed under several assignments of a fleet (``RequestTrace.under``: one per seed, the same source)
+    # has its candidates searched on its first assignment only; the refinement sums over every assignment
+    first = sorted({tg.rt.source: i for i, tg in reversed(list(enumerate(targets)))}.values())
+    coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
+    x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
     x, fx = _search(ev, targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
     grid: list[dict] = []
     if cfg.search_engine:
@@ -416,7 +470,8 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
 
         unc = uncertainty(ev, x, cfg)
     prof = profile_of(x, name)
-    return RequestFit(prof, engine, x, float(fx), ev.replays, time.perf_counter() - t0, grid, cands, chosen, why,
+    replays = ev.replays + (coarse.replays if coarse is not ev else 0)
+    return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,
                       ev.bounds, unc)
 
 
@@ -516,7 +571,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
              f"{prof.fitted_on['timed_requests']} requests' timings fitted on, every request's arrival and lengths "
              "replayed")
     echo(f"calibrating from requests: {prof.fitted_on['requests']} requests in {len(rts)} trace(s), "
-         f"{fit.evals} twin replays in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
+         f"{fit.evals} evaluations (each a twin replay of every trace) in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
     echo("ranges the requests support:")
     for line in bounds.describe():
         echo("  " + line)

@@ -16,10 +16,12 @@ step rules much of the valley out, whatever the load:
   TTFT is the front end plus the prompt's own prefill, and the prefill's cost per token is at most
   what is left of it. The front end itself is at most those requests' shortest TTFT.
 
-The search works on the logarithm of the values and evaluates ``project(values)``, the nearest
-point inside these ranges taken in that order (decode, constant, front end, prefill), adding a
-penalty for the distance it had to move, so it is drawn back inside; a value that ends on a bound
-is reported as set by the bound, not by the fit.
+The search works on the logarithm of the values and evaluates ``project(values)``, a point inside
+these ranges (decode clipped, then the constant given the decode; front end and prefill cost, when
+together they exceed a lowest-load TTFT, scaled down by the same factor, i.e. moved along the
+diagonal in log space, so that neither is driven to 0 for the other), adding a penalty for the
+distance it had to move, so it is drawn back inside; a value that ends on a bound is reported as
+set by the bound, not by the fit.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ class Bounds:
 
     def _step_range(self) -> tuple[float, float]:
         hi = self.tpot_p5 if self.tpot_p5 is not None else np.inf
-        return self.floor.seconds or 0.0, max(hi - TINY, TINY)
+        return self.floor.seconds or 0.0, max(hi - TINY, 2 * TINY)
 
     def _p_hi(self, overhead: float) -> float:
         if not self.low_ttft.size:
@@ -97,7 +99,7 @@ class Bounds:
         v = np.asarray(values, dtype=np.float64)
         lo_step, hi_step = self._step_range()
         o_hi = max(float(self.low_ttft.min()), TINY) if self.low_ttft.size else np.inf
-        return {"D": (TINY, hi_step), "const": (max(lo_step - v[2], TINY), max(hi_step - v[2], TINY)),
+        return {"D": (TINY, hi_step - TINY), "const": (max(lo_step - v[2], TINY), max(hi_step - v[2], TINY)),
                 "frontend_overhead_s": (TINY, o_hi), "P": (TINY, self._p_hi(v[4])), "sum_ctx": (TINY, np.inf)}
 
     def project(self, values: np.ndarray) -> np.ndarray:
@@ -105,14 +107,17 @@ class Bounds:
         the module docstring); host values (index 5, 6) untouched."""
         v = np.array(values, dtype=np.float64)
         lo_step, hi_step = self._step_range()
-        v[2] = min(max(v[2], TINY), hi_step)
+        v[2] = min(max(v[2], TINY), hi_step - TINY)  # room for the constant
         v[0] = min(max(v[0], lo_step - v[2], TINY), max(hi_step - v[2], TINY))
-        if self.low_ttft.size:
-            v[4] = min(max(v[4], TINY), max(float(self.low_ttft.min()), TINY))
-        v[1] = min(max(v[1], TINY), self._p_hi(max(v[4], TINY)))
-        v[3] = max(v[3], TINY)
-        v[4] = max(v[4], TINY)
+        v[1], v[3], v[4] = max(v[1], TINY), max(v[3], TINY), max(v[4], TINY)
+        if self.low_ttft.size:  # front end + prefill within every lowest-load TTFT: both scaled down alike
+            v[4], v[1] = v[4] * self._fit_share(v[4], v[1]), v[1] * self._fit_share(v[4], v[1])
         return v
+
+    def _fit_share(self, overhead: float, p: float) -> float:
+        """The factor (at most 1) by which front end and prefill cost scale down to fit every lowest-load TTFT."""
+        need = overhead + p * self.low_prompt
+        return float(min(1.0, np.min(self.low_ttft / np.maximum(need, TINY))))
 
     def penalised(self, z: np.ndarray) -> tuple[np.ndarray, float]:
         """The projected values of the log-space point ``z`` and the penalty for the move."""
@@ -124,12 +129,16 @@ class Bounds:
         """The values sitting on a bound (within ``rel``), and which."""
         out = {}
         v = np.asarray(values, dtype=np.float64)
-        for i, name in ((0, "const"), (1, "P"), (2, "D"), (4, "frontend_overhead_s")):
-            lo, hi = self.limits(v)[name]
+        lim = self.limits(v)
+        for i, name in ((0, "const"), (2, "D")):
+            lo, hi = lim[name]
             if np.isfinite(hi) and v[i] >= hi * (1 - rel):
-                out[name] = "upper"
+                out[name] = "upper bound (const + D at the TPOT bound)"
             elif lo > TINY and v[i] <= lo * (1 + rel):
-                out[name] = "lower"
+                out[name] = "lower bound (const + D at the weight-read floor)"
+        if self.low_ttft.size and self._fit_share(v[4] / (1 - rel), v[1] / (1 - rel)) < 1:
+            for name in ("P", "frontend_overhead_s"):
+                out[name] = "upper bound (front end + prefill = a lowest-load TTFT)"
         return out
 
     def describe(self) -> list[str]:

@@ -10,7 +10,9 @@ a local model of the twin instead: the log of every request's predicted TTFT and
 the log of the values around the fit (central differences, ``JAC_STEP`` either way: two replays
 per value). A draw minimises the fit's own loss (``fit.score``, on the drawn requests) over that
 model, with the same ranges (``fit_bounds``) and each value kept within a factor ``MAX_MOVE`` of
-the fit. The interval of a value is the 2.5th to 97.5th percentile of its draws: the spread that
+the fit; a draw's values are the fit moved by as much as the draw's optimum lies from the local
+model's optimum on all the requests (the two differ a little: the model is linear, the twin is
+not). The interval of a value is the 2.5th to 97.5th percentile of its draws: the spread that
 comes from which requests were logged, not from the twin's own error.
 
 A value is *not identified* when moving it by ``JAC_STEP`` moves no prediction by more than
@@ -41,8 +43,8 @@ class DrawScore:
         from harness.requestlevel.fit import TTFT_QUANTILES
 
         self.w, self.parts = w, []
-        for (lt, lp), (jt, jp), tg, r in zip(logs, jac, targets, rows):
-            mt, mp = tg.ttft[r], tg.tpot[r]
+        for (lt, lp, le), (jt, jp, je), tg, r in zip(logs, jac, targets, rows):
+            mt, mp, me = tg.ttft[r], tg.tpot[r], tg.e2e[r]
             pos = np.asarray(TTFT_QUANTILES, dtype=np.float64) / 100 * (r.size - 1)
             lo = np.floor(pos).astype(np.int64)
             part = {"at": lt[r], "At": jt[r], "mt": np.log(mt), "lo": lo, "hi": np.minimum(lo + 1, r.size - 1),
@@ -51,6 +53,9 @@ class DrawScore:
             if okp.any():
                 part.update(ap=lp[r][okp], Ap=np.nan_to_num(jp[r][okp]), mp=np.log(mp[okp]),
                             mean_p=float(np.nanmean(mp)))
+            oke = np.isfinite(me) & (me > 0) & np.isfinite(le[r])
+            if oke.any() and (w.get("e2e_req") or w.get("e2e_mean")):
+                part.update(ae=le[r][oke], Ae=np.nan_to_num(je[r][oke]), me=np.log(me[oke]), mean_e=float(me[oke].mean()))
             self.parts.append(part)
 
     def __call__(self, delta: np.ndarray) -> float:
@@ -61,6 +66,12 @@ class DrawScore:
             q = e[p["lo"]] + (e[p["hi"]] - e[p["lo"]]) * p["frac"]
             total += w["ttft_q"] * float(np.mean(np.abs(np.log(q / p["q"]))))
             total += w["ttft_req"] * float(np.mean(np.abs(vt - p["mt"])))
+            if w.get("ttft_mean"):
+                total += w["ttft_mean"] * abs(float(np.log(np.mean(np.exp(vt)) / np.mean(np.exp(p["mt"])))))
+            if "ae" in p:
+                ve = p["ae"] + p["Ae"] @ delta
+                total += w.get("e2e_req", 0.0) * float(np.mean(np.abs(ve - p["me"])))
+                total += w.get("e2e_mean", 0.0) * abs(float(np.log(np.mean(np.exp(ve)) / p["mean_e"])))
             if "ap" in p:
                 vp = p["ap"] + p["Ap"] @ delta
                 total += w["tpot_req"] * float(np.mean(np.abs(vp - p["mp"])))
@@ -72,8 +83,9 @@ def _jacobian(ev, x: np.ndarray) -> tuple[list, list]:
     """Per trace: log TTFT and log TPOT predictions at the fit, and their derivatives by log value."""
     base = ev.preds(x)
     z0 = np.log(x)
-    jt = [np.zeros((len(t), len(x))) for t, _ in base]
-    jp = [np.zeros((len(p), len(x))) for _, p in base]
+    jt = [np.zeros((len(t), len(x))) for t, _, _ in base]
+    jp = [np.zeros((len(p), len(x))) for _, p, _ in base]
+    je = [np.zeros((len(e), len(x))) for _, _, e in base]
     for j in range(len(x)):
         up, down = z0.copy(), z0.copy()
         up[j] += JAC_STEP
@@ -85,8 +97,9 @@ def _jacobian(ev, x: np.ndarray) -> tuple[list, list]:
             with np.errstate(divide="ignore", invalid="ignore"):
                 jt[k][:, j] = (np.log(pu[k][0]) - np.log(pd[k][0])) / (2 * JAC_STEP)
                 jp[k][:, j] = (np.log(pu[k][1]) - np.log(pd[k][1])) / (2 * JAC_STEP)
-    logs = [(np.log(t), np.log(p)) for t, p in base]
-    return logs, list(zip(jt, jp))
+                je[k][:, j] = (np.log(pu[k][2]) - np.log(pd[k][2])) / (2 * JAC_STEP)
+    logs = [tuple(np.log(a) for a in b) for b in base]
+    return logs, list(zip(jt, jp, je))
 
 
 def uncertainty(ev, x: np.ndarray, cfg) -> dict:
@@ -101,7 +114,7 @@ def uncertainty(ev, x: np.ndarray, cfg) -> dict:
     effect = np.zeros(len(x))
     for k, tg in enumerate(ev.targets):
         idx = tg.timed()
-        for d in jac[k]:
+        for d in jac[k][:2]:
             rows = np.nan_to_num(np.abs(d[idx]), nan=0.0)
             if rows.size:
                 effect = np.maximum(effect, JAC_STEP * rows.max(axis=0))
@@ -112,18 +125,24 @@ def uncertainty(ev, x: np.ndarray, cfg) -> dict:
         v, pen = ev.point(z0 + d)
         return np.log(v) - z0, pen + float(np.abs(d - delta).sum())
 
-    rng = np.random.default_rng(cfg.seed)
-    draws = []
-    for _ in range(cfg.bootstrap):
-        rows = [rng.choice(tg.timed(), size=tg.timed().size, replace=True) for tg in ev.targets]
+    def refit(rows: list[np.ndarray]) -> np.ndarray:
         draw = DrawScore(logs, jac, ev.targets, rows, cfg.weights)
 
-        def f(delta: np.ndarray, draw=draw) -> float:
+        def f(delta: np.ndarray) -> float:
             d, pen = moved(delta)
             return draw(d) + pen
 
         delta, _, _ = nelder_mead(f, np.zeros(len(x)), step=0.1, max_evals=DRAW_EVALS, tol=1e-7)
-        draws.append(np.exp(z0 + moved(delta)[0]))
+        return moved(delta)[0]
+
+    # the local model's own optimum on every request is not exactly the fit: each draw is taken as a move
+    # from it, applied to the fit
+    centre = refit([tg.timed() for tg in ev.targets])
+    rng = np.random.default_rng(cfg.seed)
+    draws = []
+    for _ in range(cfg.bootstrap):
+        move = refit([rng.choice(tg.timed(), size=tg.timed().size, replace=True) for tg in ev.targets]) - centre
+        draws.append(ev.point(z0 + move)[0])
     d = np.array(draws)
     at_bound = ev.bounds.at_bound(x) if ev.bounds is not None else {}
     coefs = {}
@@ -132,7 +151,7 @@ def uncertainty(ev, x: np.ndarray, cfg) -> dict:
         if effect[j] < MIN_EFFECT:
             why, ok = f"no effect: +-{100 * (np.exp(JAC_STEP) - 1):.0f}% moves no prediction by {100 * MIN_EFFECT:.1f}%", False
         elif name in at_bound:
-            why, ok = f"set by the {at_bound[name]} bound", False
+            why, ok = f"set by the {at_bound[name]}", False
         elif hi > WIDE * max(lo, 1e-300):
             why, ok = f"not identified: the interval spans a factor {hi / max(lo, 1e-300):.3g}", False
         else:

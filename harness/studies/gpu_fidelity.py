@@ -38,14 +38,24 @@ class Variant:
         return dict(self.overrides)
 
 
+MEANS = (("weights", {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0,
+                       "e2e_mean": 1.0}),)
 DEFAULT = "ranges + held-back choice"
 VARIANTS = (
     Variant(DEFAULT, "the values held to the ranges the requests support; among the candidates (one search per "
-                     "start), the one that best predicts the window's held-back last third, refined on all of it"),
+                     "start), the one whose loss on the window's held-back last third is lowest, refined on all of it"),
     Variant("held-back choice, no ranges", "as the default without the ranges", (("bounds", False),)),
     Variant("ranges, lowest in-window loss", "as the default, the candidate with the lowest loss on the whole window "
                                              "kept (no held-back choice)", (("held_back", 0.0),)),
-    Variant("neither", "no ranges, the lowest in-window loss kept", (("bounds", False), ("held_back", 0.0))),
+    Variant("neither", "no ranges, the lowest in-window loss kept (the search as it was, but for its starts and "
+                       "stopping)", (("bounds", False), ("held_back", 0.0))),
+    Variant("held-back figures", "as the default, the held-back part scored by the figures a run is judged by "
+                                 "(TTFT mean, p50, p99, TPOT mean, E2E mean) instead of the loss",
+            (("held_back_metric", "figures"),)),
+    Variant("means in the loss", "as the default, the loss with TTFT-mean and E2E-mean terms added", MEANS),
+    Variant("means in the loss, held-back figures", "both of the two above", MEANS + (("held_back_metric", "figures"),)),
+    Variant("means in the loss, neither", "no ranges, no held-back choice, the loss with the mean terms",
+            MEANS + (("bounds", False), ("held_back", 0.0))),
 )
 
 
@@ -123,7 +133,7 @@ def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=
                                bootstrap=False)
                 held = targets(traces[short], out / "profiles" / f"{key}-inner-{_slug(var.name)}.json", (cut, w))
                 path = out / "profiles" / f"{key}-{_slug(var.name)}.json"
-                res, wall = fit(traces[short], (0.0, w), var, path, bootstrap=var.name == DEFAULT)
+                res, wall = fit(traces[short], (0.0, w), var, path, bootstrap=True)
                 second = targets(traces[short], path, SCORE_WINDOW)
                 rows[key] = {"run": label, "window": w, "fit_window_score": held,
                              "fit_window_mae": float(np.mean(_abs_errors(held))), "second_half": second,
