@@ -101,6 +101,12 @@ def test_weight_floor_from_a_trace_meta():
     assert "H100 SXM" in weight_floor(h100).why
     h100["engine"]["sources"]["gpus"] = "default"  # a defaulted GPU count is not the run's parallelism
     assert weight_floor(h100).seconds is None and "tensor parallelism" in weight_floor(h100).why
+    marked = {"source": {"model": "Qwen/Qwen3-32B"},  # settings marked given / inferred / defaulted at import
+              "engine": {"settings": {"gpu": "RTX PRO 6000 Blackwell", "tensor_parallel_size": 2},
+                         "marks": {"gpu": "given", "tensor_parallel_size": "inferred"}, "sources": {}}}
+    assert weight_floor(marked).seconds == pytest.approx((32.8e9 - 151_936 * 5120) * 2 / (2 * 1.792e12))
+    marked["engine"]["marks"]["gpu"] = "defaulted"
+    assert weight_floor(marked).seconds is None
 
 
 def test_simplex_patience_stops_a_search_on_a_plateau():

@@ -12,7 +12,8 @@ The parameters read are the model's less its input embedding (a decode reads one
 bandwidth is the datasheet's peak, which no kernel exceeds, so the floor is a lower bound whatever
 the kernels achieve. It is applied only when the trace names the model, its GPU and its tensor
 parallelism (``meta.json``: ``source.model`` or ``engine_kwargs.model``; ``source.hardware.
-device_name`` or ``source.gpu``; ``engine_kwargs.tensor_parallel_size`` or a stated ``gpus``), and
+device_name``, an engine ``gpu`` given or inferred, or ``source.gpu``; ``engine_kwargs.
+tensor_parallel_size``, or an engine ``tensor_parallel_size`` or ``gpus`` given or inferred), and
 the model and GPU are in the tables below; otherwise ``Floor.seconds`` is None and ``Floor.why``
 says what was missing. Mixture-of-experts models are not in the table (how many experts a batch
 reads depends on the batch).
@@ -91,6 +92,17 @@ def model_params(name: str) -> tuple[str, float, str] | None:
     return None
 
 
+def _stated(engine: dict, key: str):
+    """An engine setting of the trace's meta that the source gave or that was inferred from the run (a
+    defaulted one says nothing about this run)."""
+    settings, marks, sources = (engine.get(k) or {} for k in ("settings", "marks", "sources"))
+    if key not in settings or settings[key] in (None, "", "unknown"):
+        return None
+    if marks.get(key) == "defaulted" or (not marks and "default" in str(sources.get(key, "default"))):
+        return None
+    return settings[key]
+
+
 def weight_floor(meta: dict) -> Floor:
     """The floor for a trace's ``meta.json`` (see the module docstring)."""
     src = meta.get("source") or {}
@@ -98,12 +110,9 @@ def weight_floor(meta: dict) -> Floor:
     kwargs = src.get("engine_kwargs") or {}
     model = src.get("model") or kwargs.get("model")
     hw = src.get("hardware") or {}
-    gpu = (hw.get("device_name") if isinstance(hw, dict) else None) or src.get("gpu")
     engine = meta.get("engine") or {}
-    settings, sources = engine.get("settings") or {}, engine.get("sources") or {}
-    tp = kwargs.get("tensor_parallel_size")
-    if tp is None and "gpus" in settings and "default" not in str(sources.get("gpus", "default")):
-        tp = settings["gpus"]
+    gpu = (hw.get("device_name") if isinstance(hw, dict) else None) or _stated(engine, "gpu") or src.get("gpu")
+    tp = kwargs.get("tensor_parallel_size") or _stated(engine, "tensor_parallel_size") or _stated(engine, "gpus")
     missing = [what for what, v in (("model", model), ("GPU", gpu), ("tensor parallelism", tp)) if not v]
     if missing:
         return Floor(None, f"not applied: the trace does not name its {' or '.join(missing)}")
