@@ -12,6 +12,7 @@ import pytest
 
 from harness.requestlevel.engine_options import REQUEST_TRACE_DEFAULTS
 from harness.requestlevel.fit import (
+    TTFT_QUANTILES,
     Evaluator,
     RequestFitConfig,
     TraceTargets,
@@ -133,7 +134,7 @@ def test_the_draw_score_is_the_fit_loss_on_the_drawn_rows(log):
     ev = Evaluator(ENGINE, tg, cfg, None)
     logs, jac = _jacobian(ev, TRUTH * 1.3)
     rows = [np.random.default_rng(0).choice(tg[0].timed(), 60)]
-    assert DrawScore(logs, jac, tg, rows, cfg.weights)(np.zeros(5)) == pytest.approx(
+    assert DrawScore(logs, jac, tg, rows, cfg.weights, TTFT_QUANTILES)(np.zeros(5)) == pytest.approx(
         score(ev.preds(TRUTH * 1.3), tg, cfg.weights, rows), rel=1e-12)
 
 

@@ -77,7 +77,7 @@ class RequestFitConfig:
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
     refine_step: float = 0.1  # the chosen candidate refined on every timed request: simplex size (log units)
-    refine_evals: int = 60
+    refine_evals: int = 60  # 0: the chosen candidate kept as it is
     bounds: bool = True  # hold the values to the ranges the requests support (``fit_bounds``)
     bootstrap: int = 100  # bootstrap draws of the requests for the values' intervals (0: none)
     seed: int = 0  # of the bootstrap draws
@@ -442,7 +442,10 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     first = sorted({tg.rt.source: i for i, tg in reversed(list(enumerate(targets)))}.values())
     coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
     x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
-    x, fx = _search(ev, targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+    if cfg.refine_evals > 0:
+        x, fx = _search(ev, targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+    else:  # the chosen candidate as it is
+        fx = ev.objective(targets)(np.log(x))
     grid: list[dict] = []
     if cfg.search_engine:
         space = cfg.grid or {"max_num_batched_tokens": cfg.budgets, "max_num_seqs": cfg.max_seqs}
@@ -468,7 +471,7 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     if cfg.bootstrap > 0:
         from harness.requestlevel.fit_uncertainty import uncertainty
 
-        unc = uncertainty(ev, x, cfg)
+        unc = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
     prof = profile_of(x, name)
     replays = ev.replays + (coarse.replays if coarse is not ev else 0)
     return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,

@@ -39,16 +39,15 @@ class DrawScore:
     evaluates it a hundred times): the same four terms, the TTFT quantiles interpolated as
     ``np.percentile`` does."""
 
-    def __init__(self, logs: list, jac: list, targets: list, rows: list[np.ndarray], w: dict):
-        from harness.requestlevel.fit import TTFT_QUANTILES
-
+    def __init__(self, logs: list, jac: list, targets: list, rows: list[np.ndarray], w: dict,
+                 quantiles: tuple[int, ...]):
         self.w, self.parts = w, []
         for (lt, lp, le), (jt, jp, je), tg, r in zip(logs, jac, targets, rows):
             mt, mp, me = tg.ttft[r], tg.tpot[r], tg.e2e[r]
-            pos = np.asarray(TTFT_QUANTILES, dtype=np.float64) / 100 * (r.size - 1)
+            pos = np.asarray(quantiles, dtype=np.float64) / 100 * (r.size - 1)
             lo = np.floor(pos).astype(np.int64)
             part = {"at": lt[r], "At": jt[r], "mt": np.log(mt), "lo": lo, "hi": np.minimum(lo + 1, r.size - 1),
-                    "frac": pos - lo, "q": np.percentile(mt, TTFT_QUANTILES)}
+                    "frac": pos - lo, "q": np.percentile(mt, quantiles)}
             okp = np.isfinite(mp) & (mp > 0) & np.isfinite(lp[r])
             if okp.any():
                 part.update(ap=lp[r][okp], Ap=np.nan_to_num(jp[r][okp]), mp=np.log(mp[okp]),
@@ -102,11 +101,9 @@ def _jacobian(ev, x: np.ndarray) -> tuple[list, list]:
     return logs, list(zip(jt, jp, je))
 
 
-def uncertainty(ev, x: np.ndarray, cfg) -> dict:
-    """The bootstrap intervals of ``x`` (see the module docstring); ``ev`` is the fit's ``Evaluator``."""
-    from harness.requestlevel.fit import param_names
-
-    names = param_names(x)
+def uncertainty(ev, x: np.ndarray, cfg, names: tuple[str, ...], quantiles: tuple[int, ...]) -> dict:
+    """The bootstrap intervals of ``x`` (values named ``names``; see the module docstring); ``ev`` is the
+    fit's ``Evaluator``, ``quantiles`` the TTFT quantiles its loss compares."""
     if ev.preds(x) is None:
         return {"method": "not run: the fitted twin leaves a request without a first token"}
     z0 = np.log(x)
@@ -126,7 +123,7 @@ def uncertainty(ev, x: np.ndarray, cfg) -> dict:
         return np.log(v) - z0, pen + float(np.abs(d - delta).sum())
 
     def refit(rows: list[np.ndarray]) -> np.ndarray:
-        draw = DrawScore(logs, jac, ev.targets, rows, cfg.weights)
+        draw = DrawScore(logs, jac, ev.targets, rows, cfg.weights, quantiles)
 
         def f(delta: np.ndarray) -> float:
             d, pen = moved(delta)

@@ -56,6 +56,10 @@ VARIANTS = (
     Variant("means in the loss, held-back figures", "both of the two above", MEANS + (("held_back_metric", "figures"),)),
     Variant("means in the loss, neither", "no ranges, no held-back choice, the loss with the mean terms",
             MEANS + (("bounds", False), ("held_back", 0.0))),
+    Variant("held-back choice, not refined", "as the default, the chosen candidate kept as it is (not refined on "
+                                             "the whole window)", (("refine_evals", 0),)),
+    Variant("held-back figures, not refined", "as the held-back figures variant, the chosen candidate not refined",
+            (("held_back_metric", "figures"), ("refine_evals", 0))),
 )
 
 
