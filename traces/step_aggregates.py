@@ -62,6 +62,34 @@ def step_aggregates(items: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def step_sums(step: np.ndarray, item_step: np.ndarray, tokens: np.ndarray, computed_before: np.ndarray,
+              prompt_tokens: np.ndarray) -> dict[str, np.ndarray] | None:
+    """The aggregates of each of ``step`` (increasing) as arrays aligned with it (0 for a step without
+    items), from items whose ``item_step`` is non-decreasing and names only steps in ``step``: sums over
+    contiguous runs, without a group-by (the twin logs every replay's steps this way; a request-level fit
+    replays hundreds of times). None where the items are not in that order or their squares could
+    overflow, and for no items (the group-by's frame types are kept): ``step_aggregates`` then groups them
+    (and refuses the overflow)."""
+    step, item_step = np.asarray(step, dtype=np.int64), np.asarray(item_step, dtype=np.int64)
+    t, c = np.asarray(tokens, dtype=np.float64), np.asarray(computed_before, dtype=np.float64)
+    big = np.maximum(t, c)
+    if not item_step.size or np.any(np.diff(step) <= 0) or np.any(np.diff(item_step) < 0) or \
+            (big.size and float((big * big).max()) * 4 >= 2.0**62 / big.size):
+        return None
+    pos = np.searchsorted(step, item_step)
+    if pos[-1] >= step.size or np.any(step[np.minimum(pos, step.size - 1)] != item_step):
+        return None
+    counts = np.bincount(pos, minlength=step.size)
+    has = counts > 0
+    first = (np.cumsum(counts) - counts)[has]
+    out = {}
+    for name, v in item_terms(tokens, computed_before, prompt_tokens).items():
+        col = np.zeros(step.size, dtype=np.int64)
+        col[has] = np.add.reduceat(v, first)
+        out[name] = col
+    return out
+
+
 def _refuse_overflow(items: pd.DataFrame, out: pd.DataFrame) -> None:
     """int64 sums wrap silently: recompute them in float64 (exact enough to
     see a sum near 2**63) and raise OverflowError where one does not fit.

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from traces.schema import STEPS
-from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
+from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates, step_sums
 from traces.store import Trace, TraceWriter
 
 
@@ -41,8 +41,12 @@ class StepLog:
         steps = pd.DataFrame({"instance_id": instance_id, "step": step,
                               "start_s": np.asarray(start_s, dtype=np.float64),
                               "end_s": np.asarray(end_s, dtype=np.float64)})
-        steps = steps.merge(step_aggregates(items), on=["instance_id", "step"], how="left")
-        steps[list(AGGREGATE_COLUMNS)] = steps[list(AGGREGATE_COLUMNS)].fillna(0).astype(np.int64)
+        sums = step_sums(step, item_step, tokens, computed_before, prompt_tokens)
+        if sums is not None:
+            steps = steps.assign(**sums)
+        else:
+            steps = steps.merge(step_aggregates(items), on=["instance_id", "step"], how="left")
+            steps[list(AGGREGATE_COLUMNS)] = steps[list(AGGREGATE_COLUMNS)].fillna(0).astype(np.int64)
         counts = pd.Series(pre["step"].to_numpy()).value_counts()
         steps["num_preempted"] = counts.reindex(step, fill_value=0).to_numpy(dtype=np.int64)
         return cls(steps[[c.name for c in STEPS.columns]], items, pre)

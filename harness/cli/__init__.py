@@ -373,6 +373,12 @@ def _route() -> click.Command:
     return route
 
 
+def _study() -> click.Command:
+    from harness.cli.study import study
+
+    return study
+
+
 COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "trace": (_trace, "Generate, import, inspect and query traces (Parquet + DuckDB)."),
     "demo": (_demo, "Run the pipeline on built-in defaults and say where the results are."),
@@ -389,6 +395,7 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "loadgen": (_loadgen, "Open-loop streaming load on an OpenAI-compatible endpoint."),
     "serve": (_serve, "A pool's instances as emulated vLLM servers (OpenAI API, /metrics), in real time."),
     "route": (_route, "A latroute router as an OpenAI-compatible proxy in front of vLLM backends."),
+    "study": (_study, "Run a study and write the tables its results page shows."),
 }
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -41,9 +42,11 @@ from estimators.batch_features import term_names
 from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
+from harness.requestlevel.fit_bounds import Bounds
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
+from harness.requestlevel.weight_floor import weight_floor
 from traces.errors import BadInput
 
 FORM = "six"
@@ -59,10 +62,25 @@ BUDGETS = (512, 1024, 2048, 4096, 8192, 16384)
 MAX_SEQS = (16, 32, 64, 128, 256, 512)
 
 
+# "loss": the fit's own loss on the held-back requests; "figures": the mean |log error| of the figures a run is
+# judged by (TTFT mean, p50, p99, TPOT mean, E2E mean; ``summary_error``)
+HELD_BACK_METRICS = ("loss", "figures")
+MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
+MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
+HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
+
+
 @dataclass
 class RequestFitConfig:
-    max_evals: int = 120
-    rounds: int = 3  # restarts of the simplex around the best point
+    max_evals: int = 120  # per candidate's search
+    patience: int | None = 40  # a search stops after this many evaluations without a 0.1% gain
+    held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
+    held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
+    refine_step: float = 0.1  # the chosen candidate refined on every timed request: simplex size (log units)
+    refine_evals: int = 60  # 0: the chosen candidate kept as it is
+    bounds: bool = True  # hold the values to the ranges the requests support (``fit_bounds``)
+    bootstrap: int = 100  # bootstrap draws of the requests for the values' intervals (0: none)
+    seed: int = 0  # of the bootstrap draws
     search_engine: bool = False  # search ``grid`` (default: budget x max_num_seqs)
     grid: dict = field(default_factory=dict)  # engine field -> candidate values
     virtual_engines: int = 1  # V0 pipeline parallelism (see request_validate.replay_requests)
@@ -93,8 +111,9 @@ def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.
     return full
 
 
-def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
-    """Stages 1 and 2: the five values from TPOTs and low-load TTFTs."""
+def _decode_rows(traces: list[RequestTrace]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Stage 1's regression rows: per request with a TPOT, (1, requests decoding alongside, their
+    context) against the TPOT (time-averaged over its decode interval); None without any."""
     rows, y = [], []
     unfinished = None  # a trace that has finish times, none of them usable
     for rt in traces:
@@ -115,15 +134,23 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
         rows.append(np.column_stack([np.ones(ok.sum()), n[ok], c[ok]]))
         y.append(tp[ok])
     if rows:
-        X, Y = np.vstack(rows), np.concatenate(y)
+        return np.vstack(rows), np.concatenate(y)
+    if unfinished is not None:
+        raise BadInput(unfinished.source, None, "finish_s", "no request finishes after its first token "
+                       "(finish_s missing or not after arrival_s + ttft_s): the decode cost cannot be fitted")
+    return None
+
+
+def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
+    """Stages 1 and 2: the five values from TPOTs and low-load TTFTs."""
+    rows = _decode_rows(traces)
+    if rows is not None:
+        X, Y = rows
         coef = np.linalg.lstsq(X / Y[:, None], np.ones(len(Y)), rcond=None)[0]  # relative least squares
         med = float(np.median(Y))
         const = coef[0] if coef[0] > 0 else 0.8 * med
         d = coef[1] if coef[1] > 0 else 0.002 * med
         ctx = coef[2] if coef[2] > 0 else 1e-8
-    elif unfinished is not None:
-        raise BadInput(unfinished.source, None, "finish_s", "no request finishes after its first token "
-                       "(finish_s missing or not after arrival_s + ttft_s): the decode cost cannot be fitted")
     else:
         const, d, ctx = 0.02, 1e-4, 1e-8
     # prefill: the lightest-loaded trace's TTFTs against prompt length
@@ -140,18 +167,29 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
     return np.array([const, pre, d, ctx, overhead])
 
 
-def starts(traces: list[RequestTrace]) -> list[np.ndarray]:
-    """Start points of the search: the data-driven guess, and the same with
-    the front end at a quarter of the lightest trace's median TTFT (from a
-    front end near 0 the log-space simplex can stall many steps away from
-    tens of ms; with one prompt length, as in long shared inputs, the
-    intercept says nothing). Nelder-Mead is local: the better first round
-    is continued."""
+def candidate_starts(traces: list[RequestTrace]) -> list[tuple[str, np.ndarray]]:
+    """Start points of the candidates' searches, labelled: the data-driven guess; the same with the
+    front end at a quarter of the lightest trace's median TTFT (from a front end near 0 the log-space
+    simplex can stall many steps away from tens of ms; with one prompt length, as in long shared
+    inputs, the intercept says nothing); and two points along the valley where the step's constant
+    and its per-decode cost trade off: the decode step at the mean load kept, its constant share
+    halved and doubled (capped at 90%). Nelder-Mead is local: each start's search ends in its own
+    part of the valley, and the held-back requests choose between them."""
     x0 = initial_guess(traces)
     lo = min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
     x1 = x0.copy()
     x1[4] = max(x0[4], 0.25 * float(np.nanmedian(lo.requests["ttft_s"].to_numpy(dtype=np.float64))))
-    return [x0] if np.allclose(x0, x1) else [x0, x1]
+    out = [("data", x0)] + ([] if np.allclose(x0, x1) else [("front end", x1)])
+    rows = _decode_rows(traces)
+    n_mean = float(np.mean(rows[0][:, 1])) if rows is not None else 0.0
+    if n_mean > 1:
+        step = x0[0] + x0[2] * n_mean
+        share = x0[0] / step
+        for label, s in (("constant share halved", share / 2), ("constant share doubled", min(2 * share, 0.9))):
+            x = x0.copy()
+            x[0], x[2] = s * step, (1 - s) * step / n_mean
+            out.append((label, x))
+    return out
 
 
 def profile_of(values: np.ndarray, name: str) -> BatchTimeProfile:
@@ -176,11 +214,28 @@ class TraceTargets:
     ttft: np.ndarray
     tpot: np.ndarray
     q: np.ndarray
+    e2e: np.ndarray | None = None  # measured end-to-end (finish_s - arrival_s); NaN without finish_s
 
     @classmethod
     def of(cls, rt: RequestTrace) -> TraceTargets:
         tt = rt.requests["ttft_s"].to_numpy(dtype=np.float64)
-        return cls(rt, tt, rt.tpot(), np.nanpercentile(tt, TTFT_QUANTILES))
+        return cls(rt, tt, rt.tpot(), np.nanpercentile(tt, TTFT_QUANTILES), _e2e(rt))
+
+    def part(self, keep: np.ndarray) -> TraceTargets:
+        """The same replay scored on the requests in ``keep`` only (the others' timings blanked)."""
+        tt = np.where(keep, self.ttft, np.nan)
+        return TraceTargets(self.rt, tt, np.where(keep, self.tpot, np.nan), np.nanpercentile(tt, TTFT_QUANTILES),
+                            np.where(keep, self.e2e, np.nan))
+
+    def timed(self) -> np.ndarray:
+        return np.flatnonzero(np.isfinite(self.ttft))
+
+
+def _e2e(rt: RequestTrace) -> np.ndarray:
+    r = rt.requests
+    if "finish_s" not in r:
+        return np.full(len(r), np.nan)
+    return r["finish_s"].to_numpy(dtype=np.float64) - r["arrival_s"].to_numpy(dtype=np.float64)
 
 
 def _logerr(a: np.ndarray, b: np.ndarray) -> float:
@@ -188,27 +243,127 @@ def _logerr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.abs(np.log(a[ok] / b[ok])))) if ok.any() else 10.0
 
 
-def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], w: dict,
-         virtual_engines: int = 1, frontend: FrontEnd | None = None) -> float:
-    """Sum over traces of the TTFT-quantile, per-request TTFT/TPOT and mean-TPOT log errors."""
+def _mean_logerr(a: np.ndarray, b: np.ndarray) -> float:
+    """|log| of the ratio of the means over the requests both have."""
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    return abs(float(np.log(a[ok].mean() / b[ok].mean()))) if ok.any() else 10.0
+
+
+Prediction = tuple[np.ndarray, np.ndarray, np.ndarray]  # one trace's replayed TTFT, TPOT and E2E per request
+
+
+def predict(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], virtual_engines: int = 1,
+            frontend: FrontEnd | None = None) -> list[Prediction] | None:
+    """Each trace replayed with the profile of ``values``: TTFT, TPOT and E2E per request (None: a
+    request never got its first token)."""
     prof = profile_of(values, "fit")
-    total = 0.0
+    out = []
     for tg in targets:
         res = replay_requests(tg.rt, prof, engine, float(values[4]), virtual_engines=virtual_engines,
                               frontend=frontend)
         ttft = res.requests["ttft_s"].to_numpy(dtype=np.float64)
         if not np.isfinite(ttft).all():
-            return 1e3
+            return None
         fin = res.requests["finish_s"].to_numpy(dtype=np.float64) + values[4]
-        tp = tpot_of(tg.rt.requests, ttft, fin)
-        timed = np.isfinite(tg.ttft)  # a fit window scores its own requests only
-        tp = np.where(np.isfinite(tg.tpot), tp, np.nan)
-        total += w["ttft_q"] * _logerr(np.percentile(ttft[timed], TTFT_QUANTILES), tg.q)
-        total += w["ttft_req"] * _logerr(ttft, tg.ttft)
-        if np.isfinite(tg.tpot).any():
-            total += w["tpot_req"] * _logerr(tp, tg.tpot)
-            total += w["tpot_mean"] * abs(np.log(np.nanmean(tp) / np.nanmean(tg.tpot)))
+        out.append((ttft, tpot_of(tg.rt.requests, ttft, fin), fin - tg.rt.requests["arrival_s"].to_numpy(np.float64)))
+    return out
+
+
+def score(preds: list[Prediction] | None, targets: list[TraceTargets], w: dict,
+          rows: list[np.ndarray] | None = None) -> float:
+    """Sum over traces of the weighted log errors (``LOSS_TERMS``) over each trace's timed requests
+    (``rows``: the requests to score, repeats allowed, e.g. a bootstrap's)."""
+    if preds is None:
+        return 1e3
+    total = 0.0
+    for k, ((ttft, tp, e2e), tg) in enumerate(zip(preds, targets)):
+        idx = tg.timed() if rows is None else rows[k]
+        m_ttft, m_tpot, q = tg.ttft[idx], tg.tpot[idx], tg.q if rows is None else \
+            np.percentile(tg.ttft[idx], TTFT_QUANTILES)
+        p_ttft, p_tpot = ttft[idx], np.where(np.isfinite(m_tpot), tp[idx], np.nan)
+        total += w["ttft_q"] * _logerr(np.percentile(p_ttft, TTFT_QUANTILES), q)
+        total += w["ttft_req"] * _logerr(p_ttft, m_ttft)
+        if w.get("ttft_mean"):
+            total += w["ttft_mean"] * _mean_logerr(p_ttft, m_ttft)
+        if np.isfinite(m_tpot).any():
+            total += w["tpot_req"] * _logerr(p_tpot, m_tpot)
+            total += w["tpot_mean"] * abs(np.log(np.nanmean(p_tpot) / np.nanmean(m_tpot)))
+        m_e2e = tg.e2e[idx]
+        if (w.get("e2e_req") or w.get("e2e_mean")) and np.isfinite(m_e2e).any():
+            total += w.get("e2e_req", 0.0) * _logerr(e2e[idx], m_e2e)
+            total += w.get("e2e_mean", 0.0) * _mean_logerr(e2e[idx], m_e2e)
     return total
+
+
+def summary_error(preds: list[Prediction] | None, targets: list[TraceTargets]) -> float:
+    """The mean |log error| of the figures a run is judged by (TTFT mean, p50, p99; TPOT mean; E2E mean)
+    over each trace's timed requests, averaged over traces: how a candidate predicts held-back time."""
+    if preds is None:
+        return 1e3
+    errs = []
+    for (ttft, tp, e2e), tg in zip(preds, targets):
+        idx = tg.timed()
+        m, p = tg.ttft[idx], ttft[idx]
+        errs += [_mean_logerr(p, m)] + [abs(float(np.log(np.percentile(p, q) / np.percentile(m, q)))) for q in (50, 99)]
+        if np.isfinite(tg.tpot[idx]).any():
+            errs.append(_mean_logerr(tp[idx], tg.tpot[idx]))
+        if np.isfinite(tg.e2e[idx]).any():
+            errs.append(_mean_logerr(e2e[idx], tg.e2e[idx]))
+    return float(np.mean(errs))
+
+
+def loss(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], w: dict,
+         virtual_engines: int = 1, frontend: FrontEnd | None = None) -> float:
+    """Sum over traces of the TTFT-quantile, per-request TTFT/TPOT and mean-TPOT log errors."""
+    return score(predict(values, engine, targets, virtual_engines, frontend), targets, w)
+
+
+class Evaluator:
+    """The replays of one fit, remembered by point (a point's predictions score any part of the
+    requests: the fit part, the held-back part, a bootstrap's draw), with the ranges
+    (``fit_bounds``) applied to every point the search proposes."""
+
+    def __init__(self, engine: InstanceConfig, targets: list[TraceTargets], cfg: RequestFitConfig,
+                 bounds: Bounds | None):
+        self.engine, self.targets, self.cfg, self.bounds = engine, targets, cfg, bounds
+        self.replays = 0  # evaluations: each replays every one of ``targets``
+        self._memo: OrderedDict[bytes, list[Prediction] | None] = OrderedDict()
+
+    def preds(self, values: np.ndarray) -> list[Prediction] | None:
+        key = np.asarray(values, dtype=np.float64).tobytes() + repr(self.engine).encode()
+        if key in self._memo:
+            self._memo.move_to_end(key)
+        else:
+            self.replays += 1
+            self._memo[key] = predict(values, self.engine, self.targets, self.cfg.virtual_engines, self.cfg.frontend)
+            if len(self._memo) > MEMO:
+                self._memo.popitem(last=False)
+        return self._memo[key]
+
+    def point(self, z: np.ndarray) -> tuple[np.ndarray, float]:
+        """The values searched at log-point ``z`` (projected into the ranges) and the penalty."""
+        if self.bounds is None:
+            return np.exp(z), 0.0
+        x, pen = self.bounds.penalised(z[:len(PARAMS)])
+        return np.concatenate([x, np.exp(z[len(PARAMS):])]), pen
+
+    def objective(self, targets: list[TraceTargets]) -> Callable[[np.ndarray], float]:
+        def f(z: np.ndarray) -> float:
+            x, pen = self.point(z)
+            return score(self.preds(x), targets, self.cfg.weights) + pen
+        return f
+
+
+@dataclass
+class Candidate:
+    start: str  # where its search started
+    values: np.ndarray
+    fit_loss: float  # on the earlier part of each trace's timed requests
+    held_loss: float  # on the later part, held back from its search
+
+    def to_json(self) -> dict:
+        return {"start": self.start, "values": dict(zip(param_names(self.values), map(float, self.values))),
+                "fit_loss": self.fit_loss, "held_back_loss": self.held_loss}
 
 
 @dataclass
@@ -220,53 +375,107 @@ class RequestFit:
     evals: int
     wall_s: float
     engine_search: list[dict] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    chosen: int | None = None  # index into candidates (None: no held-back choice was made)
+    selection_note: str = ""
+    bounds: Bounds | None = None
+    uncertainty: dict | None = None
 
 
-def _search(engine: InstanceConfig, targets: list[TraceTargets], x0s: list[np.ndarray], cfg: RequestFitConfig):
-    f = lambda z: loss(np.exp(z), engine, targets, cfg.weights, cfg.virtual_engines, cfg.frontend)  # noqa: E731
-    evals = 0
-    firsts = []
-    for x0 in x0s:
-        z, fz, k = nelder_mead(f, np.log(x0), step=0.5, max_evals=cfg.max_evals)
-        evals += k
-        firsts.append((fz, z))
-    fz, z = min(firsts, key=lambda p: p[0])
-    for r in range(1, cfg.rounds):
-        z, fz, k = nelder_mead(f, z, step=0.5 if r % 2 == 0 else 0.2, max_evals=cfg.max_evals)
-        evals += k
-    return np.exp(z), fz, evals
+def held_back_split(targets: list[TraceTargets], share: float) -> tuple[list[TraceTargets], list[TraceTargets]] | None:
+    """Each trace's timed requests split by arrival: the earlier ``1 - share`` to fit on, the later
+    ``share`` held back (None where a trace has too few timed requests to hold any back)."""
+    early, late = [], []
+    for tg in targets:
+        idx = tg.timed()  # rows are in arrival order
+        cut = int(round(len(idx) * (1 - share)))
+        if cut < MIN_SPLIT or len(idx) - cut < MIN_SPLIT:
+            return None
+        keep = np.zeros(len(tg.ttft), dtype=bool)
+        keep[idx[:cut]] = True
+        early.append(tg.part(keep))
+        late.append(tg.part(~keep & np.isfinite(tg.ttft)))
+    return early, late
+
+
+def _search(ev: Evaluator, targets: list[TraceTargets], x0: np.ndarray, step: float, max_evals: int,
+            patience: int | None) -> tuple[np.ndarray, float]:
+    z, fz, _ = nelder_mead(ev.objective(targets), np.log(x0), step=step, max_evals=max_evals, patience=patience)
+    return ev.point(z)[0], fz
+
+
+def _choose(ev: Evaluator, traces: list[RequestTrace], cfg: RequestFitConfig) -> tuple[np.ndarray, list, int | None, str]:
+    """Candidates searched on the earlier part of each trace's timed requests, one per start; the one
+    that predicts the held-back later part best is kept (see the module docstring)."""
+    labelled = candidate_starts(traces)
+    if ev.bounds is not None:
+        labelled = [(k, ev.bounds.project(x)) for k, x in labelled]
+    split = held_back_split(ev.targets, cfg.held_back) if cfg.held_back > 0 else None
+    if split is None:
+        fits = [(_search(ev, ev.targets, x, 0.5, cfg.max_evals, cfg.patience), k) for k, x in labelled]
+        (x, _), _ = min(fits, key=lambda p: p[0][1])
+        why = ("no held-back choice: " + ("turned off" if cfg.held_back <= 0 else
+               f"a trace has fewer than {2 * MIN_SPLIT} timed requests") + "; the lowest in-window loss kept")
+        return x, [], None, why
+    early, late = split
+    cands = []
+    for k, x0 in labelled:
+        x, f = _search(ev, early, x0, 0.5, cfg.max_evals, cfg.patience)
+        held = score(ev.preds(x), late, cfg.weights) if cfg.held_back_metric == "loss" else \
+            summary_error(ev.preds(x), late)
+        cands.append(Candidate(k, x, float(f), float(held)))
+    best = min(range(len(cands)), key=lambda i: cands[i].held_loss)
+    why = (f"{len(cands)} candidates fitted on the earlier {100 * (1 - cfg.held_back):.0f}% of each trace's timed "
+           f"requests; kept the one that predicts the later {100 * cfg.held_back:.0f}% best, then refined on all")
+    return cands[best].values, cands, best, why
 
 
 def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
-                 cfg: RequestFitConfig | None = None) -> RequestFit:
+                 cfg: RequestFitConfig | None = None, bounds: Bounds | None = None) -> RequestFit:
+    """The search (see the module docstring). ``bounds``: the ranges the values are held to (None: none)."""
     cfg = cfg or RequestFitConfig()
     t0 = time.perf_counter()
     targets = [TraceTargets.of(rt) for rt in traces]
-    x, fx, evals = _search(engine, targets, starts(traces), cfg)
+    ev = Evaluator(engine, targets, cfg, bounds if cfg.bounds else None)
+    # a trace replayed under several assignments of a fleet (``RequestTrace.under``: one per seed, the same source)
+    # has its candidates searched on its first assignment only; the refinement sums over every assignment
+    first = sorted({tg.rt.source: i for i, tg in reversed(list(enumerate(targets)))}.values())
+    coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
+    x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
+    if cfg.refine_evals > 0:
+        x, fx = _search(ev, targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+    else:  # the chosen candidate as it is
+        fx = ev.objective(targets)(np.log(x))
     grid: list[dict] = []
     if cfg.search_engine:
         space = cfg.grid or {"max_num_batched_tokens": cfg.budgets, "max_num_seqs": cfg.max_seqs}
+        base = engine
         for combo in itertools.product(*space.values()):
             point = dict(zip(space, combo))
             try:
-                e = replace(engine, **point)
+                e = replace(base, **point)
                 e.to_array()  # refuses what vLLM refuses (e.g. budget < max_num_seqs)
             except ValueError:
                 continue
-            grid.append({**point, "loss": loss(x, e, targets, cfg.weights, cfg.virtual_engines, cfg.frontend)})
-            evals += 1
+            ev.engine = e
+            grid.append({**point, "loss": score(ev.preds(x), targets, cfg.weights)})
         best = min(grid, key=lambda g: g["loss"])
-        engine = replace(engine, **{k: best[k] for k in space})
-        x, fx, k = _search(engine, targets, [x], RequestFitConfig(**{**cfg.__dict__, "rounds": 1}))
-        evals += k
+        engine = ev.engine = replace(base, **{k: best[k] for k in space})
+        x, fx = _search(ev, targets, x, 0.5, cfg.max_evals, cfg.patience)
     if cfg.fit_host:
         # from the fit without a host part: seven values searched from scratch strayed (on the PRO 6000 run
         # into a 4.8-s front end at 15 times the loss); kept only where it does better than no host part
-        xh, fh, k = _search(engine, targets, [np.concatenate([x, HOST_START])], cfg)
-        evals += k
+        xh, fh = _search(ev, targets, np.concatenate([x, HOST_START]), 0.5, cfg.max_evals, cfg.patience)
         x, fx = (xh, fh) if fh <= fx else (np.concatenate([x, np.zeros(len(HOST_PARAMS))]), fx)
+    unc = None
+    if cfg.bootstrap > 0:
+        from harness.requestlevel.fit_uncertainty import uncertainty
+
+        unc = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
     prof = profile_of(x, name)
-    return RequestFit(prof, engine, x, fx, evals, time.perf_counter() - t0, grid)
+    replays = ev.replays + (coarse.replays if coarse is not ev else 0)
+    return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,
+                      ev.bounds, unc)
 
 
 def require_decode_input(traces: list[RequestTrace]) -> None:
@@ -282,6 +491,16 @@ def require_decode_input(traces: list[RequestTrace]) -> None:
                    "no ITLs)")
 
 
+def fit_bounds(rts: list[RequestTrace], opened: list) -> Bounds:
+    """The ranges of ``fit_bounds`` for these traces (``opened``: their ``Trace``s, whose meta names
+    the model and GPU): the weight-read floor is the lowest of the traces' floors, and applied only
+    where every trace has one."""
+    floors = [weight_floor(t.meta) for t in opened]
+    missing = [f for f in floors if f.seconds is None]
+    floor = missing[0] if missing else min(floors, key=lambda f: f.seconds)
+    return Bounds.of(rts, floor)
+
+
 def initial_values(traces: list[RequestTrace]) -> dict:
     return dict(zip(PARAMS, map(float, initial_guess(traces))))
 
@@ -291,10 +510,11 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                             grid: dict | None = None, warm: tuple = (),
                             frontend: FrontEnd | None = None,
                             fit_window: tuple[float, float] | None = None, fit_host: bool = False,
-                            fleet=None) -> RequestFit:
+                            fleet=None, fit_overrides: dict | None = None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work. ``fleet``: the replicas the logs came
-    from (``harness.requestlevel.fleet.FleetSpec``); the loss sums over each trace's assignments."""
+    from (``harness.requestlevel.fleet.FleetSpec``); the loss sums over each trace's assignments.
+    ``fit_overrides``: ``RequestFitConfig`` fields replaced (studies compare variants of the search)."""
     from pathlib import Path
 
     from harness.requestlevel.engine_options import (
@@ -327,10 +547,12 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     refuse_unservable(engine, [r.requests["prompt_tokens"] for r in rts], [r.requests["output_tokens"] for r in rts],
                       options)
     out = Path(out)
+    bounds = fit_bounds(rts, opened)
+    cfg = RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
+                           virtual_engines=virtual_engines, grid=grid or {}, frontend=frontend or FrontEnd(),
+                           fit_host=fit_host)
     fit = fit_requests([r for g in groups for r in g], engine, name or out.stem,
-                       RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
-                                        virtual_engines=virtual_engines, grid=grid or {},
-                                        frontend=frontend or FrontEnd(), fit_host=fit_host))
+                       replace(cfg, **(fit_overrides or {})), bounds)
     prof = fit.profile
     overhead = float(fit.values[4])
     # no wall time in the file (it is printed): same traces, options and seed, same bytes
@@ -338,13 +560,18 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                       **({"fit_window": list(fit_window), "timed_requests": int(sum(r.timed() for r in rts))}
                          if fit_window is not None else {}),
                       "method": "request-level: twin in the loop (Nelder-Mead on TTFT quantiles, per-request "
-                                "TTFT and TPOT log errors)",
+                                "TTFT and TPOT log errors), within the ranges the requests support, the candidate "
+                                "that best predicts held-back later requests kept (docs/concepts/request-fit.md)",
                       "engine": engine_settings(fit.engine),
                       "request_fit": {"frontend_overhead_s": overhead, "loss": fit.loss, "evals": fit.evals,
                                       **({"host_fitted": list(HOST_PARAMS)} if fit_host else {}),
                                       "initial": initial_values(rts),
                                       "engine_searched": search_engine or bool(grid), "virtual_engines": virtual_engines,
-                                      "frontend": (frontend or FrontEnd()).to_json()},
+                                      "frontend": (frontend or FrontEnd()).to_json(),
+                                      "bounds": {**bounds.to_json(), "applied": fit.bounds is not None},
+                                      "selection": {"note": fit.selection_note, "chosen": fit.chosen,
+                                                    "candidates": [c.to_json() for c in fit.candidates]},
+                                      **({"uncertainty": fit.uncertainty} if fit.uncertainty else {})},
                       **({"fleet": fleet.to_json()} if fleet else {})}
     if fit.engine_search:
         prof.fitted_on["request_fit"]["engine_search"] = fit.engine_search
@@ -354,8 +581,20 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
              f"{prof.fitted_on['timed_requests']} requests' timings fitted on, every request's arrival and lengths "
              "replayed")
     echo(f"calibrating from requests: {prof.fitted_on['requests']} requests in {len(rts)} trace(s), "
-         f"{fit.evals} twin replays in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
+         f"{fit.evals} evaluations (each a twin replay of every trace) in {fit.wall_s:.1f} s, loss {fit.loss:.4f}")
+    echo("ranges the requests support:")
+    for line in bounds.describe():
+        echo("  " + line)
+    echo(f"choice: {fit.selection_note}")
+    for i, c in enumerate(fit.candidates):
+        echo(f"  {'*' if i == fit.chosen else ' '} {c.start:<24} fit loss {c.fit_loss:.4f}  held-back loss "
+             f"{c.held_loss:.4f}  " + "  ".join(f"{k}={v:.4g}" for k, v in zip(param_names(c.values), c.values)))
     echo("fitted: " + "  ".join(f"{k}={v:.4g}" for k, v in zip(param_names(fit.values), fit.values)))
+    if fit.uncertainty:
+        from harness.requestlevel.fit_uncertainty import format_uncertainty
+
+        for line in format_uncertainty(fit.uncertainty):
+            echo(line)
     if fit_host:
         echo(f"host: step_gap_s={prof.step_gap_s:.4g}  host_share={prof.host_share:.4g}  (async scheduling "
              f"{'on: the host overlaps the device' if fit.engine.async_scheduling else 'off: host and device add up'})")

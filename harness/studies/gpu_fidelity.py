@@ -1,0 +1,214 @@
+"""Request-level fits on the two real GPU runs, scored on time they were not fitted on
+(``docs/results/gpu-fidelity.md``; ``latroute study gpu-fidelity``).
+
+The question: fitted on the first 50% and on the first 30% of a run's timings (every request's
+arrival and lengths replayed), does the twin predict the second half's TTFT mean, p50, p99, TPOT
+mean and E2E mean within 3%? The procedure is chosen using the fit window only: every variant of
+the fit is also run on the first two thirds of the window and scored on the window's last third
+(the same five figures), and the variant with the smallest mean absolute error there is the one
+the page recommends; its second-half figures are reported, and every other variant's beside them.
+
+Outputs in ``--out``: ``results.json`` (every fit's values, intervals, candidates and scores),
+``tables.md`` (the page's tables) and the profiles (``profiles/RUN-WINDOW-VARIANT.json``).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+RUNS = (("RTX 4090", "RTX4090_Llama-3.1-8B", "r4090"), ("PRO 6000", "RTXPRO6000_Qwen3-32B", "p6000"))
+WINDOWS = (0.5, 0.3)
+SCORE_WINDOW = (0.5, 1.0)
+TARGETS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p99"), ("tpot", "mean"), ("e2e", "mean"))
+TARGET_LABELS = ("TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "E2E mean")
+TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    what: str
+    overrides: tuple = ()  # RequestFitConfig fields replaced, as (name, value) pairs
+
+    def config(self) -> dict:
+        return dict(self.overrides)
+
+
+MEANS = (("weights", {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0,
+                       "e2e_mean": 1.0}),)
+DEFAULT = "ranges + held-back choice"
+VARIANTS = (
+    Variant(DEFAULT, "the values held to the ranges the requests support; among the candidates (one search per "
+                     "start), the one whose loss on the window's held-back last third is lowest, refined on all of it"),
+    Variant("held-back choice, no ranges", "as the default without the ranges", (("bounds", False),)),
+    Variant("ranges, lowest in-window loss", "as the default, the candidate with the lowest loss on the whole window "
+                                             "kept (no held-back choice)", (("held_back", 0.0),)),
+    Variant("neither", "no ranges, the lowest in-window loss kept (the search as it was, but for its starts and "
+                       "stopping)", (("bounds", False), ("held_back", 0.0))),
+    Variant("held-back figures", "as the default, the held-back part scored by the figures a run is judged by "
+                                 "(TTFT mean, p50, p99, TPOT mean, E2E mean) instead of the loss",
+            (("held_back_metric", "figures"),)),
+    Variant("means in the loss", "as the default, the loss with TTFT-mean and E2E-mean terms added", MEANS),
+    Variant("means in the loss, held-back figures", "both of the two above", MEANS + (("held_back_metric", "figures"),)),
+    Variant("means in the loss, neither", "no ranges, no held-back choice, the loss with the mean terms",
+            MEANS + (("bounds", False), ("held_back", 0.0))),
+    Variant("held-back choice, not refined", "as the default, the chosen candidate kept as it is (not refined on "
+                                             "the whole window)", (("refine_evals", 0),)),
+    Variant("held-back figures, not refined", "as the held-back figures variant, the chosen candidate not refined",
+            (("held_back_metric", "figures"), ("refine_evals", 0))),
+)
+
+
+def import_runs(data: Path, work: Path) -> dict[str, Path]:
+    """The two runs imported with ``trace import vllm-reqstats`` (into ``work``; reused when there)."""
+    from traces.importers import import_trace
+    from traces.importers.common import ImportOptions
+
+    out = {}
+    for _, folder, short in RUNS:
+        d = work / "traces" / short
+        if not (d / "meta.json").exists():
+            import_trace("vllm-reqstats", data / folder, d, ImportOptions(), force=True)
+        out[short] = d
+    return out
+
+
+def fit(trace: Path, window: tuple[float, float], variant: Variant, out: Path, bootstrap: bool):
+    """``calibrate --from-requests TRACE --fit-window A:B`` with the variant's search (quietly)."""
+    from harness.requestlevel.fit import calibrate_from_requests
+
+    overrides = {**variant.config(), **({} if bootstrap else {"bootstrap": 0})}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        out.unlink()
+    t = time.perf_counter()
+    res = calibrate_from_requests([trace], out, out.stem, (), False, 120, lambda _: None, fit_window=window,
+                                  fit_overrides=overrides)
+    return res, time.perf_counter() - t
+
+
+def targets(trace: Path, profile_path: Path, window: tuple[float, float]) -> dict:
+    """The engine view's five figures (``harness.requestlevel.engine_view``) over the requests in
+    ``window``, the twin replaying every request with the profile."""
+    from estimators.profile import load_profile
+    from harness.requestlevel.engine_options import (
+        frontend_of,
+        frontend_overhead,
+        request_engine,
+        trace_engine,
+        virtual_engines,
+    )
+    from harness.requestlevel.engine_view import engine_view
+    from harness.requestlevel.validate import RequestTrace, validate_requests
+    from traces.store import open_trace
+
+    t = open_trace(trace)
+    prof = load_profile(profile_path)
+    engine = request_engine(prof, {}, stated=trace_engine([t]))
+    v = validate_requests(RequestTrace.of(t), prof, engine, frontend_overhead(prof), record_steps=True,
+                          virtual_engines=virtual_engines(prof), frontend=frontend_of(prof), score_window=window)
+    view = engine_view(t.read("requests"), v.per_request, v.twin, None)
+    return {f"{k} {q}": {"measured": view[k][q]["measured"], "twin": view[k][q]["twin"],
+                         "error": view[k][q]["error"]} for k, q in TARGETS}
+
+
+def _abs_errors(t: dict) -> list[float]:
+    return [abs(t[f"{k} {q}"]["error"]) for k, q in TARGETS]
+
+
+def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=print) -> dict:
+    """Every variant on both runs and both windows: the fit-window score (fitted on the window's first two
+    thirds, scored on its last third) and the second half's figures of the fit on the whole window."""
+    from harness.requestlevel.fit import HELD_BACK
+
+    traces = import_runs(data, out)
+    results: dict = {"variants": {}, "score_window": list(SCORE_WINDOW), "windows": list(WINDOWS)}
+    for var in variants:
+        rows = {}
+        for label, _, short in RUNS:
+            for w in WINDOWS:
+                key = f"{short}-{int(round(100 * w))}"
+                cut = w * (1 - HELD_BACK)
+                inner, _ = fit(traces[short], (0.0, cut), var, out / "profiles" / f"{key}-inner-{_slug(var.name)}.json",
+                               bootstrap=False)
+                held = targets(traces[short], out / "profiles" / f"{key}-inner-{_slug(var.name)}.json", (cut, w))
+                path = out / "profiles" / f"{key}-{_slug(var.name)}.json"
+                res, wall = fit(traces[short], (0.0, w), var, path, bootstrap=True)
+                second = targets(traces[short], path, SCORE_WINDOW)
+                rows[key] = {"run": label, "window": w, "fit_window_score": held,
+                             "fit_window_mae": float(np.mean(_abs_errors(held))), "second_half": second,
+                             "within": int(sum(e <= TOLERANCE for e in _abs_errors(second))),
+                             "values": dict(zip(("const", "P", "D", "sum_ctx", "frontend_overhead_s"),
+                                                map(float, res.values))),
+                             "uncertainty": res.uncertainty, "replays": res.evals, "wall_s": wall,
+                             "candidates": [c.to_json() for c in res.candidates], "chosen": res.chosen,
+                             "bounds": json.loads(path.read_text())["fitted_on"]["request_fit"]["bounds"]}
+                echo(f"{var.name:<32} {label:<9} {int(100 * w)}%: fit-window MAE "
+                     f"{100 * rows[key]['fit_window_mae']:.2f}%, second half {rows[key]['within']}/5 within 3% "
+                     f"({', '.join(f'{100 * e:+.1f}%' for e in (second[f'{k} {q}']['error'] for k, q in TARGETS))}) "
+                     f"in {wall:.0f} s")
+        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "runs": rows,
+                                         "fit_window_mae": float(np.mean([r["fit_window_mae"] for r in rows.values()]))}
+    results["chosen"] = min(results["variants"], key=lambda k: results["variants"][k]["fit_window_mae"])
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    (out / "tables.md").write_text(tables(results))
+    echo(f"chosen by the fit window: {results['chosen']}; wrote {out / 'results.json'} and {out / 'tables.md'}")
+    return results
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def _pct(e: float) -> str:
+    s = f"{100 * e:+.1f}%".replace("-", "−")
+    return f"**{s}**" if abs(e) <= TOLERANCE else s
+
+
+def tables(results: dict) -> str:
+    """The page's tables: the chosen variant's second-half figures with the values' intervals; every
+    variant's fit-window score and second-half count."""
+    chosen = results["variants"][results["chosen"]]
+    lines = [f"### Second half, the chosen procedure ({results['chosen']})", "",
+             "| run | fit window | " + " | ".join(TARGET_LABELS) + " | within 3% |",
+             "|---|---|" + "---:|" * (len(TARGETS) + 1)]
+    for r in chosen["runs"].values():
+        s = r["second_half"]
+        lines.append(f"| {r['run']} | first {int(100 * r['window'])}% | "
+                     + " | ".join(_pct(s[f"{k} {q}"]["error"]) for k, q in TARGETS) + f" | {r['within']} of 5 |")
+    lines += ["", "### The fitted values and their 95% intervals (bootstrap over requests)", "",
+              "| run | fit window | const (ms) | P (µs/token) | D (µs/token) | sum_ctx (ns/token) | front end (ms) "
+              "| const + D (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    scale = {"const": 1e3, "P": 1e6, "D": 1e6, "sum_ctx": 1e9, "frontend_overhead_s": 1e3}
+    for r in chosen["runs"].values():
+        u = r["uncertainty"] or {}
+        cells = []
+        for name, k in scale.items():
+            c = (u.get("coefficients") or {}).get(name)
+            cells.append(_interval(c, k) if c else f"{k * r['values'][name]:.3g}")
+        cells.append(_interval(u["derived"]["decode_step_s"], 1e3) if u.get("derived") else "")
+        lines.append(f"| {r['run']} | first {int(100 * r['window'])}% | " + " | ".join(cells) + " |")
+    lines += ["", "### Every variant tried: fit-window score and second half", "",
+              "| variant | run | fit window | fit-window score (mean abs. error, last third of the window) | "
+              "second half: " + ", ".join(TARGET_LABELS) + " | within 3% |", "|---|---|---|---:|---|---:|"]
+    for name, v in results["variants"].items():
+        for r in v["runs"].values():
+            s = r["second_half"]
+            lines.append(f"| {name} | {r['run']} | first {int(100 * r['window'])}% | {100 * r['fit_window_mae']:.2f}% | "
+                         + " / ".join(_pct(s[f"{k} {q}"]["error"]) for k, q in TARGETS) + f" | {r['within']} of 5 |")
+        lines.append(f"| **{name}: mean fit-window score** | | | **{100 * v['fit_window_mae']:.2f}%** | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _interval(c: dict, k: float) -> str:
+    mark = "" if c["identified"] else " ‡"
+    return f"{k * c['value']:.3g} [{k * c['lo']:.3g}, {k * c['hi']:.3g}]{mark}"
+
+
+def main(data: Path, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    return study(data, out)
