@@ -22,6 +22,7 @@ def study() -> None:
     \b
     Examples:
       latroute study gpu-fidelity --out gpu-fidelity   # docs/results/gpu-fidelity.md
+      latroute study lmbench-h100 --out lmbench        # docs/results/lmbench-h100.md
     """
 
 
@@ -50,3 +51,40 @@ def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...]) -> None:
         raise BadOption("--data", f"{data} has no {g.RUNS[0][1]} (the shared vllm_gpu_llmservingsim folder)")
     out.mkdir(parents=True, exist_ok=True)
     g.study(data, out, tuple(known[v] for v in variants) or g.VARIANTS, echo=click.echo)
+
+
+LMBENCH = Path("../shared/data/llmd_lmbench_per_request")
+
+
+@study.command("lmbench-h100")
+@click.option("--data", type=click.Path(path_type=Path, file_okay=False), default=LMBENCH, show_default=True,
+              help="llm-d-benchmark's LMBench per-request logs (per_request.csv and runs.csv), as shared.")
+@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Directory for results.json, tables.md, commands.log, the imported traces, profiles and results "
+                   "(kept: a rerun reuses what is there).")
+@click.option("--assign-seeds", "seeds", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Seeds of each assignment of requests to replicas (and of the routers' replays).")
+@click.option("--group", "groups", multiple=True, type=click.Choice(["sharegpt", "short_input", "exp4"]),
+              help="Run only this group of runs (repeatable; default: all three and the routing question).")
+def lmbench_h100(data: Path, out: Path, seeds: int, groups: tuple[str, ...]) -> None:
+    """Calibrate, validate and score the H100 LMBench fleets; compare their routing.
+
+    \b
+    A fleet fit of the vLLM round-robin deployment (2 replicas) from its 4/8/12 q/s
+    sharegpt runs, validated on every other run (active replicas, assignment seeds),
+    estimate MAPE per rate, and the three stacks on the requests all three logged
+    beside the twin's routers; the short_input runs fitted on their own 0.5-1.5 q/s
+    runs; exp-4's Llama-4-Scout runs (docs/results/lmbench-h100.md).
+    """
+    refuse_non_utf8({"--data": data, "--out": out})
+    from traces.errors import BadOption
+
+    for name in ("per_request.csv", "runs.csv"):
+        if not (data / name).is_file():
+            raise BadOption("--data", f"{data} has no {name} (the shared llmd_lmbench_per_request folder)")
+    from harness.studies import lmbench_h100 as s
+
+    try:
+        s.study(data, out, seeds, groups, routing=not groups or "sharegpt" in groups, echo=click.echo)
+    except s.StudyError as e:
+        raise click.ClickException(str(e)) from None
