@@ -42,7 +42,7 @@ from estimators.batch_features import term_names
 from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.requestlevel.fit_bounds import Bounds
+from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
@@ -65,6 +65,8 @@ MAX_SEQS = (16, 32, 64, 128, 256, 512)
 # "loss": the fit's own loss on the held-back requests; "figures": the mean |log error| of the figures a run is
 # judged by (TTFT mean, p50, p99, TPOT mean, E2E mean; ``summary_error``)
 HELD_BACK_METRICS = ("loss", "figures")
+LOW_LOAD_SHARE = 0.1  # the starts' prefill and front end come from the lowest-load tenth of the lightest trace
+LOW_LOAD_MIN = 5
 MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
 MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
 HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
@@ -73,11 +75,12 @@ HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back
 @dataclass
 class RequestFitConfig:
     max_evals: int = 120  # per candidate's search
-    patience: int | None = 40  # a search stops after this many evaluations without a 0.1% gain
+    patience: int | None = 30  # a search stops after this many evaluations without a 0.1% gain (None: never)
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
     refine_step: float = 0.1  # the chosen candidate refined on every timed request: simplex size (log units)
     refine_evals: int = 60  # 0: the chosen candidate kept as it is
+    polish_evals: int = 20  # a fleet's refined values, polished on every assignment (see ``fit_requests``)
     bounds: bool = True  # hold the values to the ranges the requests support (``fit_bounds``)
     bootstrap: int = 100  # bootstrap draws of the requests for the values' intervals (0: none)
     seed: int = 0  # of the bootstrap draws
@@ -153,32 +156,58 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
         ctx = coef[2] if coef[2] > 0 else 1e-8
     else:
         const, d, ctx = 0.02, 1e-4, 1e-8
-    # prefill: the lightest-loaded trace's TTFTs against prompt length
-    lo = min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
+    # prefill: the lightest-loaded trace's lowest-load TTFTs against prompt length (a busy run's other TTFTs are
+    # mostly queueing: through them the intercept came out above a second)
+    lo = _lightest(traces)
     p = lo.requests["prompt_tokens"].to_numpy(dtype=np.float64)
     t = lo.requests["ttft_s"].to_numpy(dtype=np.float64)
-    ok = np.isfinite(t)
+    ok = low_load(lo)
     if not ok.any():
         raise BadInput(lo.source, None, "ttft_s", "no request has a measured TTFT (nothing to fit the prefill cost on)")
     A = np.column_stack([np.ones(ok.sum()), p[ok]])
     a, b = np.linalg.lstsq(A / t[ok][:, None], np.ones(ok.sum()), rcond=None)[0]
-    pre = b if b > 0 else 1e-4
-    overhead = max(a - const, 1e-3)
+    t_low, p_low = float(np.median(t[ok])), float(np.median(p[ok]))
+    # the front end at most half of a typical lowest-load TTFT: those requests queued behind each other's
+    # prefill in a busy run's first wave, which the line through them takes for front end
+    overhead = min(max(a - const, 1e-3), 0.5 * t_low)
+    pre = b if b > 0 else max(0.5 * (t_low - overhead) / max(p_low, 1.0), 1e-6)
     return np.array([const, pre, d, ctx, overhead])
+
+
+def _lightest(traces: list[RequestTrace]) -> RequestTrace:
+    return min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
+
+
+def low_load(rt: RequestTrace) -> np.ndarray:
+    """The timed requests that arrived at the lowest load: no more requests in flight than the
+    ``LOW_LOAD_SHARE`` quantile of the trace's in-flight counts, and at least ``LOW_LOAD_MIN`` of them
+    (the fewest in flight first) where the trace has that many."""
+    r = rt.requests
+    arr, ttft = r["arrival_s"].to_numpy(dtype=np.float64), r["ttft_s"].to_numpy(dtype=np.float64)
+    end = r["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in r else arr + ttft
+    load = in_flight_at_arrival(arr, np.where(np.isfinite(ttft), end, np.nan))
+    ok = np.isfinite(load) & np.isfinite(ttft)
+    if not ok.any():
+        return ok
+    keep = ok & (load <= np.quantile(load[ok], LOW_LOAD_SHARE))
+    if keep.sum() < LOW_LOAD_MIN:
+        idx = np.flatnonzero(ok)
+        keep[idx[np.argsort(load[idx], kind="stable")[:LOW_LOAD_MIN]]] = True
+    return keep
 
 
 def candidate_starts(traces: list[RequestTrace]) -> list[tuple[str, np.ndarray]]:
     """Start points of the candidates' searches, labelled: the data-driven guess; the same with the
-    front end at a quarter of the lightest trace's median TTFT (from a front end near 0 the log-space
+    front end at a quarter of the lightest trace's median lowest-load TTFT (from a front end near 0 the log-space
     simplex can stall many steps away from tens of ms; with one prompt length, as in long shared
     inputs, the intercept says nothing); and two points along the valley where the step's constant
     and its per-decode cost trade off: the decode step at the mean load kept, its constant share
     halved and doubled (capped at 90%). Nelder-Mead is local: each start's search ends in its own
     part of the valley, and the held-back requests choose between them."""
     x0 = initial_guess(traces)
-    lo = min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
+    lo = _lightest(traces)
     x1 = x0.copy()
-    x1[4] = max(x0[4], 0.25 * float(np.nanmedian(lo.requests["ttft_s"].to_numpy(dtype=np.float64))))
+    x1[4] = max(x0[4], 0.25 * float(np.median(lo.requests["ttft_s"].to_numpy(dtype=np.float64)[low_load(lo)])))
     out = [("data", x0)] + ([] if np.allclose(x0, x1) else [("front end", x1)])
     rows = _decode_rows(traces)
     n_mean = float(np.mean(rows[0][:, 1])) if rows is not None else 0.0
@@ -443,7 +472,10 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
     x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
     if cfg.refine_evals > 0:
-        x, fx = _search(ev, targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+        x, fx = _search(coarse, coarse.targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+        if coarse is not ev:  # then a short polish on every assignment
+            x, fx = _search(ev, targets, x, cfg.refine_step / 2, cfg.polish_evals,
+                            None if cfg.patience is None else max(cfg.patience // 2, 1))
     else:  # the chosen candidate as it is
         fx = ev.objective(targets)(np.log(x))
     grid: list[dict] = []

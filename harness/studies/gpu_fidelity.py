@@ -5,8 +5,9 @@ The question: fitted on the first 50% and on the first 30% of a run's timings (e
 arrival and lengths replayed), does the twin predict the second half's TTFT mean, p50, p99, TPOT
 mean and E2E mean within 3%? The procedure is chosen using the fit window only: every variant of
 the fit is also run on the first two thirds of the window and scored on the window's last third
-(the same five figures), and the variant with the smallest mean absolute error there is the one
-the page recommends; its second-half figures are reported, and every other variant's beside them.
+(the same five figures), and among the variants that keep the fit's rule (ranges and a held-back
+choice; the others are ablations) the one with the smallest mean absolute error there is the one
+the page reports; its second-half figures are shown, and every other variant's beside them.
 
 Outputs in ``--out``: ``results.json`` (every fit's values, intervals, candidates and scores),
 ``tables.md`` (the page's tables) and the profiles (``profiles/RUN-WINDOW-VARIANT.json``).
@@ -33,6 +34,7 @@ class Variant:
     name: str
     what: str
     overrides: tuple = ()  # RequestFitConfig fields replaced, as (name, value) pairs
+    rule: bool = True  # keeps the fit's rule (ranges and a held-back choice): may be chosen; else an ablation
 
     def config(self) -> dict:
         return dict(self.overrides)
@@ -44,18 +46,20 @@ DEFAULT = "ranges + held-back choice"
 VARIANTS = (
     Variant(DEFAULT, "the values held to the ranges the requests support; among the candidates (one search per "
                      "start), the one whose loss on the window's held-back last third is lowest, refined on all of it"),
-    Variant("held-back choice, no ranges", "as the default without the ranges", (("bounds", False),)),
-    Variant("ranges, lowest in-window loss", "as the default, the candidate with the lowest loss on the whole window "
-                                             "kept (no held-back choice)", (("held_back", 0.0),)),
-    Variant("neither", "no ranges, the lowest in-window loss kept (the search as it was, but for its starts and "
-                       "stopping)", (("bounds", False), ("held_back", 0.0))),
+    Variant("held-back choice, no ranges", "ablation: as the default without the ranges", (("bounds", False),),
+            rule=False),
+    Variant("ranges, lowest in-window loss", "ablation: as the default, the candidate with the lowest loss on the "
+                                             "whole window kept (no held-back choice)", (("held_back", 0.0),),
+            rule=False),
+    Variant("neither", "ablation: no ranges, the lowest in-window loss kept (the search as it was, but for its "
+                       "starts and stopping)", (("bounds", False), ("held_back", 0.0)), rule=False),
     Variant("held-back figures", "as the default, the held-back part scored by the figures a run is judged by "
                                  "(TTFT mean, p50, p99, TPOT mean, E2E mean) instead of the loss",
             (("held_back_metric", "figures"),)),
     Variant("means in the loss", "as the default, the loss with TTFT-mean and E2E-mean terms added", MEANS),
     Variant("means in the loss, held-back figures", "both of the two above", MEANS + (("held_back_metric", "figures"),)),
-    Variant("means in the loss, neither", "no ranges, no held-back choice, the loss with the mean terms",
-            MEANS + (("bounds", False), ("held_back", 0.0))),
+    Variant("means in the loss, neither", "ablation: no ranges, no held-back choice, the loss with the mean terms",
+            MEANS + (("bounds", False), ("held_back", 0.0)), rule=False),
     Variant("held-back choice, not refined", "as the default, the chosen candidate kept as it is (not refined on "
                                              "the whole window)", (("refine_evals", 0),)),
     Variant("held-back figures, not refined", "as the held-back figures variant, the chosen candidate not refined",
@@ -151,9 +155,10 @@ def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=
                      f"{100 * rows[key]['fit_window_mae']:.2f}%, second half {rows[key]['within']}/5 within 3% "
                      f"({', '.join(f'{100 * e:+.1f}%' for e in (second[f'{k} {q}']['error'] for k, q in TARGETS))}) "
                      f"in {wall:.0f} s")
-        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "runs": rows,
+        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "rule": var.rule, "runs": rows,
                                          "fit_window_mae": float(np.mean([r["fit_window_mae"] for r in rows.values()]))}
-    results["chosen"] = min(results["variants"], key=lambda k: results["variants"][k]["fit_window_mae"])
+    eligible = [k for k, v in results["variants"].items() if v["rule"]] or list(results["variants"])
+    results["chosen"] = min(eligible, key=lambda k: results["variants"][k]["fit_window_mae"])
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     (out / "tables.md").write_text(tables(results))
     echo(f"chosen by the fit window: {results['chosen']}; wrote {out / 'results.json'} and {out / 'tables.md'}")
@@ -196,11 +201,15 @@ def tables(results: dict) -> str:
               "| variant | run | fit window | fit-window score (mean abs. error, last third of the window) | "
               "second half: " + ", ".join(TARGET_LABELS) + " | within 3% |", "|---|---|---|---:|---|---:|"]
     for name, v in results["variants"].items():
+        label = name + ("" if v.get("rule", True) else " (ablation)") + (" ← chosen" if name == results["chosen"] else "")
         for r in v["runs"].values():
             s = r["second_half"]
-            lines.append(f"| {name} | {r['run']} | first {int(100 * r['window'])}% | {100 * r['fit_window_mae']:.2f}% | "
+            lines.append(f"| {label} | {r['run']} | first {int(100 * r['window'])}% | {100 * r['fit_window_mae']:.2f}% | "
                          + " / ".join(_pct(s[f"{k} {q}"]["error"]) for k, q in TARGETS) + f" | {r['within']} of 5 |")
-        lines.append(f"| **{name}: mean fit-window score** | | | **{100 * v['fit_window_mae']:.2f}%** | | |")
+        lines.append(f"| **{label}: mean fit-window score** | | | **{100 * v['fit_window_mae']:.2f}%** | | "
+                     f"**{sum(r['within'] == len(TARGETS) for r in v['runs'].values())} of {len(v['runs'])} "
+                     f"fits 5 of 5** |")
+    lines += ["", "Variants: " + "; ".join(f"*{n}*: {v['what']}" for n, v in results["variants"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
