@@ -8,23 +8,29 @@ added to every TTFT; optionally the engine's token budget and
 ``max_num_seqs``. Everything fitted travels in the profile
 (``fitted_on.engine``, ``fitted_on.request_fit``).
 
-How, in three stages:
+How (the rule, with its reasons: ``docs/concepts/request-fit.md``):
 
-1. *Decode* from TPOTs. A request's mean inter-token time is the mean step
-   time while it decodes (an ITL is one or more step times). Over the
-   measured decode intervals we know how many requests decoded alongside
-   and their context, so ``TPOT_i ~ const + D*n_i + sum_ctx*ctx_i`` is a
-   small least-squares problem.
-2. *Prefill* from TTFTs at low load: ``TTFT_i ~ overhead + step(prompt_i)``
-   where little else runs; its slope is ``P``.
-3. *The twin in the loop*: Nelder-Mead on the log of the five values,
-   each evaluation replaying every trace's arrivals on the twin (noise
-   off) and scoring TTFT quantiles (p10..p99), per-request TTFT and TPOT
-   log errors: a first round from each of two starts (``starts``), then
-   restarts around the better one. With ``search_engine`` a grid (by default budget x
-   max_num_seqs; ``--search KEY=v1,v2`` for any engine setting, e.g.
-   ``num_kv_blocks``)
-   is scored at the fitted values, the best kept, and the search repeated.
+1. *Starts* from the data (``initial_guess``): the decode terms from TPOTs (a
+   request's mean inter-token time is the mean step time while it decodes;
+   over the measured decode intervals we know how many requests decoded
+   alongside and their context, so ``TPOT_i ~ const + D*n_i +
+   sum_ctx*ctx_i`` is a small least-squares problem), the prefill cost and
+   the front end from the lowest-load TTFTs (``TTFT_i ~ overhead +
+   step(prompt_i)`` where little else runs); and points along the valley
+   where ``const`` and ``D`` trade off (``candidate_starts``).
+2. *Ranges* the request log supports (``fit_bounds``): every point the
+   search proposes is evaluated inside them.
+3. *The twin in the loop*: Nelder-Mead on the log of the five values, each
+   evaluation replaying every trace's arrivals on the twin (noise off) and
+   scoring TTFT quantiles (p10..p99), per-request TTFT and TPOT log errors
+   (``score``). One search per start on the earlier part of each trace's
+   timed requests; the candidate that best predicts the held-back later
+   part is kept (``held_back_split``) and refined on all of them.
+4. *Intervals* (``fit_uncertainty``): a bootstrap over requests.
+
+With ``search_engine`` a grid (by default budget x max_num_seqs; ``--search
+KEY=v1,v2`` for any engine setting, e.g. ``num_kv_blocks``) is scored at the
+fitted values, the best kept, and the search repeated.
 
 The optimiser is our own (``simplex.py``).
 """
