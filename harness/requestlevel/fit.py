@@ -80,7 +80,7 @@ HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back
 
 @dataclass
 class RequestFitConfig:
-    max_evals: int = 120  # per candidate's search
+    max_evals: int = 120  # per search (a candidate's; the refinement and the polish take at most this many too)
     patience: int | None = 30  # a search stops after this many evaluations without a 0.1% gain (None: never)
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
@@ -478,9 +478,9 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
     x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
     if cfg.refine_evals > 0:
-        x, fx = _search(coarse, coarse.targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+        x, fx = _search(coarse, coarse.targets, x, cfg.refine_step, min(cfg.refine_evals, cfg.max_evals), cfg.patience)
         if coarse is not ev:  # then a short polish on every assignment
-            x, fx = _search(ev, targets, x, cfg.refine_step / 2, cfg.polish_evals,
+            x, fx = _search(ev, targets, x, cfg.refine_step / 2, min(cfg.polish_evals, cfg.max_evals),
                             None if cfg.patience is None else max(cfg.patience // 2, 1))
     else:  # the chosen candidate as it is
         fx = ev.objective(targets)(np.log(x))
