@@ -73,6 +73,10 @@ MAX_SEQS = (16, 32, 64, 128, 256, 512)
 HELD_BACK_METRICS = ("loss", "figures")
 LOW_LOAD_SHARE = 0.1  # the starts' prefill and front end come from the lowest-load tenth of the lightest trace
 LOW_LOAD_MIN = 5
+# the loss's terms (``score``): TTFT quantiles, per-request TTFT and TPOT, mean TPOT; and the means of TTFT and E2E,
+# the figures a run is judged by (chosen on the GPU runs' fit windows: docs/results/gpu-fidelity.md)
+LOSS_WEIGHTS = {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0, "e2e_mean": 1.0}
+WITHOUT_MEANS = {k: v for k, v in LOSS_WEIGHTS.items() if k not in ("ttft_mean", "e2e_mean")}
 MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
 MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
 HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
@@ -97,8 +101,7 @@ class RequestFitConfig:
     frontend: FrontEnd = field(default_factory=FrontEnd)  # serial front end (fixed, never fitted here)
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
-    weights: dict = field(default_factory=lambda: {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5,
-                                                    "tpot_mean": 1.0})
+    weights: dict = field(default_factory=lambda: dict(LOSS_WEIGHTS))
 
 
 def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -415,6 +418,7 @@ class RequestFit:
     selection_note: str = ""
     bounds: Bounds | None = None
     uncertainty: dict | None = None
+    draws: np.ndarray | None = None  # the bootstrap's values, one row per draw (not stored in the profile)
 
 
 def held_back_split(targets: list[TraceTargets], share: float) -> tuple[list[TraceTargets], list[TraceTargets]] | None:
@@ -505,15 +509,15 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
         # into a 4.8-s front end at 15 times the loss); kept only where it does better than no host part
         xh, fh = _search(ev, targets, np.concatenate([x, HOST_START]), 0.5, cfg.max_evals, cfg.patience)
         x, fx = (xh, fh) if fh <= fx else (np.concatenate([x, np.zeros(len(HOST_PARAMS))]), fx)
-    unc = None
+    unc, draws = None, None
     if cfg.bootstrap > 0:
         from harness.requestlevel.fit_uncertainty import uncertainty
 
-        unc = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
+        unc, draws = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
     prof = profile_of(x, name)
     replays = ev.replays + (coarse.replays if coarse is not ev else 0)
     return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,
-                      ev.bounds, unc)
+                      ev.bounds, unc, draws)
 
 
 def require_decode_input(traces: list[RequestTrace]) -> None:
