@@ -189,7 +189,7 @@ def _copy_with(src: Path, out: Path, edit) -> Path:
     t = open_trace(src)
     reqs = edit(t.read("requests"))
     with TraceWriter(out) as w:
-        w.meta.update({k: t.meta[k] for k in ("arrivals", "engine")})
+        w.meta.update({k: t.meta[k] for k in ("arrivals", "engine", "source")})  # the source names the model and GPU
         w.write_table("requests", reqs)
     return out
 

@@ -184,3 +184,32 @@ def test_study_refuses_an_unknown_variant_and_missing_data(tmp_path):
     assert_refused(res, tmp_path / "s", "--variant", "nope")
     res = run_cli("study", "gpu-fidelity", "--data", tmp_path, "--out", tmp_path / "s")
     assert_refused(res, tmp_path / "s", "--data")
+
+
+@pytest.mark.realdata  # two request-level calibrations of the real GPU runs' first 30%: about a minute
+def test_real_runs_fit_within_their_ranges_and_say_what_is_not_applied(tmp_path):
+    """The RTX 4090 run names its model, GPU and TP: its fit keeps the one-token decode step at or above the
+    weight-read floor (14.89 ms), and so do all its bootstrap draws; the PRO 6000 run does not name its GPU:
+    the floor is not applied, and the fit says so."""
+    from tests.conftest import shared
+
+    data = shared("vllm_gpu_llmservingsim")
+    for folder, name in (("RTX4090_Llama-3.1-8B", "r4090"), ("RTXPRO6000_Qwen3-32B", "p6000")):
+        assert run_cli("trace", "import", "vllm-reqstats", data / folder, "--out", tmp_path / name).exit_code == 0
+    res = run_cli("calibrate", "--from-requests", tmp_path / "r4090", "--fit-window", "0:0.3",
+                  "--out", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    assert "the weight-read floor (llama-3.1-8b" in res.output
+    doc = json.loads((tmp_path / "r.json").read_text())
+    rf, c = doc["fitted_on"]["request_fit"], {k: v["value"] for k, v in doc["coefficients"].items()}
+    floor = rf["bounds"]["weight_floor"]["seconds"]
+    assert floor == pytest.approx(0.014890, abs=1e-5) and c["const"] + c["D"] >= floor * (1 - 1e-9)
+    assert c["const"] + c["D"] <= rf["bounds"]["tpot_p5_s"]
+    step = rf["uncertainty"]["derived"]["decode_step_s"]
+    assert floor * (1 - 1e-9) <= step["lo"] <= step["hi"] <= rf["bounds"]["tpot_p5_s"]
+    res = run_cli("calibrate", "--from-requests", tmp_path / "p6000", "--fit-window", "0:0.3",
+                  "--out", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    assert "weight-read floor not applied: the trace does not name its GPU" in res.output
+    assert json.loads((tmp_path / "p.json").read_text())["fitted_on"]["request_fit"]["bounds"]["weight_floor"][
+        "seconds"] is None

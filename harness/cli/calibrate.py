@@ -80,7 +80,8 @@ def format_profile(p) -> str:
 @click.option("--search-engine", is_flag=True,
               help="--from-requests: also search max_num_batched_tokens and max_num_seqs.")
 @click.option("--max-evals", type=IntIn(1, 10**6), default=120, show_default=True,
-              help="--from-requests: twin replays per Nelder-Mead round.")
+              help="--from-requests: evaluations (each a twin replay of every trace) per search, at most "
+                   "(docs/concepts/request-fit.md).")
 @click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...", type=EngineSetting(grid=True),
               help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
                    "product; replaces --search-engine's default budget x max_num_seqs grid).")

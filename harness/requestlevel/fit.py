@@ -8,23 +8,29 @@ added to every TTFT; optionally the engine's token budget and
 ``max_num_seqs``. Everything fitted travels in the profile
 (``fitted_on.engine``, ``fitted_on.request_fit``).
 
-How, in three stages:
+How (the rule, with its reasons: ``docs/concepts/request-fit.md``):
 
-1. *Decode* from TPOTs. A request's mean inter-token time is the mean step
-   time while it decodes (an ITL is one or more step times). Over the
-   measured decode intervals we know how many requests decoded alongside
-   and their context, so ``TPOT_i ~ const + D*n_i + sum_ctx*ctx_i`` is a
-   small least-squares problem.
-2. *Prefill* from TTFTs at low load: ``TTFT_i ~ overhead + step(prompt_i)``
-   where little else runs; its slope is ``P``.
-3. *The twin in the loop*: Nelder-Mead on the log of the five values,
-   each evaluation replaying every trace's arrivals on the twin (noise
-   off) and scoring TTFT quantiles (p10..p99), per-request TTFT and TPOT
-   log errors: a first round from each of two starts (``starts``), then
-   restarts around the better one. With ``search_engine`` a grid (by default budget x
-   max_num_seqs; ``--search KEY=v1,v2`` for any engine setting, e.g.
-   ``num_kv_blocks``)
-   is scored at the fitted values, the best kept, and the search repeated.
+1. *Starts* from the data (``initial_guess``): the decode terms from TPOTs (a
+   request's mean inter-token time is the mean step time while it decodes;
+   over the measured decode intervals we know how many requests decoded
+   alongside and their context, so ``TPOT_i ~ const + D*n_i +
+   sum_ctx*ctx_i`` is a small least-squares problem), the prefill cost and
+   the front end from the lowest-load TTFTs (``TTFT_i ~ overhead +
+   step(prompt_i)`` where little else runs); and points along the valley
+   where ``const`` and ``D`` trade off (``candidate_starts``).
+2. *Ranges* the request log supports (``fit_bounds``): every point the
+   search proposes is evaluated inside them.
+3. *The twin in the loop*: Nelder-Mead on the log of the five values, each
+   evaluation replaying every trace's arrivals on the twin (noise off) and
+   scoring TTFT quantiles (p10..p99), per-request TTFT and TPOT log errors
+   (``score``). One search per start on the earlier part of each trace's
+   timed requests; the candidate that best predicts the held-back later
+   part is kept (``held_back_split``) and refined on all of them.
+4. *Intervals* (``fit_uncertainty``): a bootstrap over requests.
+
+With ``search_engine`` a grid (by default budget x max_num_seqs; ``--search
+KEY=v1,v2`` for any engine setting, e.g. ``num_kv_blocks``) is scored at the
+fitted values, the best kept, and the search repeated.
 
 The optimiser is our own (``simplex.py``).
 """
@@ -42,7 +48,7 @@ from estimators.batch_features import term_names
 from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.profile import BatchTimeProfile
-from harness.requestlevel.fit_bounds import Bounds
+from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
@@ -65,6 +71,12 @@ MAX_SEQS = (16, 32, 64, 128, 256, 512)
 # "loss": the fit's own loss on the held-back requests; "figures": the mean |log error| of the figures a run is
 # judged by (TTFT mean, p50, p99, TPOT mean, E2E mean; ``summary_error``)
 HELD_BACK_METRICS = ("loss", "figures")
+LOW_LOAD_SHARE = 0.1  # the starts' prefill and front end come from the lowest-load tenth of the lightest trace
+LOW_LOAD_MIN = 5
+# the loss's terms (``score``): TTFT quantiles, per-request TTFT and TPOT, mean TPOT; and the means of TTFT and E2E,
+# the figures a run is judged by (chosen on the GPU runs' fit windows: docs/results/gpu-fidelity.md)
+LOSS_WEIGHTS = {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0, "e2e_mean": 1.0}
+WITHOUT_MEANS = {k: v for k, v in LOSS_WEIGHTS.items() if k not in ("ttft_mean", "e2e_mean")}
 MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
 MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
 HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
@@ -72,12 +84,13 @@ HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back
 
 @dataclass
 class RequestFitConfig:
-    max_evals: int = 120  # per candidate's search
-    patience: int | None = 40  # a search stops after this many evaluations without a 0.1% gain
+    max_evals: int = 120  # per search (a candidate's; the refinement and the polish take at most this many too)
+    patience: int | None = 30  # a search stops after this many evaluations without a 0.1% gain (None: never)
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
     refine_step: float = 0.1  # the chosen candidate refined on every timed request: simplex size (log units)
     refine_evals: int = 60  # 0: the chosen candidate kept as it is
+    polish_evals: int = 20  # a fleet's refined values, polished on every assignment (see ``fit_requests``)
     bounds: bool = True  # hold the values to the ranges the requests support (``fit_bounds``)
     bootstrap: int = 100  # bootstrap draws of the requests for the values' intervals (0: none)
     seed: int = 0  # of the bootstrap draws
@@ -88,8 +101,7 @@ class RequestFitConfig:
     frontend: FrontEnd = field(default_factory=FrontEnd)  # serial front end (fixed, never fitted here)
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
-    weights: dict = field(default_factory=lambda: {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5,
-                                                    "tpot_mean": 1.0})
+    weights: dict = field(default_factory=lambda: dict(LOSS_WEIGHTS))
 
 
 def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -153,32 +165,58 @@ def initial_guess(traces: list[RequestTrace]) -> np.ndarray:
         ctx = coef[2] if coef[2] > 0 else 1e-8
     else:
         const, d, ctx = 0.02, 1e-4, 1e-8
-    # prefill: the lightest-loaded trace's TTFTs against prompt length
-    lo = min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
+    # prefill: the lightest-loaded trace's lowest-load TTFTs against prompt length (a busy run's other TTFTs are
+    # mostly queueing: through them the intercept came out above a second)
+    lo = _lightest(traces)
     p = lo.requests["prompt_tokens"].to_numpy(dtype=np.float64)
     t = lo.requests["ttft_s"].to_numpy(dtype=np.float64)
-    ok = np.isfinite(t)
+    ok = low_load(lo)
     if not ok.any():
         raise BadInput(lo.source, None, "ttft_s", "no request has a measured TTFT (nothing to fit the prefill cost on)")
     A = np.column_stack([np.ones(ok.sum()), p[ok]])
     a, b = np.linalg.lstsq(A / t[ok][:, None], np.ones(ok.sum()), rcond=None)[0]
-    pre = b if b > 0 else 1e-4
-    overhead = max(a - const, 1e-3)
+    t_low, p_low = float(np.median(t[ok])), float(np.median(p[ok]))
+    # the front end at most half of a typical lowest-load TTFT: those requests queued behind each other's
+    # prefill in a busy run's first wave, which the line through them takes for front end
+    overhead = min(max(a - const, 1e-3), 0.5 * t_low)
+    pre = b if b > 0 else max(0.5 * (t_low - overhead) / max(p_low, 1.0), 1e-6)
     return np.array([const, pre, d, ctx, overhead])
+
+
+def _lightest(traces: list[RequestTrace]) -> RequestTrace:
+    return min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
+
+
+def low_load(rt: RequestTrace) -> np.ndarray:
+    """The timed requests that arrived at the lowest load: no more requests in flight than the
+    ``LOW_LOAD_SHARE`` quantile of the trace's in-flight counts, and at least ``LOW_LOAD_MIN`` of them
+    (the fewest in flight first) where the trace has that many."""
+    r = rt.requests
+    arr, ttft = r["arrival_s"].to_numpy(dtype=np.float64), r["ttft_s"].to_numpy(dtype=np.float64)
+    end = r["finish_s"].to_numpy(dtype=np.float64) if "finish_s" in r else arr + ttft
+    load = in_flight_at_arrival(arr, np.where(np.isfinite(ttft), end, np.nan))
+    ok = np.isfinite(load) & np.isfinite(ttft)
+    if not ok.any():
+        return ok
+    keep = ok & (load <= np.quantile(load[ok], LOW_LOAD_SHARE))
+    if keep.sum() < LOW_LOAD_MIN:
+        idx = np.flatnonzero(ok)
+        keep[idx[np.argsort(load[idx], kind="stable")[:LOW_LOAD_MIN]]] = True
+    return keep
 
 
 def candidate_starts(traces: list[RequestTrace]) -> list[tuple[str, np.ndarray]]:
     """Start points of the candidates' searches, labelled: the data-driven guess; the same with the
-    front end at a quarter of the lightest trace's median TTFT (from a front end near 0 the log-space
+    front end at a quarter of the lightest trace's median lowest-load TTFT (from a front end near 0 the log-space
     simplex can stall many steps away from tens of ms; with one prompt length, as in long shared
     inputs, the intercept says nothing); and two points along the valley where the step's constant
     and its per-decode cost trade off: the decode step at the mean load kept, its constant share
     halved and doubled (capped at 90%). Nelder-Mead is local: each start's search ends in its own
     part of the valley, and the held-back requests choose between them."""
     x0 = initial_guess(traces)
-    lo = min(traces, key=lambda t: len(t.requests) / max(np.ptp(t.requests["arrival_s"].to_numpy()), 1e-9))
+    lo = _lightest(traces)
     x1 = x0.copy()
-    x1[4] = max(x0[4], 0.25 * float(np.nanmedian(lo.requests["ttft_s"].to_numpy(dtype=np.float64))))
+    x1[4] = max(x0[4], 0.25 * float(np.median(lo.requests["ttft_s"].to_numpy(dtype=np.float64)[low_load(lo)])))
     out = [("data", x0)] + ([] if np.allclose(x0, x1) else [("front end", x1)])
     rows = _decode_rows(traces)
     n_mean = float(np.mean(rows[0][:, 1])) if rows is not None else 0.0
@@ -380,6 +418,7 @@ class RequestFit:
     selection_note: str = ""
     bounds: Bounds | None = None
     uncertainty: dict | None = None
+    draws: np.ndarray | None = None  # the bootstrap's values, one row per draw (not stored in the profile)
 
 
 def held_back_split(targets: list[TraceTargets], share: float) -> tuple[list[TraceTargets], list[TraceTargets]] | None:
@@ -443,7 +482,10 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
     coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
     x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
     if cfg.refine_evals > 0:
-        x, fx = _search(ev, targets, x, cfg.refine_step, cfg.refine_evals, cfg.patience)
+        x, fx = _search(coarse, coarse.targets, x, cfg.refine_step, min(cfg.refine_evals, cfg.max_evals), cfg.patience)
+        if coarse is not ev:  # then a short polish on every assignment
+            x, fx = _search(ev, targets, x, cfg.refine_step / 2, min(cfg.polish_evals, cfg.max_evals),
+                            None if cfg.patience is None else max(cfg.patience // 2, 1))
     else:  # the chosen candidate as it is
         fx = ev.objective(targets)(np.log(x))
     grid: list[dict] = []
@@ -467,15 +509,15 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
         # into a 4.8-s front end at 15 times the loss); kept only where it does better than no host part
         xh, fh = _search(ev, targets, np.concatenate([x, HOST_START]), 0.5, cfg.max_evals, cfg.patience)
         x, fx = (xh, fh) if fh <= fx else (np.concatenate([x, np.zeros(len(HOST_PARAMS))]), fx)
-    unc = None
+    unc, draws = None, None
     if cfg.bootstrap > 0:
         from harness.requestlevel.fit_uncertainty import uncertainty
 
-        unc = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
+        unc, draws = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
     prof = profile_of(x, name)
     replays = ev.replays + (coarse.replays if coarse is not ev else 0)
     return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,
-                      ev.bounds, unc)
+                      ev.bounds, unc, draws)
 
 
 def require_decode_input(traces: list[RequestTrace]) -> None:

@@ -101,11 +101,13 @@ def _jacobian(ev, x: np.ndarray) -> tuple[list, list]:
     return logs, list(zip(jt, jp, je))
 
 
-def uncertainty(ev, x: np.ndarray, cfg, names: tuple[str, ...], quantiles: tuple[int, ...]) -> dict:
-    """The bootstrap intervals of ``x`` (values named ``names``; see the module docstring); ``ev`` is the
-    fit's ``Evaluator``, ``quantiles`` the TTFT quantiles its loss compares."""
+def uncertainty(ev, x: np.ndarray, cfg, names: tuple[str, ...],
+                quantiles: tuple[int, ...]) -> tuple[dict, np.ndarray | None]:
+    """The bootstrap intervals of ``x`` (values named ``names``; see the module docstring) and the draws
+    themselves (one row of values each); ``ev`` is the fit's ``Evaluator``, ``quantiles`` the TTFT
+    quantiles its loss compares."""
     if ev.preds(x) is None:
-        return {"method": "not run: the fitted twin leaves a request without a first token"}
+        return {"method": "not run: the fitted twin leaves a request without a first token"}, None
     z0 = np.log(x)
     logs, jac = _jacobian(ev, x)
     effect = np.zeros(len(x))
@@ -160,7 +162,7 @@ def uncertainty(ev, x: np.ndarray, cfg, names: tuple[str, ...], quantiles: tuple
                                  "what": "const + D: a step decoding one token"}}
     return {"method": f"bootstrap over requests, {cfg.bootstrap} draws (seed {cfg.seed}), each refitted on the "
                       f"twin's predictions linearised around the fit (+-{JAC_STEP:g} in log value)",
-            "draws": int(cfg.bootstrap), "coefficients": coefs, "derived": derived}
+            "draws": int(cfg.bootstrap), "coefficients": coefs, "derived": derived}, d
 
 
 def format_uncertainty(u: dict) -> list[str]:

@@ -5,8 +5,9 @@ The question: fitted on the first 50% and on the first 30% of a run's timings (e
 arrival and lengths replayed), does the twin predict the second half's TTFT mean, p50, p99, TPOT
 mean and E2E mean within 3%? The procedure is chosen using the fit window only: every variant of
 the fit is also run on the first two thirds of the window and scored on the window's last third
-(the same five figures), and the variant with the smallest mean absolute error there is the one
-the page recommends; its second-half figures are reported, and every other variant's beside them.
+(the same five figures), and among the variants that keep the fit's rule (ranges and a held-back
+choice; the others are ablations) the one with the smallest mean absolute error there is the one
+the page reports; its second-half figures are shown, and every other variant's beside them.
 
 Outputs in ``--out``: ``results.json`` (every fit's values, intervals, candidates and scores),
 ``tables.md`` (the page's tables) and the profiles (``profiles/RUN-WINDOW-VARIANT.json``).
@@ -33,33 +34,46 @@ class Variant:
     name: str
     what: str
     overrides: tuple = ()  # RequestFitConfig fields replaced, as (name, value) pairs
+    rule: bool = True  # keeps the fit's rule (ranges and a held-back choice): may be chosen; else an ablation
 
     def config(self) -> dict:
         return dict(self.overrides)
 
 
-MEANS = (("weights", {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0,
-                       "e2e_mean": 1.0}),)
+def _without_means():
+    from harness.requestlevel.fit import WITHOUT_MEANS
+
+    return (("weights", WITHOUT_MEANS),)
+
+
+NO_MEANS = _without_means()
+FIGURES = (("held_back_metric", "figures"),)
+UNREFINED = (("refine_evals", 0),)
+OFF = (("bounds", False),)
+IN_WINDOW = (("held_back", 0.0),)
 DEFAULT = "ranges + held-back choice"
 VARIANTS = (
-    Variant(DEFAULT, "the values held to the ranges the requests support; among the candidates (one search per "
-                     "start), the one whose loss on the window's held-back last third is lowest, refined on all of it"),
-    Variant("held-back choice, no ranges", "as the default without the ranges", (("bounds", False),)),
-    Variant("ranges, lowest in-window loss", "as the default, the candidate with the lowest loss on the whole window "
-                                             "kept (no held-back choice)", (("held_back", 0.0),)),
-    Variant("neither", "no ranges, the lowest in-window loss kept (the search as it was, but for its starts and "
-                       "stopping)", (("bounds", False), ("held_back", 0.0))),
+    Variant(DEFAULT, "the default: the values held to the ranges the requests support; among the candidates (one "
+                     "search per start), the one whose loss on the window's held-back last third is lowest, refined "
+                     "on all of it; the loss with its TTFT-mean and E2E-mean terms"),
     Variant("held-back figures", "as the default, the held-back part scored by the figures a run is judged by "
-                                 "(TTFT mean, p50, p99, TPOT mean, E2E mean) instead of the loss",
-            (("held_back_metric", "figures"),)),
-    Variant("means in the loss", "as the default, the loss with TTFT-mean and E2E-mean terms added", MEANS),
-    Variant("means in the loss, held-back figures", "both of the two above", MEANS + (("held_back_metric", "figures"),)),
-    Variant("means in the loss, neither", "no ranges, no held-back choice, the loss with the mean terms",
-            MEANS + (("bounds", False), ("held_back", 0.0))),
-    Variant("held-back choice, not refined", "as the default, the chosen candidate kept as it is (not refined on "
-                                             "the whole window)", (("refine_evals", 0),)),
-    Variant("held-back figures, not refined", "as the held-back figures variant, the chosen candidate not refined",
-            (("held_back_metric", "figures"), ("refine_evals", 0))),
+                                 "(TTFT mean, p50, p99, TPOT mean, E2E mean) instead of the loss", FIGURES),
+    Variant("without the mean terms", "as the default, the loss without its TTFT-mean and E2E-mean terms", NO_MEANS),
+    Variant("without the mean terms, held-back figures", "both of the two above", NO_MEANS + FIGURES),
+    Variant("without the mean terms, not refined", "as the variant without the mean terms, the chosen candidate "
+                                                   "kept as it is (not refined on the whole window)",
+            NO_MEANS + UNREFINED),
+    Variant("without the mean terms, held-back figures, not refined", "the same with held-back figures",
+            NO_MEANS + FIGURES + UNREFINED),
+    Variant("no ranges", "ablation: as the default without the ranges", OFF, rule=False),
+    Variant("no ranges, without the mean terms", "ablation: without the ranges and the mean terms", OFF + NO_MEANS,
+            rule=False),
+    Variant("lowest in-window loss, without the mean terms", "ablation: the candidate with the lowest loss on the "
+            "whole window kept (no held-back choice), the loss without its mean terms", IN_WINDOW + NO_MEANS,
+            rule=False),
+    Variant("neither", "ablation: no ranges, no held-back choice", OFF + IN_WINDOW, rule=False),
+    Variant("neither, without the mean terms", "ablation: no ranges, no held-back choice, the loss without its mean "
+            "terms (the search as it was, but for its starts and stopping)", OFF + IN_WINDOW + NO_MEANS, rule=False),
 )
 
 
@@ -95,6 +109,12 @@ def targets(trace: Path, profile_path: Path, window: tuple[float, float]) -> dic
     """The engine view's five figures (``harness.requestlevel.engine_view``) over the requests in
     ``window``, the twin replaying every request with the profile."""
     from estimators.profile import load_profile
+
+    return targets_of(trace, load_profile(profile_path), window)
+
+
+def targets_of(trace: Path, prof, window: tuple[float, float]) -> dict:
+    """``targets`` for a profile in hand."""
     from harness.requestlevel.engine_options import (
         frontend_of,
         frontend_overhead,
@@ -107,13 +127,29 @@ def targets(trace: Path, profile_path: Path, window: tuple[float, float]) -> dic
     from traces.store import open_trace
 
     t = open_trace(trace)
-    prof = load_profile(profile_path)
     engine = request_engine(prof, {}, stated=trace_engine([t]))
     v = validate_requests(RequestTrace.of(t), prof, engine, frontend_overhead(prof), record_steps=True,
                           virtual_engines=virtual_engines(prof), frontend=frontend_of(prof), score_window=window)
     view = engine_view(t.read("requests"), v.per_request, v.twin, None)
     return {f"{k} {q}": {"measured": view[k][q]["measured"], "twin": view[k][q]["twin"],
                          "error": view[k][q]["error"]} for k, q in TARGETS}
+
+
+def figure_intervals(trace: Path, profile_path: Path, draws: np.ndarray, window: tuple[float, float]) -> dict:
+    """Each figure's 2.5th-97.5th percentile over the fit's bootstrap draws (``RequestFit.draws``), each
+    draw's values replayed as the profile: how far the fit window alone pins the figure down."""
+    from estimators.profile import load_profile
+    from harness.requestlevel.fit import profile_of
+
+    base = load_profile(profile_path)
+    errs: dict[str, list[float]] = {}
+    for values in draws:
+        prof = load_profile(profile_path)
+        prof.coefficients = profile_of(values, base.name).coefficients
+        prof.fitted_on["request_fit"]["frontend_overhead_s"] = float(values[4])
+        for k, v in targets_of(trace, prof, window).items():
+            errs.setdefault(k, []).append(v["error"])
+    return {k: [float(np.percentile(e, 2.5)), float(np.percentile(e, 97.5))] for k, e in errs.items()}
 
 
 def _abs_errors(t: dict) -> list[float]:
@@ -127,6 +163,7 @@ def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=
 
     traces = import_runs(data, out)
     results: dict = {"variants": {}, "score_window": list(SCORE_WINDOW), "windows": list(WINDOWS)}
+    draws: dict[tuple[str, str], tuple[Path, Path, np.ndarray | None]] = {}
     for var in variants:
         rows = {}
         for label, _, short in RUNS:
@@ -139,6 +176,7 @@ def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=
                 path = out / "profiles" / f"{key}-{_slug(var.name)}.json"
                 res, wall = fit(traces[short], (0.0, w), var, path, bootstrap=True)
                 second = targets(traces[short], path, SCORE_WINDOW)
+                draws[var.name, key] = (traces[short], path, res.draws)
                 rows[key] = {"run": label, "window": w, "fit_window_score": held,
                              "fit_window_mae": float(np.mean(_abs_errors(held))), "second_half": second,
                              "within": int(sum(e <= TOLERANCE for e in _abs_errors(second))),
@@ -151,9 +189,14 @@ def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=
                      f"{100 * rows[key]['fit_window_mae']:.2f}%, second half {rows[key]['within']}/5 within 3% "
                      f"({', '.join(f'{100 * e:+.1f}%' for e in (second[f'{k} {q}']['error'] for k, q in TARGETS))}) "
                      f"in {wall:.0f} s")
-        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "runs": rows,
+        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "rule": var.rule, "runs": rows,
                                          "fit_window_mae": float(np.mean([r["fit_window_mae"] for r in rows.values()]))}
-    results["chosen"] = min(results["variants"], key=lambda k: results["variants"][k]["fit_window_mae"])
+    eligible = [k for k, v in results["variants"].items() if v["rule"]] or list(results["variants"])
+    results["chosen"] = min(eligible, key=lambda k: results["variants"][k]["fit_window_mae"])
+    for key, row in results["variants"][results["chosen"]]["runs"].items():
+        trace, path, d = draws[results["chosen"], key]
+        if d is not None:
+            row["second_half_intervals"] = figure_intervals(trace, path, d, SCORE_WINDOW)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     (out / "tables.md").write_text(tables(results))
     echo(f"chosen by the fit window: {results['chosen']}; wrote {out / 'results.json'} and {out / 'tables.md'}")
@@ -177,10 +220,14 @@ def tables(results: dict) -> str:
              "| run | fit window | " + " | ".join(TARGET_LABELS) + " | within 3% |",
              "|---|---|" + "---:|" * (len(TARGETS) + 1)]
     for r in chosen["runs"].values():
-        s = r["second_half"]
+        s, iv = r["second_half"], r.get("second_half_intervals") or {}
         lines.append(f"| {r['run']} | first {int(100 * r['window'])}% | "
-                     + " | ".join(_pct(s[f"{k} {q}"]["error"]) for k, q in TARGETS) + f" | {r['within']} of 5 |")
-    lines += ["", "### The fitted values and their 95% intervals (bootstrap over requests)", "",
+                     + " | ".join(_pct(s[f"{k} {q}"]["error"]) + (_span(iv[f"{k} {q}"]) if f"{k} {q}" in iv else "")
+                                  for k, q in TARGETS) + f" | {r['within']} of 5 |")
+    lines += ["", "Error against measured; in brackets, the 2.5th to 97.5th percentile of the same figure over the "
+              "fit's bootstrap draws (each draw's values replayed): how far the fit window pins it down. Bold: "
+              "within 3%.",
+              "", "### The fitted values and their 95% intervals (bootstrap over requests)", "",
               "| run | fit window | const (ms) | P (µs/token) | D (µs/token) | sum_ctx (ns/token) | front end (ms) "
               "| const + D (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     scale = {"const": 1e3, "P": 1e6, "D": 1e6, "sum_ctx": 1e9, "frontend_overhead_s": 1e3}
@@ -196,12 +243,20 @@ def tables(results: dict) -> str:
               "| variant | run | fit window | fit-window score (mean abs. error, last third of the window) | "
               "second half: " + ", ".join(TARGET_LABELS) + " | within 3% |", "|---|---|---|---:|---|---:|"]
     for name, v in results["variants"].items():
+        label = name + ("" if v.get("rule", True) else " (ablation)") + (" ← chosen" if name == results["chosen"] else "")
         for r in v["runs"].values():
             s = r["second_half"]
-            lines.append(f"| {name} | {r['run']} | first {int(100 * r['window'])}% | {100 * r['fit_window_mae']:.2f}% | "
+            lines.append(f"| {label} | {r['run']} | first {int(100 * r['window'])}% | {100 * r['fit_window_mae']:.2f}% | "
                          + " / ".join(_pct(s[f"{k} {q}"]["error"]) for k, q in TARGETS) + f" | {r['within']} of 5 |")
-        lines.append(f"| **{name}: mean fit-window score** | | | **{100 * v['fit_window_mae']:.2f}%** | | |")
+        lines.append(f"| **{label}: mean fit-window score** | | | **{100 * v['fit_window_mae']:.2f}%** | | "
+                     f"**{sum(r['within'] == len(TARGETS) for r in v['runs'].values())} of {len(v['runs'])} "
+                     f"fits 5 of 5** |")
+    lines += ["", "Variants: " + "; ".join(f"*{n}*: {v['what']}" for n, v in results["variants"].items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _span(iv: list[float]) -> str:
+    return f" [{100 * iv[0]:+.1f}, {100 * iv[1]:+.1f}]".replace("-", "−")
 
 
 def _interval(c: dict, k: float) -> str:
