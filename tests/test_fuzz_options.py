@@ -95,6 +95,9 @@ def base_args(cmd: str, root: Path, out: Path) -> tuple[list, tuple]:
         # naming the option, a good one gets as far as the pool (exit 2 naming it), never as far as listening
         "route": (["route", "--pool", root / "no-pool.json", "--router", "shortest-queue", "--listen", "127.0.0.1:9"],
                   ()),
+        # a study runs for minutes: it gets a data folder without the logs, so a good number gets as far as that
+        # refusal (exit 2 naming --data) and never runs a command
+        "study lmbench-h100": (["study", "lmbench-h100", "--data", root / "no-data", "--out", out], ()),
         "loadgen": (["loadgen", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--time-limit", "5",
                      "--out", out], (1,)),
     }
