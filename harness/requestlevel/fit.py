@@ -511,11 +511,12 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
         x, fx = (xh, fh) if fh <= fx else (np.concatenate([x, np.zeros(len(HOST_PARAMS))]), fx)
     unc, draws = None, None
     if cfg.bootstrap > 0:
-        from harness.requestlevel.fit_uncertainty import uncertainty
+        from harness.requestlevel.fit_uncertainty import uncertainty, with_candidates
 
         # a fleet's: on its first assignments, as its candidates were (the replays of every assignment cost as
         # many times more; the draws resample requests, not assignments)
         unc, draws = uncertainty(coarse, x, cfg, param_names(x), TTFT_QUANTILES)
+        unc = with_candidates(unc, PARAMS, [c.values for c in cands], [c.held_loss for c in cands])
     prof = profile_of(x, name)
     replays = ev.replays + (coarse.replays if coarse is not ev else 0)
     return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,
