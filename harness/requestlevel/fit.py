@@ -90,7 +90,7 @@ class RequestFitConfig:
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
     refine_step: float = 0.1  # the chosen candidate refined on every timed request: simplex size (log units)
     refine_evals: int = 60  # 0: the chosen candidate kept as it is
-    polish_evals: int = 12  # a fleet's refined values, polished on every assignment (see ``fit_requests``)
+    polish_evals: int = 20  # a fleet's refined values, polished on every assignment (see ``fit_requests``)
     bounds: bool = True  # hold the values to the ranges the requests support (``fit_bounds``)
     bootstrap: int = 100  # bootstrap draws of the requests for the values' intervals (0: none)
     seed: int = 0  # of the bootstrap draws
