@@ -230,3 +230,17 @@ def test_candidates_that_predict_as_well_but_disagree_leave_a_value_not_identifi
     assert out["coefficients"]["D"]["identified"] and out["coefficients"]["P"]["identified"]  # x2 at most
     assert out["derived"]["decode_step_s"]["candidates"] == pytest.approx([0.0102, 0.0501])
     assert not out["derived"]["decode_step_s"]["identified"]
+
+
+def test_a_host_part_tried_and_not_kept_leaves_the_bootstrap_on_the_five_values(log):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fit = fit_requests([log], ENGINE, "h", RequestFitConfig(max_evals=10, refine_evals=10, bootstrap=10,
+                                                                 fit_host=True), None)
+    names = set(fit.uncertainty["coefficients"])
+    kept = bool(np.all(fit.values[5:] > 0))
+    assert names == ({"const", "P", "D", "sum_ctx", "frontend_overhead_s"}
+                     | ({"step_gap_s", "host_share"} if kept else set()))
+    assert all(np.isfinite([c["lo"], c["hi"]]).all() for c in fit.uncertainty["coefficients"].values())

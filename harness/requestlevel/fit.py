@@ -515,7 +515,8 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
 
         # a fleet's: on its first assignments, as its candidates were (the replays of every assignment cost as
         # many times more; the draws resample requests, not assignments)
-        unc, draws = uncertainty(coarse, x, cfg, param_names(x), TTFT_QUANTILES)
+        xb = x if np.all(x > 0) else x[:len(PARAMS)]  # a host part tried and not kept (zeros): the five alone
+        unc, draws = uncertainty(coarse, xb, cfg, param_names(xb), TTFT_QUANTILES)
         unc = with_candidates(unc, PARAMS, [c.values for c in cands], [c.held_loss for c in cands])
     prof = profile_of(x, name)
     replays = ev.replays + (coarse.replays if coarse is not ev else 0)
