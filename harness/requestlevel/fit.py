@@ -502,7 +502,7 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
             ev.engine = e
             grid.append({**point, "loss": score(ev.preds(x), targets, cfg.weights)})
         best = min(grid, key=lambda g: g["loss"])
-        engine = ev.engine = replace(base, **{k: best[k] for k in space})
+        engine = ev.engine = coarse.engine = replace(base, **{k: best[k] for k in space})
         x, fx = _search(ev, targets, x, 0.5, cfg.max_evals, cfg.patience)
     if cfg.fit_host:
         # from the fit without a host part: seven values searched from scratch strayed (on the PRO 6000 run
