@@ -213,3 +213,34 @@ def test_real_runs_fit_within_their_ranges_and_say_what_is_not_applied(tmp_path)
     assert "weight-read floor not applied: the trace does not name its GPU" in res.output
     assert json.loads((tmp_path / "p.json").read_text())["fitted_on"]["request_fit"]["bounds"]["weight_floor"][
         "seconds"] is None
+
+
+def test_candidates_that_predict_as_well_but_disagree_leave_a_value_not_identified():
+    from harness.requestlevel.fit_uncertainty import with_candidates
+
+    names = ("const", "P", "D", "sum_ctx", "frontend_overhead_s")
+    u = {"coefficients": {n: {"value": 1.0, "lo": 0.9, "hi": 1.1, "identified": True, "why": "identified"}
+                          for n in names},
+         "derived": {"decode_step_s": {"value": 2.0, "lo": 1.9, "hi": 2.1, "identified": True}}}
+    values = [np.array([0.01, 1e-4, 2e-4, 1e-7, 0.1]), np.array([0.05, 1e-4, 1e-4, 1e-7, 0.1]),
+              np.array([0.5, 1e-4, 9e-4, 1e-7, 0.1])]
+    out = with_candidates(u, names, values, [0.10, 0.12, 0.50])  # the third predicts far worse: left out
+    assert out["coefficients"]["const"]["candidates"] == [0.01, 0.05] and not out["coefficients"]["const"]["identified"]
+    assert "range from 0.01 to 0.05" in out["coefficients"]["const"]["why"]
+    assert out["coefficients"]["D"]["identified"] and out["coefficients"]["P"]["identified"]  # x2 at most
+    assert out["derived"]["decode_step_s"]["candidates"] == pytest.approx([0.0102, 0.0501])
+    assert not out["derived"]["decode_step_s"]["identified"]
+
+
+def test_a_host_part_tried_and_not_kept_leaves_the_bootstrap_on_the_five_values(log):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fit = fit_requests([log], ENGINE, "h", RequestFitConfig(max_evals=10, refine_evals=10, bootstrap=10,
+                                                                 fit_host=True), None)
+    names = set(fit.uncertainty["coefficients"])
+    kept = bool(np.all(fit.values[5:] > 0))
+    assert names == ({"const", "P", "D", "sum_ctx", "frontend_overhead_s"}
+                     | ({"step_gap_s", "host_share"} if kept else set()))
+    assert all(np.isfinite([c["lo"], c["hi"]]).all() for c in fit.uncertainty["coefficients"].values())

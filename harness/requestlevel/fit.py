@@ -502,7 +502,7 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
             ev.engine = e
             grid.append({**point, "loss": score(ev.preds(x), targets, cfg.weights)})
         best = min(grid, key=lambda g: g["loss"])
-        engine = ev.engine = replace(base, **{k: best[k] for k in space})
+        engine = ev.engine = coarse.engine = replace(base, **{k: best[k] for k in space})
         x, fx = _search(ev, targets, x, 0.5, cfg.max_evals, cfg.patience)
     if cfg.fit_host:
         # from the fit without a host part: seven values searched from scratch strayed (on the PRO 6000 run
@@ -511,9 +511,13 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
         x, fx = (xh, fh) if fh <= fx else (np.concatenate([x, np.zeros(len(HOST_PARAMS))]), fx)
     unc, draws = None, None
     if cfg.bootstrap > 0:
-        from harness.requestlevel.fit_uncertainty import uncertainty
+        from harness.requestlevel.fit_uncertainty import uncertainty, with_candidates
 
-        unc, draws = uncertainty(ev, x, cfg, param_names(x), TTFT_QUANTILES)
+        # a fleet's: on its first assignments, as its candidates were (the replays of every assignment cost as
+        # many times more; the draws resample requests, not assignments)
+        xb = x if np.all(x > 0) else x[:len(PARAMS)]  # a host part tried and not kept (zeros): the five alone
+        unc, draws = uncertainty(coarse, xb, cfg, param_names(xb), TTFT_QUANTILES)
+        unc = with_candidates(unc, PARAMS, [c.values for c in cands], [c.held_loss for c in cands])
     prof = profile_of(x, name)
     replays = ev.replays + (coarse.replays if coarse is not ev else 0)
     return RequestFit(prof, engine, x, float(fx), replays, time.perf_counter() - t0, grid, cands, chosen, why,

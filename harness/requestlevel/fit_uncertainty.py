@@ -17,8 +17,10 @@ comes from which requests were logged, not from the twin's own error.
 
 A value is *not identified* when moving it by ``JAC_STEP`` moves no prediction by more than
 ``MIN_EFFECT`` (it does nothing to the timings), or when its interval spans more than a factor
-``WIDE`` (the requests leave it free, typically trading off against another value); a value on a
-range's bound is *set by the bound*. The one-token decode step ``const + D`` is reported too: it
+``WIDE`` (the requests leave it free, typically trading off against another value), or when the
+candidates that predict the held-back requests about as well as the chosen one (within ``CLOSE``)
+spread over more than that factor (the bootstrap is local: it cannot see another part of a valley,
+the candidates' searches can); a value on a range's bound is *set by the bound*. The one-token decode step ``const + D`` is reported too: it
 can be identified when its two parts are not.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ JAC_STEP = 0.1  # log units (about 10%) either way of the fit
 MAX_MOVE = np.log(10.0)  # a draw keeps each value within a factor 10 of the fit
 MIN_EFFECT = 1e-3  # largest change of a log prediction below which a value does nothing
 WIDE = 2.0  # an interval spanning more than this factor leaves the value not identified
+CLOSE = 0.25  # candidates whose held-back score is within this share of the best's predict about as well
 DRAW_EVALS = 120
 
 
@@ -163,6 +166,30 @@ def uncertainty(ev, x: np.ndarray, cfg, names: tuple[str, ...],
     return {"method": f"bootstrap over requests, {cfg.bootstrap} draws (seed {cfg.seed}), each refitted on the "
                       f"twin's predictions linearised around the fit (+-{JAC_STEP:g} in log value)",
             "draws": int(cfg.bootstrap), "coefficients": coefs, "derived": derived}, d
+
+
+def with_candidates(u: dict, names: tuple[str, ...], values: list[np.ndarray], held: list[float]) -> dict:
+    """``u`` with what the candidates say (``fit.Candidate``: values and held-back scores): the bootstrap is
+    local, the candidates' searches end in different parts of a valley. Each value's range over the
+    candidates whose held-back score is within ``CLOSE`` of the best is stored (``candidates``); a value they
+    spread over more than a factor ``WIDE`` is not identified, whatever its interval."""
+    if "coefficients" not in u or not values:
+        return u
+    best = min(held)
+    near = np.array([v[:len(names)] for v, h in zip(values, held) if h <= best * (1 + CLOSE)])
+    for j, name in enumerate(names):
+        c = u["coefficients"][name]
+        lo, hi = float(near[:, j].min()), float(near[:, j].max())
+        c["candidates"] = [lo, hi]
+        if c["identified"] and hi > WIDE * max(lo, 1e-300):
+            c["identified"] = False
+            c["why"] = (f"not identified: candidates that predict the held-back requests about as well (within "
+                        f"{100 * CLOSE:.0f}%) range from {lo:.3g} to {hi:.3g}")
+    step = near[:, 0] + near[:, 2]
+    d = u["derived"]["decode_step_s"]
+    d["candidates"] = [float(step.min()), float(step.max())]
+    d["identified"] = bool(d["identified"] and step.max() <= WIDE * step.min())
+    return u
 
 
 def format_uncertainty(u: dict) -> list[str]:

@@ -239,7 +239,10 @@ def tables(results: dict) -> str:
             cells.append(_interval(c, k) if c else f"{k * r['values'][name]:.3g}")
         cells.append(_interval(u["derived"]["decode_step_s"], 1e3) if u.get("derived") else "")
         lines.append(f"| {r['run']} | first {int(100 * r['window'])}% | " + " | ".join(cells) + " |")
-    lines += ["", "### Every variant tried: fit-window score and second half", "",
+    lines += ["", "Value [2.5th, 97.5th percentile of the bootstrap draws]; ‡: not identified (the interval spans "
+              "more than a factor 2, or the candidates that predict the held-back requests about as well spread "
+              "more than that; each value's reason and the candidates' range are in results.json).",
+              "", "### Every variant tried: fit-window score and second half", "",
               "| variant | run | fit window | fit-window score (mean abs. error, last third of the window) | "
               "second half: " + ", ".join(TARGET_LABELS) + " | within 3% |", "|---|---|---|---:|---|---:|"]
     for name, v in results["variants"].items():
