@@ -267,19 +267,14 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         joined = read_join(join_dir, trace, trace_dir)
     if not trace.has("steps") and not trace.has("instances"):
         from estimators.profile import load_profile
-        from harness.requestlevel.fleet import fleet_spec
-        from harness.requestlevel.frontend import FrontEnd
+        from harness.requestlevel.fleet import fleet_to_score
         from harness.requestlevel.reconstruct import reconstruct_for_estimate
 
         fitted = load_profile(profile_ref) if profile_ref is not None else None
-        fleet, pool = fleet_spec(fleet_pool, replicas, assign, assign_seeds, given_fleet_options(ctx),
-                                 fitted=fitted.fitted_on.get("fleet") if fitted else None,
-                                 fitted_source=f"profile {fitted.name}'s fit" if fitted else "")
-        frontend = fe_overhead = None
-        if pool is not None:
-            profile_ref = pool.instances[0].profile
-            frontend = FrontEnd.from_json(pool.frontends[0] if pool.frontends else None)
-            fe_overhead = pool.frontend_overhead_s
+        scored = fleet_to_score(profile_ref, fitted, fleet_pool, replicas, assign, assign_seeds,
+                                given_fleet_options(ctx))
+        profile_ref, fleet, frontend, fe_overhead = (scored.profile_ref, scored.spec, scored.frontend,
+                                                     scored.frontend_overhead_s)
         recons = reconstruct_for_estimate(trace, trace_dir, profile_ref, engine_opts, prefix_cache, fleet, frontend,
                                           fe_overhead)
         recon = recons[0]

@@ -103,21 +103,17 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
                      "engine, its prefix cache and the instance of every request")
     joined = read_join(join_dir, trace, trace_dir) if join_dir is not None else None
     if not trace.has("instances") and not trace.has("steps"):
-        from harness.requestlevel.fleet import fleet_spec
-        from harness.requestlevel.frontend import FrontEnd
+        from harness.requestlevel.fleet import fleet_to_score
         from harness.requestlevel.validate import validate_request_trace
 
         if self_calibrate:
             raise click.UsageError("a request-level trace has no steps: calibrate --from-requests, then --profile")
         profile = load_profile(profile_ref) if profile_ref is not None else None
-        fleet, pool = fleet_spec(fleet_pool, replicas, assign, assign_seeds, given_fleet_options(ctx),
-                                 fitted=profile.fitted_on.get("fleet") if profile else None,
-                                 fitted_source=f"profile {profile.name}'s fit" if profile else "")
-        frontend = overhead = None
-        if pool is not None:
-            profile = load_profile(pool.instances[0].profile)
-            frontend = FrontEnd.from_json(pool.frontends[0] if pool.frontends else None)
-            overhead = pool.frontend_overhead_s
+        scored = fleet_to_score(profile_ref, profile, fleet_pool, replicas, assign, assign_seeds,
+                                given_fleet_options(ctx))
+        fleet, frontend, overhead = scored.spec, scored.frontend, scored.frontend_overhead_s
+        if scored.pool is not None:
+            profile = load_profile(scored.profile_ref)
         validate_request_trace(trace, trace_dir, profile, engine_opts, noise == "on", seed, out,
                                force, click.echo, prefix_cache, score_window, fleet, frontend, overhead)
         return

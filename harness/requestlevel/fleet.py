@@ -225,6 +225,35 @@ def fleet_spec(pool_ref, replicas: int | None, assign: str | None, seeds: int, g
     return replace(spec, seeds_stated="--assign-seeds" in given), pool
 
 
+@dataclass(frozen=True)
+class ScoredFleet:
+    """What ``validate`` and ``estimate`` replay a request log on: the fleet, and the profile and
+    front end its engines run (the pool's first entry when a pool is given, else the ``--profile``
+    given)."""
+
+    spec: FleetSpec | None
+    pool: object | None  # harness.twin.pools.Pool
+    profile_ref: object  # a profile's path or name, as --profile takes it
+    frontend: object | None  # harness.requestlevel.frontend.FrontEnd; None: the profile's
+    frontend_overhead_s: float | None  # None: the profile's
+
+
+def fleet_to_score(profile_ref, fitted, pool_ref, replicas: int | None, assign: str | None, seeds: int,
+                   given: set[str]) -> ScoredFleet:
+    """``fleet_spec`` for the commands that score a fitted profile on a log: the profile's own
+    fitted fleet unless the options state another, and a pool's profile and front end in place of
+    ``--profile``'s. ``fitted``: the loaded profile, or None."""
+    from harness.requestlevel.frontend import FrontEnd
+
+    spec, pool = fleet_spec(pool_ref, replicas, assign, seeds, given,
+                            fitted=fitted.fitted_on.get("fleet") if fitted else None,
+                            fitted_source=f"profile {fitted.name}'s fit" if fitted else "")
+    if pool is None:
+        return ScoredFleet(spec, None, profile_ref, None, None)
+    return ScoredFleet(spec, pool, pool.instances[0].profile,
+                       FrontEnd.from_json(pool.frontends[0] if pool.frontends else None), pool.frontend_overhead_s)
+
+
 def _pool_spec(ref, assign: str | None, seeds: int, writes: tuple[str, ...] | None):
     """A pool of one model's identical replicas as a fleet."""
     from dataclasses import asdict
