@@ -102,6 +102,9 @@ class EstimateConfig:
     # reconstructed trace (``snapshots: reconstructed``), whose calibration pooled every replica's arrivals
     # (often at full utilisation, where the paper's form answers one constant for every request)
     online_lps: bool | None = None
+    # plug-in estimators run each in a child process with this per-call limit in seconds
+    # (``estimators.plugin_process``: ``--isolate-plugins``); None: in latroute's process
+    plugin_timeout_s: float | None = None
 
 
 @dataclass
@@ -113,12 +116,17 @@ class EstimateResult:
 
 def build(name: str, profile: BatchTimeProfile, params: BaselineParams | None, pred_total: np.ndarray,
           overhead: float, online_lps: bool = False, cache_aware: bool = False,
-          trainer: OnlineTrainer | None = None):
+          trainer: OnlineTrainer | None = None, isolate_s: float | None = None):
     """``trainer``: the learned estimator's online model (instances sharing
-    one share what they learn; None: a model of its own)."""
+    one share what they learn; None: a model of its own). ``isolate_s``: a
+    plug-in runs in a child process with this per-call limit (seconds)."""
     if name == "sfs":
         return SFS(profile, pred_total, overhead)
     if ":" in name:
+        if isolate_s is not None:
+            from estimators.plugin_process import IsolatedEstimator
+
+            return IsolatedEstimator(name, (profile, params, pred_total, overhead), isolate_s)
         return plugin_estimator(name, profile, params, pred_total, overhead)
     if params is None:
         raise ValueError(f"estimator {name} needs baseline parameters")
@@ -147,7 +155,7 @@ def plugin_estimator(path: str, profile: BatchTimeProfile, params: BaselineParam
     ``speed`` (host speed factor, 1.0 unless online correction is on). It is
     foreign code (``estimators.plugins``): its failures and wrong answers are
     refused as ``error: plug-in 'module:Class' ...``."""
-    return PluginEstimator(path, plugins.load(path, "estimator", importlib.import_module), profile, params, pred_total, overhead)
+    return plugins.build_estimator(path, profile, params, pred_total, overhead)
 
 
 def check_plugin_estimator(path: str) -> None:
@@ -259,7 +267,8 @@ def estimate_trace(trace: Trace, models: dict[str, tuple[BatchTimeProfile, Basel
         profile, params = models[inst]
         walk = RecordedWalk(trace, inst, reqs, caching=False if cfg.cache_blind else None, predicted=pred_total)
         ests = [build(n, profile, params, pred_total, cfg.frontend_overhead_s, online_lps, cfg.cache_aware,
-                      trainer=(carried(carry, inst) or OnlineTrainer(cfg.learned)) if n == "learned" else None)
+                      trainer=(carried(carry, inst) or OnlineTrainer(cfg.learned)) if n == "learned" else None,
+                      isolate_s=cfg.plugin_timeout_s)
                 for n in cfg.estimators]
         learners = [e for e in ests if isinstance(e, LearnedTTFT)]
         trainers.extend(e.trainer for e in learners)

@@ -14,6 +14,7 @@ ZeroDivisionError: division by zero``. This module sits under both users
 """
 from __future__ import annotations
 
+import importlib
 import math
 import reprlib
 from collections.abc import Callable
@@ -140,3 +141,9 @@ class PluginEstimator:
         if len(parts) < 4:
             raise PluginError(self.name, f"last_dist() returned {len(parts)} values, not (mean, p50, p90, p99)")
         return tuple(checked_seconds(self.name, "last_dist()", v) for v in parts)
+
+
+def build_estimator(path: str, *args) -> PluginEstimator:
+    """The estimator plug-in ``module:Class`` loaded and built behind its guard (in-process, or in the
+    child of an isolated one: ``estimators.plugin_process``)."""
+    return PluginEstimator(path, load(path, "estimator", importlib.import_module), *args)

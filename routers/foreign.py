@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from estimators.plugin_process import PluginProcess
 from estimators.plugins import PluginError, call, short_repr
 
 
@@ -41,6 +42,36 @@ class PluginRouter:
             raise PluginError(self.path, f"choose() returned instance {int(j)}, not in 0..{n - 1}")
         raise PluginError(self.path, f"choose() returned {short_repr(j)} ({type(j).__name__}), "
                                      f"not an instance index in 0..{n - 1}")
+
+    @property
+    def mean_decision_us(self) -> float:
+        return self.decision_ns / self.decisions / 1e3 if self.decisions else float("nan")
+
+
+class IsolatedRouter:
+    """A plug-in router living in a child process (``estimators.plugin_process``): built there by
+    ``build(path, context)`` (the registry's plug-in entry, guard included), handed copies of each
+    decision's honest views. Its decision time includes the round trip: that is what isolation costs."""
+
+    oracle = False  # an oracle is handed the live instances, which cannot leave the process: refused
+    sheds = False
+    reads = "views"
+
+    def __init__(self, path: str, build, context, timeout_s: float):
+        self.name = self.path = path
+        self.proc = PluginProcess(path, build, (path, context), timeout_s)
+        self.decision_ns = 0
+        self.decisions = 0
+
+    def __call__(self, i: int, t: float, insts) -> int:
+        t0 = time.perf_counter_ns()
+        j = self.proc.call("__call__", int(i), float(t), insts)
+        self.decision_ns += time.perf_counter_ns() - t0
+        self.decisions += 1
+        return j
+
+    def close(self) -> None:
+        self.proc.close()
 
     @property
     def mean_decision_us(self) -> float:

@@ -24,7 +24,7 @@ from estimators.plugins import PluginError
 from routers.base import RouteInputs, Router
 from routers.chance import DEFAULT_EPSILON, ChanceRouter, LognormalError
 from routers.fleet import DEFAULT_TIES, check_ties
-from routers.foreign import PluginRouter
+from routers.foreign import IsolatedRouter, PluginRouter
 from routers.latency_aware import LatencyAware
 from routers.prefix_affinity import PrefixAffinity, PrefixLoad
 from routers.simple import LatencyAgnostic, LeastTokens, PowerOfTwo, RoundRobin, ShortestQueue
@@ -282,8 +282,21 @@ def probe_router(name: str, specs, overhead: float = 0.0, seed: int = 0,
 def make_router(name: str, inputs: RouteInputs, specs, overhead: float, delta_per_us: float = 0.0, seed: int = 0,
                 baselines: dict[str, BaselineParams] | None = None, online_speed: bool = False,
                 epsilon: float = DEFAULT_EPSILON, true_outputs=None, ties: str = DEFAULT_TIES,
-                learned=None) -> Router:
-    """``true_outputs`` reach only a router whose entry says ``oracle``."""
+                learned=None, isolate_s: float | None = None) -> Router:
+    """``true_outputs`` reach only a router whose entry says ``oracle``. ``isolate_s``: a plug-in
+    router runs in a child process with this per-call limit in seconds (``--isolate-plugins``;
+    built-in routers are latroute's own code and run in-process whatever it says)."""
     e = router_entry(name)
-    return e.make(BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines, online_speed, epsilon,
-                               true_outputs if e.oracle else None, check_ties(ties), learned))
+    c = BuildContext(inputs, specs, overhead, delta_per_us, seed, baselines, online_speed, epsilon,
+                     true_outputs if e.oracle else None, check_ties(ties), learned)
+    if isolate_s is not None and ":" in name:
+        if e.oracle:
+            raise PluginError(name, "declares itself an oracle (handed the live instances): it cannot run "
+                                    "isolated (--isolate-plugins)")
+        return IsolatedRouter(name, build_plugin_router, c, isolate_s)
+    return e.make(c)
+
+
+def build_plugin_router(path: str, c: BuildContext) -> Router:
+    """A plug-in router built from its path (in the child process of an isolated one)."""
+    return plugin_entry(path).make(c)

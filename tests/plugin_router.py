@@ -34,7 +34,7 @@ BAND = (1_000_000, 2_000_000)  # the tests make true lengths distinct numbers in
 WALK_LIMIT = 200_000  # objects visited per call at most (bounded, whatever it is given)
 
 
-def walk_numbers(*roots) -> tuple:
+def walk_numbers(*roots, limit: int = WALK_LIMIT, skip_numba: bool = False) -> tuple:
     """Every number reachable from ``roots`` by attribute walking: object
     attributes (``vars``, ``__slots__``, properties), containers, NumPy
     arrays and their bases, closures and defaults of functions, bound
@@ -46,10 +46,12 @@ def walk_numbers(*roots) -> tuple:
 
     ints, floats, arrays = [], [], []
     seen, stack, visits = set(), list(roots), 0
-    while stack and visits < WALK_LIMIT:
+    while stack and visits < limit:
         o = stack.pop()
         if id(o) in seen or isinstance(o, types.ModuleType | type | str | bytes) or o is None:
             continue
+        if skip_numba and type(o).__module__.startswith("numba"):
+            continue  # the twin's compiled state: its typed containers are not safe to walk from Python
         seen.add(id(o))
         visits += 1
         if isinstance(o, bool):
@@ -230,3 +232,59 @@ class SwallowsCtrlC(Router):
         except KeyboardInterrupt:
             pass
         raise RuntimeError("no compiled object yet")
+
+
+PROCESS_WALK_LIMIT = 5_000  # objects per decision (enough to reach the twin's loop from the nearest frames)
+FRAMES = 8  # callers' frames a ProcessWalker reads (beyond them: the test runner's, with everything in them)
+
+
+class ProcessWalker(Router):
+    """reads beyond what it is given, as Python lets any in-process code: the caller's frames (their
+    locals) and what refers to its views (``gc.get_referrers``); appends the band's ints it reached,
+    one line per decision, to the file ``$LATROUTE_TEST_WALK_OUT`` (it may run in another process)"""
+
+    def choose(self, i: int, t: float, insts) -> int:
+        import gc
+        import os
+        import sys
+
+        roots, f = [], sys._getframe(1)
+        while f is not None and len(roots) < FRAMES:  # the nearest callers: the twin's loop is among them
+            roots.append(dict(f.f_locals))
+            f = f.f_back
+        roots.extend(r for r in gc.get_referrers(insts) if isinstance(r, dict | list | tuple))
+        ints, _ = walk_numbers(*reversed(roots), limit=PROCESS_WALK_LIMIT, skip_numba=True)  # the nearest frame first
+        found = np.unique(ints[(ints >= BAND[0]) & (ints < BAND[1])])
+        with open(os.environ["LATROUTE_TEST_WALK_OUT"], "a") as fh:
+            fh.write(" ".join(map(str, found.tolist())) + "\n")
+        return min(range(len(insts)), key=lambda j: (insts[j].residents, j))
+
+
+class SleepsInChoose(Router):
+    """takes a minute to choose"""
+
+    def choose(self, i: int, t: float, insts) -> int:
+        import time
+
+        time.sleep(60)
+        return 0
+
+
+class ExitsInChoose(Router):
+    """ends its own process"""
+
+    def choose(self, i: int, t: float, insts) -> int:
+        import os
+
+        os._exit(3)
+
+
+class PromptTimesMs:
+    """A plug-in TTFT estimator that needs no baseline parameters: a millisecond per prompt token,
+    scaled by the host speed."""
+
+    def __init__(self, profile, params, pred_total, frontend_overhead_s):
+        self.speed = 1.0
+
+    def estimate(self, snap, q) -> float:
+        return 1e-3 * q.prompt * self.speed

@@ -127,6 +127,7 @@ def test_no_contract_ignores_imports():
 PLUGIN_LOADERS = {
     "routers/registry.py": "router plug-ins (--router module:Class)",
     "estimators/estimate.py": "estimator plug-ins (--estimator module:Class)",
+    "estimators/plugins.py": "estimator plug-ins built behind their guard, in-process or in an isolated child",
 }
 # modules that only ask whether a third-party module is installed (importlib.util.find_spec imports nothing)
 SPEC_LOOKUPS = {"harness/cli/extras.py": "is an optional extra installed"}

@@ -19,6 +19,7 @@ from harness.cli.choices import (
 from harness.cli.extras import require_extra
 from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
 from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
+from harness.cli.plugin_options import isolation_options, plugin_timeout
 from traces.errors import BadInput, BadOption
 
 # The estimators, the profile and the trace store load numba, numpy, pandas and duckdb: imported where an
@@ -174,13 +175,14 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
               help="`latroute trace join` output of this recording: also score each estimator against the "
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
 @fleet_options
+@isolation_options
 def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, recalibrate: str,
              recalibration_step: float, retrain_every: float, window: int, train_on: Path | None,
              cache_blind: bool, cache_aware: bool, out: Path, force: bool,
              engine_opts: tuple[str, ...], prefix_cache: str, score_window: tuple[float, float] | None,
              join_dir: Path | None, fleet_pool: Path | None, replicas: int | None, assign: str | None,
-             assign_seeds: int) -> None:
+             assign_seeds: int, isolate_plugins: bool, plugin_timeout_s: float | None) -> None:
     """Estimate every measured request's TTFT with each estimator, from
     honest snapshots of its instance at arrival, and score them.
 
@@ -213,6 +215,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     from traces.outputs import StagedDir, check_out, write_json, write_parquet
 
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on, fleet_pool])  # before any work
+    isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)
     unknown = [n for n in chosen if n not in KNOWN_ESTIMATORS and ":" not in n]  # module:Class = a plug-in
     if unknown or not chosen:
         raise click.BadParameter(f"unknown estimator {unknown[0] if unknown else '(none)'} "
@@ -230,8 +233,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     from traces.store import open_trace
 
     for name in chosen:
-        if ":" in name:  # a plug-in is foreign code: loaded and checked before any work or output
-            check_plugin_estimator(name)
+        if ":" in name and isolate_s is None:  # foreign code: loaded and checked before any work or output
+            check_plugin_estimator(name)  # (isolated: only ever loaded in its own process, which checks it there)
     if profile_ref is not None and calibrate_on is not None:
         raise click.UsageError("give --profile or --calibrate-on, not both")
     try:
@@ -293,7 +296,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                          online_speed=speed_cfg, cache_blind=cache_blind, cache_aware=cache_aware,
                          score_window=score_window,
                          recalibration=RecalibrationConfig(recalibration_step) if recalibrate == "on" else None,
-                         learned=LearnedConfig(retrain_every_s=retrain_every, window=window), learned_train_on=carry)
+                         learned=LearnedConfig(retrain_every_s=retrain_every, window=window), learned_train_on=carry,
+                         plugin_timeout_s=isolate_s)
     drift = trace_drift(trace, {i: p for i, (p, _) in models.items()})
     n_req = trace.meta.get("tables", {}).get("requests", 0)
     t = time.perf_counter()

@@ -12,6 +12,7 @@ from harness.cli.params import (
     POSITIVE,
     SEED,
 )
+from harness.cli.plugin_options import isolation_options, plugin_timeout
 from harness.cli.replay_options import (
     arrival_kind,
     arrival_options,
@@ -123,10 +124,11 @@ def _print_replay(m: dict) -> None:
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Result directory: metrics.json, metrics.parquet and the served trace.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@isolation_options
 def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstiness, seed, router_name, lam, delta,
            lengths_policy, slo_policy, quality_policy, online_speed, noise, record_steps, percentiles_text, goodput_text,
            epsilon, view_interval_ms, ledger, ties, retrain_every_s, window, out,
-           force) -> None:
+           force, isolate_plugins, plugin_timeout_s) -> None:
     """Replay a workload through one router on the engine twin of a pool.
 
     Writes the served trace (requests with instance, TTFT, SLO, realised
@@ -150,6 +152,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     from traces.outputs import check_out
 
     check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
+    isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)
     from harness.twin.pools import load_pool
     from harness.twin.replay import ReplayConfig, workload_inputs
     from harness.twin.replay import replay as run_replay
@@ -201,7 +204,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
                        record_steps=record_steps, lengths=lengths_policy, slo=slo_policy, quality=quality_policy,
                        online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
                        ledger=ledger == "on", hash_block_tokens=hash_block, ties=ties,
-                       retrain_every_s=retrain_every_s, window=window)
+                       retrain_every_s=retrain_every_s, window=window, plugin_timeout_s=isolate_s)
     try:
         inputs = workload_inputs(requests, quality, [InstanceSpec.from_config(c) for c in pool.instances], cfg)
     except ValueError as e:

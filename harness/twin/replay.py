@@ -33,6 +33,7 @@ from harness.twin.stale_view import StaleViews, ViewConfig
 from routers.base import RouteInputs
 from routers.chance import DEFAULT_EPSILON
 from routers.fleet import DEFAULT_TIES, TIE_POLICIES
+from routers.foreign import IsolatedRouter
 from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
 from traces.lengths import PredictedLengths, predicted_lengths
@@ -59,6 +60,9 @@ class ReplayConfig:
     ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet; random: seeded by seed)
     retrain_every_s: float = RETRAIN_EVERY_S  # learned routers: simulated seconds between fits
     window: int = WINDOW  # learned routers: the newest labelled samples a fit uses
+    # a plug-in router runs in a child process with this per-call limit in seconds (``--isolate-plugins``;
+    # ``estimators.plugin_process``); None: in latroute's process
+    plugin_timeout_s: float | None = None
 
     def learned(self):
         """The learned routers' training schedule (``estimators.learned.model.LearnedConfig``), seeded by the replay."""
@@ -164,9 +168,12 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     baselines = pool_baselines(pool_ref) if needs_baselines(cfg.router) else None
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
                          online_speed=cfg.online_speed, epsilon=cfg.epsilon,
-                         true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties, learned=cfg.learned())
-    warm_s = warm_up(specs, cfg.router, pool.frontend_overhead_s, baselines=baselines, online_speed=cfg.online_speed,
-                     epsilon=cfg.epsilon, ties=cfg.ties, learned=cfg.learned())
+                         true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties, learned=cfg.learned(),
+                         isolate_s=cfg.plugin_timeout_s)
+    isolated = isinstance(router, IsolatedRouter)  # its first decisions warm it up; it never runs in-process
+    warm_s = 0.0 if isolated else warm_up(specs, cfg.router, pool.frontend_overhead_s, baselines=baselines,
+                                          online_speed=cfg.online_speed, epsilon=cfg.epsilon, ties=cfg.ties,
+                                          learned=cfg.learned())
     t0 = time.perf_counter()
     oracle = router_entry(cfg.router).oracle
     views = StaleViews(ViewConfig(cfg.view_interval_ms, cfg.ledger)) if cfg.view_interval_ms > 0 and not oracle \
@@ -174,6 +181,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     res = twin.run(requests, router, views=views, hash_block_tokens=cfg.hash_block_tokens,
                    predicted=inputs.pred_total)  # what the router's views show as residents' targets
     wall = time.perf_counter() - t0
+    if isolated:
+        router.close()
     out = res.requests.copy(deep=False)  # copy-on-write: the twin's table stays as it was, its columns shared
     j = res.instance_index  # the twin's own (mapping 3.7M instance ids back to indices cost 0.3 GB at 384 instances)
     shed = j < 0  # served nowhere (the twin routes every other request)
@@ -195,6 +204,7 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
               "epsilon": cfg.epsilon, "ties": cfg.ties, "oracle": oracle, "view_interval_ms": cfg.view_interval_ms,
               "ledger": cfg.ledger, "view_refreshes": views.refreshes if views else None,
               "noise": cfg.noise, "mean_decision_us": router.mean_decision_us, "wall_s": wall, "warmup_s": warm_s,
+              **({"router_isolated": True} if isolated else {}),  # absent: in-process (results as before)
               "simulated_s": span, "speedup": span / wall if wall > 0 else None, "steps": res.steps_run,
               "rejected": res.extra.get("rejected", 0), **shed_metrics(cfg.router, int(shed.sum()), len(out)),
               "policies": workload.policies(),
