@@ -26,7 +26,7 @@ from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
 from harness.requestlevel.fit_uncertainty import DrawScore, _jacobian
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests
-from harness.requestlevel.weight_floor import Floor, weight_floor
+from harness.requestlevel.weight_floor import Floor, kv_read_floor, weight_floor
 from tests.conftest import assert_refused, run_cli
 from traces.store import TraceWriter
 
@@ -96,7 +96,7 @@ def test_weight_floor_from_a_trace_meta():
     no_gpu = {"source": {"model": "Qwen/Qwen3-32B", "engine_kwargs": {"tensor_parallel_size": 2}}}
     assert weight_floor(no_gpu).seconds is None and "GPU" in weight_floor(no_gpu).why
     unknown = {"source": {"model": "acme/Wonder-7B", "gpu": "H100", "engine_kwargs": {"tensor_parallel_size": 1}}}
-    assert weight_floor(unknown).seconds is None and "not in the weight table" in weight_floor(unknown).why
+    assert weight_floor(unknown).seconds is None and "MODEL_PARAMS" in weight_floor(unknown).why
     h100 = {"source": {"model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "NVIDIA-H100-80GB-HBM3"},
             "engine": {"settings": {"gpus": 4}, "sources": {"gpus": "meta.json engine_kwargs"}}}
     assert "H100 SXM" in weight_floor(h100).why
@@ -186,6 +186,27 @@ def test_study_refuses_an_unknown_variant_and_missing_data(tmp_path):
     assert_refused(res, tmp_path / "s", "--data")
 
 
+def test_kv_read_floor_from_a_trace_meta(log):
+    """Keys and values of every layer and KV head, per context token, over the GPUs' bandwidth: the
+    Llama-3.1-8B on an RTX 4090 reads 128 KiB per token (130 ns); half of it per GPU at TP 2; an fp8
+    KV cache halves it; a model whose geometry is not in the table gets no floor, said so."""
+    meta = {"source": {"model": "meta-llama/Llama-3.1-8B", "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
+                       "engine_kwargs": {"tensor_parallel_size": 1, "dtype": "bfloat16"}}}
+    f = kv_read_floor(meta)
+    assert f.seconds == pytest.approx(2 * 32 * 8 * 128 * 2 / 1.008e12) and len(f.sources) == 2
+    meta["source"]["engine_kwargs"]["tensor_parallel_size"] = 2
+    assert kv_read_floor(meta).seconds == pytest.approx(f.seconds / 2)
+    meta["source"]["engine_kwargs"]["kv_cache_dtype"] = "fp8_e4m3"
+    assert kv_read_floor(meta).seconds == pytest.approx(f.seconds / 4)
+    unknown = {"source": {"model": "acme/Wonder-7B", "gpu": "H100", "engine_kwargs": {"tensor_parallel_size": 1}}}
+    assert kv_read_floor(unknown).seconds is None and "KV_GEOMETRY" in kv_read_floor(unknown).why
+    b = Bounds.of([log], Floor(None, "none"), Floor(1e-7, "given"))
+    v = b.project(np.array([0.002, 1e-5, 1e-4, 1e-9, 0.001]))  # a context term below the floor is raised to it
+    assert v[3] == pytest.approx(1e-7) and b.at_bound(v)["sum_ctx"].startswith("lower bound")
+    assert b.limits(v)["sum_ctx"][0] == pytest.approx(1e-7) and "KV-read floor" in "\n".join(b.describe())
+    assert Bounds.of([log], Floor(None, "none")).project(np.array([0.002, 1e-5, 1e-4, 1e-9, 0.001]))[3] == 1e-9
+
+
 @pytest.mark.realdata  # two request-level calibrations of the real GPU runs' first 30%: about a minute
 def test_real_runs_fit_within_their_ranges_and_say_what_is_not_applied(tmp_path):
     """The RTX 4090 run names its model, GPU and TP: its fit keeps the one-token decode step at or above the
@@ -204,6 +225,7 @@ def test_real_runs_fit_within_their_ranges_and_say_what_is_not_applied(tmp_path)
     rf, c = doc["fitted_on"]["request_fit"], {k: v["value"] for k, v in doc["coefficients"].items()}
     floor = rf["bounds"]["weight_floor"]["seconds"]
     assert floor == pytest.approx(0.014890, abs=1e-5) and c["const"] + c["D"] >= floor * (1 - 1e-9)
+    assert c["sum_ctx"] >= rf["bounds"]["kv_read_floor"]["seconds"] * (1 - 1e-9)
     assert c["const"] + c["D"] <= rf["bounds"]["tpot_p5_s"]
     step = rf["uncertainty"]["derived"]["decode_step_s"]
     assert floor * (1 - 1e-9) <= step["lo"] <= step["hi"] <= rf["bounds"]["tpot_p5_s"]

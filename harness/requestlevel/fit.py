@@ -52,7 +52,7 @@ from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
-from harness.requestlevel.weight_floor import weight_floor
+from harness.requestlevel.weight_floor import kv_read_floor, weight_floor
 from traces.errors import BadInput
 
 FORM = "six"
@@ -540,11 +540,13 @@ def require_decode_input(traces: list[RequestTrace]) -> None:
 def fit_bounds(rts: list[RequestTrace], opened: list) -> Bounds:
     """The ranges of ``fit_bounds`` for these traces (``opened``: their ``Trace``s, whose meta names
     the model and GPU): the weight-read floor is the lowest of the traces' floors, and applied only
-    where every trace has one."""
-    floors = [weight_floor(t.meta) for t in opened]
-    missing = [f for f in floors if f.seconds is None]
-    floor = missing[0] if missing else min(floors, key=lambda f: f.seconds)
-    return Bounds.of(rts, floor)
+    where every trace has one; likewise the KV-read floor of the context term."""
+    def lowest(floors):
+        missing = [f for f in floors if f.seconds is None]
+        return missing[0] if missing else min(floors, key=lambda f: f.seconds)
+
+    return Bounds.of(rts, lowest([weight_floor(t.meta) for t in opened]),
+                     lowest([kv_read_floor(t.meta) for t in opened]))
 
 
 def initial_values(traces: list[RequestTrace]) -> dict:

@@ -11,6 +11,11 @@ step rules much of the valley out, whatever the load:
   mis-stamped request from setting the bound.
 - *A one-token decode step is no shorter than reading the weights once* (``weight_floor``), when
   the trace names the model, the GPU and its tensor parallelism; otherwise not applied (said so).
+- *A step reads the KV cache of every context token it attends to* (``weight_floor.kv_read_floor``):
+  the cost per cached context token (``sum_ctx``) is at least those bytes over the GPUs' bandwidth,
+  under the same conditions as the weight-read floor. Why it matters: a fit window whose requests
+  are still young holds short contexts, so the context term is barely seen there, and a fit can
+  leave it near 0 where later, longer contexts make it count.
 - *Prefill costs 0 to (TTFT - front end) / prompt tokens per token*, over the requests that arrived
   at the lowest load (fewest requests in flight, from the measured timings): at the lowest load a
   TTFT is the front end plus the prompt's own prefill, and the prefill's cost per token is at most
@@ -34,6 +39,7 @@ from harness.requestlevel.weight_floor import Floor
 TPOT_PERCENTILE = 5
 TINY = 1e-9  # values are searched in log space: never 0
 PENALTY = 1.0  # loss per unit of log-distance moved by the projection
+NO_KV_FLOOR = Floor(None, "not computed")
 
 
 def in_flight_at_arrival(arrival: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -55,9 +61,10 @@ class Bounds:
     low_ttft: np.ndarray  # the lowest-load requests' TTFTs (s) and prompt lengths
     low_prompt: np.ndarray
     notes: tuple[str, ...] = field(default=())
+    kv_floor: Floor = NO_KV_FLOOR  # lower bound of sum_ctx
 
     @classmethod
-    def of(cls, traces: list, floor: Floor) -> Bounds:
+    def of(cls, traces: list, floor: Floor, kv_floor: Floor = NO_KV_FLOOR) -> Bounds:
         """The ranges from ``traces`` (``validate.RequestTrace``; a fit window's timings only)."""
         tpots, low_t, low_p = [], [], []
         for rt in traces:
@@ -82,7 +89,10 @@ class Bounds:
             floor = Floor(None, f"not applied: {floor.why}, above the {TPOT_PERCENTILE}th percentile of TPOT",
                           floor.sources)
         return cls(p5, floor, np.concatenate(low_t) if low_t else np.empty(0),
-                   np.concatenate(low_p) if low_p else np.empty(0), tuple(notes))
+                   np.concatenate(low_p) if low_p else np.empty(0), tuple(notes), kv_floor)
+
+    def _ctx_lo(self) -> float:
+        return max(self.kv_floor.seconds or 0.0, TINY)
 
     def _step_range(self) -> tuple[float, float]:
         hi = self.tpot_p5 if self.tpot_p5 is not None else np.inf
@@ -100,7 +110,7 @@ class Bounds:
         lo_step, hi_step = self._step_range()
         o_hi = max(float(self.low_ttft.min()), TINY) if self.low_ttft.size else np.inf
         return {"D": (TINY, hi_step - TINY), "const": (max(lo_step - v[2], TINY), max(hi_step - v[2], TINY)),
-                "frontend_overhead_s": (TINY, o_hi), "P": (TINY, self._p_hi(v[4])), "sum_ctx": (TINY, np.inf)}
+                "frontend_overhead_s": (TINY, o_hi), "P": (TINY, self._p_hi(v[4])), "sum_ctx": (self._ctx_lo(), np.inf)}
 
     def project(self, values: np.ndarray) -> np.ndarray:
         """The nearest point inside the ranges, taken in the order decode, constant, front end, prefill (see
@@ -109,7 +119,7 @@ class Bounds:
         lo_step, hi_step = self._step_range()
         v[2] = min(max(v[2], TINY), hi_step - TINY)  # room for the constant
         v[0] = min(max(v[0], lo_step - v[2], TINY), max(hi_step - v[2], TINY))
-        v[1], v[3], v[4] = max(v[1], TINY), max(v[3], TINY), max(v[4], TINY)
+        v[1], v[3], v[4] = max(v[1], TINY), max(v[3], self._ctx_lo()), max(v[4], TINY)
         if self.low_ttft.size:  # front end + prefill within every lowest-load TTFT: both scaled down alike
             v[4], v[1] = v[4] * self._fit_share(v[4], v[1]), v[1] * self._fit_share(v[4], v[1])
         return v
@@ -136,6 +146,8 @@ class Bounds:
                 out[name] = "upper bound (const + D at the TPOT bound)"
             elif lo > TINY and v[i] <= lo * (1 + rel):
                 out[name] = "lower bound (const + D at the weight-read floor)"
+        if self.kv_floor.seconds is not None and v[3] <= self.kv_floor.seconds * (1 + rel):
+            out["sum_ctx"] = "lower bound (the KV-read floor)"
         if self.low_ttft.size and self._fit_share(v[4] / (1 - rel), v[1] / (1 - rel)) < 1:
             for name in ("P", "frontend_overhead_s"):
                 out[name] = "upper bound (front end + prefill = a lowest-load TTFT)"
@@ -152,6 +164,11 @@ class Bounds:
             lines.append(f"const + D >= {1e3 * self.floor.seconds:.2f} ms, the weight-read floor ({self.floor.why})")
         else:
             lines.append(f"const + D: weight-read floor {self.floor.why}")
+        if self.kv_floor.seconds is not None:
+            lines.append(f"sum_ctx >= {1e9 * self.kv_floor.seconds:.1f} ns per context token, the KV-read floor "
+                         f"({self.kv_floor.why})")
+        else:
+            lines.append(f"sum_ctx: KV-read floor {self.kv_floor.why}")
         if self.low_ttft.size:
             lines.append(f"P <= (TTFT - front end) / prompt tokens over the {self.low_ttft.size} lowest-load "
                          f"request(s) (TTFT {1e3 * self.low_ttft.min():.1f}-{1e3 * self.low_ttft.max():.1f} ms); "
@@ -159,7 +176,7 @@ class Bounds:
         return lines + list(self.notes)
 
     def to_json(self) -> dict:
-        return {"tpot_p5_s": self.tpot_p5, "weight_floor": self.floor.to_json(),
+        return {"tpot_p5_s": self.tpot_p5, "weight_floor": self.floor.to_json(), "kv_read_floor": self.kv_floor.to_json(),
                 "lowest_load_requests": int(self.low_ttft.size),
                 "lowest_load_ttft_s": [float(self.low_ttft.min()), float(self.low_ttft.max())]
                 if self.low_ttft.size else None, "notes": list(self.notes)}

@@ -57,6 +57,20 @@ MODEL_PARAMS: dict[str, tuple[float, str]] = {
     "qwen3-32b": (32.8e9 - 151_936 * 5120, "https://huggingface.co/Qwen/Qwen3-32B (32.8B parameters; vocab 151,936 x "
                                            "hidden 5,120)"),
 }
+# What one token of KV cache is, per model: (layers, KV heads, head dimension), from each model's config.json
+# (num_hidden_layers, num_key_value_heads, head_dim or hidden_size / num_attention_heads).
+KV_GEOMETRY: dict[str, tuple[tuple[int, int, int], str]] = {
+    "llama-3.1-8b": ((32, 8, 128), "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json (32 "
+                                   "layers, 8 KV heads, 4,096 / 32 heads = 128)"),
+    "llama-3.1-70b": ((80, 8, 128), "https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json (80 "
+                                    "layers, 8 KV heads, 8,192 / 64 heads = 128)"),
+    "llama-3.3-70b": ((80, 8, 128), "https://huggingface.co/meta-llama/Llama-3.3-70B-Instruct/blob/main/"
+                                    "config.json (80 layers, 8 KV heads, 8,192 / 64 heads = 128)"),
+    "qwen3-8b": ((36, 8, 128), "https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json (36 layers, 8 KV "
+                               "heads, head_dim 128)"),
+    "qwen3-32b": ((64, 8, 128), "https://huggingface.co/Qwen/Qwen3-32B/blob/main/config.json (64 layers, 8 KV "
+                                "heads, head_dim 128)"),
+}
 DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp8": 1}
 NATIVE_DTYPE = "bfloat16"  # every model in MODEL_PARAMS ships its weights in bf16 (config.json torch_dtype)
 
@@ -83,12 +97,14 @@ def gpu_bandwidth(name: str) -> tuple[str, float, str] | None:
     return None
 
 
-def model_params(name: str) -> tuple[str, float, str] | None:
+def model_params(name: str, table: str = "MODEL_PARAMS"):
+    """``(key, value, source)`` of the model ``name`` in the table named (``MODEL_PARAMS``: parameters
+    read per step; ``KV_GEOMETRY``: layers, KV heads, head dimension), or None."""
     n = _norm(name.split("/")[-1])
-    for key, (params, src) in MODEL_PARAMS.items():
+    for key, (value, src) in {"MODEL_PARAMS": MODEL_PARAMS, "KV_GEOMETRY": KV_GEOMETRY}[table].items():
         k = _norm(key)
         if n == k or n.startswith(k) and not n[len(k):len(k) + 1].isdigit():
-            return key, params, src
+            return key, value, src
     return None
 
 
@@ -103,24 +119,44 @@ def _stated(engine: dict, key: str):
     return settings[key]
 
 
-def weight_floor(meta: dict) -> Floor:
-    """The floor for a trace's ``meta.json`` (see the module docstring)."""
+@dataclass(frozen=True)
+class _Deployment:
+    model: str
+    gpu: tuple[str, float, str]  # gpu_bandwidth's answer
+    tp: int
+    kwargs: dict
+
+
+def _deployment(meta: dict, table: str) -> _Deployment | Floor:
+    """The model, GPU and tensor parallelism a trace's ``meta.json`` names, or the Floor that says
+    which is missing (``table``: the model table the caller needs the model in)."""
     src = meta.get("source") or {}
     src = src if isinstance(src, dict) else {}
     kwargs = src.get("engine_kwargs") or {}
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
     model = src.get("model") or kwargs.get("model")
     hw = src.get("hardware") or {}
     engine = meta.get("engine") or {}
+    engine = engine if isinstance(engine, dict) else {}
     gpu = (hw.get("device_name") if isinstance(hw, dict) else None) or _stated(engine, "gpu") or src.get("gpu")
     tp = kwargs.get("tensor_parallel_size") or _stated(engine, "tensor_parallel_size") or _stated(engine, "gpus")
     missing = [what for what, v in (("model", model), ("GPU", gpu), ("tensor parallelism", tp)) if not v]
     if missing:
         return Floor(None, f"not applied: the trace does not name its {' or '.join(missing)}")
-    m, g = model_params(str(model)), gpu_bandwidth(str(gpu))
-    if m is None:
-        return Floor(None, f"not applied: model {model} is not in the weight table (weight_floor.MODEL_PARAMS)")
+    g = gpu_bandwidth(str(gpu))
     if g is None:
         return Floor(None, f"not applied: GPU {gpu!r} is not in the bandwidth table (weight_floor.GPU_BANDWIDTH)")
+    if model_params(str(model), table) is None:
+        return Floor(None, f"not applied: model {model} is not in the table (weight_floor.{table})")
+    return _Deployment(str(model), g, int(tp), kwargs)
+
+
+def weight_floor(meta: dict) -> Floor:
+    """The floor for a trace's ``meta.json`` (see the module docstring)."""
+    d = _deployment(meta, "MODEL_PARAMS")
+    if isinstance(d, Floor):
+        return d
+    m, g, tp, kwargs, model = model_params(d.model), d.gpu, d.tp, d.kwargs, d.model
     dtype = str(kwargs.get("dtype") or "auto").lower()
     if "fp8" in _norm(str(model)) or "fp8" in str(kwargs.get("quantization") or "").lower():
         dtype = "fp8"
@@ -130,3 +166,23 @@ def weight_floor(meta: dict) -> Floor:
     return Floor(secs, f"{m[0]}: {m[1] / 1e9:.2f}B parameters read per step x {nbytes} bytes "
                        f"({dtype if said else NATIVE_DTYPE + ', as shipped; dtype ' + dtype}) / "
                        f"({int(tp)} x {g[0]} at {g[1] / 1e9:,.0f} GB/s) = {1e3 * secs:.2f} ms", (m[2], g[2]))
+
+
+def kv_read_floor(meta: dict) -> Floor:
+    """The floor of ``sum_ctx``, seconds per cached context token per step: a step reads the KV cache of
+    every token its requests attend to (keys and values, every layer, every KV head), which no kernel
+    does faster than the GPUs' memory bandwidth. Same conditions as ``weight_floor`` (model, GPU and
+    tensor parallelism named; model in ``KV_GEOMETRY``). The KV cache's dtype is the engine's
+    ``kv_cache_dtype`` where the trace gives it (fp8: 1 byte), else the model's (vLLM's ``auto``)."""
+    d = _deployment(meta, "KV_GEOMETRY")
+    if isinstance(d, Floor):
+        return d
+    key, (layers, heads, dim), src = model_params(d.model, "KV_GEOMETRY")
+    kv = str(d.kwargs.get("kv_cache_dtype") or "auto").lower()
+    nbytes = 1 if "fp8" in kv else DTYPE_BYTES.get(str(d.kwargs.get("dtype") or "").lower(),
+                                                   DTYPE_BYTES[NATIVE_DTYPE])
+    per_token = 2 * layers * heads * dim * nbytes
+    secs = per_token / (d.tp * d.gpu[1])
+    return Floor(secs, f"{key}: 2 x {layers} layers x {heads} KV heads x {dim} x {nbytes} bytes = "
+                       f"{per_token / 1024:,.0f} KiB per context token / ({d.tp} x {d.gpu[0]} at "
+                       f"{d.gpu[1] / 1e9:,.0f} GB/s) = {1e9 * secs:.1f} ns", (src, d.gpu[2]))
