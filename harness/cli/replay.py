@@ -15,8 +15,8 @@ from harness.cli.params import (
 from harness.cli.replay_options import (
     arrival_kind,
     arrival_options,
-    check_quality_option,
     check_lengths_option,
+    check_quality_option,
     echo_policies,
     learned_options,
     parse_routers,
