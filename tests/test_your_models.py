@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO, assert_refused, run_cli, served_twin_trace
+from tests.conftest import REPO, assert_refused, run_cli, served_twin_trace, shared
 from traces.errors import BadInput
 
 POOL = REPO / "docs" / "pools" / "llama-h100.json"
@@ -173,6 +173,11 @@ def test_sweep_of_a_llama_pool_leads_with_slo_attainment_and_takes_a_constant_sl
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith("sfs-cc ") and "%" in ln)
     att = df[(df["router"] == "sfs-cc") & (df["rate"] == 2)]["slo_attainment"].iloc[0]
     assert f"{100 * att:6.1f}%" in row
+    assert run_cli("report", out, "--out", tmp_path / "rep").exit_code == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    table = md[md.index("## Router metrics"):]
+    assert "| result | router | SLO attainment (highest rate) | SLO goodput (req/s) | OnTimeUtility" in table
+    assert "No quality table (s): every model's accuracy is 1" in table
     res = run_cli("sweep", "--pool", POOL, "--rates", "4", "--requests", 200, "--routers", "sfs-hard",
                   "--quality", qfile, "--workers", 1, "--out", tmp_path / "q")
     assert res.exit_code == 0, res.output
@@ -243,3 +248,25 @@ def test_replay_and_sweep_refuse_a_quality_file_not_for_the_pool(tmp_path, qfile
                        "extra.csv:6", "llama-3.1-405b: the pool has no such model")
         assert_refused(run_cli(*cmd, "--pool", POOL, "--quality", missing, "--out", out), out,
                        "no row for the pool's model llama-3.1-70b")
+
+
+def test_the_how_tos_quality_tables_build_and_replay(tmp_path, monkeypatch):
+    """docs/how-to/your-models.md's Python blocks run as written (from the evaluation results, and from
+    RouterBench's grades in ../shared/data), and replay takes the table they write."""
+    data = shared("routing_quality", "routerbench_0shot_subset")
+    page = (REPO / "docs" / "how-to" / "your-models.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code.replace("../shared/data/routing_quality/routerbench_0shot_subset", str(data)),
+                     "your-models.md", "exec"), {})
+    q = pd.read_csv(tmp_path / "quality-llama.csv", comment="#").set_index(["model", "task"])["accuracy"]
+    assert q[("llama-3.1-70b", "arc-challenge")] == pytest.approx(0.803, abs=0.001)  # PROVENANCE: test split 0.818
+    assert set(pd.read_csv(tmp_path / "quality-eval.csv")["task"]) == {"chat", "summary", "*"}
+    res = run_cli("replay", "--pool", POOL, "--rate", 3, "--requests", 200, "--router", "sfs-cc", "--quality",
+                  tmp_path / "quality-llama.csv", "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    served = pd.read_parquet(tmp_path / "r" / "served" / "requests.parquet")
+    star = served["instance_id"].map({m: q[(m, "*")] for m in MODELS})  # generated tasks: the * rows
+    assert np.allclose(served["acc"], star)

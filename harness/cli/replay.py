@@ -77,20 +77,15 @@ def format_shares(shares: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def slo_goodput(m: dict) -> float:
-    """Requests served within their SLO per second of the run (vLLM's
-    goodput, with each request's own TTFT SLO as the bound)."""
-    duration = m["serving"]["duration_s"]
-    on_time = round(m["slo_attainment"] * m["requests"])
-    return on_time / duration if duration and duration > 0 else float("nan")
-
-
 def _print_replay(m: dict) -> None:
     if m["policies"]["lengths"]["oracle"]:
         click.echo("ORACLE LENGTHS: the router saw true output lengths")
     if m["policies"]["quality"]["policy"] == "none":  # every accuracy 1: OnTimeUtility is on-time share less cost
+        from reports.serving import slo_goodput
+
+        good = slo_goodput(round(m["slo_attainment"] * m["requests"]), m["serving"]["duration_s"])
         click.echo(f"router {m['router']}: SLO attainment {100 * m['slo_attainment']:.1f}%, SLO goodput "
-                   f"{slo_goodput(m):.2f} req/s; OnTimeUtility {m['ontime_utility']:.4f} (accuracy 1 everywhere: "
+                   f"{good:.2f} req/s; OnTimeUtility {m['ontime_utility']:.4f} (accuracy 1 everywhere: "
                    f"on-time share less lambda * cost), mean cost {m['mean_cost_micro_usd']:.1f} micro-USD")
     else:
         click.echo(f"router {m['router']}: OnTimeUtility {m['ontime_utility']:.4f}, SLO attainment "

@@ -284,19 +284,16 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
 
 
 def slo_goodput_by_rate(df, caps: dict) -> dict[str, dict[str, float]]:
-    """Per router key and rate, requests served within their SLO per second
-    of the run, the mean over seeds (vLLM's goodput with each request's own
-    TTFT SLO): attainment x requests over the serving duration, which is
-    the completed requests over their throughput."""
+    """Per router key and rate, the mean over seeds of the cells' SLO
+    goodput (``reports.serving.cells_slo_goodput``)."""
     from harness.sweep.driver import router_key
+    from reports.serving import cells_slo_goodput
 
     several = df["lam"].nunique() > 1
-    completed = df["requests"] - df["unserved"]
-    good = (df["slo_attainment"] * df["requests"] * df["serve_request_throughput__value"] / completed).where(completed > 0)
+    good = cells_slo_goodput(df)
     out: dict[str, dict[str, float]] = {}
     for (lam, router, delta, rate), g in good.groupby([df["lam"], df["router"], df["delta_per_us"], df["rate"]]):
-        key = router_key(router, delta, lam, several, caps)
-        out.setdefault(key, {})[f"{rate:g}"] = float(g.mean())
+        out.setdefault(router_key(router, delta, lam, several, caps), {})[f"{rate:g}"] = float(g.mean())
     return out
 
 
