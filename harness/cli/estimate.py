@@ -213,6 +213,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
       latroute estimate l70-q4 --profile l70.json --out est-q4   # request-level: reconstructed snapshots
       latroute estimate d10 --profile d10-head.json --score-window 0.3:1 --out est-d10-rest
       latroute estimate rec --profile d1.json --join join --out est-rec   # + error against client TTFTs
+      latroute estimate served --slo constant:500 --out est-slo   # + each estimator's on-time calls
 
     A request-level TRACE (no steps) is first replayed on the twin with the
     --profile (from calibrate --from-requests) and the estimators read the

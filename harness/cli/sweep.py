@@ -211,6 +211,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
       latroute sweep --seeds 5 --out sweep-5seeds          # intervals over paired seeds
       latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
       latroute sweep --spec study.toml --out study --resume
+      latroute sweep --pool my-pool.json --slo constant:500 --quality acc.csv --out sweep-mine   # your models
     """
     if backend == "ray":  # before anything else: without Ray nothing can run
         require_extra("sweep --backend ray", "ray")
