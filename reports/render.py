@@ -15,6 +15,7 @@ from reports.tables import (
     html_table,
     md_table,
     params_table,
+    router_note,
     router_table,
     serving_note,
     serving_table,
@@ -37,7 +38,8 @@ def build_report(results: list[Result], out: Path, router_order=()) -> dict:
     for spec in specs:
         draw_png(spec, out / png_name(spec))
         figs.append((png_name(spec), spec.caption))
-    tables = [("Estimator metrics", estimator_table(results), ""), ("Router metrics", router_table(results), ""),
+    tables = [("Estimator metrics", estimator_table(results), ""), ("Router metrics", router_table(results),
+                                                                         router_note(results)),
               ("Serving metrics (vLLM's definitions)", serving_table(results), serving_note(results)),
               ("Parameters", params_table(results), "")]
     sources = ", ".join(f"{r.label} ({r.kind})" for r in results)

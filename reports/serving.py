@@ -111,6 +111,21 @@ def serving_metrics(requests: pd.DataFrame, percentiles=DEFAULT_PERCENTILES, goo
     return m
 
 
+def slo_goodput(on_time: float, duration_s: float | None) -> float:
+    """Requests served within their own TTFT SLO per second of the run:
+    vLLM's goodput with each request's SLO as its bound, the figure that
+    leads when a pool has no accuracy (quality none)."""
+    return on_time / duration_s if duration_s is not None and duration_s > 0 else float("nan")
+
+
+def cells_slo_goodput(df: pd.DataFrame) -> pd.Series:
+    """``slo_goodput`` of each sweep cell (a results.parquet row): its
+    serving duration is the completed requests over their throughput."""
+    completed = df["requests"] - df["unserved"]
+    duration = completed / df["serve_request_throughput__value"]
+    return (df["slo_attainment"] * df["requests"] / duration).where(completed > 0)
+
+
 def tidy(serving: dict, **keys) -> pd.DataFrame:
     """Long rows: metric, stat (mean, median, std, pNN, value), value in ms
     or per second, plus the given key columns (router, rate, seed, ...)."""

@@ -27,10 +27,14 @@ def sweep_cells(r: Result) -> pd.DataFrame:
     """Per (router, delta, lambda, rate): mean over seeds of every metric and
     the 95% half-interval of OnTimeUtility and SLO attainment."""
     df = r.tables["results"]
+    if {"requests", "unserved", "slo_attainment", "serve_request_throughput__value"} <= set(df.columns):
+        from reports.serving import cells_slo_goodput
+
+        df = df.assign(slo_goodput=cells_slo_goodput(df))
     lam = "lam" if "lam" in df.columns else None
     keys = ["router", "delta_per_us"] + ([lam] if lam else []) + ["rate"]
-    metrics = [c for c in ("ontime_utility", "slo_attainment", "mean_utility", "ttft_mean_s", "ttft_p90_s")
-               if c in df.columns]
+    metrics = [c for c in ("ontime_utility", "slo_attainment", "mean_utility", "ttft_mean_s", "ttft_p90_s",
+                           "slo_goodput") if c in df.columns]
     out = df.groupby(keys, as_index=False)[metrics].mean()
     for m in ("ontime_utility", "slo_attainment"):
         if m in df.columns:

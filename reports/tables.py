@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 
 from reports.results import Result
+from reports.serving import slo_goodput
 from reports.sweep_cells import delta_routers, sweep_cells
 
 ITL_NOTE = ("ITL needs token times, which only runs with steps record: validate, replay --record-steps; "
@@ -42,13 +43,34 @@ def estimator_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _quality_policy(r: Result) -> str | None:
+    return ((r.metrics.get("policies") or {}).get("quality") or {}).get("policy")
+
+
+def no_accuracy(results: list[Result]) -> list[Result]:
+    """The replays and sweeps that ran without accuracy (quality none)."""
+    return [r for r in results if r.kind in ("replay", "sweep") and _quality_policy(r) == "none"]
+
+
+def router_note(results: list[Result]) -> str:
+    """One line when routers ran without accuracy: what OnTimeUtility then means."""
+    none = no_accuracy(results)
+    if not none:
+        return ""
+    return (f"No quality table ({', '.join(r.label for r in none)}): every model's accuracy is 1, so the utility "
+            "is 1 - lambda * cost and OnTimeUtility is the on-time share less its cost; SLO attainment and SLO "
+            "goodput (requests within their SLO per second) lead.")
+
+
 def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     """One row per replay and per sweep cell (router, delta, lambda). Sweep
     rows give the AUC over rates when there are several rates, else the
-    value at the one rate, and SLO attainment and TTFT at the highest rate."""
+    value at the one rate, and SLO attainment and TTFT at the highest rate.
+    When every router result ran without accuracy (``no_accuracy``), SLO
+    attainment and SLO goodput lead and OnTimeUtility follows."""
     head = ["result", "router", "OnTimeUtility (AUC for sweeps over rates)", "vs best baseline",
             "SLO attainment", "mean TTFT (s)", "p90 TTFT (s)", "rate (q/s)"]
-    rows = []
+    rows, goodput = [], []
     for r in results:
         if r.kind == "sweep":
             cells = sweep_cells(r) if "results" in r.tables else None
@@ -59,22 +81,31 @@ def router_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
                 util = v.get("auc_ontime_utility")
                 if util is None and len(by_rate) == 1:
                     util = at_top.get("ontime_utility")
-                p90 = None
+                p90 = good = None
                 if cells is not None and top is not None:
                     c = cells[(cells["router"] == v["router"]) & (cells["rate"] == float(top))
                               & ((cells["delta_per_us"] - v.get("delta_per_us", 0.0)).abs() < 1e-15)]
                     if v.get("lambda") is not None and c["lam"].notna().any():
                         c = c[(c["lam"] - v["lambda"]).abs() < 1e-12]
                     p90 = float(c["ttft_p90_s"].iloc[0]) if len(c) and "ttft_p90_s" in c else None
+                    good = float(c["slo_goodput"].iloc[0]) if len(c) and "slo_goodput" in c else None
                 rows.append([r.label, key, _num(util), _num(v.get("auc_ratio_to_best_baseline"), "{:.3f}"),
                              _pct(at_top.get("slo_attainment")), _num(at_top.get("ttft_mean_s"), "{:.3f}"),
                              _num(p90, "{:.3f}"), top if top is not None else "-"])
+                goodput.append(good)
         elif r.kind == "replay":
             m = r.metrics
             rows.append([r.label, m.get("router", "?"), _num(m["ontime_utility"]), "-", _pct(m["slo_attainment"]),
                          _num(m["ttft_mean_s"], "{:.3f}"), _num(m["ttft_p90_s"], "{:.3f}"),
                          _num(m.get("rate", (m.get("workload") if isinstance(m.get("workload"), dict) else {})
                                     .get("rate")), "{:g}")])
+            duration = (m.get("serving") or {}).get("duration_s")
+            goodput.append(None if duration is None else
+                           slo_goodput(round(m["slo_attainment"] * m["requests"]), duration))
+    routed = [r for r in results if r.kind in ("replay", "sweep")]
+    if routed and len(no_accuracy(results)) == len(routed):  # SLO attainment, SLO goodput, then the rest
+        head = head[:2] + ["SLO attainment (highest rate)", "SLO goodput (req/s)"] + head[2:4] + head[5:]
+        rows = [row[:2] + [row[4], _num(g, "{:.2f}")] + row[2:4] + row[5:] for row, g in zip(rows, goodput)]
     return head, rows
 
 

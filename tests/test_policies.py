@@ -164,15 +164,16 @@ def test_replicas_share_their_models_accuracy_under_the_quality_model():
     pd.testing.assert_frame_equal(got.table, quality_table(reqs, None, list(dict.fromkeys(models)), "model", 3).table)
 
 
-def test_quality_of_models_the_accuracy_model_does_not_know_is_the_cost_term_alone():
-    """A user's own model names: no accuracy is made up for them (the default is ``none``, said so); asking
-    for the accuracy model by name is refused naming the model."""
+def test_quality_of_models_the_accuracy_model_does_not_know_is_accuracy_one():
+    """A user's own model names: no accuracy is made up for them (the default is ``none``: every accuracy 1,
+    so the utility is 1 - lambda * cost and a request on time counts; said so); asking for the accuracy
+    model by name is refused naming the model."""
     from traces.quality import quality_table
 
     reqs = pd.DataFrame({"request_id": np.arange(4)})
     q = quality_table(reqs, None, ["llama-3.1-70b", "llama-3.1-70b"], None, seed=0)
     assert q.policy == "none" and "default" in q.note and "llama-3.1-70b" in q.note
-    assert len(q.table) == 4 and (q.table["acc"] == 0).all() and (q.table["acc_hat"] == 0).all()
+    assert len(q.table) == 4 and (q.table["acc"] == 1).all() and (q.table["acc_hat"] == 1).all()
     with pytest.raises(ValueError, match="not llama-3.1-70b"):
         quality_table(reqs, None, ["llama-3.1-70b"], "model", seed=0)
     known = quality_table(reqs, None, ["qwen3-8b"], None, seed=0)

@@ -41,8 +41,11 @@ LOSSES = ("relative", "absolute")
 # traces.slo.SLO_POLICIES
 ARRIVAL_KINDS = ("poisson", "mmpp", "gamma", "azure-conv")
 LENGTH_POLICIES = ("column", "median", "constant:N", "oracle")
-QUALITY_POLICIES = ("model", "table", "none")
-SLO_POLICIES = ("rule", "column", "none")
+QUALITY_POLICIES = ("model", "table", "none", "FILE")
+SLO_POLICIES = ("rule", "column", "constant:MS", "none")
+# harness.route.inputs: ROUTE_SLO_POLICIES, ROUTE_QUALITY_POLICIES (besides a quality file)
+ROUTE_SLO_POLICIES = ("rule", "constant:MS", "none")
+ROUTE_QUALITY_POLICIES = ("model", "request", "none")
 
 # every mirrored value: (name here, module that owns it, its name there); a list or dict there is compared as
 # the tuple of its items or keys
@@ -66,4 +69,6 @@ MIRRORED = (
     ("LENGTH_POLICIES", "traces.lengths", "LENGTH_POLICIES"),
     ("QUALITY_POLICIES", "traces.quality", "QUALITY_POLICIES"),
     ("SLO_POLICIES", "traces.slo", "SLO_POLICIES"),
+    ("ROUTE_SLO_POLICIES", "harness.route.inputs", "ROUTE_SLO_POLICIES"),
+    ("ROUTE_QUALITY_POLICIES", "harness.route.inputs", "ROUTE_QUALITY_POLICIES"),
 )

@@ -20,6 +20,7 @@ from harness.cli.extras import require_extra
 from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
 from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
 from harness.cli.plugin_options import isolation_options, plugin_timeout
+from harness.cli.replay_options import SLO_HELP, SloPolicy
 from traces.errors import BadInput, BadOption
 
 # The estimators, the profile and the trace store load numba, numpy, pandas and duckdb: imported where an
@@ -75,6 +76,17 @@ def _train_on(path: Path):
     if "ttft_s" not in other.columns("requests"):
         raise BadInput(other.file("requests"), None, "ttft_s", "--train-on needs measured TTFTs")
     return other
+
+
+def _slo_scores(trace, policy: str, estimates) -> dict:
+    """Each request's SLO under ``policy`` (the rule seeded 0) and each
+    estimator's calls of it (``traces.slo.slo_calls``)."""
+    from traces.slo import slo_calls, slo_targets
+
+    have = trace.columns("requests")
+    reqs = trace.read("requests", [c for c in ("request_id", "prompt_tokens", "slo_ttft_s") if c in have])
+    targets = slo_targets(reqs, policy, 0)
+    return {**targets.record(), "estimators": slo_calls(estimates, reqs["request_id"].to_numpy(), targets.seconds)}
 
 
 def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
@@ -134,6 +146,10 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
 @click.option("--lengths", metavar="|".join(LENGTH_POLICIES),
               help="Predicted output lengths of residents. Default: column (predicted_output_tokens) if the trace "
                    "has it, else median (of the trace's output lengths); oracle = true lengths (a bound).")
+@click.option("--slo", "slo_policy", type=SloPolicy(),
+              help="Also score how each estimator calls every request's TTFT SLO (on time or late, as a "
+                   "latency-aware router decides): the trace's slo_ttft_s (column), DESIGN's rule (seed 0), "
+                   f"{SLO_HELP}, or none. Default: not scored.")
 @click.option("--profile", "profile_ref", help="Batch-time profile (path or built-in name) for every instance.")
 @click.option("--calibrate-on", type=click.Path(path_type=Path),
               help="Calibrate each instance's profile on this other trace's steps.")
@@ -176,7 +192,8 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
 @fleet_options
 @isolation_options
-def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None, calibrate_on: Path | None,
+def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, profile_ref: str | None,
+             calibrate_on: Path | None,
              ewma_tau: float, online_speed: str, speed_half_life: float, recalibrate: str,
              recalibration_step: float, retrain_every: float, window: int, train_on: Path | None,
              cache_blind: bool, cache_aware: bool, out: Path, force: bool,
@@ -199,6 +216,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
       latroute estimate l70-q4 --profile l70.json --out est-q4   # request-level: reconstructed snapshots
       latroute estimate d10 --profile d10-head.json --score-window 0.3:1 --out est-d10-rest
       latroute estimate rec --profile d1.json --join join --out est-rec   # + error against client TTFTs
+      latroute estimate served --slo constant:500 --out est-slo   # + each estimator's on-time calls
 
     A request-level TRACE (no steps) is first replayed on the twin with the
     --profile (from calibrate --from-requests) and the estimators read the
@@ -254,6 +272,9 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
         refuse_given(ctx, {"ewma_tau": "--ewma-tau"}, "only with the lps-mg estimator (the only one using the "
                                                       "online arrival-rate estimate)")
     trace = open_trace(trace_dir)
+    if slo_policy == "column" and "slo_ttft_s" not in trace.columns("requests"):
+        raise BadOption("--slo", f"column needs a slo_ttft_s column; {trace_dir} has none (use rule, constant:MS "
+                                 "or none)")
     recon = None
     recons: list = []
     if trace.has("steps") or trace.has("instances"):
@@ -329,6 +350,8 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
                    for k in ("mape", "median_ape", "p90_ape")
                    for v in [np.array([r["estimators"][name][k] for r in runs], dtype=np.float64)]}
             for name in m["estimators"]}}
+    if slo_policy is not None:
+        m["slo"] = _slo_scores(trace, slo_policy, res.estimates)
     if join_dir is not None:
         from traces.client_join import client_estimate_check
 
@@ -362,6 +385,12 @@ def estimate(trace_dir: Path, names: str, lengths: str, profile_ref: str | None,
     if cfg.recalibration is not None:
         click.echo(f"online recalibration of the quantiles on (step {recalibration_step:g}; learned from the "
                    "measured TTFTs of requests whose first token came before each arrival)")
+    if "slo" in m:
+        click.echo(m["slo"]["note"] + "; each estimator's call of it (estimate vs measured TTFT on the same side):")
+        for name, c in m["slo"]["estimators"].items():
+            click.echo(f"  {name:<10} right {100 * c['right']:.1f}% of {c['n']}; of {c['late']} late, "
+                       f"{100 * c['late_called_on_time']:.1f}% called on time; of the on-time, "
+                       f"{100 * c['on_time_called_late']:.1f}% called late")
     for name, c in (m.get("client") or {}).items():
         if c["n"]:
             o = c["overhead"]

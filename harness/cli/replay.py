@@ -17,6 +17,7 @@ from harness.cli.replay_options import (
     arrival_kind,
     arrival_options,
     check_lengths_option,
+    check_quality_option,
     echo_policies,
     learned_options,
     parse_routers,
@@ -80,8 +81,16 @@ def format_shares(shares: dict[str, float]) -> str:
 def _print_replay(m: dict) -> None:
     if m["policies"]["lengths"]["oracle"]:
         click.echo("ORACLE LENGTHS: the router saw true output lengths")
-    click.echo(f"router {m['router']}: OnTimeUtility {m['ontime_utility']:.4f}, SLO attainment "
-               f"{100 * m['slo_attainment']:.1f}%, mean utility {m['mean_utility']:.4f}")
+    if m["policies"]["quality"]["policy"] == "none":  # every accuracy 1: OnTimeUtility is on-time share less cost
+        from reports.serving import slo_goodput
+
+        good = slo_goodput(round(m["slo_attainment"] * m["requests"]), m["serving"]["duration_s"])
+        click.echo(f"router {m['router']}: SLO attainment {100 * m['slo_attainment']:.1f}%, SLO goodput "
+                   f"{good:.2f} req/s; OnTimeUtility {m['ontime_utility']:.4f} (accuracy 1 everywhere: "
+                   f"on-time share less lambda * cost), mean cost {m['mean_cost_micro_usd']:.1f} micro-USD")
+    else:
+        click.echo(f"router {m['router']}: OnTimeUtility {m['ontime_utility']:.4f}, SLO attainment "
+                   f"{100 * m['slo_attainment']:.1f}%, mean utility {m['mean_utility']:.4f}")
     click.echo(f"TTFT mean {m['ttft_mean_s']:.3f} s, p50 {m['ttft_p50_s']:.3f}, p90 {m['ttft_p90_s']:.3f}, "
                f"p99 {m['ttft_p99_s']:.3f}; unserved {m['unserved']}")
     if "shed" in m:  # a router that sheds (its registry entry says so): shed requests are unserved SLO misses
@@ -148,6 +157,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --rate 8 --router sfs-cc --epsilon 0.1 --view-interval 100 --ledger on --out r-stale
       latroute replay --rate 8 --router oracle --out r-oracle   # clairvoyant reference (forks the twin)
       latroute replay --pool qwen3-h100-x8 --rate 48 --router sfs-cc --ties least-latency --out r-x8
+      latroute replay --pool my-pool.json --rate 4 --router sfs-hard --slo constant:500 --quality acc.csv --out r-mine
     """
     from traces.outputs import check_out
 
@@ -179,6 +189,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
                         "applies to generated workloads (--rate), not to --trace")
     kind = arrival_kind(arrival, burstiness)
     pool = load_pool(pool_ref)
+    check_quality_option(quality_policy, [c.model for c in pool.instances])
     hash_block = None
     if trace_dir is not None:
         from traces.arrivals import check_replay_arrivals

@@ -54,16 +54,78 @@ def parse_routers(text: str) -> list[str]:
 
 
 
+class SloPolicy(click.ParamType):
+    """--slo: a policy of ``traces.slo``, checked while the command line is
+    parsed (constant:MS a finite number in (0, 1e9]); ``allowed``: the
+    policies the command takes."""
+
+    name = "slo"
+
+    def __init__(self, allowed: tuple[str, ...] = SLO_POLICIES) -> None:
+        self.allowed = allowed
+
+    def convert(self, value, param, ctx):
+        from traces.slo import check_slo_policy
+
+        try:
+            check_slo_policy(value, self.allowed)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "|".join(self.allowed)
+
+
+SLO_HELP = ("constant:MS = MS milliseconds for every request (e.g. constant:500: DESIGN's rule asks 150-1120 ms, "
+            "which a pool whose TTFTs are seconds never meets)")
+
+
+class QualityPolicy(click.ParamType):
+    """--quality: a policy by name, or a quality file (which must exist;
+    its content is checked against the pool before any work)."""
+
+    name = "quality"
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def convert(self, value, param, ctx):
+        import os
+
+        if value in self.names or os.path.lexists(value):
+            return value
+        self.fail(f"{value!r} is neither a policy ({', '.join(self.names)}) nor a file", param, ctx)
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "|".join(self.names) + "|FILE"
+
+
+QUALITY_FILE_HELP = ("FILE: your accuracy per model and task, a CSV model,task,accuracy naming exactly the pool's "
+                     "models (docs/how-to/your-models.md)")
+
+
+def check_quality_option(policy: str | None, models: list[str]) -> None:
+    """A quality file, read and checked against the pool's models before
+    any work (``BadInput`` names the file, line and model)."""
+    from traces.quality import is_quality_file, quality_file
+
+    if is_quality_file(policy):
+        quality_file(policy, models)
+
+
 def policy_options(f):
     """--lengths, --slo and --quality: what routers are told where a trace
     lacks it (shared by replay and sweep)."""
-    f = click.option("--quality", "quality_policy", type=click.Choice(QUALITY_POLICIES),
+    f = click.option("--quality", "quality_policy", type=QualityPolicy(QUALITY_POLICIES[:3]),
                      help="Per-model accuracy: the trace's quality table, the generator's accuracy model with "
-                          "the requests as one task, or none (accuracy 0: the utility is the cost term). Default: "
-                          "table if the trace has one, else model if it knows the pool's models, else none.")(f)
-    f = click.option("--slo", "slo_policy", type=click.Choice(SLO_POLICIES),
-                     help="TTFT SLOs: the trace's slo_ttft_s, DESIGN's rule on the prompt length, or none "
-                          "(every served request on time). Default: column if present, else rule.")(f)
+                          "the requests as one task (qwen3 models), none (every accuracy 1: the utility is "
+                          f"1 - lambda * cost), or {QUALITY_FILE_HELP}. Default: table if the trace has one for "
+                          "the pool's models, else model if it knows them, else none.")(f)
+    f = click.option("--slo", "slo_policy", type=SloPolicy(),
+                     help="TTFT SLOs: the trace's slo_ttft_s (column), DESIGN's rule on the prompt length, "
+                          f"{SLO_HELP}, or none (every served request on time). Default: column if present, "
+                          "else rule.")(f)
     f = click.option("--lengths", "lengths_policy", metavar="|".join(LENGTH_POLICIES),
                      help="Predicted output lengths routers see. Default: column (predicted_output_tokens) if "
                           "present, else median (of the trace's output lengths). oracle = true lengths.")(f)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from harness.cli.choices import DEFAULT_EPSILON
+from harness.cli.choices import DEFAULT_EPSILON, ROUTE_QUALITY_POLICIES, ROUTE_SLO_POLICIES
 from harness.cli.extras import require_extra
 from harness.cli.params import NON_NEGATIVE, POSITIVE, SEED, Finite, IntIn
-from harness.cli.replay_options import ties_option
+from harness.cli.replay_options import SLO_HELP, QualityPolicy, SloPolicy, ties_option
 from traces.errors import BadOption
 
 VIEWS = ("ledger", "metrics", "exact")
@@ -91,11 +91,14 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
 @click.option("--speed", type=Finite(0.0, 1e6, min_open=True), default=1.0, show_default=True,
               help="The backends' clock runs this many times faster than real time (latroute serve --speed): "
                    "the proxy's clock, SLOs and logged times are theirs.")
-@click.option("--slo", "slo_policy", type=click.Choice(["rule", "none"]), default="rule", show_default=True,
-              help="TTFT SLO of a request that states none (x-llm-d-slo-ttft-ms): replay's rule, or none.")
-@click.option("--quality", "quality_policy", type=click.Choice(["model", "request"]), default="model",
-              show_default=True, help="Predicted accuracy a request does not state (x-latroute-quality): the "
-                                      "generator's accuracy model (qwen3 models), or refuse it (request).")
+@click.option("--slo", "slo_policy", type=SloPolicy(ROUTE_SLO_POLICIES), default="rule", show_default=True,
+              help="TTFT SLO of a request that states none (header x-latroute-slo-ttft-ms or llm-d's "
+                   f"x-llm-d-slo-ttft-ms): replay's rule, {SLO_HELP}, or none.")
+@click.option("--quality", "quality_policy", type=QualityPolicy(ROUTE_QUALITY_POLICIES),
+              help="Predicted accuracy a request does not state (x-latroute-quality): the generator's accuracy "
+                   "model (qwen3 models), refuse it (request), none (every accuracy 1), or FILE: your accuracy "
+                   "per model, a CSV model,task,accuracy with a task * row for each backend's model "
+                   "(docs/how-to/your-models.md). Default: model if it knows every backend's model, else none.")
 @click.option("--lengths", "lengths_policy", default="max-tokens", show_default=True,
               metavar="max-tokens|median|constant:N",
               help="Predicted output length a request does not state (x-latroute-predicted-tokens).")
@@ -174,8 +177,20 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         bk = listed_backends(urls, models, lens, profile)
     else:
         raise BadOption("--backends", "give --backends URL,... or --pool POOL.json whose entries have urls")
+    models = [b.model for b in bk]
+    if quality_policy is None:  # the accuracy model where it knows every backend's model, else accuracy 1
+        from traces.quality import one_task_accuracy
+
+        unknown = [m for m in models if m not in one_task_accuracy()]
+        quality_policy = "none" if unknown else "model"
+        click.echo(f"quality none (default: the accuracy model does not know {unknown[0]}): every model's accuracy "
+                   "is 1, the utility 1 - lambda * cost" if unknown else
+                   "quality model (default: the generator's accuracy model, requests as one task)")
     try:
-        check_quality_models(quality_policy, [b.model for b in bk])
+        check_quality_models(quality_policy, models)
+        from traces.quality import fixed_accuracy
+
+        fixed_accuracy(quality_policy, models)  # a quality file: read and checked against the backends' models
     except ValueError as e:
         raise BadOption("--quality", str(e)) from None
     from harness.route.inputs import InputPolicies

@@ -27,6 +27,7 @@ from harness.cli.replay_options import (
     arrival_kind,
     arrival_options,
     check_lengths_option,
+    check_quality_option,
     echo_policies,
     learned_options,
     parse_routers,
@@ -210,6 +211,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
       latroute sweep --seeds 5 --out sweep-5seeds          # intervals over paired seeds
       latroute sweep --backend ray --out sweep-ray         # a local Ray, or --address HOST:PORT
       latroute sweep --spec study.toml --out study --resume
+      latroute sweep --pool my-pool.json --slo constant:500 --quality acc.csv --out sweep-mine   # your models
     """
     if backend == "ray":  # before anything else: without Ray nothing can run
         require_extra("sweep --backend ray", "ray")
@@ -250,7 +252,8 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                      quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
                      online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
                      ledger=ledger == "on", ties=ties, retrain_every_s=retrain_every_s, window=window)
-    load_pool(pool_ref)  # refuse a bad pool before starting workers
+    pool = load_pool(pool_ref)  # refuse a bad pool before starting workers
+    check_quality_option(quality_policy, [c.model for c in pool.instances])  # and a quality file not for it
     try:  # and a policy the workload cannot serve, and a plug-in router that cannot be built
         echo_policies(check_routers(spec, cells))
     except ValueError as e:
@@ -276,11 +279,29 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     summary["wall_s"] = time.perf_counter() - t
     summary["backend"] = backend
     write_sweep_result(store, df, timings, summary, command_line())
-    click.echo(format_sweep(summary))
+    no_accuracy = summary.get("policies", {}).get("quality", {}).get("policy") == "none"
+    click.echo(format_sweep(summary, slo_goodput_by_rate(df, summary["router_capabilities"]) if no_accuracy else None))
     click.echo(f"wrote {out}")
 
 
-def format_sweep(s: dict) -> str:
+def slo_goodput_by_rate(df, caps: dict) -> dict[str, dict[str, float]]:
+    """Per router key and rate, the mean over seeds of the cells' SLO
+    goodput (``reports.serving.cells_slo_goodput``)."""
+    from harness.sweep.driver import router_key
+    from reports.serving import cells_slo_goodput
+
+    several = df["lam"].nunique() > 1
+    good = cells_slo_goodput(df)
+    out: dict[str, dict[str, float]] = {}
+    for (lam, router, delta, rate), g in good.groupby([df["lam"], df["router"], df["delta_per_us"], df["rate"]]):
+        out.setdefault(router_key(router, delta, lam, several, caps), {})[f"{rate:g}"] = float(g.mean())
+    return out
+
+
+def format_sweep(s: dict, goodput: dict | None = None) -> str:
+    """The sweep's summary lines; ``goodput`` (``slo_goodput_by_rate``):
+    the pool has no accuracy (quality none), so SLO attainment and goodput
+    lead and OnTimeUtility follows."""
     arrival = s["arrival"] + (f", burstiness {s['burstiness']:g}" if s.get("burstiness", 1.0) != 1.0 else "")
     lines = [f"{s['cells']} cells, rates {s['rate_range'][0]:g}-{s['rate_range'][1]:g} q/s ({arrival}, inter-arrival "
              f"CV^2 {s.get('interarrival_cv2', float('nan')):.2f}), {s['requests']} requests per cell, "
@@ -291,6 +312,14 @@ def format_sweep(s: dict) -> str:
         lines.append(f"ORACLE: {s['oracle']['router']} is clairvoyant (forks the twin's future: true lengths and "
                      "noise); 'of oracle' is each AUC as a share of its AUC")
     rates = [f"{r:g}" for r in s["rates"]]
+    if goodput is not None:
+        lines.append("no accuracy (quality none): SLO attainment AUC over the rates, then SLO attainment / SLO "
+                     "goodput (req/s within their SLO) at each rate")
+        lines.append(f"{'router':<28} {'AUC att':>8}  " + " ".join(f"{r + ' q/s':>15}" for r in rates))
+        for key, v in s["routers"].items():
+            lines.append(f"{key:<28} {v['auc_slo_attainment']:8.3f}  " + " ".join(
+                f"{100 * v['by_rate'][r]['slo_attainment']:6.1f}% {goodput.get(key, {}).get(r, float('nan')):7.2f}"
+                for r in rates))
     oracle = "oracle" in s  # the 'of oracle' column only when an oracle ran (else it would be all '-')
     lines.append("AUC: OnTimeUtility over the rates; vs best: AUC / the best baseline's"
                  + ("; of oracle: AUC / the oracle's" if oracle else "") + "; then OnTimeUtility at each rate")

@@ -18,8 +18,9 @@ predicted output tokens   ``x-latroute-predicted-tokens``     ``latroute.predict
 
 Else the policies ``replay`` uses: SLO ``rule`` (DESIGN's rule on the
 prompt length, its U[0.98, 1.02] factors drawn from replay's seeded stream,
-one per request in arrival order) or ``none``; quality ``model`` (the
-generator's accuracy model, requests as one task: qwen3 models only);
+one per request in arrival order), ``constant:MS`` or ``none``; quality
+``model`` (the generator's accuracy model, requests as one task: qwen3
+models only), ``none`` (accuracy 1) or a quality file (its ``*`` rows);
 predicted length ``max-tokens`` (the request's own ``max_tokens``: a bound
 every client states), ``median`` (of the output lengths the proxy has seen
 finish, the request's ``max_tokens`` before any) or ``constant:N``.
@@ -40,15 +41,15 @@ import numpy as np
 
 from routers.base import RouteInputs
 from routers.utility import DEFAULT_LAMBDA
-from traces.quality import draw_accuracy, one_task_accuracy
-from traces.slo import slo_rule
+from traces.quality import draw_accuracy, fixed_accuracy, one_task_accuracy
+from traces.slo import slo_constant_s, slo_rule
 
 SLO_HEADERS = ("x-llm-d-slo-ttft-ms", "x-latroute-slo-ttft-ms")
 QUALITY_HEADER = "x-latroute-quality"
 LENGTH_HEADER = "x-latroute-predicted-tokens"
 FIELD = "latroute"
-ROUTE_SLO_POLICIES = ("rule", "none")
-ROUTE_QUALITY_POLICIES = ("model", "request")
+ROUTE_SLO_POLICIES = ("rule", "constant:MS", "none")
+ROUTE_QUALITY_POLICIES = ("model", "request", "none")  # or a quality file (traces.quality)
 MEDIAN_WINDOW = 1000  # finished requests the running median looks at
 
 
@@ -185,6 +186,8 @@ class RequestBook:
         self._slo_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0x510]))  # traces.slo's stream
         self._acc_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0xACC]))  # traces.quality's
         self._means = one_task_accuracy() if policies.quality == "model" else {}
+        self._fixed = fixed_accuracy(policies.quality, models)  # none: 1 each; a quality file: its * rows
+        self._slo_s = slo_constant_s(policies.slo)  # constant:MS; None for the other policies
         self._finished: deque[int] = deque(maxlen=MEDIAN_WINDOW)
 
     @property
@@ -201,6 +204,8 @@ class RequestBook:
             inp.slo[i] = said.slo_s
         elif pol.slo == "none":
             inp.slo[i] = np.inf
+        elif self._slo_s is not None:
+            inp.slo[i] = self._slo_s
         else:
             inp.slo[i] = slo_rule(np.array([prompt], dtype=np.float64), self._slo_rng)[0]
         inp.pred_total[i] = max(1, said.predicted if said.predicted is not None else self._predicted(max_tokens))
@@ -209,10 +214,10 @@ class RequestBook:
             raise RequestFieldError(f"{QUALITY_HEADER}: no accuracy for model {missing[0]} (--quality request: "
                                     "every request states every model's)", QUALITY_HEADER)
         drawn = {}
-        if missing:  # the generator's model, drawn per request in arrival order
+        if missing and self._means:  # the generator's model, drawn per request in arrival order
             _, hat = draw_accuracy([np.full(1, self._means[m]) for m in self.models], self._acc_rng)
             drawn = {m: float(h[0]) for m, h in zip(self.models, hat)}
-        acc = np.array([said.quality.get(m, drawn.get(m, 0.0)) for m in self.models])
+        acc = np.array([said.quality.get(m, drawn.get(m, self._fixed.get(m, 0.0))) for m in self.models])
         self.acc_hat[i] = acc
         cost = prompt * self.price_in + inp.pred_total[i] * self.price_out
         inp.utility[i] = acc - pol.lam * cost
