@@ -33,7 +33,9 @@ def study() -> None:
               help="Directory for results.json, tables.md, the imported traces and the fitted profiles.")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Run only this variant of the fit (repeatable; default: every variant, the page's table).")
-def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...]) -> None:
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Fits run at a time, each in a process of its own (the results do not depend on it).")
+def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...], jobs: int) -> None:
     """Fit each GPU run's first 50% and first 30% of timings; score the second half.
 
     Every variant of the request-level fit is also scored on the fit window alone (fitted on its first
@@ -50,7 +52,7 @@ def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...]) -> None:
     if not (data / g.RUNS[0][1]).is_dir():
         raise BadOption("--data", f"{data} has no {g.RUNS[0][1]} (the shared vllm_gpu_llmservingsim folder)")
     out.mkdir(parents=True, exist_ok=True)
-    g.study(data, out, tuple(known[v] for v in variants) or g.VARIANTS, echo=click.echo)
+    g.study(data, out, tuple(known[v] for v in variants) or g.VARIANTS, echo=click.echo, jobs=jobs)
 
 
 LMBENCH = Path("../shared/data/llmd_lmbench_per_request")

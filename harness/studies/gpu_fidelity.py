@@ -161,41 +161,66 @@ def _abs_errors(t: dict) -> list[float]:
     return [abs(t[f"{k} {q}"]["error"]) for k, q in TARGETS]
 
 
-def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=print) -> dict:
-    """Every variant on both runs and both windows: the fit-window score (fitted on the window's first two
-    thirds, scored on its last third) and the second half's figures of the fit on the whole window."""
+def fit_and_score(var: Variant, label: str, short: str, w: float, trace: Path, out: Path) -> tuple:
+    """One variant on one run and window: the fit-window score (fitted on the window's first two thirds,
+    scored on its last third) and the second half's figures of the fit on the whole window. Returns the
+    row of results.json, the bootstrap draws (for the chosen variant's intervals) and the line to print."""
     from harness.requestlevel.fit import HELD_BACK
 
+    key = f"{short}-{int(round(100 * w))}"
+    cut = w * (1 - HELD_BACK)
+    inner = out / "profiles" / f"{key}-inner-{_slug(var.name)}.json"
+    fit(trace, (0.0, cut), var, inner, bootstrap=False)
+    held = targets(trace, inner, (cut, w))
+    path = out / "profiles" / f"{key}-{_slug(var.name)}.json"
+    res, wall = fit(trace, (0.0, w), var, path, bootstrap=True)
+    second = targets(trace, path, SCORE_WINDOW)
+    row = {"run": label, "window": w, "fit_window_score": held,
+           "fit_window_mae": float(np.mean(_abs_errors(held))), "second_half": second,
+           "within": int(sum(e <= TOLERANCE for e in _abs_errors(second))),
+           "values": dict(zip(("const", "P", "D", "sum_ctx", "frontend_overhead_s"), map(float, res.values))),
+           "uncertainty": res.uncertainty, "replays": res.evals, "wall_s": wall,
+           "candidates": [c.to_json() for c in res.candidates], "chosen": res.chosen,
+           "bounds": json.loads(path.read_text())["fitted_on"]["request_fit"]["bounds"]}
+    line = (f"{var.name:<32} {label:<9} {int(100 * w)}%: fit-window MAE {100 * row['fit_window_mae']:.2f}%, "
+            f"second half {row['within']}/5 within 3% "
+            f"({', '.join(f'{100 * e:+.1f}%' for e in (second[f'{k} {q}']['error'] for k, q in TARGETS))}) "
+            f"in {wall:.0f} s")
+    return key, row, (trace, path, res.draws), line
+
+
+def _fit_and_score(task: tuple) -> tuple:
+    return fit_and_score(*task)
+
+
+def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=print, jobs: int = 1) -> dict:
+    """Every variant on both runs and both windows (``fit_and_score``), ``jobs`` fits at a time (each in a
+    process of its own; every fit is deterministic, so the results do not depend on ``jobs``)."""
     traces = import_runs(data, out)
+    (out / "profiles").mkdir(parents=True, exist_ok=True)
     results: dict = {"variants": {}, "score_window": list(SCORE_WINDOW), "windows": list(WINDOWS)}
     draws: dict[tuple[str, str], tuple[Path, Path, np.ndarray | None]] = {}
+    tasks = [(var, label, short, w, traces[short], out) for var in variants for label, _, short in RUNS
+             for w in WINDOWS]
+    if jobs > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+        answers = pool.map(_fit_and_score, tasks)
+    else:
+        pool, answers = None, map(_fit_and_score, tasks)
+    rows: dict[str, dict] = {}
+    for (var, *_), (key, row, drawn, line) in zip(tasks, answers):
+        echo(line)
+        rows.setdefault(var.name, {})[key] = row
+        draws[var.name, key] = drawn
+    if pool is not None:
+        pool.shutdown()
     for var in variants:
-        rows = {}
-        for label, _, short in RUNS:
-            for w in WINDOWS:
-                key = f"{short}-{int(round(100 * w))}"
-                cut = w * (1 - HELD_BACK)
-                inner, _ = fit(traces[short], (0.0, cut), var, out / "profiles" / f"{key}-inner-{_slug(var.name)}.json",
-                               bootstrap=False)
-                held = targets(traces[short], out / "profiles" / f"{key}-inner-{_slug(var.name)}.json", (cut, w))
-                path = out / "profiles" / f"{key}-{_slug(var.name)}.json"
-                res, wall = fit(traces[short], (0.0, w), var, path, bootstrap=True)
-                second = targets(traces[short], path, SCORE_WINDOW)
-                draws[var.name, key] = (traces[short], path, res.draws)
-                rows[key] = {"run": label, "window": w, "fit_window_score": held,
-                             "fit_window_mae": float(np.mean(_abs_errors(held))), "second_half": second,
-                             "within": int(sum(e <= TOLERANCE for e in _abs_errors(second))),
-                             "values": dict(zip(("const", "P", "D", "sum_ctx", "frontend_overhead_s"),
-                                                map(float, res.values))),
-                             "uncertainty": res.uncertainty, "replays": res.evals, "wall_s": wall,
-                             "candidates": [c.to_json() for c in res.candidates], "chosen": res.chosen,
-                             "bounds": json.loads(path.read_text())["fitted_on"]["request_fit"]["bounds"]}
-                echo(f"{var.name:<32} {label:<9} {int(100 * w)}%: fit-window MAE "
-                     f"{100 * rows[key]['fit_window_mae']:.2f}%, second half {rows[key]['within']}/5 within 3% "
-                     f"({', '.join(f'{100 * e:+.1f}%' for e in (second[f'{k} {q}']['error'] for k, q in TARGETS))}) "
-                     f"in {wall:.0f} s")
-        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "rule": var.rule, "runs": rows,
-                                         "fit_window_mae": float(np.mean([r["fit_window_mae"] for r in rows.values()]))}
+        r = rows[var.name]
+        results["variants"][var.name] = {"what": var.what, "overrides": var.config(), "rule": var.rule, "runs": r,
+                                         "fit_window_mae": float(np.mean([x["fit_window_mae"] for x in r.values()]))}
     eligible = [k for k, v in results["variants"].items() if v["rule"]] or list(results["variants"])
     results["chosen"] = min(eligible, key=lambda k: results["variants"][k]["fit_window_mae"])
     for key, row in results["variants"][results["chosen"]]["runs"].items():
