@@ -98,6 +98,19 @@ def base_args(cmd: str, root: Path, out: Path) -> tuple[list, tuple]:
         # a study runs for minutes: it gets a data folder without the logs, so a good number gets as far as that
         # refusal (exit 2 naming --data) and never runs a command
         "study lmbench-h100": (["study", "lmbench-h100", "--data", root / "no-data", "--out", out], ()),
+        # the other studies likewise stop at an input that is not there (a pool, a workload, OUT a file) or a
+        # list refused by name (--windows), so a good number never starts a server or a command
+        "study route-live real": (["study", "route-live", "real", out, "--pool", root / "no-pool.json"], ()),
+        "study route-live serve": (["study", "route-live", "serve", out, "--pool", root / "no-pool.json"], ()),
+        "study route-live backends": (["study", "route-live", "backends", out, "--pool", root / "no-pool.json",
+                                       "--trace", wl], ()),
+        "study serve-faithfulness": (["study", "serve-faithfulness", out, "--pool", root / "no-pool.json"], ()),
+        "study serve-scale": (["study", "serve-scale", out, "--pool", root / "no-pool.json"], ()),
+        "study serve-real": (["study", "serve-real", out], ()),
+        "study real-speed-cause": (["study", "real-speed-cause", out, "--workload", root / "no-wl",
+                                    "--profile", root / "no-profile.json"], ()),
+        "study learned": (["study", "learned", root / "az.csv"], ()),
+        "study learned-fit-cost": (["study", "learned-fit-cost", "--windows", "5"], ()),
         "loadgen": (["loadgen", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--time-limit", "5",
                      "--out", out], (1,)),
     }

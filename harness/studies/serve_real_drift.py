@@ -22,7 +22,6 @@ and each recorded real run in it:
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +72,7 @@ def held_out(rep: Path) -> dict:
             "handover_corr": float(np.corrcoef(ho["real2"], ho["real3"])[0, 1])}
 
 
-def main(reps: list[Path]) -> None:
+def study(reps: list[Path]) -> None:
     print("| repetition | run | steps | actual / typical: mean, median | autocorrelation at lag "
           + ", ".join(map(str, LAGS)) + " | hand-over mean / median (ms) | corr(hand-over, in-flight remaining) |")
     print("|---|---|---|---|---|---|---|")
@@ -92,9 +91,3 @@ def main(reps: list[Path]) -> None:
     for rep in reps:
         d = held_out(rep)
         print(f"| {rep.name} | {d['engine_mape']:.2f}% | {d['after_handover_mape']:.2f}% | {d['handover_corr']:.2f} |")
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__.splitlines()[-1])
-    main([Path(p) for p in sys.argv[1:]])
