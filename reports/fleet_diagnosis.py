@@ -1,4 +1,4 @@
-"""The fleet diagnosis's summary and figure (issue 26): where a router's
+"""The fleet diagnosis's summary and figure: where a router's
 SLO misses on a replica pool come from.
 
 Input: the per-decision tables ``harness.studies.fleet_diagnosis`` writes
@@ -33,7 +33,7 @@ import pandas as pd
 
 from reports.colours import PALETTE
 
-# one decode step of the replica pools' instances at the paper's load (issue 26: ~7.5 ms)
+# one decode step of the replica pools' instances at the paper's load (~7.5 ms)
 STEP_S = 0.0075
 FRONTEND_S = 0.005
 SLACK_EDGES_S = (-np.inf, 0.0, 0.025, 0.05, 0.1, 0.2, 0.5, np.inf)

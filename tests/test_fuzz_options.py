@@ -1,4 +1,4 @@
-"""Mutation run of the command line's numeric options (issue 25): every
+"""Mutation run of the command line's numeric options: every
 numeric option of every command, taken from the click objects themselves
 (so an option added later is fuzzed too), given hostile values (NaN, ±inf,
 -1, 0, 1e300, 1e-300, '', 2**63, 400 digits, '1,1', hex) on cheap inputs.
@@ -203,7 +203,7 @@ def test_numeric_options_campaign(inputs):
     camp.finish()
 
 
-if os.environ.get("LATROUTE_FUZZ_EXHAUSTIVE"):  # every (option, value) pair once, for the issue's note
+if os.environ.get("LATROUTE_FUZZ_EXHAUSTIVE"):  # every (option, value) pair once, for a report
     @pytest.mark.fuzz
     @pytest.mark.parametrize("cmd,option,kind", numeric_options())
     def test_every_option_every_value(inputs, cmd, option, kind):

@@ -62,7 +62,7 @@ def policy_options(f):
                           "the requests as one task, or none (accuracy 0: the utility is the cost term). Default: "
                           "table if the trace has one, else model if it knows the pool's models, else none.")(f)
     f = click.option("--slo", "slo_policy", type=click.Choice(SLO_POLICIES),
-                     help="TTFT SLOs: the trace's slo_ttft_s, DESIGN's rule on the prompt length, or none "
+                     help="TTFT SLOs: the trace's slo_ttft_s, the paper's SLO rule on the prompt length, or none "
                           "(every served request on time). Default: column if present, else rule.")(f)
     f = click.option("--lengths", "lengths_policy", metavar="|".join(LENGTH_POLICIES),
                      help="Predicted output lengths routers see. Default: column (predicted_output_tokens) if "

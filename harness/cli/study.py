@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.extras import require_extra
 from harness.cli.params import COUNT, POSITIVE, SEED, Finite, IntIn, refuse_non_utf8
 
 GPU_RUNS = Path("../shared/data/vllm_gpu_llmservingsim")
@@ -156,11 +157,13 @@ def _live_options(f):
 
 
 def _run_live(entry: str, **kw) -> None:
+    """The study's entry for these backends, given the options as one namespace (its ``a``)."""
     from types import SimpleNamespace
 
     from harness.studies import route_live as s
 
-    getattr(s, entry)(SimpleNamespace(**kw))
+    run = {"real": s.real_main, "serve": s.serve_main, "backends": s.backends_main}[entry]
+    run(SimpleNamespace(**kw))
 
 
 @route_live.command("real")
@@ -184,8 +187,9 @@ def route_live_real(**kw) -> None:
         from harness.studies.live_servers import REPO
 
         kw["pool"] = REPO / "docs" / "pools" / "tiny-ab.json"
+    require_extra("study route-live real", "serve")
     refuse_non_utf8({"OUT": kw["out"], "--pool": kw["pool"]})
-    _run_live("real_main", **kw)
+    _run_live("real", **kw)
 
 
 @route_live.command("serve")
@@ -200,9 +204,10 @@ def route_live_real(**kw) -> None:
               help="serve's tokens per streamed chunk (the first at once).")
 def route_live_serve(**kw) -> None:
     """`latroute serve` backends of a pool, started fresh for each run."""
+    require_extra("study route-live serve", "serve")
     refuse_non_utf8({"OUT": kw["out"], "--pool": kw["pool"]})
     _pool(kw["pool"])
-    _run_live("serve_main", **kw)
+    _run_live("serve", **kw)
 
 
 @route_live.command("backends")
@@ -216,8 +221,9 @@ def route_live_serve(**kw) -> None:
 @click.option("--view", default="ledger", show_default=True, help="exact, ledger or metrics:MS.")
 def route_live_backends(**kw) -> None:
     """Servers already running, named by a pool file whose entries carry their url."""
+    require_extra("study route-live backends", "serve")
     refuse_non_utf8({"OUT": kw["out"], "--pool": kw["pool"], "--trace": kw["trace"]})
-    _run_live("backends_main", **kw)
+    _run_live("backends", **kw)
 
 
 @route_live.command("report")
@@ -249,12 +255,13 @@ def route_live_diagnose(out: Path) -> None:
               help="serve's tokens per streamed chunk.")
 def serve_faithfulness(out: Path, pool: str, rate: float, requests: int, port_base: int,
                        stream_interval: int) -> None:
-    """Is an emulated run (serve driven by loadgen) the offline twin's, request for request?
+    """Compare an emulated run (serve driven by loadgen) with the offline twin's, request for request.
 
     An offline replay fixes arrivals and assignment; serve and loadgen run them on
     loopback; the client's TTFTs are compared with the offline twin's, with serve's
     own delivery lag as the bound (docs/results/serve-faithfulness.md).
     """
+    require_extra("study serve-faithfulness", "serve")
     refuse_non_utf8({"OUT": out, "--pool": pool})
     _pool(pool)
     import json
@@ -278,7 +285,7 @@ def serve_faithfulness(out: Path, pool: str, rate: float, requests: int, port_ba
                                       "real2, real3, serve-fo0, serve-join, serve.")
 def serve_real(out: Path, workload: Path | None, requests: int, vllm_python: str | None, port: int, noise: str,
                compare_only: bool, steps: str | None) -> None:
-    """Does serve, calibrated on one real vLLM run, answer as a second real run does?
+    """Compare serve, calibrated on one real vLLM run, with two more real runs of that server.
 
     \b
     real0 (warm-up), real1 (recorded, calibrated on), real2 and real3 (held out):
@@ -290,6 +297,7 @@ def serve_real(out: Path, workload: Path | None, requests: int, vllm_python: str
 
     from traces.errors import BadOption
 
+    require_extra("study serve-real", "serve")
     refuse_non_utf8({"OUT": out, "--workload": workload})
     if compare_only and (steps or workload):
         raise BadOption("--compare-only", "runs nothing: it takes neither --only nor --workload")
@@ -340,6 +348,7 @@ def real_speed_cause(out: Path, workload: Path, profile: Path, runs: int, reques
     """
     import os
 
+    require_extra("study real-speed-cause", "loadgen")
     refuse_non_utf8({"OUT": out, "--workload": workload, "--profile": profile})
     from harness.studies.real_speed_cause import study as run
 
@@ -359,6 +368,7 @@ def real_speed_cause(out: Path, workload: Path, profile: Path, runs: int, reques
 def serve_scale(out: Path, pool: str, rate: float, requests: int, port_base: int, stream_interval: int,
                 spy: str | None) -> None:
     """How large a pool, at what rate, one serve process holds with p99 step-delivery lag <= 5 ms."""
+    require_extra("study serve-scale", "serve")
     refuse_non_utf8({"OUT": out, "--pool": pool})
     _pool(pool)
     import json
@@ -381,6 +391,7 @@ def learned(out: Path, timeout: float, only: str | None) -> None:
     recorded in OUT/commands.txt; existing outputs are reused, so an interrupted run
     resumes. Writes OUT/tables.md (docs/results/learned-estimates.md).
     """
+    require_extra("study learned", "learned")
     refuse_non_utf8({"OUT": out})
     from harness.studies.learned_study import study as run
 
@@ -398,10 +409,7 @@ def learned_fit_cost(windows: str, repeats: int) -> None:
     sizes = tuple(IntIn(10, 10**6).check(w) for w in windows.split(","))
     if None in sizes:
         raise BadOption("--windows", f"{windows!r} is not a comma-separated list of integers in [10, 1000000]")
-    import importlib.util
-
-    if importlib.util.find_spec("lightgbm") is None:
-        raise click.ClickException("the learned estimator needs LightGBM: pip install 'latroute[learned]'")
+    require_extra("study learned-fit-cost", "learned")
     from harness.studies.learned_fit_cost import study as run
 
     run(sizes, repeats)

@@ -1,5 +1,5 @@
-"""Coverage of SFS's TTFT distribution on every real vLLM recording
-(issue 16): each recording estimated with oracle lengths, its profile
+"""Coverage of SFS's TTFT distribution on every real vLLM recording:
+each recording estimated with oracle lengths, its profile
 calibrated on another recording of the same model and host (d1 on d2,
 d2-d7 on d1, d1b/d1c on each other, d8 on d9, d9 on d8), or, where the
 recording is the only one of its model and host (d3, d10), on its own first

@@ -1,4 +1,4 @@
-"""The fleet acceptance table (issue 26) from several sweeps of one pool.
+"""The fleet table (docs/results/fleet.md) from several sweeps of one pool.
 
 Why several: a sweep has one request count per cell, and a fleet cell must
 simulate >= 500 s at every rate, so each rate is its own sweep with
@@ -18,7 +18,7 @@ seeds the oracle ran (when it ran fewer than the others, on those only,
 said in the output); and the best SFS router against every non-SFS router,
 paired over the seeds all of them ran.
 
-``python -m harness.studies.fleet_acceptance SWEEP_DIR... [--json OUT.json]`` prints a Markdown table.
+``latroute study fleet-acceptance SWEEP_DIR... [--json OUT.json]`` prints a Markdown table.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Why SFS loses its lead on replica pools (issue 26): one sweep cell
+"""Why SFS loses its lead on replica pools: one sweep cell
 replayed with its router's every decision recorded.
 
 Per request it records the replica chosen, the router's estimated TTFT of

@@ -1,9 +1,8 @@
 """What a joining request costs the running ones, from a vllm-bench trace's
 ITLs and from the twin's replay of it (docs/results/request-level.md: why
-no engine intake is charged on the A100 host). Analysis script, not part of
-latroute's commands:
+no engine intake is charged on the A100 host):
 
-    python docs/itl_joins.py TRACE PROFILE.json [warm|cold]
+    latroute study itl-joins TRACE PROFILE.json [--prefix-cache warm|cold]
 
 TRACE: `latroute trace import vllm-bench` output (with requests.itls_s);
 PROFILE: `calibrate --from-requests` output. Prints, for the measured ITLs

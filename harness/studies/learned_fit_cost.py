@@ -1,5 +1,5 @@
 """Wall time of one learned-model refit and one prediction, by window size
-(docs/results/learned-estimates.md, issue 28's training-cost question).
+(docs/results/learned-estimates.md: what training costs).
 
 Why a separate measurement: ``estimate`` reports the mean fit over a trace,
 and on 200-request recordings most fits hold fewer than the 100-sample
@@ -9,7 +9,7 @@ samples are synthetic (seeded; llm-d's 9 features with plausible ranges,
 a TTFT that rises with queue and prompt): LightGBM's cost depends on the
 sample count, features and trees, not on the values.
 
-``python docs/learned_fit_cost.py [--windows 100,1000,10000] [--repeats 5]``
+``latroute study learned-fit-cost [--windows 100,1000,10000] [--repeats 5]``
 """
 from __future__ import annotations
 

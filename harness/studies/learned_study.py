@@ -1,4 +1,4 @@
-"""Regenerate the tables of docs/results/learned-estimates.md (issue 28):
+"""Regenerate the tables of docs/results/learned-estimates.md:
 SFS vs the learned (llm-d style) estimator vs the throughput baseline on the
 12 vllm_cpu recordings and the Llama-3.3-70B A100 request-level runs, and
 the learned model's training cost.
@@ -8,7 +8,7 @@ estimates); running them one at a time here keeps the CPU share small and
 the commands exact (each is printed and recorded in ``OUT/commands.txt``).
 Existing outputs are reused, so an interrupted run resumes.
 
-``python docs/learned_study.py OUT_DIR [--timeout S] [--only recordings|requests]``
+``latroute study learned OUT_DIR [--timeout S] [--only recordings|requests]``
 """
 from __future__ import annotations
 

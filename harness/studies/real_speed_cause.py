@@ -3,12 +3,12 @@ same workload on this machine, and is it the process or the machine?
 (docs/results/serve-faithfulness.md, "Repetition 7 on a slower machine,
 and where the drift comes from".)
 
-Why a script: issue 29's real-engine target compares an emulation fitted
+Why: the real-engine target of docs/results/serve-faithfulness.md compares an emulation fitted
 on one real run with two later real runs. If the real server's speed level
 moves between runs by more than its per-request scatter, that comparison
 is decided by the drift, not by the emulation. This measures the drift
 directly: RUNS short real runs (the first N requests of WL, recording
-scheduler on, same pinning and settings as serve_real_faithfulness.py),
+scheduler on, same pinning and settings as ``latroute study serve-real``),
 each run's steps against one profile's typical time (median actual /
 typical), and, just before each run, a fixed piece of CPU work timed on
 the server's core (the machine's own speed at that moment, no vLLM
@@ -17,7 +17,7 @@ involved). With ``--thp`` the servers run with PyTorch's
 whether the level is a property of one process's memory layout; the
 resident huge pages are sampled every 10 s to show it took effect.
 
-``python docs/real_speed_cause.py OUT --workload WL --profile P.json --runs 3 [--thp] [--requests 100]``
+``latroute study real-speed-cause OUT --workload WL --profile P.json --runs 3 [--thp] [--requests 100]``
 """
 from __future__ import annotations
 

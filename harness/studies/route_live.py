@@ -1,4 +1,4 @@
-"""The live study (``python -m harness.studies.route_live``): does the
+"""The live study (``latroute study route-live``): does the
 twin rank routers as they rank on real backends? One workload goes open
 loop (``latroute loadgen --route-fields``) through ``latroute route`` with
 each router in turn, on the same backends, in a seeded random order per
@@ -16,7 +16,7 @@ Two kinds of backends:
   ``--gpu-memory-utilization 0.1``, prefix caching off, the recording
   scheduler on. Pool file ``docs/pools/tiny-ab.json`` (prices, engine
   settings, per-task accuracies in ``notes.accuracy``, profiles). With
-  ``--calibrate`` a first session records a calibration workload (another
+  ``--calibrate`` a first start of the servers records a calibration workload (another
   seed, round robin straight to the servers), ``latroute calibrate`` fits
   each server's profile on it and the front end's time is the median of
   client TTFT - engine TTFT; the servers are then restarted for the study.
@@ -37,7 +37,7 @@ cost of the backend the proxy chose (its decision log), on time when the
 client's TTFT (loadgen) is within the request's SLO. Every wait is bounded;
 every server is stopped at the end, on error too.
 
-``python -m harness.studies.route_live real OUT [--calibrate] ...``,
+``latroute study route-live real OUT [--calibrate] ...``,
 ``... serve OUT --pool qwen3-h100-x8 --speed 0.5 ...``,
 ``... backends OUT --pool POOL.json --trace DIR ...``, ``... report OUT``.
 """

@@ -1,8 +1,9 @@
 """Routers against the oracle and a reference router, paired over seeds,
-with what their cells cost: the table of issue 28's routing sweeps.
+with what their cells cost: the table of the learned routers' sweeps
+(docs/results/learned-routing.md).
 
 Why another table than ``harness.studies.fleet_acceptance``: that one
-answers the fleet issue's question (the best *SFS* router against every
+answers the fleet page's question (the best *SFS* router against every
 non-SFS router). Comparing learned routers with SFS needs each router's
 share of the oracle *with its paired interval* and its ratio to a named
 reference (``--reference``, e.g. ``sfs-cc``), and, since the learned

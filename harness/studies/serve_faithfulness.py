@@ -1,13 +1,13 @@
-"""Regenerate the tables of docs/results/serve-faithfulness.md (issue 29):
+"""Regenerate the tables of docs/results/serve-faithfulness.md:
 is an emulated run (``latroute serve`` driven by ``loadgen``) the offline
 twin's, request for request?
 
 Why a script: one measurement is four processes in order (an offline
 replay that fixes arrivals and assignment, a server, a client, SIGTERM to
 the server) and a comparison; the script runs them on loopback, bounded in
-time, and prints the figures the acceptance names.
+time, and prints the figures the page's targets name.
 
-``python docs/serve_faithfulness.py OUT_DIR --pool POOL --rate R --requests N --port-base P [--stream-interval K]``
+``latroute study serve-faithfulness OUT_DIR --pool POOL --rate R --requests N --port-base P [--stream-interval K]``
 """
 from __future__ import annotations
 

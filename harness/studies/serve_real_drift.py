@@ -1,6 +1,6 @@
 """Why ``serve`` cannot reliably beat a second real run on this machine
 (docs/results/serve-faithfulness.md, "What limits the real-engine
-target"): reads the directories ``docs/serve_real_faithfulness.py``
+target"): reads the directories ``latroute study serve-real``
 wrote and measures, per real run, how its steps' durations drift.
 
 For each repetition OUT (its profile ``OUT/tiny-a.json``, fitted on real1)
@@ -18,7 +18,7 @@ and each recorded real run in it:
 - per-request engine TTFT MAPE between the held-out runs, and the same
   with the hand-over taken out.
 
-``python docs/serve_real_drift.py OUT [OUT ...]`` (prints a markdown table).
+``latroute study serve-real-drift OUT [OUT ...]`` (prints markdown tables).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Regenerate the "against a real vLLM" section of
-docs/results/serve-faithfulness.md (issue 29): does ``latroute serve``,
+docs/results/serve-faithfulness.md: does ``latroute serve``,
 with a profile calibrated on a recording of a real vLLM server, answer a
 workload as a real vLLM server does, as closely as a second real run does?
 
@@ -34,8 +34,8 @@ Steps (OUT/ holds everything):
 Only real1 informs the emulation (profile, engine settings, front end);
 real2 and real3 are the held-out runs it is scored against.
 
-``python docs/serve_real_faithfulness.py OUT --workload WL --vllm-python PY [--port 18765] [--noise off]``
-``python docs/serve_real_faithfulness.py OUT --compare-only`` (re-read OUT)
+``latroute study serve-real OUT --workload WL --vllm-python PY [--port 18765] [--noise off]``
+``latroute study serve-real OUT --compare-only`` (re-read OUT)
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Regenerate the scale table of docs/results/serve-faithfulness.md (issue
-29): how large a pool, at what rate, one ``latroute serve`` process holds
-with p99 step-delivery lag <= 5 ms beside its client, with and without
+"""Regenerate the scale table of docs/results/serve-faithfulness.md: how
+large a pool, at what rate, one ``latroute serve`` process holds with
+p99 step-delivery lag <= 5 ms beside its client, with and without
 ``--stream-interval``, and where its time goes.
 
 Why a script: one point is a generated workload, a server, loadgen
@@ -9,7 +9,7 @@ server, whose lag report is the measurement; with ``--profile`` a sampling
 profiler (py-spy, outside latroute's environment) records the server and
 its samples are sorted into kernel / HTTP / SSE writes / metrics / idle.
 
-``python docs/serve_scale.py OUT --pool qwen3-h100-x8 --rate 16 --requests 800 --port-base 8100
+``latroute study serve-scale OUT --pool qwen3-h100-x8 --rate 16 --requests 800 --port-base 8100
 [--stream-interval 10] [--py-spy PATH]``
 """
 from __future__ import annotations
