@@ -111,6 +111,10 @@ def base_args(cmd: str, root: Path, out: Path) -> tuple[list, tuple]:
                                     "--profile", root / "no-profile.json"], ()),
         "study learned": (["study", "learned", root / "az.csv"], ()),
         "study learned-fit-cost": (["study", "learned-fit-cost", "--windows", "5"], ()),
+        "study fleet-diagnosis": (["study", "fleet-diagnosis", "--pool", root / "no-pool.json", "--rate", "4",
+                                   "--requests", "30", "--out", out], ()),
+        "study route-views": (["study", "route-views", "--pool", root / "no-pool.json"], ()),
+        "study coverage": (["study", "coverage", root / "no-recordings", out], ()),
         "loadgen": (["loadgen", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--time-limit", "5",
                      "--out", out], (1,)),
     }

@@ -431,3 +431,131 @@ def itl_joins(trace: Path, profile: Path, prefix_cache: str) -> None:
     from harness.studies.itl_joins import study as run
 
     run(trace, profile, prefix_cache)
+
+
+@study.command("fleet-diagnosis")
+@click.option("--pool", default="qwen3-h100-x8", show_default=True, help="Built-in pool or pool file.")
+@click.option("--rate", type=POSITIVE, required=True, help="Requests per second (the sweep cell's).")
+@click.option("--requests", type=COUNT, required=True, help="Requests of the cell.")
+@click.option("--router", default="sfs-cc", show_default=True, help="The router whose decisions are recorded.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="The cell's seed (workload and twin).")
+@click.option("--ties", type=click.Choice(["lowest-index", "least-latency", "random"]),
+              help="Replica choice of the two-level routers (default: theirs).")
+@click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="The twin's step-time noise.")
+@click.option("--lengths", help="Predicted-length policy, as sweep --lengths (e.g. oracle; default: sweep's).")
+@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Directory for decisions.parquet and summary.json.")
+def fleet_diagnosis(pool: str, rate: float, requests: int, router: str, seed: int, ties: str | None, noise: str,
+                    lengths: str | None, out: Path) -> None:
+    """Replay one sweep cell with every decision recorded: replica, estimated slack, measured TTFT, on time.
+
+    The cell is the sweep's own (its workload and replay configuration), so it pairs
+    with the sweep's row (docs/results/fleet.md). Prints the on-time utility, SLO
+    attainment and misses by same-replica gap.
+    """
+    refuse_non_utf8({"--pool": pool, "--out": out})
+    _pool(pool)
+    import json
+
+    from harness.studies.fleet_diagnosis import run
+
+    s = run(pool, rate, requests, router, seed, ties, noise == "on", lengths, out)
+    click.echo(json.dumps({k: s[k] for k in ("ontime_utility", "slo_attainment", "by_same_replica_gap")}, indent=1))
+
+
+@study.command("fleet-diagnosis-figure")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--labels", help="Comma-separated labels, one per run (default: each run's tie policy).")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), help="The figure (PNG).")
+def fleet_diagnosis_figure(runs: tuple[Path, ...], labels: str | None, out: Path) -> None:
+    """Draw fleet-diagnosis runs side by side: load per replica, misses by estimated slack and by gap."""
+    from traces.errors import BadOption
+
+    refuse_non_utf8({"RUNS": runs, "--out": out})
+    names = labels.split(",") if labels else None
+    if names is not None and len(names) != len(runs):
+        raise BadOption("--labels", f"{len(names)} labels for {len(runs)} runs")
+    from reports.fleet_diagnosis import draw
+
+    draw(list(runs), names, out)
+    click.echo(f"wrote {out}")
+
+
+@study.command("router-shares")
+@click.argument("sweeps", nargs=-1, required=True, type=SWEEPS)
+@click.option("--reference", default="sfs-cc", show_default=True, help="The label the others are compared with.")
+def router_shares(sweeps: tuple[Path, ...], reference: str) -> None:
+    """Each router's share of the oracle and ratio to a reference router, paired over seeds, with cell wall times.
+
+    Sweeps of one pool (one per rate, as fleet-acceptance reads them); prints Markdown
+    (docs/results/learned-routing.md).
+    """
+    refuse_non_utf8({"SWEEPS": sweeps})
+    from harness.studies.fleet_acceptance import load_cells
+    from harness.studies.router_shares import markdown, shares
+    from traces.errors import BadOption
+
+    try:
+        res = shares(load_cells(list(sweeps)), reference)
+    except ValueError as e:  # the one refusal of shares: no router with that label
+        raise BadOption("--reference", str(e)) from None
+    click.echo(markdown(res))
+
+
+@study.command("coverage")
+@click.argument("recordings", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--online-speed", is_flag=True, help="SFS's online speed correction on.")
+@click.option("--in-sample", is_flag=True, help="Each recording calibrated on itself (the ceiling).")
+@click.option("--recalibrate", "step", type=Finite(0.0, 1.0, min_open=True), is_flag=False, flag_value=0.1,
+              default=None, help="Recalibrate the quantiles online from earlier first tokens, at this step "
+                                 "(--recalibrate alone: 0.1).")
+def coverage(recordings: Path, out: Path, online_speed: bool, in_sample: bool, step: float | None) -> None:
+    """Coverage of SFS's TTFT distribution on every vLLM recording in a directory, each scored out of sample.
+
+    RECORDINGS: traces imported with `latroute trace import vllm-record`; each is
+    calibrated on a sibling recording of its model and host, or on its own first
+    30% of steps (docs/results/coverage.md). Writes OUT (JSON) and prints a line per
+    recording.
+    """
+    refuse_non_utf8({"RECORDINGS": recordings, "OUT": out})
+    import json
+
+    from estimators.recalibration import RecalibrationConfig
+    from harness.studies.coverage import print_rows
+    from harness.studies.coverage import study as run
+
+    res = run(recordings, online_speed=online_speed, in_sample=in_sample,
+              recalibration=RecalibrationConfig(step) if step is not None else None)
+    out.write_text(json.dumps(res, indent=1))
+    print_rows(res, step, echo=click.echo)
+
+
+@study.command("route-views")
+@click.option("--pool", default="qwen3-h100", show_default=True, help="Built-in pool or pool file of the backends.")
+@click.option("--router", default="sfs-cc", show_default=True, help="The one router, under every view.")
+@click.option("--views", default="exact,ledger,metrics:100,metrics:1000", show_default=True,
+              help="Comma-separated views: exact, ledger, metrics:MS.")
+@click.option("--requests", type=COUNT, default=400, show_default=True, help="Requests per run.")
+@click.option("--rate", type=POSITIVE, default=8.0, show_default=True, help="Requests per engine second.")
+@click.option("--speed", type=Finite(0.01, 100.0), default=2.0, show_default=True,
+              help="The backends' clock (latroute serve --speed).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Workload seed.")
+@click.option("--repeats", type=IntIn(1, 1000), default=1, show_default=True,
+              help="Each view this often, on backends seeded seed + repeat.")
+def route_views(pool: str, router: str, views: str, requests: int, rate: float, speed: float, seed: int,
+                repeats: int) -> None:
+    """What a live router loses with each view: one workload through `latroute route` under each --view."""
+    from traces.errors import BadOption
+
+    refuse_non_utf8({"--pool": pool})
+    require_extra("study route-views", "serve")
+    chosen = views.split(",")
+    bad = [v for v in chosen if v not in ("exact", "ledger") and not (v.startswith("metrics:") and v[8:].isdigit())]
+    if bad:
+        raise BadOption("--views", f"{bad[0]!r} is not exact, ledger or metrics:MS")
+    _pool(pool)
+    from harness.studies.route_views import study as run
+
+    run(pool, router, chosen, requests, rate, speed, seed, repeats, echo=click.echo)
