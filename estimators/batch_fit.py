@@ -15,7 +15,7 @@ Why this shape:
   centre and MAD scale, Gaussian in log space). The percentile therefore
   sets the false-alarm rate among normal steps (0.1% at 99.9) whatever the
   true stall rate is.
-- Expected step time (what sums of steps are charged) follows the paper's SLO rule
+- Expected step time (what sums of steps are charged) follows the paper's expected-time rule
   literally: typical + p * mean excess of the rows above the ``stall_pct``
   percentile of residuals (``StallAllowance``).
 - The noise model is lognormal jitter around the typical time, fitted to the

@@ -29,7 +29,7 @@ PATTERNS = {
     "a worker": r"\b[A-Z]{3,} helper\b|\bidle helper\b|\bhelper.s branch|\bother engineers|\b[0-9]+ agents\b",
     "a branch": r"\bbranch `|\bfrom branch\b|\bon (this|my|the) branch\b",
     "the main branch as a baseline": r"\bmain at [0-9a-f]{7}|\bmain.s (code|routers|sfs-cc|one|loop|results)\b",
-    "a file users do not get": r"\bDESIGN\b|\bCOMMON\b|\bSTYLE\.md\b",
+    "a file users do not get": r"\bDESIGN\b|\bCOMMON\b|\bSTYLE\.md\b|shared/reference/",
 }
 FILES = ["*.py", "*.md", "*.toml", "*.yml", "*.yaml", "*.cfg", "*.json", "*.tsv", "*.sh", "*.txt", "README*"]
 
