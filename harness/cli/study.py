@@ -104,6 +104,19 @@ def _pool(pool: str) -> None:
     load_pool(pool)
 
 
+HELD_OUT = ("real2/join/join.parquet", "real3/join/join.parquet")  # what serve-real's comparisons read first
+
+
+def _need(dirs, names: tuple[str, ...], what: str) -> None:
+    """BadInput for the first of ``names`` missing in any of ``dirs``: ``what`` says which directory it wants."""
+    from traces.errors import BadInput
+
+    for d in dirs:
+        for name in names:
+            if not (d / name).exists():
+                raise BadInput(d / name, None, "input", f"not found: {what}")
+
+
 @study.command("fleet-acceptance")
 @click.argument("sweeps", nargs=-1, required=True, type=SWEEPS)
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
@@ -115,6 +128,7 @@ def fleet_acceptance(sweeps: tuple[Path, ...], json_out: Path | None) -> None:
     rate); the cells pair across sweeps by seed (docs/results/fleet.md). Prints Markdown.
     """
     refuse_non_utf8({"SWEEPS": sweeps, "--json": json_out})
+    _need(sweeps, ("sweep.json",), "a directory latroute sweep wrote")
     import json
 
     from harness.studies.fleet_acceptance import acceptance, load_cells, markdown
@@ -230,6 +244,7 @@ def route_live_backends(**kw) -> None:
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False, exists=True))
 def route_live_report(out: Path) -> None:
     """The table of a finished (or interrupted) study again."""
+    _need([out], ("results.json",), "a directory the study wrote")
     from harness.studies.route_live_report import report
 
     click.echo(report(out.resolve()))
@@ -239,6 +254,7 @@ def route_live_report(out: Path) -> None:
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False, exists=True))
 def route_live_diagnose(out: Path) -> None:
     """Validate each run's recording; front end and estimate error per run."""
+    _need([out], ("results.json", "pool-twin.json"), "a directory the study of real servers wrote")
     from harness.studies.route_live_report import diagnose
 
     click.echo(diagnose(out.resolve()))
@@ -309,6 +325,8 @@ def serve_real(out: Path, workload: Path | None, requests: int, vllm_python: str
         raise BadOption("--only", f"{unknown[0]!r} is not one of: {', '.join(s.STEPS)}")
     if not compare_only and workload is None:
         raise BadOption("--workload", "is needed to run the servers (or give --compare-only)")
+    if compare_only:
+        _need([out], HELD_OUT, "a directory serve-real wrote, its held-out runs finished")
     s.study(out, workload, requests, vllm_python or os.environ.get("LATROUTE_VLLM_PYTHON"), port, noise,
             () if compare_only else chosen)
 
@@ -323,6 +341,7 @@ def serve_real_drift(outs: tuple[Path, ...]) -> None:
     hand-over. Prints Markdown tables.
     """
     refuse_non_utf8({"OUT": outs})
+    _need(outs, HELD_OUT, "a directory serve-real wrote, its held-out runs finished")
     from harness.studies.serve_real_drift import study as run
 
     run(list(outs))
@@ -473,6 +492,7 @@ def fleet_diagnosis_figure(runs: tuple[Path, ...], labels: str | None, out: Path
     from traces.errors import BadOption
 
     refuse_non_utf8({"RUNS": runs, "--out": out})
+    _need(runs, ("decisions.parquet", "summary.json"), "a directory study fleet-diagnosis wrote")
     names = labels.split(",") if labels else None
     if names is not None and len(names) != len(runs):
         raise BadOption("--labels", f"{len(names)} labels for {len(runs)} runs")
@@ -492,6 +512,7 @@ def router_shares(sweeps: tuple[Path, ...], reference: str) -> None:
     (docs/results/learned-routing.md).
     """
     refuse_non_utf8({"SWEEPS": sweeps})
+    _need(sweeps, ("sweep.json",), "a directory latroute sweep wrote")
     from harness.studies.fleet_acceptance import load_cells
     from harness.studies.router_shares import markdown, shares
     from traces.errors import BadOption
@@ -520,6 +541,10 @@ def coverage(recordings: Path, out: Path, online_speed: bool, in_sample: bool, s
     recording.
     """
     refuse_non_utf8({"RECORDINGS": recordings, "OUT": out})
+    if not any(p.is_dir() for p in recordings.iterdir()):
+        from traces.errors import BadInput
+
+        raise BadInput(recordings, None, "RECORDINGS", "holds no recording (trace import vllm-record output)")
     import json
 
     from estimators.recalibration import RecalibrationConfig
