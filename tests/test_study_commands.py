@@ -66,3 +66,13 @@ def test_serve_real_refuses_options_that_would_do_nothing(tmp_path):
     refused_cleanly(["study", "serve-real", tmp_path / "o", "--only", "real9", "--workload", tmp_path], [tmp_path],
                     "--only", "real9")
     refused_cleanly(["study", "serve-real", tmp_path / "o"], [tmp_path], "--workload")
+
+
+def test_route_live_refuses_options_that_would_do_nothing_or_mean_nothing(tmp_path):
+    pool = ROOT / "docs" / "pools" / "tiny-ab.json"
+    refused_cleanly(["study", "route-live", "real", tmp_path / "o", "--pool", pool, "--calibrate-only"], [tmp_path],
+                    "--calibrate-only", "--calibrate")
+    refused_cleanly(["study", "route-live", "serve", tmp_path / "o", "--views", "exact,metrics:0"], [tmp_path],
+                    "--views", "metrics:0")
+    refused_cleanly(["study", "route-live", "backends", tmp_path / "o", "--pool", pool, "--trace", tmp_path,
+                     "--view", "exact,ledger"], [tmp_path], "--view")

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
+from harness.cli.choices import TIE_POLICIES
 from harness.cli.extras import require_extra
-from harness.cli.params import COUNT, POSITIVE, SEED, Finite, IntIn, refuse_non_utf8
+from harness.cli.params import COUNT, POSITIVE, SEED, Finite, IntIn, refuse_given, refuse_non_utf8
 
 GPU_RUNS = Path("../shared/data/vllm_gpu_llmservingsim")
 
@@ -104,6 +105,18 @@ def _pool(pool: str) -> None:
     load_pool(pool)
 
 
+def _views(text: str, option: str) -> list[str]:
+    """A comma-separated list of views (exact, ledger, metrics:MS), refused by name if one is none of them."""
+    from traces.errors import BadOption
+
+    views = text.split(",")
+    bad = [v for v in views if v not in ("exact", "ledger") and not (v.startswith("metrics:") and v[8:].isdigit()
+                                                                   and int(v[8:]) > 0)]
+    if bad:
+        raise BadOption(option, f"{bad[0]!r} is not exact, ledger or metrics:MS")
+    return views
+
+
 HELD_OUT = ("real2/join/join.parquet", "real3/join/join.parquet")  # what serve-real's comparisons read first
 
 
@@ -163,7 +176,7 @@ def _live_options(f):
         click.option("--twin-seeds", type=IntIn(1, 1000), default=3, show_default=True,
                      help="Noise seeds of the twin's prediction (their mean)."),
         click.option("--requests", type=COUNT, default=300, show_default=True, help="Requests per run."),
-        click.option("--ties", type=click.Choice(["lowest-index", "least-latency", "random"]),
+        click.option("--ties", type=click.Choice(TIE_POLICIES),
                      help="The proxy's and the twin's replica choice (default: theirs)."),
     ]):
         f = opt(f)
@@ -195,8 +208,12 @@ def _run_live(entry: str, **kw) -> None:
 @click.option("--view", type=click.Choice(["ledger", "exact", "metrics:100", "metrics:1000"]), default="ledger",
               show_default=True,
               help="exact: the servers' recording schedulers publish their state (LATROUTE_STATE_LISTEN).")
-def route_live_real(**kw) -> None:
+@click.pass_context
+def route_live_real(ctx: click.Context, **kw) -> None:
     """Two real vLLM CPU servers (tiny-a, tiny-b), each pinned to one core."""
+    if not kw["calibrate"]:
+        refuse_given(ctx, {"calibrate_only": "--calibrate-only", "calibration_rate": "--calibration-rate"},
+                     "needs --calibrate (it sets the calibration run)")
     if kw["pool"] is None:
         from harness.studies.live_servers import REPO
 
@@ -220,6 +237,7 @@ def route_live_serve(**kw) -> None:
     """`latroute serve` backends of a pool, started fresh for each run."""
     require_extra("study route-live serve", "serve")
     refuse_non_utf8({"OUT": kw["out"], "--pool": kw["pool"]})
+    _views(kw["views"], "--views")
     _pool(kw["pool"])
     _run_live("serve", **kw)
 
@@ -237,6 +255,10 @@ def route_live_backends(**kw) -> None:
     """Servers already running, named by a pool file whose entries carry their url."""
     require_extra("study route-live backends", "serve")
     refuse_non_utf8({"OUT": kw["out"], "--pool": kw["pool"], "--trace": kw["trace"]})
+    if len(_views(kw["view"], "--view")) != 1:
+        from traces.errors import BadOption
+
+        raise BadOption("--view", "takes one view (exact, ledger or metrics:MS)")
     _run_live("backends", **kw)
 
 
@@ -458,7 +480,7 @@ def itl_joins(trace: Path, profile: Path, prefix_cache: str) -> None:
 @click.option("--requests", type=COUNT, required=True, help="Requests of the cell.")
 @click.option("--router", default="sfs-cc", show_default=True, help="The router whose decisions are recorded.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="The cell's seed (workload and twin).")
-@click.option("--ties", type=click.Choice(["lowest-index", "least-latency", "random"]),
+@click.option("--ties", type=click.Choice(TIE_POLICIES),
               help="Replica choice of the two-level routers (default: theirs).")
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="The twin's step-time noise.")
@@ -572,14 +594,10 @@ def coverage(recordings: Path, out: Path, online_speed: bool, in_sample: bool, s
 def route_views(pool: str, router: str, views: str, requests: int, rate: float, speed: float, seed: int,
                 repeats: int) -> None:
     """What a live router loses with each view: one workload through `latroute route` under each --view."""
-    from traces.errors import BadOption
 
     refuse_non_utf8({"--pool": pool})
     require_extra("study route-views", "serve")
-    chosen = views.split(",")
-    bad = [v for v in chosen if v not in ("exact", "ledger") and not (v.startswith("metrics:") and v[8:].isdigit())]
-    if bad:
-        raise BadOption("--views", f"{bad[0]!r} is not exact, ledger or metrics:MS")
+    chosen = _views(views, "--views")
     _pool(pool)
     from harness.studies.route_views import study as run
 
