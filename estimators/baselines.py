@@ -1,4 +1,4 @@
-"""Baseline TTFT estimators (DESIGN section 2), each over the same honest
+"""Baseline TTFT estimators (docs/concepts/estimators.md), each over the same honest
 snapshot as SFS.
 
 - ``throughput``: wait = outstanding prefill tokens of residents / theta_pre
@@ -9,7 +9,7 @@ snapshot as SFS.
   W = (a/mu)^k / (mu - a); TTFT = W + p_i / theta_pre + mean decode step.
 - ``lps-mg``: general-service approximation with an online EWMA arrival rate
   a: rho = a m / k, P(wait) ~ rho^k, Wq ~ rho^k (m/k)(1 + c2) / (2(1 - rho)).
-  DESIGN writes rho = a m for one server; with k slots the per-slot
+  The one-server form is rho = a m; with k slots the per-slot
   utilisation is the one that stays below 1.
 - ``queue``: TTFT = b0 + b1 * residents, calibrated.
 
@@ -49,7 +49,7 @@ def nonnegative(seconds: float) -> float:
     """A time estimate floored at 0 (NaN passes through as "no estimate").
     A waiting time is never negative, but a profile's fitted terms may make
     a batch's time negative outside the range they were fitted on (a
-    negative curvature term, a request-level fit's offsets): issue 11 saw
+    negative curvature term, a request-level fit's offsets) gave
     negative TTFTs. Every estimator's value goes through this."""
     return 0.0 if seconds < 0 else seconds
 

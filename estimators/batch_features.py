@@ -1,4 +1,4 @@
-"""Design matrices of the token-batch time model (DESIGN section 2).
+"""Design matrices of the token-batch time model (docs/concepts/estimators.md).
 
 The ``steps`` table already holds every per-step sum both forms need (see
 ``traces.step_aggregates``), so a form is just a choice of columns:

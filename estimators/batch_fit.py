@@ -15,7 +15,7 @@ Why this shape:
   centre and MAD scale, Gaussian in log space). The percentile therefore
   sets the false-alarm rate among normal steps (0.1% at 99.9) whatever the
   true stall rate is.
-- Expected step time (what sums of steps are charged) follows DESIGN's rule
+- Expected step time (what sums of steps are charged) follows the paper's expected-time rule
   literally: typical + p * mean excess of the rows above the ``stall_pct``
   percentile of residuals (``StallAllowance``).
 - The noise model is lognormal jitter around the typical time, fitted to the
@@ -125,7 +125,7 @@ class NoiseModel:
 
 @dataclass
 class StallAllowance:
-    """DESIGN section 2's expected-time rule, literally: the rows whose
+    """The expected-time rule (docs/concepts/batch-time.md), literally: the rows whose
     residual lies above the ``stall_pct`` percentile of all residuals are
     the stalls, and expected step time = typical + p_stall * their mean
     excess. (The noise model's stall rate describes the jitter's tail for

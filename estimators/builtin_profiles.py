@@ -1,7 +1,7 @@
-"""Built-in batch-time profiles of pool ``qwen3-h100`` (DESIGN section 5).
+"""Built-in batch-time profiles of pool ``qwen3-h100`` (the paper's setup, docs/results/paper.md).
 
 Coefficients are the paper's six-term H100 fits. No H100 residuals are at
-hand, so the noise model is the DESIGN's stated one: lognormal jitter with
+hand, so the noise model is a stated one: lognormal jitter with
 sigma 0.05 (in line with the ~4% batch-time MAPE reported on H100) and stalls
 with probability 0.001 that add 3x the typical step time.
 
@@ -49,7 +49,7 @@ def _builtin(name: str, coef: tuple[float, ...]) -> dict:
         "coefficients": {t.name: {"value": v, "unit": t.unit, "doc": t.doc} for t, v in zip(FORMS["six"], coef)},
         "noise": dict(H100_NOISE),
         "expected": {"p_stall": 0.001, "stall_excess_mean": 3.0},
-        "fitted_on": {"source": "DESIGN section 5 (paper's H100 fits)"},
+        "fitted_on": {"source": "the paper's H100 fits (arXiv 2607.18253; docs/results/paper.md)"},
         "metrics": {},
         "derived": reference_derived("six", coef),
     }

@@ -4,7 +4,7 @@ random by step (seeded), fit each model form on the 80, score it on the 20,
 and build a profile with its noise model and baseline parameters.
 
 A form is fitted only where the steps determine it, and kept only if the
-fit means something (issue 11: 10 steps gave a negative decode cost and
+fit means something (10 steps gave a negative decode cost and
 then negative TTFTs; identical steps gave R^2 NaN without a word):
 - at least ``MIN_SHAPES_PER_TERM`` distinct batch shapes (rows of the
   design matrix) per term in the training split, so that each coefficient

@@ -29,7 +29,7 @@ large for a float refused, not overflowed.
 
 The *typical* time of a step is the linear model; the *expected* time is
 typical * (1 + p_stall * mean stall excess) with the stalls taken, as in
-DESIGN section 2, as the residuals above the stall percentile (the
+the paper, as the residuals above the stall percentile (the
 ``expected`` section). The ``noise`` section is the simulation model of the
 jitter and its tail (its own, detector-based stall rate).
 Sums of many steps (TTFT estimates) use the expected time because stalls
@@ -59,7 +59,7 @@ from traces.paths import read_text
 
 PROFILE_VERSION = 1
 
-# The terms a step-time model needs non-negative (issue 11). A step's time is
+# The terms a step-time model needs non-negative. A step's time is
 # the fixed cost plus what each item adds, and an item can never make a step
 # faster: the fixed cost and the first-order cost of every computed token
 # (prefill and decode) are >= 0. In ``eq9`` every term is such a cost

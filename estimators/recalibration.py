@@ -6,7 +6,7 @@ host with a level error (the host runs 5-15% faster or slower that day:
 d1b and d1c are one workload twice on one host and differ by 5%) and a
 workload-dependent bias of the batch-time model (long prefills, preemption).
 Step noise is narrow next to those, so a shift of 5-13% moves the predicted
-p50's coverage by 20-40 points (issue 16). Neither is visible in the
+p50's coverage by 20-40 points. Neither is visible in the
 calibration recording. What a router or an engine-side estimator does see is
 every request's first token as it streams back: the error of its own past
 predictions. This module learns from that, and from nothing else: a request

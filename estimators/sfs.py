@@ -89,7 +89,7 @@ def _overlay_for(st: SchedState):
 
 
 class SFS:
-    """Serving-framework simulation of one instance (DESIGN section 2)."""
+    """Serving-framework simulation of one instance (docs/concepts/estimators.md)."""
 
     name = "sfs"
 
@@ -163,7 +163,7 @@ class SFS:
 
     def estimate(self, view: InstanceView, q: Query, typ_out: np.ndarray | None = None, *,
                  copy_cache: bool = False) -> float:
-        """Point estimate: each step charged DESIGN's expected time (the
+        """Point estimate: each step charged the expected time (the
         distribution's own mean, ``last_dist().mean``, is the steps' mean
         ratio for sums and may differ). ``copy_cache``: simulate on a copy of
         the prefix cache even when the overlay could follow (the reference

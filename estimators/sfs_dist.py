@@ -1,4 +1,4 @@
-"""SFS's TTFT as a distribution (DESIGN section 8), kept as one piece past 400
+"""SFS's TTFT as a distribution (docs/concepts/estimators.md), kept as one piece past 400
 lines: the mixture's components, its CDF, quantiles and the fused P(on
 time) share one layout of the components and must change together.
 
@@ -11,7 +11,7 @@ correction is on), R the in-flight step's remainder and F a common factor.
 
 - Each step's duration is the noise model's, as the twin draws it
   (``typical * noisy_ratio``), so the distribution's mean is
-  c * E[r] * sum tau, not SFS's point estimate: that one charges DESIGN's
+  c * E[r] * sum tau, not SFS's point estimate: that one charges the
   expected time, typical * (1 + p_stall * stall excess), the paper's rule
   (its MAPE figures stand), while the noise model's mean also holds the
   jitter's offset exp(log_mu + sigma^2 / 2); on the vllm_cpu profiles the

@@ -12,7 +12,7 @@ may become 18.9%), utilities/attainment/AUC 2%, decision agreement 0 (any
 lost step fails). The absolute floor 1e-9 keeps zero baselines comparable.
 
 A gate must stop what it cannot judge rather than call it "ok", so
-everything it reads is checked before any comparison (issue 11):
+everything it reads is checked before any comparison:
 - metrics, baseline values and tolerances are finite numbers (a NaN
   compares false with everything, so it would pass every test);
 - a baseline carries the ``kind`` of the result it was written from and

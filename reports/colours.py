@@ -29,7 +29,7 @@ MIN_DELTA_E = 20.0
 PALETTE = ("#1f77b4", "#b4d200", "#ff5a00", "#1e4b00", "#3c000f", "#ff00e1", "#00c3b4", "#5a00b4", "#784b00",
            "#968787", "#d2004b", "#ffb40f", "#0f1e1e", "#009600", "#a596f0", "#007869", "#96873c", "#5a4b4b",
            "#ff87a5", "#00003c", "#870f00", "#875a96", "#1eb4e1",
-           # issue 28's three learned routers: the same greedy from these 23, on a 35-step grid, any lightness at
+           # the three learned routers: the same greedy from these 23, on a 35-step grid, any lightness at
            # least 20.3 from white (no darker colour is 20 from all 23)
            "#00ff8e", "#f8c3ac", "#f8d2ff", "#b4c3a5")
 

@@ -139,7 +139,7 @@ def error_by_cached_share(results, pal_est) -> FigureSpec | None:
 
 
 def ttft_reliability(results, pal_est) -> FigureSpec | None:
-    """Reliability diagram of TTFT distributions (issue 16): per estimate
+    """Reliability diagram of TTFT distributions: per estimate
     result and estimator with predicted quantiles, the share of measured
     TTFTs below each predicted quantile against its nominal level."""
     levels = (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99))

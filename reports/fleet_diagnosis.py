@@ -1,4 +1,4 @@
-"""The fleet diagnosis's summary and figure (issue 26): where a router's
+"""The fleet diagnosis's summary and figure: where a router's
 SLO misses on a replica pool come from.
 
 Input: the per-decision tables ``harness.studies.fleet_diagnosis`` writes
@@ -19,13 +19,11 @@ four panels, one line or bar series per run (e.g. per tie policy):
    rest: if close successors missed far more often, the cause would be
    decisions not seeing each other.
 
-``python -m reports.fleet_diagnosis DIR [DIR ...] --out FIG.png [--labels a,b,c]``
+``latroute study fleet-diagnosis-figure DIR [DIR ...] --out FIG.png [--labels a,b,c]``
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +31,7 @@ import pandas as pd
 
 from reports.colours import PALETTE
 
-# one decode step of the replica pools' instances at the paper's load (issue 26: ~7.5 ms)
+# one decode step of the replica pools' instances at the paper's load (~7.5 ms)
 STEP_S = 0.0075
 FRONTEND_S = 0.005
 SLACK_EDGES_S = (-np.inf, 0.0, 0.025, 0.05, 0.1, 0.2, 0.5, np.inf)
@@ -138,26 +136,13 @@ def load_run(path: Path) -> tuple[pd.DataFrame, dict]:
     return d, meta
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports.fleet_diagnosis", description=__doc__.split("\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="directories written by harness.studies.fleet_diagnosis")
-    ap.add_argument("--labels", help="comma-separated labels (default: each run's tie policy)")
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    loaded = [load_run(p) for p in a.runs]
-    labels = a.labels.split(",") if a.labels else [m.get("ties") or m.get("router", p.name)
-                                                   for p, (_, m) in zip(a.runs, loaded)]
-    if len(labels) != len(loaded):
-        print(f"--labels: {len(labels)} labels for {len(loaded)} runs", file=sys.stderr)
-        return 2
+def draw(runs: list[Path], labels: list[str] | None, out: Path) -> None:
+    """One figure of the runs ``harness.studies.fleet_diagnosis`` wrote, labelled ``labels`` (default: each
+    run's tie policy)."""
+    loaded = [load_run(p) for p in runs]
+    labels = labels or [m.get("ties") or m.get("router", p.name) for p, (_, m) in zip(runs, loaded)]
     first = loaded[0][1]
     ids = first["instance_ids"]
     title = (f"{first['router']} on {first['pool']}, {first['rate']:g} q/s, {first['requests']:,} requests, "
              f"seed {first['seed']}")
-    figure({lab: d for lab, (d, _) in zip(labels, loaded)}, ids, a.out, title)
-    print(f"wrote {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    figure({lab: d for lab, (d, _) in zip(labels, loaded)}, ids, out, title)

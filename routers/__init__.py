@@ -1,2 +1,2 @@
 """Routers: choose an instance for each arriving query from honest views of
-the pool (DESIGN section 1)."""
+the pool (docs/concepts/routing.md)."""

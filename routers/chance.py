@@ -1,5 +1,5 @@
-"""Routers on the TTFT's distribution, not its point estimate (DESIGN
-section 8): ``sfs-cc`` / ``throughput-cc`` (chance constraint: the highest
+"""Routers on the TTFT's distribution, not its point estimate
+(docs/concepts/estimators.md): ``sfs-cc`` / ``throughput-cc`` (chance constraint: the highest
 utility among instances with P(TTFT <= SLO) >= 1 - epsilon, else the most
 likely to be on time) and ``sfs-eu`` / ``throughput-eu`` (maximise utility x
 P(on time), the expected on-time utility of this query).

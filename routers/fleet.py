@@ -3,7 +3,7 @@
 Why: instances of one model (``InstanceSpec.model``) are *replicas*; their
 predicted utility columns are equal, so a rule that walks instances by
 utility with ties to the lowest index fills replica 0 to its SLO edge, then
-replica 1, and so on (issue 26). Production gateways choose the model, then
+replica 1, and so on. Production gateways choose the model, then
 balance its replicas. Here level 1 walks the models by predicted utility
 (ties: the lowest first index) and asks the rule's test (estimated TTFT
 meets the SLO; P(on time) >= 1 - epsilon) of the model's *best* replica;
@@ -22,7 +22,7 @@ level 2 picks the replica by the tie policy:
   a uniform permutation is uniform over the qualifying ones, so this is a
   uniform choice among them that still estimates lazily.
 
-The default is ``random`` (since stop 42; ``lowest-index`` before): it
+The default is ``random``: it
 balances replicas as a gateway does at about one estimate per decision,
 and on ``qwen3-h100-x8`` sfs-cc reaches 100.8% of the oracle's AUC with
 it (least-latency 101.7%, lowest-index 85.7%; docs/results/fleet.md).

@@ -1,4 +1,4 @@
-"""Routers over the learned estimator (issue 28): ``learned-hard`` (the
+"""Routers over the learned estimator: ``learned-hard`` (the
 hard rule on its mean) and ``learned-cc`` (the chance constraint on its
 p50/p90), two-level over replicas exactly as ``sfs-hard`` / ``sfs-cc``
 (``routers.fleet``), plus what online learning adds: the first tokens.

@@ -46,7 +46,7 @@ from routers.base import SHED, RouteInputs
 from routers.llmd import LlmdHeadroom
 
 COLD_KV = 0.02  # llm-d: KVCacheUsagePercent < 0.02 is a cold pod
-SHEDDABLE_STREAM = 28  # the sheddable flags' own stream of the replay's seed (issue 28)
+SHEDDABLE_STREAM = 28  # the sheddable flags' own stream of the replay's seed
 _KV, _RUNNING = FEATURES.index("kv_cache_percentage"), FEATURES.index("num_request_running")
 
 

@@ -1,4 +1,4 @@
-"""The clairvoyant reference router (``oracle``; DESIGN section 8).
+"""The clairvoyant reference router (``oracle``; docs/concepts/routing.md).
 
 At each arrival it forks every instance's future in the twin (the state,
 the in-flight step's true end, the true output lengths of its residents and

@@ -1,4 +1,4 @@
-"""The decision rules of latency-aware routing (DESIGN section 1)."""
+"""The decision rules of latency-aware routing (docs/concepts/routing.md)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Utility of sending query i to instance j (DESIGN section 1).
+"""Utility of sending query i to instance j (docs/concepts/routing.md).
 
 U(i, j) = acc(i, j) - lambda * cost(i, j), cost in micro-dollars:
 cost = p_i * price_in_j + o_i * price_out_j with prices in USD per million
@@ -6,7 +6,7 @@ tokens. Routers see the *predicted* utility (acc_hat, predicted output
 length from the one predicted-length policy, ``traces.lengths``); metrics
 use the *realised* one (realised accuracy, true length).
 
-Replicas (issue 26) share a column: instances of one model at the same
+Replicas share a column: instances of one model at the same
 prices have equal utilities, so the tables hold one column per *distinct*
 (model, price in, price out) and each instance points at its column
 (``ByInstance``). 384 instances of three models x one hour at 1,024 q/s

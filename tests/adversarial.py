@@ -1,4 +1,4 @@
-"""What every adversarial case asserts (issue 11): exit 2, exactly one line
+"""What every adversarial case asserts: exit 2, exactly one line
 on stderr starting ``error: `` (naming file/row/column where there is one),
 no traceback, and nothing written or removed in the directories watched.
 

@@ -1,4 +1,4 @@
-"""How the fuzzers run a command (issue 25): in process for the commands
+"""How the fuzzers run a command: in process for the commands
 that run no compiled code, in a child process with a deadline, or in a
 long-lived worker process that dies alone when a command corrupts the heap.
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the fuzzers (issue 25): corruptors for every input
+"""Shared pieces of the fuzzers: corruptors for every input
 format, the promise a reading command must keep on each corrupted input,
 and runners that survive a crashing command.
 
@@ -53,7 +53,7 @@ def campaign_seconds(share: float) -> float:
     that with the fixed-size runs (plug-in faults, special files: about two
     minutes) the whole ``-m fuzz`` run takes about ten minutes here. The
     recordings campaign takes 0.4 of it; LATROUTE_FUZZ_SECONDS=1500 gives
-    it the issue's ten minutes."""
+    it ten minutes."""
     return float(os.environ.get("LATROUTE_FUZZ_SECONDS", "480")) * share
 
 
@@ -261,7 +261,7 @@ def broken_promise(o: Outcome, names: list[str], before: dict, watch: list[Path]
 
 def record(line: str) -> None:
     """Append a finding to LATROUTE_FUZZ_LOG (when set): the campaigns log
-    every broken promise there, not only the first, for the issue's note."""
+    every broken promise there, not only the first, for a report."""
     log = os.environ.get("LATROUTE_FUZZ_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as f:

@@ -27,7 +27,7 @@ class TwiceThroughput:
         return 2.0 * q.prompt / self.theta * self.speed + self.overhead
 
 
-# --- issue 25: plug-ins that look at everything they are given, and plug-ins that misbehave
+# --- plug-ins that look at everything they are given, and plug-ins that misbehave
 
 SEEN: list = []  # per call of a walking plug-in: (time, the ints it reached in BAND, every float it reached)
 BAND = (1_000_000, 2_000_000)  # the tests make true lengths distinct numbers in here (kept: the rest is dropped)

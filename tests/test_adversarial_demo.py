@@ -1,4 +1,4 @@
-"""``latroute demo --out`` (issue 11): the demo replaces its own earlier
+"""``latroute demo --out``: the demo replaces its own earlier
 outputs on every run, and nothing else. It wrote into a directory of
 someone's files (and replaced its subdirectories) with exit 0."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Adversarial cases of issue 11 for the CI gate (``check``), calibration
+"""Adversarial cases for the CI gate (``check``), calibration
 and ``trace query``: every bad input is refused in one line with exit 2 and
 nothing changed (``tests.adversarial.refused_cleanly``), and the behaviours
 that used to be silently wrong are asserted directly.

@@ -1,4 +1,4 @@
-"""Issue 11, validation at the input boundary: table-driven bad inputs for
+"""Validation at the input boundary: table-driven bad inputs for
 every importer, the Parquet reader, meta.json, pool files, engine.json and
 recorded steps. Every case is a clean refusal (tests/adversarial.py): exit
 2, one ``error:`` line naming file, row and column where there is one, no

@@ -1,4 +1,4 @@
-"""Issue 11, property-based: random corruptions of a real recording (a
+"""Property-based: random corruptions of a real recording (a
 consistent prefix of d1) and of small CSVs of every public importer format.
 Each corruption must be refused cleanly (tests/adversarial.py) with the
 file and, where there is one, the row and column; a truncation the files

@@ -1,4 +1,4 @@
-"""Adversarial outputs (issue 11), second part: two writers to one ``--out``,
+"""Adversarial outputs, second part: two writers to one ``--out``,
 debris of killed runs, the umask, and sweeps' outputs (split from
 test_adversarial_outputs.py, which keeps what ``--out`` and ``--force`` may
 touch).

@@ -1,4 +1,4 @@
-"""Adversarial outputs (issue 11): what ``--out`` and ``--force`` may touch.
+"""Adversarial outputs: what ``--out`` and ``--force`` may touch.
 
 Every writing command against every kind of place it must not write or
 replace (devices, pipes, sockets, links, user files and directories, ``.``
@@ -272,7 +272,7 @@ def test_a_profile_carries_the_marker_and_force_replaces_only_a_marked_one(tmp_p
 
 
 def test_estimate_onto_its_own_input_is_refused_and_the_input_survives(tmp_path, wl):
-    """The issue's reproduction: ``estimate n_self --out n_self --force``."""
+    """The reproduction: ``estimate n_self --out n_self --force``."""
     n_self = tmp_path / "n_self"
     subprocess.run(["cp", "-a", str(wl), str(n_self)], check=True)
     refused_cleanly(["estimate", n_self, "--out", n_self, "--force"], [tmp_path], "the input")

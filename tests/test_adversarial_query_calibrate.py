@@ -1,4 +1,4 @@
-"""Adversarial cases of issue 11 for ``trace query`` (read-only by default, every
+"""Adversarial cases for ``trace query`` (read-only by default, every
 escape refused naming the way out) and for ``calibrate`` on degenerate step
 logs: each bad input is refused in one line with exit 2 and nothing changed
 (split from test_adversarial_gate.py, which keeps the CI gate's cases).

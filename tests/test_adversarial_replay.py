@@ -1,4 +1,4 @@
-"""Replaying a trace whose arrivals are unknown (issue 11): ``replay`` and
+"""Replaying a trace whose arrivals are unknown: ``replay`` and
 ``sweep --trace`` ended in a traceback from the twin; now one line naming
 the first unknown row, before any work."""
 from __future__ import annotations

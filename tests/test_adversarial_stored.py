@@ -1,4 +1,4 @@
-"""Issue 11, validation of what latroute reads back: traces on disk (the
+"""Validation of what latroute reads back: traces on disk (the
 Parquet tables, meta.json, instances and quality tables), pool files and the
 step aggregates. Every case is a clean refusal (tests/adversarial.py): exit 2,
 one ``error:`` line naming file, row and column, nothing written (split from

@@ -1,4 +1,4 @@
-"""Statistical checks of the arrival processes (DESIGN section 5)."""
+"""Statistical checks of the arrival processes (the paper's setup, docs/results/paper.md)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Every image under docs/ comes out of the command its page names (issue 24).
+"""Every image under docs/ comes out of the command its page names.
 
 A page declares its figures above the ```bash block that makes them
 (docs/regenerate_figures.py). The static checks are fast and run in the

@@ -21,7 +21,7 @@ from traces.store import TraceWriter, open_trace
 
 
 def test_max_model_len_finishes_the_request_and_frees_its_blocks():
-    # issue 19's example: prompt 60, max_model_len 64, output 20, block size 16.
+    # the example: prompt 60, max_model_len 64, output 20, block size 16.
     # step 0 prefills 60 tokens (4 blocks) and samples token 1 (61 tokens);
     # steps 1-3 decode one token each; after step 3 prompt + outputs = 64 =
     # max_model_len, so vLLM's check_stop finishes it ("length") and frees

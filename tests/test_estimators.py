@@ -137,7 +137,7 @@ def test_estimate_cli_on_a_twin_trace(tmp_path):
 
 # ------------------------------------------------------------- real recordings
 
-TABLE = {  # recording: (calibrated on, SFS MAPE, trajectory error) from the issue
+TABLE = {  # recording: (calibrated on, SFS MAPE, trajectory error) as measured
     "d1_tinya_poisson_r3": ("d2_tinya_poisson_r5", 0.190, 0.013),
     "d2_tinya_poisson_r5": ("d1_tinya_poisson_r3", 0.189, 0.024),
     "d3_tinyb_mmpp4_r1.2": ("d3_tinyb_mmpp4_r1.2", 0.149, 0.048),

@@ -1,4 +1,4 @@
-"""Exact event skipping in the twin's kernel (issue 26, ``harness.twin.skip``):
+"""Exact event skipping in the twin's kernel (``harness.twin.skip``):
 with skipping on, every array of an instance (scheduler state, in-flight
 plan, times, noise stream, speed factor, step log, outcomes) is bit for
 bit what step-by-step scheduling leaves, after every ``advance`` call, and

@@ -1,9 +1,9 @@
-"""The fleet loop (issue 26: event queue, incremental views) changes no
+"""The fleet loop (event queue, incremental views) changes no
 result byte.
 
 Each cell replays a small Poisson workload through ``replay`` and hashes
 every column of the served requests (and, where recorded, the step log);
-the expected digests were computed by main at 8d9f8d7, before the event
+the expected digests were computed by latroute at commit 8d9f8d7, before the event
 queue, by running this module's ``cells`` there (``python
 tests/test_fleet_loop.py`` with ``PYTHONPATH`` at that checkout prints
 them). Cells: the paper pool and a 24-instance replica pool, noise on and
@@ -55,14 +55,14 @@ def run_cell(name: str) -> str:
     wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=3))
     res = replay(load_pool(pool), pool, wl.requests, wl.quality,
                  ReplayConfig(router=router, seed=5, noise=noise, view_interval_ms=interval, record_steps=steps,
-                              ties="lowest-index"))  # main's one replica order
+                              ties="lowest-index"))  # the one-level loop's one replica order
     parts = [digest_frame(res.requests), str(res.twin.steps_run)]
     if steps:
         parts += [digest_frame(res.twin.steps), digest_frame(res.twin.step_items)]
     return "/".join(parts)
 
 
-EXPECTED = {  # main at 8d9f8d7
+EXPECTED = {  # latroute at commit 8d9f8d7
     "paper-oracle": "cc5fa1a34530d60722e7d51e/13084",
     "paper-sfs-hard-noise": "f050323e8b94135da29b5b1a/30434/687c7cd80381d5a1e1278193/f34c2577f091ec4a106ab504",
     "paper-sq-quiet": "95a92e4bad84f22be827b1ea/28484",

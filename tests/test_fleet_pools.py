@@ -1,4 +1,4 @@
-"""Replica pools (issue 26): ``replicas: N`` entries and the built-in
+"""Replica pools: ``replicas: N`` entries and the built-in
 ``qwen3-h100-x8/-x32/-x128``."""
 from __future__ import annotations
 

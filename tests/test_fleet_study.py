@@ -1,4 +1,4 @@
-"""The fleet diagnosis (issue 26): per-decision records of a replica-pool
+"""The fleet diagnosis: per-decision records of a replica-pool
 replay, their summary and figure."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fleet-sized workloads (issue 26): the Azure conversation trace's arrival
+"""Fleet-sized workloads: the Azure conversation trace's arrival
 shape at fleet rates (``--arrival azure-conv``), and traces of hundreds of
 q/s through ``trace generate`` and a sweep cell's ``--trace`` path."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fuzzing the live-run inputs (issue 25): the server recording's
+"""Fuzzing the live-run inputs: the server recording's
 requests.csv and the client trace that ``trace join`` reads, and the
 rotated parts (steps.NNNNN.jsonl, requests.NNNNN.csv) that ``record
 finish`` joins. One random corruption each.

@@ -1,4 +1,4 @@
-"""Plug-in faults (issue 25): router and estimator plug-ins are foreign
+"""Plug-in faults: router and estimator plug-ins are foreign
 code. One that raises in ``__init__``, ``choose`` or ``estimate``, or
 returns an index out of range, negative, NaN, a float, None or a string (a
 TTFT that is NaN, negative or not a number), is reported as ``error: plug-in 'mod:Class' ...`` with exit 2, and
@@ -69,7 +69,7 @@ def judged(o: Outcome, spec: str, out: Path) -> str | None:
         return f"exit {o.code}: {(lines or [''])[-1][:200]}"
     if o.code != 2 or len(lines) != 1:
         return f"exit {o.code}, {len(lines)} stderr lines: {(lines or [''])[0][:200]}"
-    # the issue's "error: plug-in 'mod:Class' ..." (click's "latroute CMD: " before it, or "router"/"estimator", allowed)
+    # the promised "error: plug-in 'mod:Class' ..." (click's "latroute CMD: " before it, or "router"/"estimator", allowed)
     if not re.match(rf"error: (latroute [\w ]+: )?((router|estimator) )?plug-in '?{re.escape(spec)}", lines[0]):
         return f"exit 2 but not 'error: plug-in {spec} ...': {lines[0][:200]}"
     if out.exists() or any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir()):

@@ -1,4 +1,4 @@
-"""Fuzzing the public trace formats (issue 25): small slices of the shared
+"""Fuzzing the public trace formats: small slices of the shared
 Azure, Mooncake, LMBench and vLLM-bench files (and a BurstGPT-shaped CSV:
 the shared data has none), one random corruption each, imported with
 ``trace import FORMAT``; what is accepted is then replayed (``replay

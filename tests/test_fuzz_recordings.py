@@ -1,4 +1,4 @@
-"""Fuzzing vLLM recordings (issue 25): one random corruption of one file of
+"""Fuzzing vLLM recordings: one random corruption of one file of
 a real recording (a consistent prefix of d1: engine.json, requests.csv,
 steps.jsonl) at a random position, then every command that reads it.
 
@@ -85,7 +85,7 @@ def _output_ok(out: Path) -> None:
 def test_corrupted_recordings_never_crash_the_kernels(pristine, tmp_path):
     """estimate, validate, calibrate and replay never crash, hang or fail
     internally on anything the importer accepts, and the importer accepts
-    or refuses every corruption cleanly (the issue's 10-minute run: this
+    or refuses every corruption cleanly (a 10-minute run: this
     campaign's share of LATROUTE_FUZZ_SECONDS, 0.4 by default)."""
     profile = tmp_path / "profile.json"
     base = tmp_path / "tr"

@@ -1,4 +1,4 @@
-"""Fuzzing what latroute wrote and reads back (issue 25): result
+"""Fuzzing what latroute wrote and reads back: result
 directories given to ``report`` and ``check`` (metrics.json, metrics.parquet),
 baselines, sweep directories (``sweep --resume``: cells, results.parquet,
 sweep.json), sweep specs (``sweep --spec`` TOML), pool files (``replay

@@ -1,4 +1,4 @@
-"""Signals at random moments (issue 25): SIGINT or SIGTERM sent to a
+"""Signals at random moments: SIGINT or SIGTERM sent to a
 writing command (``trace generate``, ``trace import``, ``replay``,
 ``sweep``) after a drawn delay, in a child process of its own.
 

@@ -1,4 +1,4 @@
-"""Special files in place of inputs (issue 25): a FIFO, a directory, an
+"""Special files in place of inputs: a FIFO, a directory, an
 empty file and a symlink to /dev/zero where each reading command expects a
 regular file (every file of a recording, a stored trace, a public CSV, a
 profile, a pool, a baseline, a sweep spec, a sweep cell, a join's

@@ -1,4 +1,4 @@
-"""Fuzzing stored traces (issue 25): a trace directory written by
+"""Fuzzing stored traces: a trace directory written by
 ``traces.store.TraceWriter`` (the import of a small recording: Parquet
 tables and meta.json), one random corruption: meta.json's text, a Parquet
 file's bytes, or a table rewritten with one hostile cell, a dropped column,

@@ -1,4 +1,4 @@
-"""Drift in the twin (issue 13): an instance whose true speed differs from
+"""Drift in the twin: an instance whose true speed differs from
 its profile (``host_speed``), the running speed factor each twin instance
 learns from its completed steps, and latency-aware routers that use it
 (``--online-speed``)."""

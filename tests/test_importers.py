@@ -103,7 +103,7 @@ def test_azure_fixture_2023_and_2024(tmp_path):
 
 
 def test_trace_query_gives_wall_clock_times_where_the_source_had_them(tmp_path):
-    """Issue 18: the README's time-bucket query printed dates in 1970 (the
+    """The README's time-bucket query printed dates in 1970 (the
     trace's seconds taken as Unix time); wall_clock() adds the source's start."""
     do_import("azure", write(tmp_path, "AzureLLMInferenceTrace_conv.csv", AZURE), tmp_path / "a")
     sql = "select date_trunc('second', wall_clock(arrival_s)) s, count(*) n from requests group by 1 order by 1"

@@ -40,7 +40,7 @@ def test_lint_imports_passes():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-# (module file, lines appended, contract id, the module the report must name): each leak of issue 24
+# (module file, lines appended, contract id, the module the report must name): each leak once found
 LEAKS = [
     ("traces/importers/vllm_record.py", ["from estimators.engine import config"], "traces",
      "traces.importers.vllm_record"),

@@ -1,4 +1,4 @@
-"""The learned estimator (issue 28): causality of its online training,
+"""The learned estimator: causality of its online training,
 determinism, its cold start, and ``latroute estimate --estimators learned``."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Routers over the learned estimator (issue 28): ``learned-hard``,
+"""Routers over the learned estimator: ``learned-hard``,
 ``learned-cc`` and ``llmd-headroom`` -- their registry entries, the
 first-token feed's causality, determinism of a replay, the fleet pools."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15's held-out target on the real A100 runs: the profile calibrated
+"""The held-out target on the real A100 runs: the profile calibrated
 on the Llama-3.3-70B 1 and 16 q/s runs (16 q/s warm, the front end as
 measured on a real vLLM server) predicts the held-out 4 q/s and
 all-at-once runs' mean and p99 TTFT within 15%. Marked ``realdata``: the

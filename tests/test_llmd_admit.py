@@ -1,4 +1,4 @@
-"""``llmd-admit`` (issue 28): llm-d's latency-slo-admitter in front of
+"""``llmd-admit``: llm-d's latency-slo-admitter in front of
 ``llmd-headroom``, and shedding in the twin -- the admission rule on
 hand-built endpoints, a shed request's outcome in every metric, determinism,
 and that the admitter never changes which instance an admitted request gets."""

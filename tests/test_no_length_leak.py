@@ -1,4 +1,4 @@
-"""No router sees true output lengths (issue 10).
+"""No router sees true output lengths.
 
 Property: at every arrival, a router's decision does not change when the
 true output lengths -- the query's and every resident's -- are changed while

@@ -1,5 +1,5 @@
 """Explicit policies for what a trace lacks (SLOs, quality, predicted
-lengths), burstiness end to end, and the result header (issue 10)."""
+lengths), burstiness end to end, and the result header."""
 from __future__ import annotations
 
 import json

@@ -31,7 +31,7 @@ def test_validate_hit_rate_and_cache_blind_estimate(recordings, tmp_path):
         traj[flag] = m["sfs_attribution"]["trajectory_error"]
         assert m["score_window"] == [0.3, 1.0] and 60 < m["estimators"]["sfs"]["n"] < 120  # the rest only
     assert mape[""] < 0.2 and mape["--cache-blind"] > 3 * mape[""]
-    assert traj[""] <= 0.05 < traj["--cache-blind"]  # issue 12: the trajectory error with the cache model
+    assert traj[""] <= 0.05 < traj["--cache-blind"]  # the trajectory error with the cache model
     # the error by cached share: the blind SFS grows with the share, the cache model does not
     blind, model = by_share["--cache-blind"], by_share[""]
     assert sum(b["n"] for b in model.values()) == m["estimators"]["sfs"]["n"]
@@ -62,7 +62,7 @@ def test_cache_aware_baselines_count_only_uncached_prompt_tokens(recordings, tmp
 
 def test_calibrate_says_why_a_form_was_left_out(recordings, tmp_path):
     """On all of d10 the six-term fit needs a negative decode cost: calibrate
-    leaves it out (issue 11) and says so beside the forms it compared."""
+    leaves it out and says so beside the forms it compared."""
     res = run_cli("calibrate", recordings / "d10_tinyb_sessions_r0.15_pc", "--out", tmp_path / "p.json")
     assert res.exit_code == 0, res.output
     assert any(ln.startswith("six") and "left out: coefficient D" in ln for ln in res.output.splitlines()), res.output

@@ -1,4 +1,4 @@
-"""The README's walkthrough runs as written (issue 24: docs that cannot rot).
+"""The README's walkthrough runs as written (docs that cannot rot).
 
 Every ```bash block of README.md after the first (the two set-up commands)
 runs, in order, in one shell per block (``bash -euo pipefail``), in a

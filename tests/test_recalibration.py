@@ -1,4 +1,4 @@
-"""Online recalibration of SFS's quantiles (issue 16): it learns only from
+"""Online recalibration of SFS's quantiles: it learns only from
 first tokens that came back before the query, its coverage guarantee holds
 exactly, and on every real recording, each calibrated on another, the
 recalibrated p50 and p90 are within 5 points of nominal."""
@@ -108,7 +108,7 @@ def test_estimate_reports_both_coverages(recordings, tmp_path):
 
 
 def test_every_recording_within_five_points(recordings):
-    """Issue 16's coverage target on all of ../shared/data/vllm_cpu, each
+    """The coverage target on all of ../shared/data/vllm_cpu, each
     calibrated on another recording of its model and host (or its own first
     30% of steps when it has no sibling), oracle lengths."""
     res = study(recordings, recalibration=RecalibrationConfig())

@@ -341,7 +341,7 @@ def test_server_recording_reproduces_d8_prefix_hits(tmp_path):
 
 
 def test_record_engine_twice_the_engines_own_spread_and_the_twin(tmp_path):
-    """Issue 14: d1's workload recorded twice by `record engine` on one quiet
+    """D1's workload recorded twice by `record engine` on one quiet
     host. Both runs reproduce step by step; per-request TTFT differs between
     the runs by the engine's own spread, and the twin (each run validated
     with a profile fitted on the other) is within that spread's reach."""

@@ -125,7 +125,7 @@ def test_every_result_declares_its_kind_and_check_refuses_another_kind(results, 
     assert m["router_capabilities"]["sfs-soft"]["uses_delta"] and not m["router_capabilities"]["shortest-queue"]["uses_delta"]
 
 
-# -- the figures' content (issue 18: each test failed on the old figures) --
+# -- the figures' content (each test failed on the old figures) --
 
 def _specs(results, *names):
     from reports.results import load_result

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -148,9 +150,11 @@ def test_route_fields_round_trip_through_the_proxys_reader(tmp_path):
 
 
 def _study(args: list[str], out) -> None:
-    from harness.studies.route_live import main
-
-    main([*args[:1], str(out), *args[1:]])
+    """``latroute study route-live ARGS`` as a user runs it (its own process: it starts servers)."""
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "study", "route-live", args[0], str(out), *args[1:]],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(r.stdout)
 
 
 @pytest.mark.docs

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.studies.fleet_acceptance import load_cells
-from harness.studies.router_shares import main, shares
+from harness.studies.router_shares import shares
 
 # per router: OnTimeUtility at (rate 2, rate 4) for seeds 0-2, and each cell's wall seconds
 CELLS = {"oracle": ([0.6, 0.5], [0.61, 0.52], [0.59, 0.49], 3.0), "sfs-cc": ([0.6, 0.45], [0.6, 0.5], [0.58, 0.44], 1.0),
@@ -48,10 +48,12 @@ def test_shares_pair_seeds_and_ratio_cell_times(tmp_path):
     assert "vs_reference" not in res["routers"]["sfs-cc"] and "vs_oracle" not in res["routers"]["oracle"]
 
 
-def test_unknown_reference_is_one_line_exit_2(tmp_path, capsys):
-    assert main([str(_sweep(tmp_path)), "--reference", "sfs-hard"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "sfs-hard" in err[0] and "learned-cc" in err[0]
+def test_unknown_reference_is_one_line_exit_2(tmp_path):
+    from tests.adversarial import refused_cleanly
+
+    sweep = _sweep(tmp_path)
+    refused_cleanly(["study", "router-shares", sweep, "--reference", "sfs-hard"], [sweep], "--reference",
+                    "sfs-hard", "learned-cc")
 
 
 def test_a_tie_policy_labels_the_routers_it_reaches_not_the_oracle(tmp_path):

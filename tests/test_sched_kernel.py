@@ -40,7 +40,7 @@ class Engine:
 
 
 def test_reference_worked_example_budget_split():
-    # DESIGN/reference 2.5: budget 2048, 10 running decodes, a 5000-token prompt
+    # a worked example: budget 2048, 10 running decodes, a 5000-token prompt
     e = Engine(max_num_batched_tokens=2048, max_num_seqs=64, block_size=16, num_kv_blocks=100_000)
     for r in range(10):
         e.add(r, 100, outputs=100)

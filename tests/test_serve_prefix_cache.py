@@ -1,4 +1,4 @@
-"""Prefix caching in ``latroute serve`` (issue 29): block hash ids from the
+"""Prefix caching in ``latroute serve``: block hash ids from the
 prompts' own token ids, hits as vLLM grants them (the shared full blocks,
 capped so one token is computed), vLLM's prefix-cache counters, and a
 recording the offline twin replays with the same hits and the same steps.

@@ -1,4 +1,4 @@
-"""Drop-in (issue 29): vLLM's own benchmark client, run in vLLM's
+"""Drop-in: vLLM's own benchmark client, run in vLLM's
 environment and unmodified, against ``latroute serve``; its result JSON
 imports with ``trace import vllm-bench``. Runs when LATROUTE_VLLM_PYTHON
 names vLLM's interpreter, skips otherwise.

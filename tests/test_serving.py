@@ -48,7 +48,7 @@ def test_option_parsing():
     for bad in ("0,50", "x"):
         with pytest.raises(ValueError):
             parse_percentiles(bad)
-    for bad in ("ttfx:3", "ttft:-1", "ttft:abc", "ttft:nan", "tpot:inf"):  # NaN passed "<= 0" (issue 11)
+    for bad in ("ttfx:3", "ttft:-1", "ttft:abc", "ttft:nan", "tpot:inf"):  # NaN passed "<= 0"
         with pytest.raises(ValueError):
             parse_goodput(bad)
 

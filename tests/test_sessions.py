@@ -1,5 +1,5 @@
 """Multi-turn session workloads: prefix-chained hash ids, growing history,
-the request rate kept, DESIGN's SLO rule, determinism, and the ideal hit rate
+the request rate kept, the paper's SLO rule, determinism, and the ideal hit rate
 that ``trace info`` reports."""
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_slo_and_determinism(tmp_path):
     pd.testing.assert_frame_equal(a.requests, b.requests)
     r = a.requests
     assert (r["arrival_s"] < 60).all()
-    base = 0.155 + 0.035e-3 * r["prompt_tokens"].to_numpy()  # DESIGN's rule, per request
+    base = 0.155 + 0.035e-3 * r["prompt_tokens"].to_numpy()  # the paper's SLO rule, per request
     assert np.all(r["slo_ttft_s"] >= np.clip(base * 0.98, 0.15, 1.12) - 1e-12)
     assert np.all(r["slo_ttft_s"] <= np.clip(base * 1.02, 0.15, 1.12) + 1e-12)
     assert len(a.quality) == 3 * len(r)

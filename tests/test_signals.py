@@ -1,4 +1,4 @@
-"""Killed runs (issue 11): SIGKILL in the middle of import, generate, sweep,
+"""Killed runs: SIGKILL in the middle of import, generate, sweep,
 estimate and report leaves no orphan process after 5 s, no partial --out
 (a previous one untouched), and the next run to the same --out removes the
 debris (saying so in one line); SIGTERM stops a sweep and its workers at

@@ -140,8 +140,8 @@ def test_every_table_schema_has_required_columns():
 
 
 def test_atomic_write_never_writes_into_or_replaces_a_pipe(tmp_path):
-    """A pipe is refused, neither replaced nor written through (issue 11:
-    --out /dev/null used to be written into or replaced)."""
+    """A pipe is refused, neither replaced nor written through (--out /dev/null
+    used to be written into or replaced)."""
     import os
     import stat
 

@@ -83,7 +83,7 @@ def test_catalogue_and_fixtures_match():
     scenarios; skipped tests give a reason."""
     rows = catalogue()
     by_name = {load(p)["name"]: load(p) for p in FIXTURES}
-    # async-specific scenarios (issue 27; the async copies of the scenarios above are checked by test_async_peer)
+    # async-specific scenarios (the async copies of the scenarios above are checked by test_async_peer)
     by_name.update({f"async/{fx['name']}": fx for fx in map(load, sorted((PEER / "fixtures" / "async").glob("*.json")))
                     if fx["name"] not in by_name})
     assert len({(r["file"], r["test"]) for r in rows}) == len(rows), "a test is listed twice"

@@ -105,7 +105,7 @@ def test_lengths_and_arrivals_from_another_trace(tmp_path):
 
 
 def test_lengths_from_a_trace_without_tasks_are_labelled_with_its_name(tmp_path):
-    """Issue 18: lengths from an imported trace were labelled with the
+    """Lengths from an imported trace were labelled with the
     paper's tasks (and given those tasks' accuracies); they carry the
     source's name and the one-task accuracy model instead."""
     from traces.store import TraceWriter

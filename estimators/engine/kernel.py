@@ -2,7 +2,8 @@
 ``SchedState`` bundle. It is the only implementation of the scheduling
 rules; the engine twin and SFS both call it.
 
-Policies (``../shared/reference/vllm_v1_scheduler.md``):
+Policies (vLLM 0.32's ``vllm/v1/core/sched/scheduler.py``,
+https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.py):
 
 - ``vllm-v1`` (vLLM 0.32/0.33 V1, FCFS, sync scheduling): pass 1 walks
   ``running`` in admission order giving each request what it lacks (capped

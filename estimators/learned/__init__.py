@@ -1,4 +1,4 @@
-"""The learned TTFT estimator family (issue 28): what vLLM teams deploy
+"""The learned TTFT estimator family: what vLLM teams deploy
 today for latency-aware routing, llm-d's predicted-latency producer, built
 on the same honest instance view every latroute estimator reads.
 

@@ -2,7 +2,7 @@
 
 Why: LightGBM's ``Booster.predict`` on one row costs ~100-300 µs of Python
 and C set-up, and a router asks three boosters per instance per decision
-(6.8 ms per decision at three instances, issue 28): the prediction, not
+(6.8 ms per decision at three instances): the prediction, not
 the training, was the learned routers' cost. The walk itself is a few
 hundred node visits. It follows LightGBM's ``Tree::NumericalDecision``
 (a NaN is 0 unless the node's missing type is NaN; a missing value --

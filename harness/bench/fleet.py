@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POOLS = {3: "qwen3-h100", 24: "qwen3-h100-x8", 96: "qwen3-h100-x32", 384: "qwen3-h100-x128"}
-# sfs-cc with the default replica choice (random), and with lowest-index: main's one order before the two-level
-# routers, whose decision walks every full replica of the chosen model (the cost against main, like for like)
+# sfs-cc with the default replica choice (random), and with lowest-index: the one-level loop's one order,
+# whose decision walks every full replica of the chosen model (the cost against --against, like for like)
 ROUTERS = ("shortest-queue", "sfs-cc", "sfs-cc --ties lowest-index")
 RATE_PER_INSTANCE = 8.0 / 3.0  # the paper's 8 q/s on three instances
 CELL = Path(__file__).with_name("fleet_cell.py")

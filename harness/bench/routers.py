@@ -1,7 +1,7 @@
 """Router decision cost (``latroute bench --only routers``).
 
 Every built-in router replays the same workload (pool qwen3-h100, Poisson,
-DESIGN's defaults) and reports the mean wall time of one routing decision,
+the paper's defaults) and reports the mean wall time of one routing decision,
 measured by the replay around each router call, and the replay's speed.
 Why one workload for all: a decision's cost depends on the load it sees
 (how many instances an SFS hard rule must estimate, how long their queues

@@ -77,7 +77,7 @@ class SloPolicy(click.ParamType):
         return "|".join(self.allowed)
 
 
-SLO_HELP = ("constant:MS = MS milliseconds for every request (e.g. constant:500: DESIGN's rule asks 150-1120 ms, "
+SLO_HELP = ("constant:MS = MS milliseconds for every request (e.g. constant:500: the paper's rule asks 150-1120 ms, "
             "which a pool whose TTFTs are seconds never meets)")
 
 
@@ -123,7 +123,7 @@ def policy_options(f):
                           f"1 - lambda * cost), or {QUALITY_FILE_HELP}. Default: table if the trace has one for "
                           "the pool's models, else model if it knows them, else none.")(f)
     f = click.option("--slo", "slo_policy", type=SloPolicy(),
-                     help="TTFT SLOs: the trace's slo_ttft_s (column), DESIGN's rule on the prompt length, "
+                     help="TTFT SLOs: the trace's slo_ttft_s (column), the paper's SLO rule on the prompt length, "
                           f"{SLO_HELP}, or none (every served request on time). Default: column if present, "
                           "else rule.")(f)
     f = click.option("--lengths", "lengths_policy", metavar="|".join(LENGTH_POLICIES),

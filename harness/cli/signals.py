@@ -2,7 +2,7 @@
 
 Apart from the error path (``harness.cli``) because it is process-wide
 state: a handler installed while a command runs and removed after it, and
-one installed while the command line itself is importing (issue 25: SIGTERM
+one installed while the command line itself is importing (SIGTERM
 killed a run without removing its temporaries, bench's synthetic CSV among
 them; Ctrl-C in the first ~0.3 s printed a KeyboardInterrupt traceback).
 """

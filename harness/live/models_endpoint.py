@@ -1,7 +1,7 @@
 """Where a server's answer enters loadgen: ``GET /v1/models``.
 
-Kept apart from the load itself because this is an input like any file
-(issue 25): the answer is size- and depth-checked before it is parsed (a
+Kept apart from the load itself because this is an input like any file:
+the answer is size- and depth-checked before it is parsed (a
 10,000-deep answer made ``json.loads`` raise RecursionError, an internal
 error), refused in one line naming the URL, and every wait on it has a
 deadline the caller bounds by ``--time-limit`` (a server that never

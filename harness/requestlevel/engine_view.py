@@ -21,7 +21,7 @@ import pandas as pd
 
 from harness.twin.simulation import TwinResult
 
-TOLERANCE = 0.03  # issue 27's target: within 3% of measured
+TOLERANCE = 0.03  # the target: within 3% of measured
 QUEUED_COLUMNS = ("added_s", "scheduled_s")
 
 

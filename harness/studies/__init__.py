@@ -1,5 +1,6 @@
-"""Scripted studies whose figures the docs cite, run as ``python -m
-harness.studies.NAME``.
+"""The studies whose tables and figures the results pages show, one module
+each, run as ``latroute study NAME`` (``harness.cli.study``: the options,
+the refusals, a lazy import of the module).
 
 May import anything in latroute.
 """

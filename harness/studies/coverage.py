@@ -1,5 +1,5 @@
-"""Coverage of SFS's TTFT distribution on every real vLLM recording
-(issue 16): each recording estimated with oracle lengths, its profile
+"""Coverage of SFS's TTFT distribution on every real vLLM recording:
+each recording estimated with oracle lengths, its profile
 calibrated on another recording of the same model and host (d1 on d2,
 d2-d7 on d1, d1b/d1c on each other, d8 on d9, d9 on d8), or, where the
 recording is the only one of its model and host (d3, d10), on its own first
@@ -8,7 +8,7 @@ Recordings whose decision agreement with the kernel is below 100% (the
 prefix-cache ones before the prefix-cache kernel lands) are reported as
 pending, not scored.
 
-``python -m harness.studies.coverage RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate[=STEP]]``
+``latroute study coverage RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate[=STEP]]``
 (recordings imported with ``latroute trace import vllm-record``; ``--in-sample``: each recording
 calibrated on itself, the ceiling when the profile comes from the same run and host; ``--recalibrate``:
 the quantiles recalibrated online from earlier first tokens, ``estimators.recalibration``, and the
@@ -16,8 +16,6 @@ model's own coverage reported beside it).
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,31 +130,23 @@ def within(row: dict, points: float = 5.0) -> bool:
     return abs(100 * row["p50"] - 50) <= points and abs(100 * row["p90"] - 90) <= points
 
 
-def main(argv: list[str]) -> None:  # pragma: no cover
-    recal = next((a for a in argv if a.startswith("--recalibrate")), None)
-    step = float(recal.partition("=")[2] or RecalibrationConfig().step) if recal else None
-    res = study(Path(argv[1]), online_speed="--online-speed" in argv, in_sample="--in-sample" in argv,
-                recalibration=RecalibrationConfig(step) if recal else None)
-    Path(argv[2]).write_text(json.dumps(res, indent=1))
+def print_rows(res: dict, step: float | None, echo=print) -> None:
+    """One line per recording (and the recalibration's before and constant lines), then the count within 5 points."""
     for name, r in res.items():
         if r["status"] == "scored":
-            print(f"{name:<34} n {r['n']:>4}  p50 {100 * r['p50']:5.1f}%  p90 {100 * r['p90']:5.1f}%  "
-                  f"p99 {100 * r['p99']:5.1f}%  SFS MAPE {100 * r['sfs_mape']:5.1f}%  (calibrated on {r['calibrated_on']}; "
-                  f"agreement {r['decision_agreement']:.3f})")
+            echo(f"{name:<34} n {r['n']:>4}  p50 {100 * r['p50']:5.1f}%  p90 {100 * r['p90']:5.1f}%  "
+                 f"p99 {100 * r['p99']:5.1f}%  SFS MAPE {100 * r['sfs_mape']:5.1f}%  (calibrated on {r['calibrated_on']}; "
+                 f"agreement {r['decision_agreement']:.3f})")
             if "raw" in r:
                 raw, c = r["raw"], r["constant_recalibrated"]
-                print(f"{'':<34} before recalibration (step {step:g}): p50 {100 * raw['p50']:5.1f}%  "
-                      f"p90 {100 * raw['p90']:5.1f}%  p99 {100 * raw['p99']:5.1f}%; pinball p50/p90 "
-                      f"{raw['pinball']['p50']:.3f}/{raw['pinball']['p90']:.3f} -> {r['pinball']['p50']:.3f}/"
-                      f"{r['pinball']['p90']:.3f}, p90/p50 {r['p90_over_p50']:.2f}")
-                print(f"{'':<34} a constant recalibrated the same way: p50 {100 * c['p50']:5.1f}%  "
-                      f"p90 {100 * c['p90']:5.1f}%; pinball {c['pinball']['p50']:.3f}/{c['pinball']['p90']:.3f}, "
-                      f"p90/p50 {c['p90_over_p50']:.2f}")
+                echo(f"{'':<34} before recalibration (step {step:g}): p50 {100 * raw['p50']:5.1f}%  "
+                     f"p90 {100 * raw['p90']:5.1f}%  p99 {100 * raw['p99']:5.1f}%; pinball p50/p90 "
+                     f"{raw['pinball']['p50']:.3f}/{raw['pinball']['p90']:.3f} -> {r['pinball']['p50']:.3f}/"
+                     f"{r['pinball']['p90']:.3f}, p90/p50 {r['p90_over_p50']:.2f}")
+                echo(f"{'':<34} a constant recalibrated the same way: p50 {100 * c['p50']:5.1f}%  "
+                     f"p90 {100 * c['p90']:5.1f}%; pinball {c['pinball']['p50']:.3f}/{c['pinball']['p90']:.3f}, "
+                     f"p90/p50 {c['p90_over_p50']:.2f}")
         else:
-            print(f"{name:<34} {r['status']} (agreement {r['decision_agreement']:.3f})")
+            echo(f"{name:<34} {r['status']} (agreement {r['decision_agreement']:.3f})")
     scored = [r for r in res.values() if r["status"] == "scored"]
-    print(f"p50 and p90 within 5 points of nominal: {sum(within(r) for r in scored)} of {len(scored)}")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv)
+    echo(f"p50 and p90 within 5 points of nominal: {sum(within(r) for r in scored)} of {len(scored)}")

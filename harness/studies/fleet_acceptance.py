@@ -1,4 +1,4 @@
-"""The fleet acceptance table (issue 26) from several sweeps of one pool.
+"""The fleet table (docs/results/fleet.md) from several sweeps of one pool.
 
 Why several: a sweep has one request count per cell, and a fleet cell must
 simulate >= 500 s at every rate, so each rate is its own sweep with
@@ -18,13 +18,11 @@ seeds the oracle ran (when it ran fewer than the others, on those only,
 said in the output); and the best SFS router against every non-SFS router,
 paired over the seeds all of them ran.
 
-``python -m harness.studies.fleet_acceptance SWEEP_DIR... [--json OUT.json]`` prints a Markdown table.
+``latroute study fleet-acceptance SWEEP_DIR... [--json OUT.json]`` prints a Markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -195,19 +193,3 @@ def markdown(res: dict) -> str:
             lines.append(f"| {other} | {d['mean']:+.3f} {_ci(d)} | {r['mean']:.3f} {_ci(r, '{:.3f}')} | "
                          f"{p['seeds']} |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.studies.fleet_acceptance", description=__doc__.split("\n")[0])
-    ap.add_argument("sweeps", nargs="+", type=Path)
-    ap.add_argument("--json", type=Path, help="also write the numbers as JSON")
-    a = ap.parse_args(argv)
-    res = acceptance(load_cells(a.sweeps))
-    print(markdown(res))
-    if a.json:
-        a.json.write_text(json.dumps(res, indent=2, default=float) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

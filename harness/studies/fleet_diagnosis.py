@@ -1,4 +1,4 @@
-"""Why SFS loses its lead on replica pools (issue 26): one sweep cell
+"""Why SFS loses its lead on replica pools: one sweep cell
 replayed with its router's every decision recorded.
 
 Per request it records the replica chosen, the router's estimated TTFT of
@@ -17,17 +17,15 @@ the same pool, rate, requests, router and seed. The router is the one
 ``make_router`` for the duration of the replay rather than rebuilding the
 replay here (one replay path, not two that could drift apart).
 
-``python -m harness.studies.fleet_diagnosis --pool qwen3-h100-x8 --rate 48 --requests 24000 --router sfs-cc
+``latroute study fleet-diagnosis --pool qwen3-h100-x8 --rate 48 --requests 24000 --router sfs-cc
 --out DIR [--seed S] [--ties POLICY]`` writes ``DIR/decisions.parquet`` and ``DIR/summary.json``
-(``reports.fleet_diagnosis.summarize``); ``python -m reports.fleet_diagnosis DIR... --out FIG.png`` draws them.
+(``reports.fleet_diagnosis.summarize``); ``latroute study fleet-diagnosis-figure DIR... --out FIG.png`` draws them.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -130,31 +128,17 @@ def diagnose(pool: str, rate: float, requests: int, router: str, seed: int = 0, 
     })
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.studies.fleet_diagnosis", description=__doc__.split("\n")[0])
-    ap.add_argument("--pool", default="qwen3-h100-x8")
-    ap.add_argument("--rate", type=float, required=True)
-    ap.add_argument("--requests", type=int, required=True)
-    ap.add_argument("--router", default="sfs-cc")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ties", default=None, help="tie policy (needs the fleet routers' --ties)")
-    ap.add_argument("--noise", choices=("on", "off"), default="on", help="the twin's step-time noise")
-    ap.add_argument("--lengths", default=None, help="predicted-length policy, as sweep --lengths (e.g. oracle)")
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    d = diagnose(a.pool, a.rate, a.requests, a.router, a.seed, a.ties, noise=a.noise == "on", lengths=a.lengths)
-    a.out.mkdir(parents=True, exist_ok=True)
-    d.to_parquet(a.out / "decisions.parquet", index=False)
+def run(pool: str, rate: float, requests: int, router: str, seed: int, ties: str | None, noise: bool,
+        lengths: str | None, out: Path) -> dict:
+    """Diagnose the cell; write ``out/decisions.parquet`` and ``out/summary.json``; the summary."""
+    d = diagnose(pool, rate, requests, router, seed, ties, noise=noise, lengths=lengths)
+    out.mkdir(parents=True, exist_ok=True)
+    d.to_parquet(out / "decisions.parquet", index=False)
     s = summarize(d)
     from harness.twin.pools import load_pool
 
-    s.update({"pool": a.pool, "rate": a.rate, "router": a.router, "seed": a.seed, "ties": a.ties,
-              "lengths": a.lengths, "noise": a.noise,
-              "instance_ids": [c.instance_id for c in load_pool(a.pool).instances]})
-    (a.out / "summary.json").write_text(json.dumps(s, indent=2, default=float) + "\n")
-    print(json.dumps({k: s[k] for k in ("ontime_utility", "slo_attainment", "by_same_replica_gap")}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    s.update({"pool": pool, "rate": rate, "router": router, "seed": seed, "ties": ties,
+              "lengths": lengths, "noise": "on" if noise else "off",
+              "instance_ids": [c.instance_id for c in load_pool(pool).instances]})
+    (out / "summary.json").write_text(json.dumps(s, indent=2, default=float) + "\n")
+    return s

@@ -98,7 +98,7 @@ class VllmServer:
 def start_real(stack: ExitStack, python: str, names: list[str], parent: Path,
                feeds: bool = False) -> tuple[list[str], Path, list[str | None]]:
     """tiny-a on core 0, tiny-b on core 1 (names in pool order): their URLs,
-    this session's directory (``parent/sessionK``, the first free K: a
+    this start's directory (``parent/sessionK``, the first free K: a
     recording never goes into a used directory) and, with ``feeds``, each
     one's state feed URL (for ``--view exact``; else None), stopped when
     ``stack`` closes."""

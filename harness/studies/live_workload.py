@@ -8,7 +8,7 @@ those of ``shared/data/vllm_cpu``'s recordings (prompt lognormal, median
 300, sigma 0.8, in [8, 2000]; output median 60, sigma 0.9, in [1, 400]);
 each request belongs to one task of the pool file's ``notes.accuracy``
 (uniformly), whose per-model mean accuracy the generator's accuracy model
-draws around (``traces.quality.draw_accuracy``); the SLO is DESIGN's rule
+draws around (``traces.quality.draw_accuracy``); the SLO is the paper's rule
 on the prompt length times ``slo_scale`` (the rule is an H100's; the CPU
 models are slower); predicted output lengths are the generator's (true
 length plus Laplace noise).

@@ -1,4 +1,4 @@
-"""The live study (``python -m harness.studies.route_live``): does the
+"""The live study (``latroute study route-live``): does the
 twin rank routers as they rank on real backends? One workload goes open
 loop (``latroute loadgen --route-fields``) through ``latroute route`` with
 each router in turn, on the same backends, in a seeded random order per
@@ -16,7 +16,7 @@ Two kinds of backends:
   ``--gpu-memory-utilization 0.1``, prefix caching off, the recording
   scheduler on. Pool file ``docs/pools/tiny-ab.json`` (prices, engine
   settings, per-task accuracies in ``notes.accuracy``, profiles). With
-  ``--calibrate`` a first session records a calibration workload (another
+  ``--calibrate`` a first start of the servers records a calibration workload (another
   seed, round robin straight to the servers), ``latroute calibrate`` fits
   each server's profile on it and the front end's time is the median of
   client TTFT - engine TTFT; the servers are then restarted for the study.
@@ -37,13 +37,12 @@ cost of the backend the proxy chose (its decision log), on time when the
 client's TTFT (loadgen) is within the request's SLO. Every wait is bounded;
 every server is stopped at the end, on error too.
 
-``python -m harness.studies.route_live real OUT [--calibrate] ...``,
+``latroute study route-live real OUT [--calibrate] ...``,
 ``... serve OUT --pool qwen3-h100-x8 --speed 0.5 ...``,
 ``... backends OUT --pool POOL.json --trace DIR ...``, ``... report OUT``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -57,8 +56,7 @@ import pandas as pd
 from harness.live.ports import free_port_base
 from harness.live.processes import cpu_seconds, start_ready, stop
 from harness.studies.live_servers import REPO, latroute_cmd, run_checked, send, start_real, warm_up
-from harness.studies.route_live_report import diagnose, engine_ttfts, report
-from routers.fleet import TIE_POLICIES
+from harness.studies.route_live_report import engine_ttfts, report
 
 POOL_FILE = REPO / "docs" / "pools" / "tiny-ab.json"
 ROUTERS = ("round-robin", "shortest-queue", "latency-agnostic", "sfs-hard", "sfs-cc")
@@ -344,55 +342,3 @@ def backends_main(a) -> None:
     study(out, pool, str(pool), a.routers.split(","), a.repeats, a.seed, trace, send_trace, a.speed, a.twin_seeds,
           a.view, lambda stack, rep: None, a.ties)
     print(report(out))
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("real", "serve", "backends"):
-        p = sub.add_parser(name)
-        p.add_argument("out", type=Path)
-        p.add_argument("--routers", default=",".join(ROUTERS))
-        p.add_argument("--repeats", type=int, default=2)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--twin-seeds", type=int, default=3, help="noise seeds of the twin's prediction (mean)")
-        p.add_argument("--requests", type=int, default=300)
-        p.add_argument("--ties", choices=TIE_POLICIES, help="the proxy's and the twin's replica choice (their default)")
-    r = sub.choices["real"]
-    r.add_argument("--pool", type=Path, default=POOL_FILE)
-    r.add_argument("--rate", type=float, default=2.0)
-    r.add_argument("--slo-scale", type=float, default=4.0, help="SLO = DESIGN's rule x this (the rule is an H100's)")
-    r.add_argument("--vllm-python")
-    r.add_argument("--calibrate", action="store_true", help="record a calibration workload first and fit profiles")
-    r.add_argument("--calibrate-only", action="store_true", help="with --calibrate: stop after the calibration")
-    r.add_argument("--calibration-rate", type=float, default=3.0, help="q/s of the calibration workload")
-    r.add_argument("--view", default="ledger", choices=["ledger", "exact", "metrics:100", "metrics:1000"],
-                   help="exact: the servers' recording schedulers publish their state (LATROUTE_STATE_LISTEN)")
-    s = sub.choices["serve"]
-    s.add_argument("--pool", default="qwen3-h100-x8")
-    s.add_argument("--rate", type=float, default=24.0, help="requests per engine second")
-    s.add_argument("--speed", type=float, default=1.0)
-    s.add_argument("--views", default="exact", help="comma-separated: exact, ledger, metrics:MS (a study each)")
-    s.add_argument("--stream-interval", type=int, default=1, help="serve's tokens per streamed chunk (first at once)")
-    b = sub.choices["backends"]
-    b.add_argument("--pool", type=Path, required=True, help="pool file: every entry with its server's url")
-    b.add_argument("--trace", type=Path, required=True, help="the workload (SLOs, predicted lengths, quality table)")
-    b.add_argument("--speed", type=float, default=1.0, help="the backends' clock (latroute serve --speed); 1: real")
-    b.add_argument("--view", default="ledger", help="exact, ledger or metrics:MS")
-    for name in ("report", "diagnose"):
-        sub.add_parser(name).add_argument("out", type=Path)
-    a = ap.parse_args(argv)
-    if a.cmd == "report":
-        print(report(a.out.resolve()))
-    elif a.cmd == "diagnose":
-        print(diagnose(a.out.resolve()))
-    elif a.cmd == "real":
-        real_main(a)
-    elif a.cmd == "backends":
-        backends_main(a)
-    else:
-        serve_main(a)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
-"""What a live router loses with each view (``python -m
-harness.studies.route_views``): the same workload through ``latroute
+"""What a live router loses with each view (``latroute study
+route-views``): the same workload through ``latroute
 route`` with one router and each ``--view`` in turn, on ``latroute serve``
 backends of one pool, each run on freshly started backends (same noise
 seed), and per view: SLO attainment, OnTimeUtility with the *predicted*
@@ -15,7 +15,6 @@ Prints a Markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -85,37 +84,25 @@ def run(pool: str, router: str, views: list[str], requests: int, rate: float, sp
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pool", default="qwen3-h100")
-    ap.add_argument("--router", default="sfs-cc")
-    ap.add_argument("--views", default=",".join(VIEWS))
-    ap.add_argument("--requests", type=int, default=400)
-    ap.add_argument("--rate", type=float, default=8.0, help="requests per engine second")
-    ap.add_argument("--speed", type=float, default=2.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1, help="each view this often, on backends seeded seed + repeat")
-    a = ap.parse_args(argv)
+def study(pool: str, router: str, views: list[str], requests: int, rate: float, speed: float, seed: int,
+          repeats: int, echo=print) -> None:
+    """Run every view and print the tables (means over repeats when there are several, then every run)."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
-        df = run(a.pool, a.router, a.views.split(","), a.requests, a.rate, a.speed, a.seed, Path(d), a.repeats)
-    print(f"{a.router} on {a.pool}, {a.requests} requests at {a.rate:g} q/s (engine), serve --speed {a.speed:g}, "
-          f"{a.repeats} repeat(s); load average {load:.1f} -> {os.getloadavg()[0]:.1f}\n")
-    if a.repeats > 1:
+        df = run(pool, router, views, requests, rate, speed, seed, Path(d), repeats)
+    echo(f"{router} on {pool}, {requests} requests at {rate:g} q/s (engine), serve --speed {speed:g}, "
+         f"{repeats} repeat(s); load average {load:.1f} -> {os.getloadavg()[0]:.1f}\n")
+    if repeats > 1:
         figs = ["slo_attainment", "ontime_utility_hat", "ttft_p50_ms", "ttft_p99_ms", "est_abs_err_median_ms"]
         g = df.groupby("view", sort=False)[figs]
-        print("| view | " + " | ".join(f"{f} (mean ± sd)" for f in figs) + " |\n|" + "---|" * (len(figs) + 1))
+        echo("| view | " + " | ".join(f"{f} (mean ± sd)" for f in figs) + " |\n|" + "---|" * (len(figs) + 1))
         for view, m in g.mean().iterrows():
             sd = g.std().loc[view]
-            print(f"| {view} | " + " | ".join(f"{m[f]:.3f} ± {sd[f]:.3f}" for f in figs) + " |")
-        print()
+            echo(f"| {view} | " + " | ".join(f"{m[f]:.3f} ± {sd[f]:.3f}" for f in figs) + " |")
+        echo("")
     cols = ["view", "repeat", "ok", "slo_attainment", "ontime_utility_hat", "ttft_p50_ms", "ttft_p99_ms", "est_err_median_ms",
             "est_abs_err_median_ms", "mean_view_age_ms", "shares"]
-    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    echo("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for _, r in df.iterrows():
         cells = [f"{r[c]:.3f}" if isinstance(r[c], float | np.floating) else str(r[c]) for c in cols]
-        print("| " + " | ".join(cells) + " |")
-
-
-if __name__ == "__main__":
-    main()
+        echo("| " + " | ".join(cells) + " |")

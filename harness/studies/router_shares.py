@@ -1,8 +1,9 @@
 """Routers against the oracle and a reference router, paired over seeds,
-with what their cells cost: the table of issue 28's routing sweeps.
+with what their cells cost: the table of the learned routers' sweeps
+(docs/results/learned-routing.md).
 
 Why another table than ``harness.studies.fleet_acceptance``: that one
-answers the fleet issue's question (the best *SFS* router against every
+answers the fleet page's question (the best *SFS* router against every
 non-SFS router). Comparing learned routers with SFS needs each router's
 share of the oracle *with its paired interval* and its ratio to a named
 reference (``--reference``, e.g. ``sfs-cc``), and, since the learned
@@ -14,17 +15,13 @@ Cells are read with ``fleet_acceptance.load_cells`` (finished cells of one
 or several sweeps of one pool, labelled ``router[ties]`` when a sweep used
 a tie policy other than lowest-index), so a sweep per rate pairs as one.
 
-``python -m harness.studies.router_shares SWEEP_DIR... --reference LABEL`` prints a Markdown table.
+``latroute study router-shares SWEEP_DIR... --reference LABEL`` prints a Markdown table.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
 import pandas as pd
 
-from harness.studies.fleet_acceptance import load_cells, seed_aucs
+from harness.studies.fleet_acceptance import seed_aucs
 from reports.paired_stats import mean_ci, paired_on_common
 
 
@@ -72,21 +69,3 @@ def markdown(res: dict) -> str:
         w = f"{v['wall_ratio']:.2f}x" if v.get("wall_ratio") is not None else "—"
         lines.append(f"| {k} | {a['mean']:.3f}{ci} | {share} | {vs} | {w} |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.studies.router_shares", description=__doc__.split("\n")[0])
-    ap.add_argument("sweeps", nargs="+", type=Path)
-    ap.add_argument("--reference", default="sfs-cc", help="label the others are compared with (default sfs-cc)")
-    a = ap.parse_args(argv)
-    try:
-        res = shares(load_cells(a.sweeps), a.reference)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(markdown(res))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

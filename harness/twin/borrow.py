@@ -6,7 +6,7 @@ in a typed list. Taking one out with ``bundles[k]`` increments the
 reference count of every array in it, atomically, and decrements them all
 when it goes out of use, and each inner call the kernel then makes does
 the same for the arrays it is handed. On an sfs-cc replay at 24 instances
-that was a seventh of the time (``docs/results/fleet.md``, stop 44).
+that was a seventh of the time (``docs/results/fleet.md``, the fleet twin's speed).
 Compiled without the runtime, a kernel takes no references at all; this
 is the one read of a typed list such a kernel needs: the item as stored,
 no reference taken, so none to release. The list must outlive the call

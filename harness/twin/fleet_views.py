@@ -1,6 +1,6 @@
 """``FleetViews``: the views the twin hands a (non-oracle) router, as a
 list of ``HonestView`` plus per-instance arrays a fleet router reads
-without walking every view (COMMON interface 1 of issue 26).
+without walking every view.
 
 Why: at hundreds of instances a decision that reads one number per view
 (shortest-queue's residents) costs more in Python attribute walks than in

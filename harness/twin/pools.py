@@ -1,6 +1,6 @@
 """Pools of serving instances: engine configuration, prices and the
 batch-time profile of each instance. ``qwen3-h100`` reproduces the paper's
-setup (DESIGN section 5); other pools are JSON files of the same shape::
+setup (the paper's setup, docs/results/paper.md); other pools are JSON files of the same shape::
 
     {"name": "...", "frontend_overhead_s": 0.005,
      "instances": [{"instance_id", "model", "profile", ...}, ...]}
@@ -86,7 +86,7 @@ def _qwen3_h100() -> Pool:
                                        max_num_batched_tokens=32768, max_num_seqs=512, max_model_len=40960,
                                        prefix_caching=False)  # the paper's setting, said explicitly
                         for m, g, pi, po in rows),
-        notes={"source": "DESIGN section 5", "kv": "bf16, 90% of memory after weights, block size 16",
+        notes={"source": "the paper's setup (arXiv 2607.18253; docs/results/paper.md)", "kv": "bf16, 90% of memory after weights, block size 16",
                "prefix_caching": False},
     )
 

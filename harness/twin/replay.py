@@ -1,5 +1,5 @@
 """Counterfactual replay: a workload through one router on the twin of a
-pool, and the metrics that compare routers (DESIGN section 1).
+pool, and the metrics that compare routers (docs/concepts/routing.md).
 
 OnTimeUtility = (1/N) sum_i U_real(i) * 1[TTFT_i <= tau_i], with the
 realised utility of the instance that served i (realised accuracy minus

@@ -1,5 +1,5 @@
 """The engine twin: a discrete-event simulation of a pool of vLLM instances
-driven by a trace's arrivals (DESIGN section 3).
+driven by a trace's arrivals (docs/concepts/twin.md).
 
 Each instance runs the shared scheduler kernel; each step's true duration
 is the profile's typical time times lognormal jitter plus occasional
@@ -308,7 +308,7 @@ class Twin:
     @staticmethod
     def _replay_each(c: _Run, insts: list[Instance]) -> None:
         """The arrivals, asking every instance to advance and refreshing
-        every view at each (the loop before issue 26's event queue)."""
+        every view at each (the one-level loop, before the event queue)."""
         out, views = c.ev.out, c.views
 
         def refresh() -> None:

@@ -1,4 +1,4 @@
-"""What a production router sees (DESIGN section 8): engine state published
+"""What a production router sees (docs/concepts/estimators.md): engine state published
 every ``interval_s`` (the state at the last publication boundary, as a
 scheduler snapshot would carry it) and, with ``ledger`` on, the requests the
 router has dispatched since that boundary, added to each stale view as

@@ -1,14 +1,14 @@
 """The peer suite's scenarios: the engine settings and requests each
 fixture is recorded from (``generate_fixtures.py``, run in vLLM's own
 environment) -- vLLM's scheduler tests expressed as latroute scenarios, and
-the async-specific ones (issue 27). Plain data built by plain functions: no
+the async-specific ones. Plain data built by plain functions: no
 vLLM and no latroute import, so both sides can read them."""
 from __future__ import annotations
 
 SCHEDULER_TESTS = "tests/v1/core/test_scheduler.py"
 PREFIX_TESTS = "tests/v1/core/test_prefix_caching.py"
-OURS = "latroute (issue 19)"
-OURS_ASYNC = "latroute (issue 27)"
+OURS = "latroute"
+OURS_ASYNC = "latroute"
 ASYNC_TESTS = "tests/v1/core/test_async_scheduler.py"
 
 
@@ -152,7 +152,7 @@ def scenarios() -> list[dict]:
         [req("r1", 33, 4, 1, [0, 1]), req("r2", 33, 4, 2, [0, 1])]))
     # --- our own scenarios (not in vLLM's tests)
     out.append(scenario(
-        "issue19_max_model_len_finish", OURS, "max_model_len finish",
+        "max_model_len_finish", OURS, "max_model_len finish",
         "Prompt 60, max_model_len 64, 20 outputs wanted, block size 16: vLLM finishes the request with reason "
         "'length' when its length reaches max_model_len and frees its blocks.",
         engine(budget=2048, max_model_len=64), [req(0, 60, max_tokens=20)]))

@@ -1,6 +1,6 @@
 """Why ``serve`` cannot reliably beat a second real run on this machine
 (docs/results/serve-faithfulness.md, "What limits the real-engine
-target"): reads the directories ``docs/serve_real_faithfulness.py``
+target"): reads the directories ``latroute study serve-real``
 wrote and measures, per real run, how its steps' durations drift.
 
 For each repetition OUT (its profile ``OUT/tiny-a.json``, fitted on real1)
@@ -18,11 +18,10 @@ and each recorded real run in it:
 - per-request engine TTFT MAPE between the held-out runs, and the same
   with the hand-over taken out.
 
-``python docs/serve_real_drift.py OUT [OUT ...]`` (prints a markdown table).
+``latroute study serve-real-drift OUT [OUT ...]`` (prints markdown tables).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +72,7 @@ def held_out(rep: Path) -> dict:
             "handover_corr": float(np.corrcoef(ho["real2"], ho["real3"])[0, 1])}
 
 
-def main(reps: list[Path]) -> None:
+def study(reps: list[Path]) -> None:
     print("| repetition | run | steps | actual / typical: mean, median | autocorrelation at lag "
           + ", ".join(map(str, LAGS)) + " | hand-over mean / median (ms) | corr(hand-over, in-flight remaining) |")
     print("|---|---|---|---|---|---|---|")
@@ -92,9 +91,3 @@ def main(reps: list[Path]) -> None:
     for rep in reps:
         d = held_out(rep)
         print(f"| {rep.name} | {d['engine_mape']:.2f}% | {d['after_handover_mape']:.2f}% | {d['handover_corr']:.2f} |")
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__.splitlines()[-1])
-    main([Path(p) for p in sys.argv[1:]])

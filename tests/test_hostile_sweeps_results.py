@@ -1,4 +1,4 @@
-"""Issue 25, result directories given to ``check`` and ``report``: every
+"""Result directories given to ``check`` and ``report``: every
 value they read is checked where it enters, so a corrupted result is refused
 in one line naming the file and the key (exit 2), never an internal error,
 and ``check`` never passes what it cannot judge (a negative MAPE, an

@@ -1,5 +1,5 @@
 """``loadgen`` against servers that never answer, answer nonsense, or fail
-every request (issue 25): every network wait ends within --time-limit, a
+every request: every network wait ends within --time-limit, a
 10,000-deep /v1/models is refused in one line naming the URL, and a run
 with no successful request writes nothing (not even --out's parents)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Regenerate the "against a real vLLM" section of
-docs/results/serve-faithfulness.md (issue 29): does ``latroute serve``,
+docs/results/serve-faithfulness.md: does ``latroute serve``,
 with a profile calibrated on a recording of a real vLLM server, answer a
 workload as a real vLLM server does, as closely as a second real run does?
 
@@ -34,12 +34,11 @@ Steps (OUT/ holds everything):
 Only real1 informs the emulation (profile, engine settings, front end);
 real2 and real3 are the held-out runs it is scored against.
 
-``python docs/serve_real_faithfulness.py OUT --workload WL --vllm-python PY [--port 18765] [--noise off]``
-``python docs/serve_real_faithfulness.py OUT --compare-only`` (re-read OUT)
+``latroute study serve-real OUT --workload WL --vllm-python PY [--port 18765] [--noise off]``
+``latroute study serve-real OUT --compare-only`` (re-read OUT)
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -50,7 +49,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO.parent / "shared" / "models"
 ENGINE = ["--max-num-batched-tokens", "512", "--max-num-seqs", "64", "--max-model-len", "4096"]
 SERIES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
@@ -324,28 +323,22 @@ def series_table(out: Path, runs=("real2", "real3", "serve"), every: int = 5) ->
     return "\n".join(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--workload", type=Path)
-    ap.add_argument("--requests", type=int, default=200, help="the workload's first N requests")
-    ap.add_argument("--vllm-python", default=os.environ.get("LATROUTE_VLLM_PYTHON"))
-    ap.add_argument("--port", type=int, default=18765)
-    ap.add_argument("--noise", choices=["on", "off"], default="off")
-    ap.add_argument("--compare-only", action="store_true")
-    ap.add_argument("--only", help="comma-separated steps to (re)run: real0,real1,calibrate,real2,real3,serve")
-    a = ap.parse_args()
-    out = a.out.resolve()
-    steps = set((a.only or "real0,real1,calibrate,real2,real3,serve-fo0,serve-join,serve").split(","))
-    if not a.compare_only:
-        wl = a.workload.resolve()
+STEPS = ("real0", "real1", "calibrate", "real2", "real3", "serve-fo0", "serve-join", "serve")
+
+
+def study(out: Path, workload: Path | None, requests: int, vllm_python: str | None, port: int, noise: str,
+          steps: tuple[str, ...]) -> None:
+    """Run ``steps`` (none: only compare what ``out`` holds) and print the comparison and the series."""
+    out = out.resolve()
+    if steps:
+        wl = workload.resolve()
         for k in (0, 1, 2, 3):
             if f"real{k}" in steps:
-                real_run(out / f"real{k}", wl, a.requests, a.vllm_python, a.port, record=True)
+                real_run(out / f"real{k}", wl, requests, vllm_python, port, record=True)
             if k == 1 and "calibrate" in steps:
                 calibrate(out)
         if "serve-fo0" in steps:
-            serve_run(out / "serve-fo0", out, wl, a.requests, a.port + 100, a.noise, 0.0)
+            serve_run(out / "serve-fo0", out, wl, requests, port + 100, noise, 0.0)
         fe = json.loads((out / "frontend.json").read_text())
         own = fe["serve_own_path_s"] = own_path_s(out / "serve-fo0")
         for name, key in (("serve-join", "join_median_s"), ("serve", "fitted_s")):
@@ -355,10 +348,6 @@ def main() -> None:
         (out / "frontend.json").write_text(json.dumps(fe, indent=1))
         for name in ("serve-join", "serve"):
             if name in steps:
-                serve_run(out / name, out, wl, a.requests, a.port + 100, a.noise, fe[name])
+                serve_run(out / name, out, wl, requests, port + 100, noise, fe[name])
     print(json.dumps(compare(out), indent=1))
     print(series_table(out))
-
-
-if __name__ == "__main__":
-    main()

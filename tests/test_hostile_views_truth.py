@@ -1,4 +1,4 @@
-"""The truth is not in the view (issue 25).
+"""The truth is not in the view.
 
 A router plug-in and an estimator plug-in that walk everything they are
 given (``tests.plugin_router.walk_numbers``: every attribute, container,

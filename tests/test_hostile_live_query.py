@@ -1,4 +1,4 @@
-"""``trace query`` is interruptible and bounded (issue 25): DuckDB runs a
+"""``trace query`` is interruptible and bounded: DuckDB runs a
 query in C++, so before this Ctrl-C (SIGINT to the process or its group)
 was ignored until the query ended, and nothing limited how long it ran.
 """

@@ -1,6 +1,6 @@
-"""Regenerate the scale table of docs/results/serve-faithfulness.md (issue
-29): how large a pool, at what rate, one ``latroute serve`` process holds
-with p99 step-delivery lag <= 5 ms beside its client, with and without
+"""Regenerate the scale table of docs/results/serve-faithfulness.md: how
+large a pool, at what rate, one ``latroute serve`` process holds with
+p99 step-delivery lag <= 5 ms beside its client, with and without
 ``--stream-interval``, and where its time goes.
 
 Why a script: one point is a generated workload, a server, loadgen
@@ -9,12 +9,11 @@ server, whose lag report is the measurement; with ``--profile`` a sampling
 profiler (py-spy, outside latroute's environment) records the server and
 its samples are sorted into kernel / HTTP / SSE writes / metrics / idle.
 
-``python docs/serve_scale.py OUT --pool qwen3-h100-x8 --rate 16 --requests 800 --port-base 8100
+``latroute study serve-scale OUT --pool qwen3-h100-x8 --rate 16 --requests 800 --port-base 8100
 [--stream-interval 10] [--py-spy PATH]``
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -25,9 +24,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from serve_real_faithfulness import wait_healthy  # a sibling script: docs/ is on sys.path
+from harness.studies.serve_real_faithfulness import REPO, wait_healthy
 
-REPO = Path(__file__).resolve().parents[1]
 LAG = re.compile(r"serve lag: (\d+) step ends, p50 ([\d.]+) ms, p99 ([\d.]+) ms, max ([\d.]+) ms; (\d+) handled")
 
 # (function or "", file path part); the innermost frame that matches a rule names the sample's category
@@ -123,19 +121,10 @@ def measure(out: Path, pool_ref: str, rate: float, n: int, port_base: int, inter
     return res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--pool", default="qwen3-h100-x8")
-    ap.add_argument("--rate", type=float, default=8.0)
-    ap.add_argument("--requests", type=int, default=800)
-    ap.add_argument("--port-base", type=int, default=8100)
-    ap.add_argument("--stream-interval", type=int, default=1)
-    ap.add_argument("--py-spy", help="py-spy's executable: also profile the server")
-    a = ap.parse_args()
+
+
+def study(out: Path, pool: str, rate: float, requests: int, port_base: int, stream_interval: int,
+          spy: str | None) -> dict:
+    """One point of the scale table (the server's subprocesses import latroute from this checkout)."""
     os.environ.setdefault("PYTHONPATH", str(REPO))
-    print(json.dumps(measure(a.out, a.pool, a.rate, a.requests, a.port_base, a.stream_interval, a.py_spy), indent=1))
-
-
-if __name__ == "__main__":
-    main()
+    return measure(out, pool, rate, requests, port_base, stream_interval, spy)

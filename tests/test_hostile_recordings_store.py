@@ -1,4 +1,4 @@
-"""Issue 25, recordings read back from the store: the Parquet tables of an
+"""Recordings read back from the store: the Parquet tables of an
 imported recording can be edited after import, so the tables are checked
 against each other when a trace with steps is read (traces.consistency):
 `estimate` and `validate` refuse (exit 2, file, row, column) what used to
@@ -27,7 +27,7 @@ from tests.test_adversarial_inputs import import_args, small_recording, write_cs
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """The small d1 recording, imported once."""
-    tmp = tmp_path_factory.mktemp("r25store")
+    tmp = tmp_path_factory.mktemp("hostile-store")
     rec = small_recording(tmp)
     assert run_cli("trace", "import", "vllm-record", rec, "--out", tmp / "trace").exit_code == 0
     return tmp / "trace"

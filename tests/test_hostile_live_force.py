@@ -1,5 +1,5 @@
 """``--force`` onto a directory latroute wrote removes only what latroute
-wrote there (issue 25): a user's file, a FIFO or a device node put inside
+wrote there: a user's file, a FIFO or a device node put inside
 it since are named and refused, nothing removed."""
 from __future__ import annotations
 

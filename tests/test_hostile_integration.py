@@ -1,4 +1,4 @@
-"""Issue 25 cases that crossed the slices' files (fixed at integration)."""
+"""Hostile-input cases that cross several modules."""
 from __future__ import annotations
 
 import os

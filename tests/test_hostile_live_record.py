@@ -1,5 +1,5 @@
 """``record finish`` neither drops, follows nor waits, and removes parts only
-after the joined recording is written and verified (issue 25)."""
+after the joined recording is written and verified."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Regenerate the tables of docs/results/learned-estimates.md (issue 28):
+"""Regenerate the tables of docs/results/learned-estimates.md:
 SFS vs the learned (llm-d style) estimator vs the throughput baseline on the
 12 vllm_cpu recordings and the Llama-3.3-70B A100 request-level runs, and
 the learned model's training cost.
@@ -8,21 +8,20 @@ estimates); running them one at a time here keeps the CPU share small and
 the commands exact (each is printed and recorded in ``OUT/commands.txt``).
 Existing outputs are reused, so an interrupted run resumes.
 
-``python docs/learned_study.py OUT_DIR [--timeout S] [--only recordings|requests]``
+``latroute study learned OUT_DIR [--timeout S] [--only recordings|requests]``
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from harness.studies import coverage
 
-DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
+DATA = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
 CPU = DATA / "vllm_cpu"
 A100 = DATA / "vllm_bench_serving_a100_per_request" / "runs"
 # The coverage study's profiles, taken from it (its keys are the recordings'
@@ -171,12 +170,9 @@ def training(root: Path, names: list[str]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
-def main(argv: list[str]) -> None:  # pragma: no cover
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per command")
-    ap.add_argument("--only", choices=("recordings", "requests"))
-    a = ap.parse_args(argv)
+def study(out: Path, timeout: float, only: str | None) -> str:
+    """Run the missing commands, write ``out/tables.md`` and return it."""
+    a = _Args(out, timeout, only)
     for sub in ("recs", "reqs", "prof", "est"):
         (a.out / sub).mkdir(parents=True, exist_ok=True)
     log = a.out / "commands.txt"
@@ -200,8 +196,10 @@ def main(argv: list[str]) -> None:  # pragma: no cover
             + table(a.out, reqs, labels) + "\n## Host drift\n\n" + table(a.out, hosts, labels)
             + "\n## Training\n\n" + training(a.out, recs + reqs + hosts[1:]))
     (a.out / "tables.md").write_text(text)
-    print(text)
+    return text
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv[1:])
+class _Args(NamedTuple):
+    out: Path
+    timeout: float
+    only: str | None

@@ -3,12 +3,12 @@ same workload on this machine, and is it the process or the machine?
 (docs/results/serve-faithfulness.md, "Repetition 7 on a slower machine,
 and where the drift comes from".)
 
-Why a script: issue 29's real-engine target compares an emulation fitted
+Why: the real-engine target of docs/results/serve-faithfulness.md compares an emulation fitted
 on one real run with two later real runs. If the real server's speed level
 moves between runs by more than its per-request scatter, that comparison
 is decided by the drift, not by the emulation. This measures the drift
 directly: RUNS short real runs (the first N requests of WL, recording
-scheduler on, same pinning and settings as serve_real_faithfulness.py),
+scheduler on, same pinning and settings as ``latroute study serve-real``),
 each run's steps against one profile's typical time (median actual /
 typical), and, just before each run, a fixed piece of CPU work timed on
 the server's core (the machine's own speed at that moment, no vLLM
@@ -17,22 +17,18 @@ involved). With ``--thp`` the servers run with PyTorch's
 whether the level is a property of one process's memory layout; the
 resident huge pages are sampled every 10 s to show it took effect.
 
-``python docs/real_speed_cause.py OUT --workload WL --profile P.json --runs 3 [--thp] [--requests 100]``
+``latroute study real-speed-cause OUT --workload WL --profile P.json --runs 3 [--thp] [--requests 100]``
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import serve_real_faithfulness as srf  # noqa: E402
-from serve_real_drift import ratios  # noqa: E402
+from harness.studies import serve_real_faithfulness as srf
+from harness.studies.serve_real_drift import ratios
 
 PROBE = """
 import time, numpy as np
@@ -80,39 +76,27 @@ def sample_huge_pages(peak: list, stop: threading.Event) -> None:
         peak[0] = max(peak[0], huge_pages_kb())
 
 
-def main() -> None:
+def study(out: Path, workload: Path, profile: Path, runs: int, requests: int, thp: bool, vllm_python: str | None,
+          port: int) -> None:
+    """``runs`` short real runs, each after the fixed work; one line per run."""
     import numpy as np
 
     from estimators.profile import load_profile
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--workload", type=Path, required=True)
-    ap.add_argument("--profile", type=Path, required=True)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=100)
-    ap.add_argument("--thp", action="store_true")
-    ap.add_argument("--vllm-python", default=os.environ.get("LATROUTE_VLLM_PYTHON"))
-    ap.add_argument("--port", type=int, default=18765)
-    a = ap.parse_args()
-    if a.thp:
+    if thp:
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # inherited by the servers real_run starts
-    prof = load_profile(a.profile)
-    for i in range(a.runs):
+    prof = load_profile(profile)
+    for i in range(runs):
         work = probe()
-        d = a.out.resolve() / f"run{i}"
+        d = out.resolve() / f"run{i}"
         peak, stop = [0], threading.Event()
         threading.Thread(target=sample_huge_pages, args=(peak, stop), daemon=True).start()
         try:
-            srf.real_run(d, a.workload.resolve(), a.requests, a.vllm_python, a.port, record=True)
+            srf.real_run(d, workload.resolve(), requests, vllm_python, port, record=True)
         finally:
             stop.set()
         ratio = ratios(prof, d / "rec.t")
-        print(f"run {i}: thp {'on' if a.thp else 'off'}; fixed work on core {srf.REAL_CORE} before it "
+        print(f"run {i}: thp {'on' if thp else 'off'}; fixed work on core {srf.REAL_CORE} before it "
               f"{np.median(work):.3f} s (min {min(work):.3f}, max {max(work):.3f}); steps actual/typical "
               f"median {np.median(ratio):.3f}, mean {ratio.mean():.3f}; "
               f"vLLM huge pages peak {peak[0] / 1024:.0f} MB", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Killed and terminated runs leave nothing half-written (issue 25): SIGTERM
+"""Killed and terminated runs leave nothing half-written: SIGTERM
 on ``bench`` removed nothing (its synthetic CSV stayed), a killed ``demo``
 left a partial demo directory. Real subprocesses, bounded."""
 from __future__ import annotations

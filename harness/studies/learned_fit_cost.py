@@ -1,5 +1,5 @@
 """Wall time of one learned-model refit and one prediction, by window size
-(docs/results/learned-estimates.md, issue 28's training-cost question).
+(docs/results/learned-estimates.md: what training costs).
 
 Why a separate measurement: ``estimate`` reports the mean fit over a trace,
 and on 200-request recordings most fits hold fewer than the 100-sample
@@ -9,13 +9,11 @@ samples are synthetic (seeded; llm-d's 9 features with plausible ranges,
 a TTFT that rises with queue and prompt): LightGBM's cost depends on the
 sample count, features and trees, not on the values.
 
-``python docs/learned_fit_cost.py [--windows 100,1000,10000] [--repeats 5]``
+``latroute study learned-fit-cost [--windows 100,1000,10000] [--repeats 5]``
 """
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -34,11 +32,8 @@ def samples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def main(argv: list[str]) -> None:  # pragma: no cover
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--windows", default="100,1000,10000")
-    ap.add_argument("--repeats", type=int, default=5)
-    a = ap.parse_args(argv)
+def study(windows: tuple[int, ...], repeats: int) -> None:
+    """Print the table: per window size, refit and prediction times."""
     cfg = LearnedConfig()
     X, y = samples(100, seed=1)
     warm = TTFTModel(cfg, X, y)
@@ -46,11 +41,11 @@ def main(argv: list[str]) -> None:  # pragma: no cover
         warm.predict(X[i % 100])
     print("| window (samples) | refit ms (3 boosters x 200 trees), median | booster predict us | compile ms | compiled predict us |")
     print("|---|---|---|---|---|")
-    for n in (int(w) for w in a.windows.split(",")):
+    for n in windows:
         X, y = samples(n)
         TTFTModel(cfg, X, y)  # warm-up (imports, allocations)
         fits = []
-        for _ in range(a.repeats):
+        for _ in range(repeats):
             t0 = time.perf_counter()
             m = TTFTModel(cfg, X, y)
             fits.append(time.perf_counter() - t0)
@@ -68,7 +63,3 @@ def main(argv: list[str]) -> None:  # pragma: no cover
             m.predict(X[i % n])
         comp = (time.perf_counter() - t0) / 2000
         print(f"| {n} | {1e3 * statistics.median(fits):.1f} | {1e6 * boost:.0f} | {compile_ms:.1f} | {1e6 * comp:.1f} |")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv[1:])

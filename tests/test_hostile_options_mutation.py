@@ -1,11 +1,11 @@
-"""Issue 25: a mutation run of the numeric and list options of the commands
+"""A mutation run of the numeric and list options of the commands
 whose options harness.cli.params, replay_options and serving_options define
 (calibrate, validate, estimate, replay, sweep, trace generate). Every option
 is given each hostile value of an explicit, fixed list (so a failure names its
 case and reproduces): the value is either refused while the command line is
 parsed, naming the option, or accepted and then inside the range the option's
 help states. Parsing only (``make_context``), so the run takes well under a
-second; the refusal path end to end is in tests/test_r25_options.py."""
+second; the refusal path end to end is in tests/test_hostile_options.py."""
 from __future__ import annotations
 
 import math

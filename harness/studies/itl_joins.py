@@ -1,9 +1,8 @@
 """What a joining request costs the running ones, from a vllm-bench trace's
 ITLs and from the twin's replay of it (docs/results/request-level.md: why
-no engine intake is charged on the A100 host). Analysis script, not part of
-latroute's commands:
+no engine intake is charged on the A100 host):
 
-    python docs/itl_joins.py TRACE PROFILE.json [warm|cold]
+    latroute study itl-joins TRACE PROFILE.json [--prefix-cache warm|cold]
 
 TRACE: `latroute trace import vllm-bench` output (with requests.itls_s);
 PROFILE: `calibrate --from-requests` output. Prints, for the measured ITLs
@@ -13,7 +12,7 @@ and for the twin's steps, the least-squares fit ITL ~ c0 + c_any*[joins>0]
 from __future__ import annotations
 
 import json
-import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -67,8 +66,9 @@ def twin(rt, path):
     return fit(itl[ok], d["j"].to_numpy()[ok], d["d"].to_numpy()[ok], d["tok"].to_numpy()[ok])
 
 
-if __name__ == "__main__":
-    rt = RequestTrace.of(open_trace(sys.argv[1])).warmed(sys.argv[3] if len(sys.argv) > 3 else "cold")
-    for name, (c, se) in (("measured ITLs", measured(rt.requests)), ("twin steps", twin(rt, sys.argv[2]))):
+def study(trace: Path, profile: Path, prefix_cache: str) -> None:
+    """Print both fits, the measured ITLs' and the twin's steps'."""
+    rt = RequestTrace.of(open_trace(trace)).warmed(prefix_cache)
+    for name, (c, se) in (("measured ITLs", measured(rt.requests)), ("twin steps", twin(rt, profile))):
         print(f"{name:<14} per join {1e3 * c[2]:.2f} ± {1e3 * se[2]:.2f} ms, any join {1e3 * c[1]:+.2f} ms, "
               f"per running {1e3 * c[3]:.3f} ms, per joiner prompt token {1e6 * c[4]:+.2f} us")

@@ -1,4 +1,4 @@
-"""Plug-ins are foreign code (issue 25): a router or estimator plug-in that
+"""Plug-ins are foreign code: a router or estimator plug-in that
 cannot be imported, has the wrong type, raises, or answers something that
 is not an answer is refused as ``error: plug-in 'mod:Class' ...`` (naming
 the request where there is one), exit 2, and nothing is written; and
@@ -11,7 +11,7 @@ import pytest
 
 from routers.registry import make_router
 from tests.adversarial import refused_cleanly
-from tests.test_r25_views_truth import PROFILE, specs
+from tests.test_hostile_views_truth import PROFILE, specs
 from traces.errors import BadInput as PluginError  # estimators.plugins.PluginError is one (main has neither)
 
 P = "tests.plugin_router:"
@@ -39,7 +39,7 @@ def test_replay_refuses_a_plugin_that_cannot_be_imported(tmp_path, monkeypatch):
     out = tmp_path / "r"
     refused_cleanly(replay_args("broken_at_import:X", out), [tmp_path], "plug-in 'broken_at_import:X'",
                     "cannot be loaded", "RuntimeError: half-installed")
-    refused_cleanly(replay_args("no_such_module_r25:X", out), [tmp_path], "plug-in 'no_such_module_r25:X'",
+    refused_cleanly(replay_args("no_such_module_hostile:X", out), [tmp_path], "plug-in 'no_such_module_hostile:X'",
                     "cannot be loaded", "ModuleNotFoundError")
     assert not out.exists()
 
@@ -84,7 +84,7 @@ def test_probe_router_builds_a_plugin_without_running_it():
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from harness.twin.simulation import Twin, TwinConfig, write_twin_trace
-    from tests.test_r25_views_truth import workload
+    from tests.test_hostile_views_truth import workload
     from traces.store import TraceWriter
 
     reqs = workload(10, 40.0, 2).assign(output_tokens=5)

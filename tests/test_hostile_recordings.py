@@ -1,4 +1,4 @@
-"""Issue 25, recordings at import: a vLLM recording whose files contradict
+"""Recordings at import: a vLLM recording whose files contradict
 each other (requests against steps, engine.json's limits against the steps,
 times against times) or hold a value of the wrong type is refused by
 ``trace import vllm-record`` with the first contradiction's file, row and

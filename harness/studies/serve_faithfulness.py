@@ -1,17 +1,16 @@
-"""Regenerate the tables of docs/results/serve-faithfulness.md (issue 29):
+"""Regenerate the tables of docs/results/serve-faithfulness.md:
 is an emulated run (``latroute serve`` driven by ``loadgen``) the offline
 twin's, request for request?
 
 Why a script: one measurement is four processes in order (an offline
 replay that fixes arrivals and assignment, a server, a client, SIGTERM to
 the server) and a comparison; the script runs them on loopback, bounded in
-time, and prints the figures the acceptance names.
+time, and prints the figures the page's targets name.
 
-``python docs/serve_faithfulness.py OUT_DIR --pool POOL --rate R --requests N --port-base P [--stream-interval K]``
+``latroute study serve-faithfulness OUT_DIR --pool POOL --rate R --requests N --port-base P [--stream-interval K]``
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def latroute(*args, **kw) -> subprocess.Popen:
@@ -92,19 +91,8 @@ def compare(out: Path, pool_ref: str) -> dict:
             "decision_agreement": f"{agree}/{steps}"}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--pool", default="qwen3-h100")
-    ap.add_argument("--rate", type=float, default=8.0)
-    ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--port-base", type=int, default=8100)
-    ap.add_argument("--stream-interval", type=int, default=1)
-    a = ap.parse_args()
+def study(out: Path, pool: str, rate: float, requests: int, port_base: int, stream_interval: int) -> dict:
+    """Measure and compare; the comparison's figures (also printed by the command)."""
     os.environ.setdefault("PYTHONPATH", str(REPO))
-    measure(a.out, a.pool, a.rate, a.requests, a.port_base, a.stream_interval)
-    print(json.dumps(compare(a.out, a.pool), indent=1))
-
-
-if __name__ == "__main__":
-    main()
+    measure(out, pool, rate, requests, port_base, stream_interval)
+    return compare(out, pool)

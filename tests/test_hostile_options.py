@@ -1,4 +1,4 @@
-"""Issue 25, options slice: ``trace join`` inputs, request-level calibration
+"""Options slice: ``trace join`` inputs, request-level calibration
 and validation, and options that do nothing or conflict. Each case failed on
 main (4ddc67d): an internal error, a silent wrong result, or an option
 accepted although it did nothing."""

@@ -1,4 +1,4 @@
-"""Issue 25, ``sweep``'s own inputs and atomicity: ``--resume`` refuses a
+"""``sweep``'s own inputs and atomicity: ``--resume`` refuses a
 corrupt, foreign or misplaced cell part naming it (the user deletes it and
 the cell runs again) instead of crashing or folding it into the results;
 ``--spec`` refuses a file of the wrong shape, unknown keys beside a

@@ -1,4 +1,4 @@
-"""Issue 25, engine slice: the compiled entries refuse what would make them
+"""Engine slice: the compiled entries refuse what would make them
 index past an array's end or loop on a non-finite time (``KernelInputError``
 at the entry), ``calibrate`` refuses degenerate or contradictory step logs in
 one line naming the trace's file, and profile and pool files are validated

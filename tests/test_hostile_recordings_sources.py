@@ -1,4 +1,4 @@
-"""Issue 25, the other importers' sources: lmbench's runs.csv beside the
+"""The other importers' sources: lmbench's runs.csv beside the
 per-request file (refused when it lacks run_id, names the run twice or is
 not UTF-8, instead of an internal error or silently dropped metadata), an
 Azure row longer than 1 MB (traces.paths.LINE_MAX_BYTES), a row with a
