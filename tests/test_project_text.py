@@ -43,16 +43,8 @@ EXEMPT = [
 # entry whose hits are gone must be removed (it fails until it is).
 PENDING = {
     "docs/results/gpu-fidelity.md": 1,
-    "docs/results/request-level.md": 1,
     "harness/route/inputs.py": 1,
-    "traces/client_join.py": 1,
-    "traces/output_checks.py": 1,
-    "traces/query.py": 2,
     "traces/sessions.py": 1,
-    "traces/slo.py": 1,
-    "traces/tasks.py": 1,
-    "traces/vllm_recorder/finish.py": 1,
-    "traces/workload.py": 1,
 }
 
 

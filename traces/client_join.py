@@ -6,7 +6,7 @@ Why: the engine's TTFT (arrival at the front end's input processing to the
 end of the step that computed the last prompt token) and the client's TTFT
 (send to first streamed chunk) differ by the API server's work: HTTP,
 request parsing, hand-over to the engine core, detokenisation and streaming
-back. DESIGN calls this the API overhead; with both sides of one run it is
+back. the paper calls this the API overhead; with both sides of one run it is
 measured per request instead of assumed.
 
 The join key is the id the client sent (``X-Request-Id``), which the

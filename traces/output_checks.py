@@ -5,7 +5,7 @@ own inputs, ``.`` and its ancestors, kernel file systems, special files and
 a live writer's lock. The writing itself is ``traces.outputs``.
 
 The marker covers what latroute wrote, not what was put beside it since
-(issue 25: ``--force`` onto a marked directory deleted a user's file, a FIFO
+(``--force`` onto a marked directory once deleted a user's file, a FIFO
 and a device node added to it). A directory built whole and renamed into
 place (``StagedDir``) records in its marker every name it holds (``f`` file,
 ``d`` directory, one JSON-quoted relative path a line: ``write_manifest``);

@@ -4,7 +4,7 @@ The connection and what it may touch live here, apart from the CLI, so the
 rules for what a user's SQL can reach are in one place.
 
 Read-only by default, and enforced by DuckDB itself rather than by reading
-the SQL (issue 11): a query could otherwise read any file
+the SQL: a query could otherwise read any file
 (``read_csv('/etc/passwd')``), write anywhere (``COPY ... TO``), install
 extensions, or overwrite the trace it is querying. The sandbox:
 
@@ -31,7 +31,7 @@ them into UTC timestamps where the source had a wall clock (meta.json's
 ``wall_clock_start``: Azure traces) and fails with a clear message where it
 had none, rather than printing dates in 1970.
 
-Interruptible and bounded (issue 25): DuckDB runs a query in C++ without
+Interruptible and bounded: DuckDB runs a query in C++ without
 returning to Python, so Python's own SIGINT handler would run only after the
 query ends (a ``count(*)`` over ``range(10^12)`` ignored Ctrl-C for hours).
 While a query runs, SIGINT and SIGTERM are only noted (their C-level

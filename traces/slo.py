@@ -1,7 +1,7 @@
 """The TTFT SLO policy: each request's target tau_i when a trace may lack one.
 
 - ``column``: the trace's ``slo_ttft_s`` (missing entries get the rule);
-- ``rule``: DESIGN's rule on the prompt length,
+- ``rule``: the paper's rule on the prompt length,
   tau = clip((155 ms + 0.035 ms * p) * U[0.98, 1.02], 150 ms, 1120 ms),
   the U draws seeded (the generator uses the same rule);
 - ``constant:MS``: MS milliseconds for every request (MS a finite number

@@ -1,4 +1,4 @@
-"""Task definitions of the paper's workload (DESIGN section 5).
+"""Task definitions of the paper's workload (arXiv 2607.18253, its workload section).
 
 Medians and per-model mean judge accuracies are the paper's; the lognormal
 spreads are our defaults (the paper gives none) and can be replaced by

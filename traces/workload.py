@@ -24,7 +24,7 @@ from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TA
 
 # Laplace scale of the additive error of predicted output lengths; with the
 # floor at 1 token it gives a mean absolute error of about 200 tokens on the
-# default mix (DESIGN section 5).
+# default mix (the paper's workload, arXiv 2607.18253).
 PREDICTED_LENGTH_SCALE = 237.0
 
 

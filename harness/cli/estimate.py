@@ -148,7 +148,7 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "has it, else median (of the trace's output lengths); oracle = true lengths (a bound).")
 @click.option("--slo", "slo_policy", type=SloPolicy(),
               help="Also score how each estimator calls every request's TTFT SLO (on time or late, as a "
-                   "latency-aware router decides): the trace's slo_ttft_s (column), DESIGN's rule (seed 0), "
+                   "latency-aware router decides): the trace's slo_ttft_s (column), the paper's rule (seed 0), "
                    f"{SLO_HELP}, or none. Default: not scored.")
 @click.option("--profile", "profile_ref", help="Batch-time profile (path or built-in name) for every instance.")
 @click.option("--calibrate-on", type=click.Path(path_type=Path),

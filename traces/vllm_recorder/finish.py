@@ -2,7 +2,7 @@
 
 Kept apart from the writer (``files``) because it is the one place that
 deletes a user's files, so it follows a stricter rule than the writer
-needs (issue 25: ``record finish`` dropped rows whose field count differed
+needs (``record finish`` once dropped rows whose field count differed
 from the header, read a device node named like a part as empty, followed a
 symlinked part, waited forever on a FIFO, and then deleted the parts):
 
