@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.params import refuse_non_utf8
+from harness.cli.params import IntIn, refuse_non_utf8
 
 GPU_RUNS = Path("../shared/data/vllm_gpu_llmservingsim")
 
@@ -62,7 +62,7 @@ LMBENCH = Path("../shared/data/llmd_lmbench_per_request")
 @click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="Directory for results.json, tables.md, commands.log, the imported traces, profiles and results "
                    "(kept: a rerun reuses what is there).")
-@click.option("--assign-seeds", "seeds", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--assign-seeds", "seeds", type=IntIn(1, 100), default=5, show_default=True,
               help="Seeds of each assignment of requests to replicas (and of the routers' replays).")
 @click.option("--group", "groups", multiple=True, type=click.Choice(["sharegpt", "short_input", "exp4"]),
               help="Run only this group of runs (repeatable; default: all three and the routing question).")

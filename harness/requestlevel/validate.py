@@ -225,6 +225,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
         virtual_engines,
     )
     from harness.requestlevel.fleet import LOGGED, logged_instances
+    from harness.requestlevel.score_window import refuse_small_window
     from harness.twin.simulation import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
@@ -236,6 +237,10 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     engine, marks = request_engine_marked(profile, options, stated=trace_engine([trace]))
     caveats = trace_caveats([trace])
     rt = RequestTrace.of(trace).warmed(prefix_cache)
+    if score_window is not None:  # a window of a handful of requests scores nothing (none: an IndexError)
+        timed = np.isfinite(rt.requests["ttft_s"].to_numpy(dtype=np.float64))
+        refuse_small_window(int((timed & window_mask(len(timed), score_window)).sum()), int(timed.sum()),
+                            score_window, "by arrival")
     under = rt.under(spec)  # a fleet the log contradicts is refused here, before any replay
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}",
                       profile)
