@@ -58,3 +58,46 @@ def test_record_finish_gives_the_joined_files_the_umasks_modes(tmp_path, mask, m
     assert res.exit_code == 0, res.output
     for name in ("steps.jsonl", "requests.csv"):
         assert stat.S_IMODE(os.stat(rec / name).st_mode) == mode, name
+
+
+@pytest.fixture(scope="module")
+def reqstats_trace(tmp_path_factory):
+    from tests.test_reqstats_import import _run
+
+    root = tmp_path_factory.mktemp("rs")
+    assert run_cli("trace", "import", "vllm-reqstats", _run(root), "--out", root / "good").exit_code == 0
+    return root / "good"
+
+
+def _edited(trace, dst, settings: dict):
+    import json
+    import shutil
+
+    shutil.copytree(trace, dst)
+    meta = json.loads((dst / "meta.json").read_text())
+    meta["engine"]["settings"].update(settings)
+    meta["engine"]["marks"].update({k: "given" for k in settings})
+    (dst / "meta.json").write_text(json.dumps(meta))
+    return dst
+
+
+@pytest.mark.parametrize("settings,key,frag", [
+    ({"num_kv_blocks": 2}, "num_kv_blocks", "cannot hold 6 of 6 requests"),
+    ({"max_model_len": 5}, "max_model_len", "rejects 6 of 6 requests"),
+    ({"max_num_batched_tokens": 1}, "max_num_batched_tokens", "must be >= max_num_seqs"),
+    ({"chunked_prefill": False}, "max_num_batched_tokens", "without chunked prefill")])
+@pytest.mark.parametrize("cmd", ["validate", "calibrate"])
+def test_a_traces_own_engine_is_blamed_on_its_meta_json(reqstats_trace, tmp_path, settings, key, frag, cmd):
+    """A trace imported before the import checked its engine (or edited since): the refusal names the
+    trace's meta.json and key, not --engine, which the user did not give (nor an internal ValueError)."""
+    t = _edited(reqstats_trace, tmp_path / "t", settings)
+    out = tmp_path / ("v" if cmd == "validate" else "p.json")
+    args = (["validate", t, "--profile", "qwen3-8b-h100"] if cmd == "validate" else
+            ["calibrate", "--from-requests", t])
+    assert_refused(run_cli(*args, "--out", out), out, f"error: {t / 'meta.json'}: engine.settings.{key}:", frag)
+
+
+def test_an_engine_option_is_still_blamed_on_engine(reqstats_trace, tmp_path):
+    out = tmp_path / "v"
+    assert_refused(run_cli("validate", reqstats_trace, "--profile", "qwen3-8b-h100", "--engine", "num_kv_blocks=2",
+                           "--out", out), out, "error: --engine: num_kv_blocks=2")

@@ -234,7 +234,8 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
 
     spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()
     options = {**spec.engine, **parse_engine_options(engine_opts)}
-    engine, marks = request_engine_marked(profile, options, stated=trace_engine([trace]))
+    stated = trace_engine([trace])
+    engine, marks = request_engine_marked(profile, options, stated=stated)
     caveats = trace_caveats([trace])
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     if score_window is not None:  # a window of a handful of requests scores nothing (none: an IndexError)
@@ -243,7 +244,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
                             score_window, "by arrival")
     under = rt.under(spec)  # a fleet the log contradicts is refused here, before any replay
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, f"profile {profile.name}",
-                      profile)
+                      profile, stated)
     fe = frontend if frontend is not None else frontend_of(profile)
     ov = overhead_s if overhead_s is not None else frontend_overhead(profile)
     ve = virtual_engines(profile)
