@@ -101,3 +101,40 @@ def test_an_engine_option_is_still_blamed_on_engine(reqstats_trace, tmp_path):
     out = tmp_path / "v"
     assert_refused(run_cli("validate", reqstats_trace, "--profile", "qwen3-8b-h100", "--engine", "num_kv_blocks=2",
                            "--out", out), out, "error: --engine: num_kv_blocks=2")
+
+
+@pytest.mark.parametrize("column,row,value,frag", [("kv_cache_pct", 1, float("nan"), "missing or non-numeric"),
+                                                   ("running", 2, -2, "negative")])
+def test_trace_info_says_an_engine_series_is_invalid(reqstats_trace, tmp_path, column, row, value, frag):
+    import json
+    import shutil
+
+    import pandas as pd
+
+    t = tmp_path / "t"
+    shutil.copytree(reqstats_trace, t)
+    f = t / "engine_series.parquet"
+    df = pd.read_parquet(f)
+    df.loc[row, column] = value
+    df.to_parquet(f)
+    res = run_cli("trace", "info", t)
+    assert res.exit_code == 0, res.output
+    line = f"INVALID engine_series: {f}:{row + 1}: {column}: "
+    assert any(ln.startswith(line) and frag in ln for ln in res.output.splitlines()), res.output
+    doc = json.loads(run_cli("trace", "info", t, "--json").output)
+    assert doc["invalid"]["engine_series"].startswith(f"{f}:{row + 1}: {column}: ")
+    assert "INVALID" not in run_cli("trace", "info", reqstats_trace).output
+
+
+def test_a_meta_json_engine_that_is_a_string_is_refused_by_name(reqstats_trace, tmp_path):
+    import json
+    import shutil
+
+    t = tmp_path / "t"
+    shutil.copytree(reqstats_trace, t)
+    meta = json.loads((t / "meta.json").read_text())
+    meta["engine"] = "fast"
+    (t / "meta.json").write_text(json.dumps(meta))
+    for args in (["validate", t, "--profile", "qwen3-8b-h100", "--out", tmp_path / "v"],
+                 ["calibrate", "--from-requests", t, "--out", tmp_path / "p.json"]):
+        assert_refused(run_cli(*args), args[-1], f"error: {t / 'meta.json'}: engine: must be a JSON object")
