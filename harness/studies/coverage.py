@@ -26,7 +26,9 @@ from estimators.calibrate import CalibrationConfig, best_form, build_profile, ca
 from estimators.estimate import QUANTILE_COLUMNS, RAW_QUANTILE_COLUMNS, EstimateConfig, coverage, estimate_trace
 from estimators.online_speed import OnlineSpeedConfig
 from estimators.recalibration import RecalibrationConfig, recalibrate
+from harness.studies.study_args import StudyParser, number, run_study
 from harness.twin.decisions import decision_agreement
+from traces.errors import BadInput
 from traces.store import open_trace
 
 CALIBRATE_ON = {"d1_": "d2_", "d2_": "d1_", "d4_": "d1_", "d5_": "d1_", "d6_": "d1_", "d7_": "d1_",
@@ -132,12 +134,21 @@ def within(row: dict, points: float = 5.0) -> bool:
     return abs(100 * row["p50"] - 50) <= points and abs(100 * row["p90"] - 90) <= points
 
 
-def main(argv: list[str]) -> None:  # pragma: no cover
-    recal = next((a for a in argv if a.startswith("--recalibrate")), None)
-    step = float(recal.partition("=")[2] or RecalibrationConfig().step) if recal else None
-    res = study(Path(argv[1]), online_speed="--online-speed" in argv, in_sample="--in-sample" in argv,
-                recalibration=RecalibrationConfig(step) if recal else None)
-    Path(argv[2]).write_text(json.dumps(res, indent=1))
+def main(argv: list[str] | None = None) -> None:  # pragma: no cover
+    ap = StudyParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("recordings", type=Path, help="directory of recordings imported with trace import vllm-record")
+    ap.add_argument("out", type=Path, help="JSON file of the results")
+    ap.add_argument("--online-speed", action="store_true")
+    ap.add_argument("--in-sample", action="store_true")
+    ap.add_argument("--recalibrate", nargs="?", const=RecalibrationConfig().step, default=None,
+                    type=number(1e-6, 10.0), metavar="STEP", help="recalibrate (step of the log-time offsets)")
+    a = ap.parse_args(argv)
+    if not a.recordings.is_dir():
+        raise BadInput(a.recordings, None, "recordings", "not a directory")
+    step = a.recalibrate
+    res = study(a.recordings, online_speed=a.online_speed, in_sample=a.in_sample,
+                recalibration=RecalibrationConfig(step) if step is not None else None)
+    a.out.write_text(json.dumps(res, indent=1))
     for name, r in res.items():
         if r["status"] == "scored":
             print(f"{name:<34} n {r['n']:>4}  p50 {100 * r['p50']:5.1f}%  p90 {100 * r['p90']:5.1f}%  "
@@ -158,5 +169,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover
     print(f"p50 and p90 within 5 points of nominal: {sum(within(r) for r in scored)} of {len(scored)}")
 
 
+PROG = "python -m harness.studies.coverage"
+
 if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv)
+    sys.exit(run_study(main, PROG))

@@ -22,7 +22,6 @@ paired over the seeds all of them ran.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from estimators.learned.model import RETRAIN_EVERY_S
+from harness.studies.study_args import StudyParser, run_study
 from harness.sweep.driver import auc
 from reports.paired_stats import mean_ci, paired_on_common
 from routers.registry import router_entry
@@ -198,7 +198,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.studies.fleet_acceptance", description=__doc__.split("\n")[0])
+    ap = StudyParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("sweeps", nargs="+", type=Path)
     ap.add_argument("--json", type=Path, help="also write the numbers as JSON")
     a = ap.parse_args(argv)
@@ -209,5 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+PROG = "python -m harness.studies.fleet_acceptance"
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_study(main, PROG))

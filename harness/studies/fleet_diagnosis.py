@@ -23,7 +23,6 @@ replay here (one replay path, not two that could drift apart).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.studies.study_args import SEED, StudyParser, count, number, run_study
 from reports.fleet_diagnosis import summarize
 
 
@@ -131,12 +131,12 @@ def diagnose(pool: str, rate: float, requests: int, router: str, seed: int = 0, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.studies.fleet_diagnosis", description=__doc__.split("\n")[0])
+    ap = StudyParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("--pool", default="qwen3-h100-x8")
-    ap.add_argument("--rate", type=float, required=True)
-    ap.add_argument("--requests", type=int, required=True)
+    ap.add_argument("--rate", type=number(), required=True, help="q/s, in [0.001, 1e9]")
+    ap.add_argument("--requests", type=count(1, 10**7), required=True, help="in [1, 10**7]")
     ap.add_argument("--router", default="sfs-cc")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--ties", default=None, help="tie policy (needs the fleet routers' --ties)")
     ap.add_argument("--noise", choices=("on", "off"), default="on", help="the twin's step-time noise")
     ap.add_argument("--lengths", default=None, help="predicted-length policy, as sweep --lengths (e.g. oracle)")
@@ -156,5 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+PROG = "python -m harness.studies.fleet_diagnosis"
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_study(main, PROG))

@@ -43,10 +43,10 @@ every server is stopped at the end, on error too.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,6 +58,7 @@ from harness.live.ports import free_port_base
 from harness.live.processes import cpu_seconds, start_ready, stop
 from harness.studies.live_servers import REPO, latroute_cmd, run_checked, send, start_real, warm_up
 from harness.studies.route_live_report import diagnose, engine_ttfts, report
+from harness.studies.study_args import SEED, StudyParser, count, number, run_study
 from routers.fleet import TIE_POLICIES
 
 POOL_FILE = REPO / "docs" / "pools" / "tiny-ab.json"
@@ -347,37 +348,37 @@ def backends_main(a) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = StudyParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("real", "serve", "backends"):
         p = sub.add_parser(name)
         p.add_argument("out", type=Path)
         p.add_argument("--routers", default=",".join(ROUTERS))
-        p.add_argument("--repeats", type=int, default=2)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--twin-seeds", type=int, default=3, help="noise seeds of the twin's prediction (mean)")
-        p.add_argument("--requests", type=int, default=300)
+        p.add_argument("--repeats", type=count(1, 100), default=2)
+        p.add_argument("--seed", type=SEED, default=0)
+        p.add_argument("--twin-seeds", type=count(1, 100), default=3, help="noise seeds of the twin's prediction (mean)")
+        p.add_argument("--requests", type=count(1, 10**6), default=300)
         p.add_argument("--ties", choices=TIE_POLICIES, help="the proxy's and the twin's replica choice (their default)")
     r = sub.choices["real"]
     r.add_argument("--pool", type=Path, default=POOL_FILE)
-    r.add_argument("--rate", type=float, default=2.0)
-    r.add_argument("--slo-scale", type=float, default=4.0, help="SLO = DESIGN's rule x this (the rule is an H100's)")
+    r.add_argument("--rate", type=number(), default=2.0)
+    r.add_argument("--slo-scale", type=number(1e-3, 1e6), default=4.0, help="SLO = DESIGN's rule x this (the rule is an H100's)")
     r.add_argument("--vllm-python")
     r.add_argument("--calibrate", action="store_true", help="record a calibration workload first and fit profiles")
     r.add_argument("--calibrate-only", action="store_true", help="with --calibrate: stop after the calibration")
-    r.add_argument("--calibration-rate", type=float, default=3.0, help="q/s of the calibration workload")
+    r.add_argument("--calibration-rate", type=number(), default=3.0, help="q/s of the calibration workload")
     r.add_argument("--view", default="ledger", choices=["ledger", "exact", "metrics:100", "metrics:1000"],
                    help="exact: the servers' recording schedulers publish their state (LATROUTE_STATE_LISTEN)")
     s = sub.choices["serve"]
     s.add_argument("--pool", default="qwen3-h100-x8")
-    s.add_argument("--rate", type=float, default=24.0, help="requests per engine second")
-    s.add_argument("--speed", type=float, default=1.0)
+    s.add_argument("--rate", type=number(), default=24.0, help="requests per engine second")
+    s.add_argument("--speed", type=number(1e-3, 1e6), default=1.0)
     s.add_argument("--views", default="exact", help="comma-separated: exact, ledger, metrics:MS (a study each)")
-    s.add_argument("--stream-interval", type=int, default=1, help="serve's tokens per streamed chunk (first at once)")
+    s.add_argument("--stream-interval", type=count(1, 1 << 20), default=1, help="serve's tokens per streamed chunk (first at once)")
     b = sub.choices["backends"]
     b.add_argument("--pool", type=Path, required=True, help="pool file: every entry with its server's url")
     b.add_argument("--trace", type=Path, required=True, help="the workload (SLOs, predicted lengths, quality table)")
-    b.add_argument("--speed", type=float, default=1.0, help="the backends' clock (latroute serve --speed); 1: real")
+    b.add_argument("--speed", type=number(1e-3, 1e6), default=1.0, help="the backends' clock (latroute serve --speed); 1: real")
     b.add_argument("--view", default="ledger", help="exact, ledger or metrics:MS")
     for name in ("report", "diagnose"):
         sub.add_parser(name).add_argument("out", type=Path)
@@ -394,5 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         serve_main(a)
 
 
+PROG = "python -m harness.studies.route_live"
+
 if __name__ == "__main__":
-    main()
+    sys.exit(run_study(main, PROG))

@@ -15,7 +15,6 @@ Prints a Markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pandas as pd
 
 from harness.live.ports import free_port_base
 from harness.live.processes import loadgen, start_ready, stop
+from harness.studies.study_args import SEED, StudyParser, count, number, run_study
 
 VIEWS = ("exact", "ledger", "metrics:100", "metrics:1000")
 
@@ -86,15 +86,16 @@ def run(pool: str, router: str, views: list[str], requests: int, rate: float, sp
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = StudyParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--pool", default="qwen3-h100")
     ap.add_argument("--router", default="sfs-cc")
     ap.add_argument("--views", default=",".join(VIEWS))
-    ap.add_argument("--requests", type=int, default=400)
-    ap.add_argument("--rate", type=float, default=8.0, help="requests per engine second")
-    ap.add_argument("--speed", type=float, default=2.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1, help="each view this often, on backends seeded seed + repeat")
+    ap.add_argument("--requests", type=count(1, 10**6), default=400)
+    ap.add_argument("--rate", type=number(), default=8.0, help="requests per engine second")
+    ap.add_argument("--speed", type=number(1e-3, 1e6), default=2.0, help="serve --speed, in [0.001, 1e6]")
+    ap.add_argument("--seed", type=SEED, default=0)
+    ap.add_argument("--repeats", type=count(1, 100), default=1,
+                    help="each view this often, on backends seeded seed + repeat")
     a = ap.parse_args(argv)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
@@ -117,5 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
+PROG = "python -m harness.studies.route_views"
+
 if __name__ == "__main__":
-    main()
+    sys.exit(run_study(main, PROG))

@@ -18,13 +18,13 @@ a tie policy other than lowest-index), so a sweep per rate pairs as one.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from harness.studies.fleet_acceptance import load_cells, seed_aucs
+from harness.studies.study_args import StudyParser, run_study
 from reports.paired_stats import mean_ci, paired_on_common
 
 
@@ -75,18 +75,20 @@ def markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.studies.router_shares", description=__doc__.split("\n")[0])
+    ap = StudyParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("sweeps", nargs="+", type=Path)
     ap.add_argument("--reference", default="sfs-cc", help="label the others are compared with (default sfs-cc)")
     a = ap.parse_args(argv)
     try:
         res = shares(load_cells(a.sweeps), a.reference)
     except (OSError, ValueError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {PROG}: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     print(markdown(res))
     return 0
 
 
+PROG = "python -m harness.studies.router_shares"
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(run_study(main, PROG))
