@@ -584,6 +584,9 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     opened = [open_trace(p) for p in paths]
     stated = trace_engine(opened)
     engine = request_engine(None, options, stated=stated)
+    from harness.twin.memory import refuse_engine_memory
+
+    refuse_engine_memory(engine, fleet.replicas if fleet else 1)
     rts = [RequestTrace.of(t).warmed("warm" if str(p) in warm_set else "cold").windowed(fit_window)
            for p, t in zip(paths, opened)]
     from harness.requestlevel.fleet import FleetSpec

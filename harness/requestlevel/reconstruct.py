@@ -153,6 +153,9 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     options = {**spec.engine, **parse_engine_options(engine_opts)}
     stated = trace_engine([trace])
     engine, marks = request_engine_marked(profile, options, stated=stated)
+    from harness.twin.memory import refuse_engine_memory
+
+    refuse_engine_memory(engine, spec.replicas)
     known = {"engine_marks": marks_json(engine, marks), "caveats": trace_caveats([trace])}
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     under = rt.under(spec)

@@ -226,6 +226,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     )
     from harness.requestlevel.fleet import LOGGED, logged_instances
     from harness.requestlevel.score_window import refuse_small_window
+    from harness.twin.memory import refuse_engine_memory
     from harness.twin.simulation import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
@@ -236,6 +237,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     options = {**spec.engine, **parse_engine_options(engine_opts)}
     stated = trace_engine([trace])
     engine, marks = request_engine_marked(profile, options, stated=stated)
+    refuse_engine_memory(engine, spec.replicas)
     caveats = trace_caveats([trace])
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     if score_window is not None:  # a window of a handful of requests scores nothing (none: an IndexError)

@@ -270,6 +270,11 @@ def load_pool(name_or_path: str | Path, serial_frontend: bool = False, profiles:
         if c.instance_id in seen:
             raise BadInput(path, row, "instance_id", f"duplicate instance id {c.instance_id!r}")
         seen.add(c.instance_id)
+    from harness.twin.memory import memory_shortfall
+
+    short = memory_shortfall(instances)  # before any instance allocates (4,096 replicas once ran out mid-set-up)
+    if short is not None:
+        raise BadInput(path, None, "instances", short)
     notes = doc.get("notes") or {}
     if not isinstance(notes, dict):
         raise BadInput(path, None, "notes", "must be an object")
