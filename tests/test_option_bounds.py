@@ -115,3 +115,13 @@ def test_validate_score_window_without_requests_is_refused(tmp_path):
                   "--out", out)
     assert_refused(res, out, "error: --score-window: 0:0.001 scores 0 of the trace's 6 requests", "at least 20")
     assert "at least 20 requests" in " ".join(run_cli("validate", "--help").output.split())
+
+
+def test_a_pool_entrys_url_port_is_checked(tmp_path):
+    import json
+
+    pool = tmp_path / "u.json"
+    pool.write_text(json.dumps({"name": "u", "instances": [{"instance_id": "a", "model": "qwen3-8b", "profile":
+                                                            "qwen3-8b-h100", "url": "http://127.0.0.1:99999"}]}))
+    assert_refused(run_cli("route", "--pool", pool, "--router", "shortest-queue", "--listen", "127.0.0.1:8200"),
+                   None, f"error: {pool}:1: instances.url: 'http://127.0.0.1:99999': the port must be in 1-65535")
