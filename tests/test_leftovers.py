@@ -138,3 +138,20 @@ def test_a_meta_json_engine_that_is_a_string_is_refused_by_name(reqstats_trace, 
     for args in (["validate", t, "--profile", "qwen3-8b-h100", "--out", tmp_path / "v"],
                  ["calibrate", "--from-requests", t, "--out", tmp_path / "p.json"]):
         assert_refused(run_cli(*args), args[-1], f"error: {t / 'meta.json'}: engine: must be a JSON object")
+
+
+@pytest.mark.parametrize("key,value", [("engine_kwargs", [1]), ("engine_kwargs", "x"), ("hardware", 5)])
+def test_a_stored_sources_sections_must_be_objects(reqstats_trace, tmp_path, key, value):
+    """A trace whose meta.json ``source.engine_kwargs`` is a list failed in calibrate as an internal
+    AttributeError (the weight floor reads it): refused by name when the trace is opened."""
+    import json
+    import shutil
+
+    t = tmp_path / "t"
+    shutil.copytree(reqstats_trace, t)
+    meta = json.loads((t / "meta.json").read_text())
+    meta["source"][key] = value
+    (t / "meta.json").write_text(json.dumps(meta))
+    out = tmp_path / "p.json"
+    assert_refused(run_cli("calibrate", "--from-requests", t, "--out", out), out,
+                   f"error: {t / 'meta.json'}: source.{key}: must be a JSON object")
