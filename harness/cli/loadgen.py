@@ -91,13 +91,13 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
     """
     require_extra("loadgen", "loadgen")  # before anything else: without aiohttp nothing can be sent
     if (base_url is None) == (backends is None):
-        raise BadInput("--base-url", None, "--base-url", "give --base-url URL or --backends URL,... (exactly one)")
+        raise BadOption("--base-url", "give --base-url URL or --backends URL,... (exactly one)")
     urls = server_urls(backends, "--backends") if backends is not None else ()
     if base_url is not None and "," in base_url:
         raise BadOption("--base-url", "one URL (several servers: --backends)")
     url = server_urls(base_url, "--base-url")[0] if base_url is not None else urls[0]
     if assign_from is not None and not urls:
-        raise BadInput("--assign-from", None, "--assign-from", "needs --backends (one URL per instance of the pool)")
+        raise BadOption("--assign-from", "needs --backends (one URL per instance of the pool)")
     if assign_from is not None and trace_dir is None:
         raise BadOption("--assign-from", "needs --trace (the replay's input: its requests are assigned by request id)")
     check_id_prefix(id_prefix)

@@ -202,8 +202,10 @@ def _refuse(cfg: EngineConfig, key: str, path: str | Path, reason: str):
         return BadOption("--engine", f"{key}={_fmt(cfg.settings[key])}: {reason}")
     name = Path(path).name
     field_ = how[len(name) + 1:].split(" ")[0] if cfg.marks.get(key) == GIVEN and how.startswith(name + " ") else key
-    mark = "" if cfg.marks.get(key) == GIVEN else f" ({cfg.marks.get(key)}: {how})"
-    return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])}{mark}: {reason}")
+    if cfg.marks.get(key) == GIVEN:
+        return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])}: {reason}")
+    return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])} ({cfg.marks.get(key)}: {how}): {reason}; give "
+                                        f"--engine {key}=N")
 
 
 def check_served(cfg: EngineConfig, longest_prompt: int, longest_total: int, path: str | Path) -> None:
