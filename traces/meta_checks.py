@@ -14,6 +14,7 @@ from traces.errors import BadInput
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TIME_S, shown
 
 SOURCE_TEXT_KEYS = ("kind", "file", "dir", "vllm_version", "platform")
+SOURCE_OBJECT_KEYS = ("engine_kwargs", "hardware")  # vllm-reqstats: what the run saved (read by the weight floor)
 ENGINE_MARKS = ("given", "inferred", "defaulted")  # traces.importers.engine_settings
 COMPLETENESS = ("complete", "incomplete", "unknown")  # traces.importers.completeness
 
@@ -40,6 +41,10 @@ def check_meta(meta: dict, path: Path) -> None:
             v = src.get(key)
             if v is not None and not isinstance(v, str):
                 raise BadInput(path, None, f"source.{key}", f"must be a string, got a {_kind(v)}: {shown(v)}")
+        for key in SOURCE_OBJECT_KEYS:
+            v = src.get(key)
+            if v is not None and not isinstance(v, dict):
+                raise BadInput(path, None, f"source.{key}", f"must be a JSON object, got a {_kind(v)}: {shown(v)}")
     for key in ("arrivals", "created", "wall_clock_start"):
         v = meta.get(key)
         if v is not None and not isinstance(v, str):

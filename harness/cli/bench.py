@@ -73,6 +73,21 @@ def bench_twin(requests: int, rate: float, router: str) -> dict:
     return out
 
 
+def check_against(path: Path, sections) -> None:
+    """``--against`` is a latroute checkout (its source tree: the fleet cell runs with ``PYTHONPATH`` on
+    it, and a directory without one benched the installed latroute against itself) and the fleet
+    section runs (the only one it changes)."""
+    from traces.errors import BadOption
+
+    if "fleet" not in sections:
+        raise BadOption("--against", "benches the fleet section only: add --only fleet (or leave --only out)")
+    missing = [p for p in ("harness/twin/pools.py", "traces/workload.py", "routers/registry.py")
+               if not (path / p).is_file()]
+    if missing:
+        raise BadOption("--against", f"{path} is no latroute checkout (no {missing[0]}): give the root of one, "
+                                     "e.g. ../main")
+
+
 @click.command()
 @click.option("--only", "only", multiple=True, type=click.Choice(SECTIONS), help="Run only these sections.")
 @click.option("--generate-requests", type=COUNT, default=1_000_000, show_default=True,
@@ -135,6 +150,8 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
       latroute bench --only fleet --against ../main
     """
     sections = only or SECTIONS
+    if against is not None:
+        check_against(against, sections)
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="latroute-bench-", dir=workdir) as tmp:
         tmp_path = Path(tmp)

@@ -41,10 +41,13 @@ DEMO_DELTA = 1e-6  # routers that use a delta, in the sweep and the replays
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("latroute-demo"), show_default=True,
-              help="Directory for the demo's outputs (replaced if it exists).")
+              help="Directory for the demo's outputs (an earlier demo's there is replaced; any other latroute "
+                   "output only with --force).")
 @click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the workload, the twin's noise and every replay and sweep cell.")
-def demo(out: Path, seed: int) -> None:
+@click.option("--force", is_flag=True, help="Replace --out even if it holds another latroute output (a trace, a "
+                                            "sweep), not an earlier demo's.")
+def demo(out: Path, seed: int, force: bool) -> None:
     """Run the pipeline on built-in defaults and say where the results are.
 
     \b
@@ -53,12 +56,18 @@ def demo(out: Path, seed: int) -> None:
     """
     t0 = time.perf_counter()
     # a new directory, an empty one, or an earlier demo's (its marker): the demo replaces its own outputs
-    # every run, and nothing else (a directory of someone's files is refused before any work). Everything is
+    # every run, and nothing else (a directory of someone's files is refused before any work; another latroute
+    # output, such as a trace, without --force: it once was replaced after a full run). Everything is
     # built in a pid-named temporary beside OUT and renamed onto it at the end, so a killed demo leaves no
     # partial OUT (the next run removes the temporary of a dead pid).
-    from traces.outputs import StagedDir, check_out
+    from traces.errors import BadOption
+    from traces.outputs import StagedDir, check_out, dir_kind
 
     check_out(out, force=True, owner="latroute demo")
+    kind = dir_kind(out) if out.is_dir() and any(out.iterdir()) else "demo"
+    if kind != "demo" and not force:
+        raise BadOption("--out", f"{out} holds a latroute {kind or 'output'}, not an earlier demo's: pass --force "
+                                 "to replace it")
     with StagedDir(out, force=True, kind="demo") as root:
         _run_demo(out, Path(root), seed)
     click.echo(f"\ndone in {time.perf_counter() - t0:.1f} s; outputs in {out.resolve()}")

@@ -10,6 +10,7 @@ import click
 from harness.cli.choices import (
     ESTIMATORS,
     KNOWN_ESTIMATORS,
+    LEARNED_MIN_SAMPLES,
     LEARNED_RETRAIN_EVERY_S,
     LEARNED_WINDOW,
     LENGTH_POLICIES,
@@ -18,9 +19,19 @@ from harness.cli.choices import (
 )
 from harness.cli.extras import require_extra
 from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
-from harness.cli.params import AT_LEAST_1, POSITIVE, EngineSetting, Window, refuse_given, refuse_non_utf8
+from harness.cli.params import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    EngineSetting,
+    IntIn,
+    Window,
+    refuse_given,
+    refuse_non_utf8,
+)
 from harness.cli.plugin_options import isolation_options, plugin_timeout
 from harness.cli.replay_options import SLO_HELP, SloPolicy
+from harness.cli.windows import WINDOW_HELP, check_step_window
 from traces.errors import BadInput, BadOption
 
 # The estimators, the profile and the trace store load numba, numpy, pandas and duckdb: imported where an
@@ -166,10 +177,10 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
                    "as p50_raw_s..p99_raw_s.")
 @click.option("--recalibration-step", type=POSITIVE, default=RECALIBRATION_STEP, show_default=True,
               help="Step (log time) of the online recalibration's quantile offsets.")
-@click.option("--retrain-every", type=click.FloatRange(min=0.0), default=LEARNED_RETRAIN_EVERY_S, show_default=True,
+@click.option("--retrain-every", type=NON_NEGATIVE, default=LEARNED_RETRAIN_EVERY_S, show_default=True,
               help="learned: seconds (of the trace's clock) between refits (llm-d's example deployment: 1; its "
                    "code's default: 1800).")
-@click.option("--window", type=click.IntRange(min=10), default=LEARNED_WINDOW, show_default=True,
+@click.option("--window", type=IntIn(LEARNED_MIN_SAMPLES, 1_000_000), default=LEARNED_WINDOW, show_default=True,
               help="learned: the newest labelled samples a refit trains on (llm-d's example deployment: 100).")
 @click.option("--train-on", type=click.Path(path_type=Path),
               help="learned: first train its model on this other recording's measured requests (e.g. another "
@@ -186,7 +197,7 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
               help="Request-level TRACE: warm = its prompts were already in the prefix cache.")
 @click.option("--score-window", type=Window(),
               help="Score only requests arriving within this share of each instance's steps, in step order "
-                   "(0.3:1 = after the first 30%, as fitted by `calibrate --steps-window 0:0.3`).")
+                   "(0.3:1 = after the first 30%, as fitted by `calibrate --steps-window 0:0.3`)" + WINDOW_HELP + ".")
 @click.option("--join", "join_dir", type=click.Path(path_type=Path),
               help="`latroute trace join` output of this recording: also score each estimator against the "
                    "client's TTFTs (as is and plus the run's median measured API overhead).")
@@ -309,6 +320,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
     for table in ("requests", "steps", "step_items", "instances"):
         if not trace.has(table):
             raise BadInput(trace.file(table), None, table, "estimate needs this table (a recorded or twin trace)")
+    check_step_window(trace, score_window)
     carry = _train_on(train_on) if train_on is not None else None
     models = _models(trace, profile_ref, calibrate_on, needs_baselines=any(n != "sfs" for n in chosen))
     overhead = float(trace.meta.get("frontend_overhead_s", 0.0) or 0.0)

@@ -9,8 +9,20 @@ from pathlib import Path
 import click
 
 from harness.cli.extras import require_extra
-from harness.cli.params import BURSTINESS, COUNT, POSITIVE, SEED, TOKENS, Finite, IntIn
-from traces.errors import BadInput
+from harness.cli.params import (
+    BURSTINESS,
+    COUNT,
+    MAX_MAGNITUDE,
+    MIN_MAGNITUDE,
+    POSITIVE,
+    SEED,
+    TOKENS,
+    Finite,
+    IntIn,
+    check_id_prefix,
+    server_urls,
+)
+from traces.errors import BadInput, BadOption
 
 # The load generator, its workload and the trace store load numpy, pandas, duckdb and (sending) aiohttp:
 # imported where a run starts, so that ``latroute loadgen --help`` does not pay for them.
@@ -29,7 +41,8 @@ from traces.errors import BadInput
               help="Client trace directory to create (with bench.json inside).")
 @click.option("--model", help="Model name for the API (default: the first of GET /v1/models).")
 @click.option("--num-prompts", type=COUNT, help="Requests to send (with --trace: its first N).")
-@click.option("--request-rate", type=Finite(0.0, min_open=True, allow_inf=True), default=math.inf, show_default=True,
+@click.option("--request-rate", type=Finite(MIN_MAGNITUDE, MAX_MAGNITUDE, allow_inf=True), default=math.inf,
+              show_default=True,
               help="Requests per second when generating arrivals (inf: all at once).")
 @click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma shape of the gaps (1: Poisson), as vllm bench serve.")
@@ -40,7 +53,8 @@ from traces.errors import BadInput
 @click.option("--output-len", type=TOKENS, default=64, show_default=True,
               help="Output tokens per generated request.")
 @click.option("--hash-block-tokens", type=IntIn(1, 2**20), help="Tokens per hash_ids block (default: meta.json).")
-@click.option("--id-prefix", default="r", show_default=True, help="X-Request-Id is this prefix + request_id.")
+@click.option("--id-prefix", default="r", show_default=True,
+              help="X-Request-Id is this prefix + request_id (at most 64 printable ASCII characters, no spaces).")
 @click.option("--prompt-format", type=click.Choice(["ids", "words"]), default="ids", show_default=True,
               help="ids: a list of token ids; words: w<id> text for text-only endpoints.")
 @click.option("--request-timeout", type=POSITIVE, default=600.0, show_default=True,
@@ -76,6 +90,17 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
           --trace r-sq/served --assign-from r-sq --out client-sq   # each request where replay r-sq sent it
     """
     require_extra("loadgen", "loadgen")  # before anything else: without aiohttp nothing can be sent
+    if (base_url is None) == (backends is None):
+        raise BadOption("--base-url", "give --base-url URL or --backends URL,... (exactly one)")
+    urls = server_urls(backends, "--backends") if backends is not None else ()
+    if base_url is not None and "," in base_url:
+        raise BadOption("--base-url", "one URL (several servers: --backends)")
+    url = server_urls(base_url, "--base-url")[0] if base_url is not None else urls[0]
+    if assign_from is not None and not urls:
+        raise BadOption("--assign-from", "needs --backends (one URL per instance of the pool)")
+    if assign_from is not None and trace_dir is None:
+        raise BadOption("--assign-from", "needs --trace (the replay's input: its requests are assigned by request id)")
+    check_id_prefix(id_prefix)
     from traces.outputs import check_out, write_json
 
     check_out(out, force, inputs=[trace_dir, assign_from])  # before any work
@@ -85,7 +110,6 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
         LoadgenConfig,
         assign_backends,
         bench_result,
-        check_base_url,
         generated_workload,
         requests_frame,
         run_loadgen,
@@ -94,12 +118,6 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
     from harness.live.route_fields import route_fields as _route_fields
     from traces.store import TraceWriter, open_trace
 
-    if (base_url is None) == (backends is None):
-        raise BadInput("--base-url", None, "--base-url", "give --base-url URL or --backends URL,... (exactly one)")
-    urls = tuple(check_base_url(u.strip()) for u in backends.split(",")) if backends else ()
-    if assign_from is not None and not urls:
-        raise BadInput("--assign-from", None, "--assign-from", "needs --backends (one URL per instance of the pool)")
-    url = check_base_url(base_url) if base_url is not None else urls[0]
     if trace_dir is not None:
         if not math.isinf(request_rate) or burstiness != 1.0:
             raise BadInput("--request-rate", None, "--request-rate",

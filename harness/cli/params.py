@@ -98,7 +98,8 @@ class Finite(_Checked):
     def range_text(self) -> str:
         g = "{:g}".format
         if self.min is not None and self.max is not None:
-            return f"{'(' if self.min_open else '['}{g(self.min)},{g(self.max)}{')' if self.max_open else ']'}"
+            return (f"{'(' if self.min_open else '['}{g(self.min)},{g(self.max)}{')' if self.max_open else ']'}"
+                    + (" or inf" if self.allow_inf else ""))
         if self.min is not None:
             return f"{'>' if self.min_open else '>='}{g(self.min)}" + (" or inf" if self.allow_inf else "")
         if self.max is not None:
@@ -120,6 +121,8 @@ class Finite(_Checked):
             return None
         if math.isnan(x) or (math.isinf(x) and not (self.allow_inf and x > 0)):
             return None
+        if math.isinf(x):  # +inf where the option documents it: above any finite maximum
+            return x
         if self.min is not None and (x < self.min or (self.min_open and x == self.min)):
             return None
         if self.max is not None and (x > self.max or (self.max_open and x == self.max)):
@@ -275,9 +278,59 @@ BURSTINESS = Finite(min=0.01, max=100.0)
 FRACTION_OPEN = Finite(min=0.0, max=1.0, min_open=True, max_open=True)  # (0, 1)
 PROBABILITY_BELOW_1 = Finite(min=0.0, max=1.0, max_open=True)  # [0, 1): epsilon
 AT_LEAST_1 = Finite(min=1.0, max=MAX_MAGNITUDE)  # burst ratio, half-lives in steps
+# A clock's rate against real time (serve and route --speed alike): 1e-300 made a server that never answers
+# and 1e300 one whose steps last nothing; a thousandth to a million times real time spans every use
+SPEED = Finite(min=1e-3, max=1e6)
 COUNT = IntIn(1, MAX_COUNT)  # requests, prompts, rows
 SEED = IntIn(0, MAX_SEED)
 TOKENS = IntIn(1, 10**7)  # one request's prompt or output length
+
+
+def server_urls(text: str, option: str) -> tuple[str, ...]:
+    """``--backends``/``--base-url``: one or more comma-separated http(s) server roots, each with a port
+    in 1-65535 when it names one (``:99999`` once reached the socket layer), trailing ``/`` dropped.
+    An empty list or item is refused (``--backends ''`` once failed as an internal IndexError)."""
+    from urllib.parse import urlparse
+
+    from traces.errors import BadOption
+
+    parts = str(text).split(",")
+    if not str(text).strip():
+        raise BadOption(option, "no URL given: give http://HOST:PORT[,...]")
+    out = []
+    for i, part in enumerate(parts, 1):
+        url = part.strip()
+        where = f"item {i} " if len(parts) > 1 else ""
+        p = urlparse(url)
+        if p.scheme not in ("http", "https") or not p.hostname:
+            raise BadOption(option, f"{where}is not an http(s) URL: {_shown(url)!r}")
+        try:
+            port = p.port
+        except ValueError:
+            port = -1
+        if port is not None and not 1 <= port <= 65535:
+            raise BadOption(option, f"{where}{_shown(url)!r}: the port must be in 1-65535")
+        out.append(url.rstrip("/"))
+    return tuple(out)
+
+
+# X-Request-Id carries the prefix: an HTTP header value is Latin-1 at most, and a request id is logged and
+# stored (UTF-8); printable ASCII fits both (``--id-prefix $'\xff'`` once failed as an internal UnicodeEncodeError)
+MAX_ID_PREFIX = 64
+
+
+def check_id_prefix(text: str, option: str = "--id-prefix") -> str:
+    """The prefix of every request id sent: printable ASCII without spaces, at most ``MAX_ID_PREFIX`` long."""
+    from traces.errors import BadOption
+
+    if len(text) > MAX_ID_PREFIX or not all("!" <= c <= "~" for c in text):
+        try:
+            shown = repr(os.fsencode(text))[1:]  # the bytes typed: '\xff', not a surrogate
+        except UnicodeEncodeError:
+            shown = ascii(text)
+        raise BadOption(option, f"must be at most {MAX_ID_PREFIX} printable ASCII characters without spaces "
+                                f"(it goes into the X-Request-Id header), got {_shown(shown)}")
+    return text
 
 
 def given(ctx: click.Context, name: str) -> bool:

@@ -22,6 +22,7 @@ from harness.cli.params import (
     BURSTINESS,
     NON_NEGATIVE,
     PROBABILITY_BELOW_1,
+    IntIn,
 )
 from traces.errors import BadOption
 
@@ -147,7 +148,7 @@ def view_options(f):
 
 def learned_options(f):
     """--retrain-every and --window (replay and sweep): the learned routers' online training schedule."""
-    f = click.option("--window", type=click.IntRange(LEARNED_MIN_SAMPLES, 1_000_000), default=LEARNED_WINDOW, show_default=True,
+    f = click.option("--window", type=IntIn(LEARNED_MIN_SAMPLES, 1_000_000), default=LEARNED_WINDOW, show_default=True,
                      help="Learned routers: the newest labelled samples each fit uses (llm-d's example "
                           "deployment: 100).")(f)
     return click.option("--retrain-every", "retrain_every_s", type=NON_NEGATIVE, default=LEARNED_RETRAIN_EVERY_S,

@@ -9,7 +9,7 @@ import click
 
 from harness.cli.choices import DEFAULT_EPSILON, ROUTE_QUALITY_POLICIES, ROUTE_SLO_POLICIES
 from harness.cli.extras import require_extra
-from harness.cli.params import NON_NEGATIVE, POSITIVE, SEED, Finite, IntIn
+from harness.cli.params import NON_NEGATIVE, POSITIVE, SEED, SPEED, Finite, IntIn, server_urls
 from harness.cli.replay_options import SLO_HELP, QualityPolicy, SloPolicy, ties_option
 from traces.errors import BadOption
 
@@ -22,6 +22,17 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise BadOption("--listen", f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8200)")
     return host, int(port)
+
+
+def check_constant_length(text: str) -> None:
+    """``--lengths constant:N``: N within the tokens one request may hold (``traces.limits.MAX_TOKENS``);
+    a 20-digit N once failed as an internal OverflowError."""
+    from traces.limits import MAX_TOKENS
+
+    n = text[len("constant:"):] if text.startswith("constant:") else None
+    if n is not None and not (n.isascii() and n.isdigit() and len(n) <= 9 and 1 <= int(n) <= MAX_TOKENS):
+        raise BadOption("--lengths", f"constant:N takes N in [1, {MAX_TOKENS}], the most tokens a request may "
+                                     f"hold (got {n[:20]}{'...' if len(n) > 20 else ''})")
 
 
 def check_router(name: str) -> None:
@@ -88,8 +99,9 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
 @click.option("--log", "log_dir", type=click.Path(path_type=Path),
               help="Write the decision log (a latroute trace: requests, decisions, instances) here at exit.")
 @click.option("--force", is_flag=True, help="Replace --log if it exists.")
-@click.option("--speed", type=Finite(0.0, 1e6, min_open=True), default=1.0, show_default=True,
-              help="The backends' clock runs this many times faster than real time (latroute serve --speed): "
+@click.option("--speed", type=SPEED, default=1.0, show_default=True,
+              help="The backends' clock runs this many times faster than real time (latroute serve --speed, "
+                   "0.001 to 1e6 in both): "
                    "the proxy's clock, SLOs and logged times are theirs.")
 @click.option("--slo", "slo_policy", type=SloPolicy(ROUTE_SLO_POLICIES), default="rule", show_default=True,
               help="TTFT SLO of a request that states none (header x-latroute-slo-ttft-ms or llm-d's "
@@ -101,7 +113,8 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
                    "(docs/how-to/your-models.md). Default: model if it knows every backend's model, else none.")
 @click.option("--lengths", "lengths_policy", default="max-tokens", show_default=True,
               metavar="max-tokens|median|constant:N",
-              help="Predicted output length a request does not state (x-latroute-predicted-tokens).")
+              help="Predicted output length a request does not state (x-latroute-predicted-tokens); "
+                   "constant:N with N in [1, 16777216], the most tokens a request may hold.")
 @click.option("--lambda", "lam", type=NON_NEGATIVE, default=None, help="Cost weight of utility (default replay's).")
 @click.option("--epsilon", type=Finite(0.0, 1.0, max_open=True), default=DEFAULT_EPSILON, show_default=True,
               help="Chance-constrained routers: allowed P(TTFT > SLO).")
@@ -141,6 +154,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
     host, port = parse_listen(listen)
     from harness.route.inputs import check_lengths_policy, check_quality_models
 
+    check_constant_length(lengths_policy)
     try:
         check_lengths_policy(lengths_policy)
     except ValueError as e:
@@ -150,13 +164,10 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         from traces.outputs import check_out
 
         check_out(log_dir, force, option="--log")
-    from harness.live.loadgen import check_base_url
     from harness.route.backends import listed_backends, pool_backends
     from harness.twin.pools import load_pool
 
-    urls = tuple(check_base_url(u.strip()) for u in backends.split(",")) if backends else ()
-    if backends is not None and not urls:
-        raise BadOption("--backends", "no URL given")
+    urls = server_urls(backends, "--backends") if backends is not None else ()
     overhead, pool_name = 0.0, ""
     if pool_ref is not None:
         if profile is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from harness.cli.extras import require_extra
-from harness.cli.params import SEED, Finite, IntIn
+from harness.cli.params import SEED, SPEED, Finite, IntIn
 from traces.errors import BadOption
 
 
@@ -19,8 +19,9 @@ from traces.errors import BadOption
 @click.option("--noise", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="Step-time noise (the profiles' jitter and stalls, seeded); off: expected step times.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the step-time noise.")
-@click.option("--speed", type=Finite(0.0, min_open=True), default=1.0, show_default=True,
-              help="Run the clock this many times faster than real time (quick tests).")
+@click.option("--speed", type=SPEED, default=1.0, show_default=True,
+              help="Run the clock this many times faster than real time (quick tests; below 1: slower), "
+                   "0.001 to 1e6 as route --speed.")
 @click.option("--stream-interval", type=IntIn(1, 1 << 20), default=1, show_default=True,
               help="Send streamed tokens in groups of this many (vLLM's --stream-interval; first and last at once).")
 @click.option("--frontend-overhead", type=Finite(0.0, 3600.0), default=None,

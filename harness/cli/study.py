@@ -37,7 +37,7 @@ def study() -> None:
               help="Directory for results.json, tables.md, the imported traces and the fitted profiles.")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Run only this variant of the fit (repeatable; default: every variant, the page's table).")
-@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+@click.option("--jobs", type=IntIn(1, 64), default=1, show_default=True,
               help="Fits run at a time, each in a process of its own (the results do not depend on it).")
 def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...], jobs: int) -> None:
     """Fit each GPU run's first 50% and first 30% of timings; score the second half.
@@ -68,7 +68,7 @@ LMBENCH = Path("../shared/data/llmd_lmbench_per_request")
 @click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="Directory for results.json, tables.md, commands.log, the imported traces, profiles and results "
                    "(kept: a rerun reuses what is there).")
-@click.option("--assign-seeds", "seeds", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--assign-seeds", "seeds", type=IntIn(1, 100), default=5, show_default=True,
               help="Seeds of each assignment of requests to replicas (and of the routers' replays).")
 @click.option("--group", "groups", multiple=True, type=click.Choice(["sharegpt", "short_input", "exp4"]),
               help="Run only this group of runs (repeatable; default: all three and the routing question).")

@@ -9,6 +9,7 @@ import click
 from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_options
 from harness.cli.params import SEED, EngineSetting, Window, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
+from harness.cli.windows import WINDOW_HELP
 from traces.vllm_versions import unchecked_version_warning
 
 # The twin, the calibration and the trace store load numba, numpy, pandas and duckdb: imported where a
@@ -34,7 +35,8 @@ from traces.vllm_versions import unchecked_version_warning
                    "on the same server).")
 @click.option("--score-window", "score_window", type=Window(),
               help="Request-level TRACE: score only this share of its requests in arrival order (0.5:1 = the "
-                   "second half); the twin still replays every request (pairs with calibrate --fit-window).")
+                   "second half); the twin still replays every request (pairs with calibrate --fit-window)" + WINDOW_HELP
+                   + ".")
 @serving_options
 @fleet_options
 def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noise: str, seed: int,

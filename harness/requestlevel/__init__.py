@@ -12,7 +12,8 @@ within the ranges of ``fit_bounds`` (the weight-read floor from
 ``weight_floor``), with intervals from ``fit_uncertainty`` and our own
 simplex (``simplex``); ``validate`` scores the twin on such a trace,
 ``active_replicas`` finds how many of a fleet a run's completions imply and
-``engine_view`` scores it by vLLM's own stamps.
+``engine_view`` scores it by vLLM's own stamps; ``score_window`` is the
+least a score window must hold.
 
 May import ``harness.twin`` and the layers below the harness.
 """

@@ -100,10 +100,21 @@ class StatedEngine(dict):
     override a profile's fitted engine), ``marks`` saying how each is known, and ``defaults``, the settings
     the imports defaulted, each (value, Mark) (they go under a profile's fitted engine)."""
 
-    def __init__(self, stated: dict, marks: dict[str, Mark], defaults: dict[str, tuple]):
+    def __init__(self, stated: dict, marks: dict[str, Mark], defaults: dict[str, tuple], files: dict | None = None):
         super().__init__(stated)
         self.marks = marks
         self.defaults = defaults
+        self.files = files or {}  # setting -> the meta.json stating it: a refusal of the setting names that file
+
+    def refusal(self, keys, options: dict, why: str) -> BadOption | None:
+        """The refusal of a setting among ``keys`` that a trace's meta.json states (and no ``--engine`` gave),
+        naming that file and key; None when ``--engine`` gave one of them or no trace states any."""
+        from traces.errors import BadInput
+
+        if any(k in options for k in keys):
+            return None
+        k = next((k for k in keys if k in self.files), None)
+        return None if k is None else BadInput(self.files[k], None, f"engine.settings.{k}", why)
 
 
 _MAX_SETTING = 2**31 - 1
@@ -193,7 +204,8 @@ def trace_engine(traces: list) -> StatedEngine:
             out.setdefault(k, v)
             marks.setdefault(k, Mark(kind, how))
             first.setdefault(k, t.path)
-    return StatedEngine(out, marks, {k: d for k, d in defaults.items() if k not in out})
+    return StatedEngine(out, marks, {k: d for k, d in defaults.items() if k not in out},
+                        {k: p / "meta.json" for k, p in first.items()})
 
 
 def _larger(a, b) -> bool:
@@ -226,9 +238,13 @@ def request_engine_marked(profile: BatchTimeProfile | None, options: dict | None
     for k, v in (options or {}).items():
         kw[k], marks[k] = v, Mark(GIVEN, "--engine")
     try:
-        return replace(base, **kw), marks
+        cfg = replace(base, **kw)
+        cfg.to_array()  # what vLLM refuses (a budget below max_num_seqs, ...): at the entry, not at the replay
+        return cfg, marks
     except (TypeError, ValueError) as e:
-        raise BadOption("--engine", str(e)) from None
+        bad = [k for k in kw if k in str(e)] or list(kw)
+        blame = stated.refusal(bad, options or {}, str(e)) if isinstance(stated, StatedEngine) else None
+        raise (blame or BadOption("--engine", str(e))) from None
 
 
 def request_engine(profile: BatchTimeProfile | None, options: dict | None = None,
@@ -310,7 +326,8 @@ def frontend_of(profile: BatchTimeProfile | None) -> FrontEnd:
 
 
 def refuse_unservable(engine: InstanceConfig, prompts: list, outputs: list, options: dict,
-                      profile_file: str | None = None, profile: BatchTimeProfile | None = None) -> None:
+                      profile_file: str | None = None, profile: BatchTimeProfile | None = None,
+                      stated: StatedEngine | None = None) -> None:
     """Refuse an engine that could not have served the measured requests.
 
     A request-level trace holds requests the real server served (they have
@@ -320,7 +337,8 @@ def refuse_unservable(engine: InstanceConfig, prompts: list, outputs: list, opti
     the engine of the trace: fitting or scoring against it would replay
     nothing (``calibrate --from-requests --engine max_model_len=5`` once
     ran for minutes and wrote a profile). Named: the ``--engine`` setting
-    when the user gave it, else the profile file whose fitted engine it is.
+    when the user gave it, else the trace's meta.json stating it (``stated``),
+    else the profile file whose fitted engine it is.
     Checked once at the entry, from the requests' lengths."""
     import numpy as np
 
@@ -344,6 +362,10 @@ def refuse_unservable(engine: InstanceConfig, prompts: list, outputs: list, opti
                                           f"cannot hold {too_big} of {p.size} requests whole (the largest needs "
                                           f"{int(blocks.max())} blocks; the trace's requests were served)"))
     for key, why in problems:
+        blame = stated.refusal([key, "block_size"] if key == "num_kv_blocks" else [key], options, why) \
+            if stated is not None else None
+        if blame is not None:
+            raise blame
         fitted = key in ((profile.fitted_on.get("engine") or {}) if profile is not None else {})
         if key in options or ("block_size" in options and key == "num_kv_blocks") or profile_file is None \
                 or not fitted:

@@ -584,7 +584,11 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
         raise BadOption("--warm", f"{unknown[0]} is not one of the traces being calibrated on")
     warm_set = {str(w) for w in warm}
     opened = [open_trace(p) for p in paths]
-    engine = request_engine(None, options, stated=trace_engine(opened))
+    stated = trace_engine(opened)
+    engine = request_engine(None, options, stated=stated)
+    from harness.twin.memory import refuse_engine_memory
+
+    refuse_engine_memory(engine, fleet.replicas if fleet else 1)
     rts = [RequestTrace.of(t).warmed("warm" if str(p) in warm_set else "cold").windowed(fit_window)
            for p, t in zip(paths, opened)]
     from harness.requestlevel.fleet import FleetSpec
@@ -593,7 +597,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     groups = [rt.under(fleet or FleetSpec()) for rt in rts]
     require_decode_input(rts)
     refuse_unservable(engine, [r.requests["prompt_tokens"] for r in rts], [r.requests["output_tokens"] for r in rts],
-                      options)
+                      options, stated=stated)
     out = Path(out)
     bounds = fit_bounds(rts, opened)
     cfg = RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),

@@ -151,12 +151,16 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     profile = load_profile(profile_ref)
     spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()
     options = {**spec.engine, **parse_engine_options(engine_opts)}
-    engine, marks = request_engine_marked(profile, options, stated=trace_engine([trace]))
+    stated = trace_engine([trace])
+    engine, marks = request_engine_marked(profile, options, stated=stated)
+    from harness.twin.memory import refuse_engine_memory
+
+    refuse_engine_memory(engine, spec.replicas)
     known = {"engine_marks": marks_json(engine, marks), "caveats": trace_caveats([trace])}
     rt = RequestTrace.of(trace).warmed(prefix_cache)
     under = rt.under(spec)
     refuse_unservable(engine, [rt.requests["prompt_tokens"]], [rt.requests["output_tokens"]], options, str(profile_ref),
-                      profile)
+                      profile, stated)
     fe = frontend if frontend is not None else frontend_of(profile)
     ov = overhead_s if overhead_s is not None else frontend_overhead(profile)
     out = []

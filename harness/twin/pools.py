@@ -73,6 +73,17 @@ class Pool:
 
 
 _URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
+
+
+def _port_ok(url: str) -> bool:
+    """The URL's port, when it names one, in 1-65535 (urllib refuses above; 0 is no server's)."""
+    from urllib.parse import urlparse
+
+    try:
+        port = urlparse(url).port
+    except ValueError:
+        return False
+    return port is None or 1 <= port <= 65535
 H100_KV_TOKENS = {"qwen3-0.6b": 600_000, "qwen3-8b": 370_000, "qwen3-32b": 320_000}
 
 
@@ -226,6 +237,8 @@ def load_pool(name_or_path: str | Path, serial_frontend: bool = False, profiles:
                 continue
             if not isinstance(u, str) or not _URL.fullmatch(u):
                 raise BadInput(path, i, f"instances.{key_}", f"must be an http(s) URL, got {shown(u)}")
+            if not _port_ok(u):
+                raise BadInput(path, i, f"instances.{key_}", f"{shown(u)}: the port must be in 1-65535")
             if n_rep != 1:
                 raise BadInput(path, i, f"instances.{key_}", "an entry with replicas names no single server: "
                                                              "give each replica its own entry and url")
@@ -270,6 +283,11 @@ def load_pool(name_or_path: str | Path, serial_frontend: bool = False, profiles:
         if c.instance_id in seen:
             raise BadInput(path, row, "instance_id", f"duplicate instance id {c.instance_id!r}")
         seen.add(c.instance_id)
+    from harness.twin.memory import memory_shortfall
+
+    short = memory_shortfall(instances)  # before any instance allocates (4,096 replicas once ran out mid-set-up)
+    if short is not None:
+        raise BadInput(path, None, "instances", short)
     notes = doc.get("notes") or {}
     if not isinstance(notes, dict):
         raise BadInput(path, None, "notes", "must be an object")

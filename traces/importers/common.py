@@ -64,7 +64,10 @@ def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
     except OSError as e:
         raise BadInput(path, None, "file", f"cannot be read ({e.strerror or e})") from None
     with fh:
-        for line, raw in enumerate(fh, start=1):
+        # every line end pandas reads as one: \n, \r\n and a bare \r (old Mac files; such a file reads as
+        # one "line" of \n-split bytes, and csv refused the header's embedded \r as an internal error)
+        pieces = (p for raw in fh for p in (raw.splitlines(keepends=True) if b"\r" in raw[:-2] else (raw,)))
+        for line, raw in enumerate(pieces, start=1):
             read += len(raw)
             if line == 1 and raw.startswith(UTF8_BOM):
                 raw = raw[len(UTF8_BOM):]

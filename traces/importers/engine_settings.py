@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traces.errors import BadInput
+from traces.errors import BadInput, BadOption
 from traces.importers.unmodelled import Found, settle
 from traces.limits import MAX_ENGINE, shown
 from traces.vllm_defaults import engine_defaults, gpu_class, release_for
@@ -192,6 +192,52 @@ def assemble(stated: dict[str, Stated], overrides: dict, longest_tokens: int, pa
                     f"not state: taken large enough never to bind (max_num_seqs {seqs} x the longest request's "
                     f"{longest} blocks); give --engine num_kv_blocks=N, or search it in calibration")
     return cfg
+
+
+def _refuse(cfg: EngineConfig, key: str, path: str | Path, reason: str):
+    """The refusal of a setting that cannot be the run's, naming where it came from: ``--engine`` as an
+    option, a field of the source file by its path (``engine_kwargs.max_model_len``), else the setting."""
+    how = str(cfg.sources.get(key, ""))
+    if how == "--engine":
+        return BadOption("--engine", f"{key}={_fmt(cfg.settings[key])}: {reason}")
+    name = Path(path).name
+    field_ = how[len(name) + 1:].split(" ")[0] if cfg.marks.get(key) == GIVEN and how.startswith(name + " ") else key
+    if cfg.marks.get(key) == GIVEN:
+        return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])}: {reason}")
+    return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])} ({cfg.marks.get(key)}: {how}): {reason}; give "
+                                        f"--engine {key}=N")
+
+
+def check_served(cfg: EngineConfig, longest_prompt: int, longest_total: int, path: str | Path) -> None:
+    """Settings that could not have served the logged requests, refused at import rather than at the
+    first replay (``harness.requestlevel.engine_options.refuse_unservable`` checks a profile's engine the
+    same way): a ``max_model_len`` at or below a prompt (vLLM rejects it at the front end), a KV pool
+    that cannot hold the largest request whole, a token budget below ``max_num_seqs`` or, without
+    chunked prefill, below ``max_model_len`` (vLLM refuses both configurations at start-up). The setting
+    the source gave is named (``--engine`` or its field) when a pair disagrees."""
+    s = cfg.settings
+    mml = int(s["max_model_len"])
+    if longest_prompt >= mml:
+        raise _refuse(cfg, "max_model_len", path, f"at or below the longest logged prompt ({longest_prompt} "
+                                                   "tokens), which vLLM would have rejected; the run served it")
+    block = int(s["block_size"])
+    need = -(-min(longest_total, mml) // block)
+    if need > int(s["num_kv_blocks"]):
+        raise _refuse(cfg, "num_kv_blocks", path, f"blocks of {block} tokens cannot hold the largest logged request "
+                                                   f"({longest_total} tokens, {need} blocks) whole; the run served it")
+    budget, seqs = int(s["max_num_batched_tokens"]), int(s["max_num_seqs"])
+
+    def given_of(*keys: str) -> str:
+        return next((k for k in keys if cfg.marks.get(k) == GIVEN), keys[0])
+
+    if budget < seqs:
+        raise _refuse(cfg, given_of("max_num_batched_tokens", "max_num_seqs"), path,
+                      f"max_num_batched_tokens {budget} is below max_num_seqs {seqs}, which vLLM refuses "
+                      "(max_num_seqs <= max_num_batched_tokens)")
+    if not s["chunked_prefill"] and budget < mml:
+        raise _refuse(cfg, given_of("chunked_prefill", "max_num_batched_tokens"), path,
+                      f"without chunked prefill max_num_batched_tokens ({budget}) must be at least max_model_len "
+                      f"({mml}), as vLLM requires")
 
 
 def run_day(epoch_s: float | None) -> str | None:

@@ -137,8 +137,21 @@ def _scheduler_features(meta: dict, path: Path) -> list[Found]:
     return found
 
 
+SECTIONS = ("engine_kwargs", "resolved_config", "kv_cache", "hardware")  # JSON objects when present (null: not saved)
+
+
+def check_sections(meta: dict, path: Path) -> None:
+    """meta.json's sections, when present, are JSON objects: a list or a text there would be read as
+    "states nothing" (and a later reader's ``.get`` fails on it)."""
+    for key in SECTIONS:
+        v = meta.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise BadInput(path, None, key, f"must be a JSON object (or null: not saved), got {shown(v)}")
+
+
 def stated_settings(meta: dict, path: Path) -> dict[str, Stated]:
     """Every setting the file states (given), from its most specific field."""
+    check_sections(meta, path)
     out: dict[str, Stated] = {}
     for key, paths in FILE_KEYS.items():
         for p in paths:

@@ -41,12 +41,12 @@ from traces.errors import BadInput
 from traces.frame_checks import validate_frame
 from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
 from traces.importers.completeness import UNKNOWN, Completeness, counted, enforce, ranges
-from traces.importers.engine_settings import parse_engine_overrides
+from traces.importers.engine_settings import check_served, parse_engine_overrides
 from traces.importers.reqstats_engine import engine_config, kv_from_usage
 from traces.importers.reqstats_kv import held_blocks, peak_blocks
 from traces.importers.unmodelled import check_accept_keys
 from traces.jsonio import read_json
-from traces.limits import MAX_EPOCH_S, shown
+from traces.limits import MAX_EPOCH_S, MAX_ID, shown
 from traces.schema import ENGINE_SERIES, REQUESTS
 from traces.store import TraceWriter
 
@@ -92,6 +92,7 @@ def import_vllm_reqstats(src: Path, writer: TraceWriter, opts: ImportOptions) ->
 
     kv_notes: list[str] = []
     cfg = engine_config(meta, meta_path, overrides, int((prompt + output).max()), accepted, infer_kv)
+    check_served(cfg, int(prompt.max()), int((prompt + output).max()), meta_path)
     done = _completeness(meta, meta_path, raw, lines)
     notes_done = enforce(done, opts.allow_incomplete, meta_path, "num_requests")
     arrival = raw["arrival_time"].to_numpy(np.float64) - origin
@@ -180,11 +181,12 @@ def _read_requests(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
 
 
 def _ids(raw: list[str]) -> np.ndarray:
-    """``bench-17`` -> 17 when every id has a distinct numeric suffix, else the order in the file."""
+    """``bench-17`` -> 17 when every id has a distinct numeric suffix of at most ``MAX_ID``
+    (``traces.limits``: a 20-digit suffix fits no int64), else the order in the file."""
     nums = [_ID_RE.match(r) for r in raw]
-    if all(nums):
+    if all(nums) and all(len(m.group(1)) <= 16 for m in nums):
         ids = [int(m.group(1)) for m in nums]
-        if len(set(ids)) == len(ids):
+        if len(set(ids)) == len(ids) and max(ids) <= MAX_ID:
             return np.array(ids, dtype=np.int64)
     return np.arange(len(raw), dtype=np.int64)
 

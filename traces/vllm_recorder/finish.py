@@ -89,6 +89,7 @@ def _write_verified(path: Path, data: bytes) -> Path:
     compared; returns the temporary (renamed by the caller)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would leave the joined file its owner's only
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -99,6 +100,13 @@ def _write_verified(path: Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then set back): the modes ``open`` would give."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _digest(path: Path) -> bytes:
