@@ -320,3 +320,30 @@ def test_exact_view_refuses_a_malformed_frame(tmp_path, kind):
     assert list(req["status"]) != ["open"] and len(req) == 1
     dead = [e for e in meta["route"]["events"] if e["event"] == "dead"]
     assert dead and "state feed refused" in dead[0]["reason"], meta["route"]["events"]
+
+
+def test_clients_that_leave_mid_stream_end_their_requests(tmp_path):
+    """40 clients leave a proxied stream after its first token: each row is
+    ``abandoned``, nothing stays in flight, nothing reaches stderr."""
+    from tests.test_serve_untrusted import _leave_mid_stream
+
+    fake = FakeBackend()
+    fake.plan["gone"] = lambda h: h.endless(b"", sse(TOKEN_EVENT), "text/event-stream")
+    log = tmp_path / "log"
+    p, port = _proxy(tmp_path, fake, log)
+    try:
+        for k in range(40):
+            _leave_mid_stream(port, k)
+        deadline = time.monotonic() + 10
+        while b'latroute_route_in_flight{instance_id="f0"} 0.0' not in get(port, "/metrics")[1]:
+            assert time.monotonic() < deadline, "requests left in flight after their clients left"
+            time.sleep(0.1)
+        assert get(port, "/health")[0] == 200  # a client leaving is not the backend's fault
+    finally:
+        out, err = _stop(p)
+        fake.close()
+    assert p.returncode == 0, err[-2000:]
+    _no_traceback(err)
+    req, _, meta = _read_log(log)
+    assert len(req) == 40 and (req["status"] == "abandoned").all()
+    assert not [e for e in meta["route"]["events"] if e["event"] == "dead"]

@@ -25,7 +25,7 @@ pytest.importorskip("prometheus_client")
 def _leave_mid_stream(port: int, k: int) -> None:
     body = json.dumps({"prompt": "w1 w2 w3", "max_tokens": 2000, "stream": True}).encode()
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(post_request("/v1/completions", body, {"X-Request-Id": f"gone-{k}"}, close=False))
+    s.sendall(post_request("/v1/completions", body, {"X-Request-Id": f"gone:{k}"}, close=False))
     got = b""
     while b"data:" not in got:
         got += s.recv(4096)
@@ -59,5 +59,5 @@ def test_serve_refuses_malformed_clients_and_keeps_the_recording(tmp_path):
 
     req = open_trace(tmp_path / "rec").read("requests")
     ids = set(req["client_id"])
-    assert {"after", "half-1"} <= ids and {f"gone-{k}" for k in range(40)} <= ids
+    assert {"after", "half-1"} <= ids and {f"gone:{k}" for k in range(40)} <= ids
     assert len(req) == 42
