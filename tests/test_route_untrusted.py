@@ -205,6 +205,7 @@ def _refused_quietly(port: int) -> None:
         assert code == status or (status == 400 and 400 <= code < 500 and code != 404), (what, got[:300])
         if code == 400 and b"application/json" in got.split(b"\r\n\r\n")[0]:
             _vllm_error(json.loads(got.split(b"\r\n\r\n", 1)[1]), 400)
+        assert health_ms(port) < HEALTH_MS, what
     # a client that half-closes after its request still gets the answer
     body = json.dumps({"prompt": "w1 w2", "max_tokens": 2}).encode()
     got = raw_request(port, post_request("/v1/completions", body, {"X-Request-Id": "half-1"}, close=False),
@@ -347,3 +348,29 @@ def test_clients_that_leave_mid_stream_end_their_requests(tmp_path):
     req, _, meta = _read_log(log)
     assert len(req) == 40 and (req["status"] == "abandoned").all()
     assert not [e for e in meta["route"]["events"] if e["event"] == "dead"]
+
+
+@pytest.mark.parametrize("models", [b"[" * 200_000 + b"]" * 200_000, b'{"data": [{"id": "m", "max_model_len": 1e300}]}',
+                                    b'{"data": [{"id": "m", "max_model_len": 1000000000000000000000000000000}]}',
+                                    b'{"data": [7]}', b'{"data": [{"id": "a b\\n"}]}'],
+                         ids=["deep", "float-len", "huge-len", "not-an-entry", "bad-name"])
+def test_bare_backends_models_answer_is_checked(tmp_path, models):
+    """Bare --backends take each model from the backend's /v1/models: an
+    answer the proxy cannot use refuses --backends in one line (exit 2),
+    before anything binds."""
+    import subprocess
+    import sys
+
+    from tests.test_route_live import ENV, ROOT
+
+    fake = FakeBackend()
+    fake.plan["/v1/models"] = lambda h: h.answer(200, models)
+    try:
+        r = subprocess.run([sys.executable, "-m", "harness.cli", "route", "--backends", fake.url, "--profile",
+                            "qwen3-0.6b-h100", "--quality", "request", "--router", "shortest-queue", "--listen",
+                            f"127.0.0.1:{free_port_base(1)}"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        fake.close()
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "--backends" in r.stderr and "/v1/models" in r.stderr and len(r.stderr.strip().splitlines()) == 1
