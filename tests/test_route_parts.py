@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.route.forward import StreamRead, forwarded_headers, whole_tokens
+from harness.route.forward import BackendFailed, StreamRead, forwarded_headers, whole_tokens
 from harness.route.inputs import InputPolicies, RequestBook, RequestFieldError, check_lengths_policy, stated
 from tests.conftest import assert_refused, run_cli
 from traces.errors import BadInput
@@ -82,7 +82,11 @@ def test_stream_read_counts_tokens_errors_and_the_end_across_chunk_cuts():
     q = StreamRead()
     q.feed(b'data: {"error": {"message": "too long", "code": 400}}\n\n')
     assert q.error and not q.backend_error  # the request's fault: passed back, the backend stays alive
-    assert whole_tokens(b'{"usage": {"completion_tokens": 5}}') == 5 and whole_tokens(b"<html>") == 0
+    assert whole_tokens(b'{"usage": {"completion_tokens": 5}}', 8) == 5 and whole_tokens(b"{}", 8) == 0
+    for broken in (b"<html>", b'{"usage": {"completion_tokens": 9}}', b'{"usage": {"completion_tokens": -5}}',
+                   b'{"usage": {"completion_tokens": 1e300}}', b'{"usage": {"completion_tokens": Infinity}}'):
+        with pytest.raises(BackendFailed):  # a count no request of max_tokens 8 has: the backend is broken
+            whole_tokens(broken, 8)
     assert forwarded_headers({"Host": "x", "X-Latroute-Quality": "a=1", "X-Request-Id": "r"}) == {"X-Request-Id": "r"}
 
 

@@ -1,7 +1,6 @@
 """``latroute route``: a latroute router as an OpenAI-compatible proxy in front of vLLM backends."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -58,14 +57,12 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
 
     import aiohttp
 
+    from harness.route.backends import listed_model
+
     async def one(session, url: str):
         try:
-            async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=MODELS_TIMEOUT_S)) as r:
-                doc = json.loads(await r.content.read(1 << 20))
-            first = doc["data"][0]
-            n = first.get("max_model_len")
-            return str(first["id"]), int(n) if isinstance(n, int) and n > 0 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as e:
+            return await listed_model(session, url, MODELS_TIMEOUT_S)
+        except ValueError as e:
             raise BadOption("--backends", f"{url}/v1/models gave no model ({type(e).__name__}: {e}); give "
                                           "--pool with the backends' engines instead") from None
 

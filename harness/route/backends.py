@@ -16,12 +16,17 @@ ways to say it, all resolved before the proxy binds its port:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from estimators.engine.config import InstanceConfig
 from harness.twin.instance import InstanceSpec
 from harness.twin.pools import Pool
 from traces.errors import BadOption
+from traces.limits import MAX_TOKENS
+
+MAX_MODELS_PAGE = 1 << 20  # bytes of a backend's /v1/models answer
+_MODEL_NAME = re.compile(r"[\x21-\x7e]{1,256}")  # a served model's name: it becomes the instance id and the forwarded "model"
 
 
 @dataclass(frozen=True)
@@ -77,3 +82,29 @@ def listed_backends(urls: tuple[str, ...], models: list[str], max_lens: list[int
             cfg = replace(cfg, max_model_len=int(n))
         out.append(Backend(u, InstanceSpec.from_config(cfg)))
     return out
+
+
+async def listed_model(session, url: str, timeout_s: float) -> tuple[str, int | None]:
+    """A bare backend's first ``/v1/models`` entry: (model, max_model_len or
+    None). What the backend answers is checked like any other answer of
+    its (``harness.route.forward``): a bounded JSON object, a model name of
+    visible ASCII, a length in [1, MAX_TOKENS]; ValueError says what is
+    wrong."""
+    from aiohttp import ClientError, ClientTimeout
+
+    from harness.route.forward import BackendFailed, bounded_read
+    from harness.serve.protocol import loads_bounded
+
+    try:
+        async with session.get(url + "/v1/models", timeout=ClientTimeout(total=timeout_s)) as r:
+            doc = loads_bounded(await bounded_read(r, MAX_MODELS_PAGE), 8)
+    except (ClientError, TimeoutError, BackendFailed) as e:
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    first = data[0] if isinstance(data, list) and data else None
+    if not isinstance(first, dict) or not isinstance(first.get("id"), str) or not _MODEL_NAME.fullmatch(first["id"]):
+        raise ValueError("no data[0].id of 1 to 256 visible ASCII characters")
+    n = first.get("max_model_len")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_TOKENS):
+        raise ValueError(f"max_model_len {str(n)[:40]} is not an integer in [1, {MAX_TOKENS}]")
+    return first["id"], n

@@ -13,24 +13,101 @@ the stand-in row, as in the ``metrics`` view) and the predicted lengths
 routers were told as targets; times moved from the backend's clock to the
 proxy's by the offset at receipt. Frames are decoded when a router asks,
 from the latest one only.
+
+A feed is untrusted input: a frame longer than ``MAX_FRAME`` ends the
+connection, and a frame is checked before it becomes a view (its header a
+JSON object, sizes that add up to the payload, a request table of at most
+``MAX_ROWS`` rows of the engine's width, every slot index within it,
+finite times); a frame that breaks a bound fails the backend as a lost
+feed does (marked dead, the reason logged), and the previous view stays.
+A feed is reported current (age 0) only while a whole frame has come in
+within ``request_timeout`` of a frame started.
 """
 from __future__ import annotations
 
 import asyncio
+import math
+import struct
 
 import numpy as np
 from aiohttp import ClientError, ClientTimeout
 
-from estimators.engine.layout import F_RID, F_TARGET, PL_N
+from estimators.engine.layout import F_RID, F_TARGET, NS, PL_N, S_CAP, S_NFREE_SLOTS, S_NR, S_WHEAD, S_WN
 from estimators.engine.state import SchedState, StepPlan
 from harness.route.backend_tasks import BackendTasks
 from harness.route.backends import Backend
 from harness.serve.clock import Clock
+from harness.serve.protocol import loads_bounded
 from harness.serve.state_feed import decode
 from harness.twin.stale_view import StaleView
+from traces.limits import MAX_TIME_S
 
 RECONNECT_S = 1.0
 STAND_IN_TOKENS = 128
+MAX_ROWS = 1 << 16  # a request table's rows (slots): far above any engine's concurrent requests
+MAX_FRAME = 64 << 20  # bytes: MAX_ROWS rows of the request table and the queues fit with room
+FRAME_S = 10.0  # wall seconds a started frame may take to arrive whole
+
+
+class BadFrame(ValueError):
+    """A state frame the proxy refuses."""
+
+
+def _int(head: dict, key: str, lo: int, hi: int) -> int:
+    v = head.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BadFrame(f"{key} {str(v)[:40]} is not an integer in [{lo}, {hi}]")
+    return v
+
+
+def _time(head: dict, key: str, optional: bool) -> float | None:
+    v = head.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and abs(v) <= MAX_TIME_S):
+        raise BadFrame(f"{key} {str(v)[:40]} is not a time in [-{MAX_TIME_S:g}, {MAX_TIME_S:g}]")
+    return float(v)
+
+
+def checked_frame(payload: bytes, width: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """``decode`` with every bound checked (``BadFrame``)."""
+    if len(payload) < 4:
+        raise BadFrame("a frame shorter than its header length")
+    (hl,) = struct.unpack_from("<I", payload)
+    if 4 + hl > len(payload):
+        raise BadFrame(f"a header of {hl} bytes in a frame of {len(payload)}")
+    try:
+        head = loads_bounded(payload[4:4 + hl], 4)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadFrame(f"the header is not JSON ({str(e)[:80]})") from None
+    if not isinstance(head, dict):
+        raise BadFrame("the header is not a JSON object")
+    cap = _int(head, "cap", 1, MAX_ROWS)
+    rows = _int(head, "rows", 0, cap)
+    if _int(head, "width", 1, 64) != width:
+        raise BadFrame(f"a request table {head['width']} wide, not the engine's {width}")
+    n_in, n = _int(head, "n_inbox", 0, cap), _int(head, "infl_n", 0, cap)
+    for key, optional in (("t", False), ("infl_start", True), ("wake_s", True)):
+        _time(head, key, optional)
+    sizes = head.get("sizes")
+    want = [rows * width, NS, cap, cap, cap, n_in, n, n, n]
+    if sizes != want:
+        raise BadFrame(f"array sizes {str(sizes)[:80]} do not match the header's rows and capacity")
+    if len(payload) - 4 - hl != 8 * sum(want):
+        raise BadFrame(f"{len(payload) - 4 - hl} bytes of arrays, not the {8 * sum(want)} the header says")
+    ids = head.get("ids")
+    if not isinstance(ids, dict) or not all(isinstance(v, str) for v in ids.values()):
+        raise BadFrame("ids is not an object of client ids")
+    head, a = decode(payload)
+    sc = a["sc"]
+    if sc[S_CAP] != cap or not (0 <= sc[S_NR] <= cap and 0 <= sc[S_WN] <= cap and 0 <= sc[S_WHEAD] < cap
+                                and 0 <= sc[S_NFREE_SLOTS] <= cap):
+        raise BadFrame("the scheduler counters do not fit the request table")
+    for name in ("running", "waiting", "free_slots", "inbox", "slot"):
+        x = a[name]
+        if x.size and (x.min() < 0 or x.max() >= cap):
+            raise BadFrame(f"{name} holds a slot outside the request table")
+    return head, a
 
 
 class ExactViews(BackendTasks):
@@ -62,17 +139,24 @@ class ExactViews(BackendTasks):
                     self.live[j] = True
                     while True:
                         n = int.from_bytes(await r.content.readexactly(8), "little")
-                        payload = await r.content.readexactly(n)
+                        if not 4 <= n <= MAX_FRAME:
+                            raise BadFrame(f"a frame of {n} bytes, not in [4, {MAX_FRAME}]")
+                        self.live[j] = False  # until the frame is in whole: the view is not current
+                        async with asyncio.timeout(FRAME_S):  # not wait_for: 3.11's can swallow a cancel
+                            payload = await r.content.readexactly(n)
+                        self.live[j] = True
                         self.latest[j] = (payload, self.clock.now())
                         self.frames[j] += 1
+            except BadFrame as e:
+                self.on_fail(j, f"state feed refused: {e}")
             except (ClientError, TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.on_fail(j, f"state feed lost ({type(e).__name__})")
             self.live[j] = False
             await asyncio.sleep(RECONNECT_S)
 
     def _build(self, j: int, payload: bytes, at: float) -> StaleView:
-        head, a = decode(payload)
         b = self.backends[j]
+        head, a = checked_frame(payload, self.views_[j].state.req.shape[1])
         cap, rows = head["cap"], head["rows"]
         st = SchedState.new(b.spec.config, capacity=cap)
         req = np.zeros((cap, head["width"]), dtype=np.int64)
@@ -101,7 +185,11 @@ class ExactViews(BackendTasks):
         for j, got in enumerate(self.latest):
             if got is not None:
                 self.latest[j] = None
-                self.views_[j] = self._build(j, *got)
+                try:
+                    self.views_[j] = self._build(j, *got)
+                except BadFrame as e:  # the backend is failed; the router keeps its last good view
+                    self.on_fail(j, f"state feed refused: {e}")
+                    continue
                 self.received[j] = got[1]
         return self.views_
 

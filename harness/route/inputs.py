@@ -195,10 +195,16 @@ class RequestBook:
         return self.n >= self.capacity
 
     def take(self, prompt: int, max_tokens: int, said: Stated) -> int:
-        """Row of a new request (its index for the router)."""
+        """Row of a new request (its index for the router). A request refused
+        here (``RequestFieldError``) takes no row: refusals never use up the
+        capacity."""
+        inp, pol = self.inputs, self.policies
+        missing = [m for m in self.models if m not in said.quality]
+        if missing and pol.quality == "request":
+            raise RequestFieldError(f"{QUALITY_HEADER}: no accuracy for model {missing[0]} (--quality request: "
+                                    "every request states every model's)", QUALITY_HEADER)
         i = self.n
         self.n += 1
-        inp, pol = self.inputs, self.policies
         inp.prompt[i] = prompt
         if said.slo_s is not None:
             inp.slo[i] = said.slo_s
@@ -209,10 +215,6 @@ class RequestBook:
         else:
             inp.slo[i] = slo_rule(np.array([prompt], dtype=np.float64), self._slo_rng)[0]
         inp.pred_total[i] = max(1, said.predicted if said.predicted is not None else self._predicted(max_tokens))
-        missing = [m for m in self.models if m not in said.quality]
-        if missing and pol.quality == "request":
-            raise RequestFieldError(f"{QUALITY_HEADER}: no accuracy for model {missing[0]} (--quality request: "
-                                    "every request states every model's)", QUALITY_HEADER)
         drawn = {}
         if missing and self._means:  # the generator's model, drawn per request in arrival order
             _, hat = draw_accuracy([np.full(1, self._means[m]) for m in self.models], self._acc_rng)

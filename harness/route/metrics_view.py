@@ -17,16 +17,26 @@ stays as published, and every request the proxy sends there joins it as
 an arrival not yet taken in (``StaleViews.dispatched``: the ledger of what
 was sent since). A backend whose ``/metrics`` cannot be read is reported
 to the proxy, which counts it dead.
+
+A ``/metrics`` page is untrusted input: it is read up to ``MAX_PAGE``
+bytes, each gauge must be a finite number >= 0 (the KV usage at most 1),
+and the stand-ins one answer adds are at most the instance's
+``max_num_seqs`` (what one engine runs at once: beyond it, more requests
+only wait, and the view's queue of stand-ins would cost every decision
+time for nothing). A page that breaks a bound is reported as one that
+cannot be read; the poller itself never stops while the proxy runs.
 """
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 
 from aiohttp import ClientError, ClientTimeout
 
 from harness.route.backend_tasks import BackendTasks
 from harness.route.backends import Backend
+from harness.route.forward import BackendFailed, bounded_read
 from harness.route.ledger import Ledger
 from harness.serve.clock import Clock
 from harness.twin.stale_view import StaleViews, ViewConfig, publish
@@ -34,6 +44,11 @@ from harness.twin.stale_view import StaleViews, ViewConfig, publish
 GAUGES = {b"vllm:num_requests_running": "running", b"vllm:num_requests_waiting": "waiting",
           b"vllm:kv_cache_usage_perc": "kv"}
 DEFAULT_STAND_IN = (256, 128)  # prompt, predicted output tokens of a stand-in when the ledger has no request
+MAX_PAGE = 8 << 20  # bytes of one /metrics page (vLLM's are tens of kB)
+
+
+class BadPage(ValueError):
+    """A /metrics page the proxy refuses."""
 
 
 @dataclass
@@ -55,9 +70,14 @@ def read_gauges(text: bytes) -> Gauges:
         attr = GAUGES.get(name)
         if attr is not None:
             try:
-                setattr(g, attr, getattr(g, attr) + float(line.rsplit(b" ", 1)[1]))
+                v = float(line.rsplit(b" ", 1)[1])
             except (ValueError, IndexError):
                 continue
+            if not (math.isfinite(v) and v >= 0):
+                raise BadPage(f"{name.decode()} is {v}, not a finite number >= 0")
+            setattr(g, attr, getattr(g, attr) + v)
+    if g.kv > 1.0 + 1e-9:
+        raise BadPage(f"vllm:kv_cache_usage_perc is {g.kv}, above 1")
     return g
 
 
@@ -81,14 +101,20 @@ class MetricsViews(BackendTasks):
         while True:
             try:
                 async with self.session.get(url, timeout=timeout) as r:
-                    body = await r.read()
+                    body = await bounded_read(r, MAX_PAGE)
                     ok = r.status == 200
                 if ok:
                     self.publish(j, read_gauges(body))
                 else:
                     self.on_fail(j, f"GET /metrics answered HTTP {r.status}")
+            except BadPage as e:
+                self.on_fail(j, f"GET /metrics refused: {e}")
+            except BackendFailed as e:
+                self.on_fail(j, f"GET /metrics failed: {e.reason}")
             except (ClientError, TimeoutError, OSError) as e:
                 self.on_fail(j, f"GET /metrics failed ({type(e).__name__})")
+            except Exception as e:  # noqa: BLE001 - whatever a page does, the poller lives on and says why
+                self.on_fail(j, f"GET /metrics not usable ({type(e).__name__}: {str(e)[:120]})")
             await asyncio.sleep(self.interval)
 
     def publish(self, j: int, g: Gauges) -> None:
@@ -100,11 +126,13 @@ class MetricsViews(BackendTasks):
         self.stale.views[j] = view
         self.published[j], self.gauges[j] = t, g
         self.polls[j] += 1
-        extra = int(g.running + g.waiting) - view.residents
+        seqs = int(self.backends[j].spec.config.max_num_seqs)
+        extra = min(int(min(g.running + g.waiting, 2.0 * seqs)) - view.residents, seqs)
         if extra > 0:
             self._stand_in(j)
+            prompt = int(self.inputs.prompt[self.stand_in])
             for _ in range(extra):
-                self.stale.dispatched(j, self.stand_in, int(self.inputs.prompt[self.stand_in]))
+                self.stale.dispatched(j, self.stand_in, prompt)
 
     def _stand_in(self, j: int) -> None:
         mine = [e for e in self.ledger.entries.values() if e.backend == j]

@@ -35,8 +35,11 @@ from estimators.snapshot import Query
 from harness.route.backends import Backend
 from harness.route.decisions import DecisionLog, RequestRow
 from harness.route.forward import (
+    MAX_BODY,
+    MAX_HELD,
     BackendFailed,
     StreamRead,
+    bounded_read,
     forwarded_headers,
     passed_back,
     whole_tokens,
@@ -46,7 +49,7 @@ from harness.route.ledger import Ledger
 from harness.route.own_metrics import ProxyMetrics
 from harness.serve.app import SSE_HEADERS, json_body, openai_application, prometheus_response
 from harness.serve.clock import Clock
-from harness.serve.protocol import ApiError, error_body, parse
+from harness.serve.protocol import ApiError, error_body, parse, request_id
 from routers.base import SHED
 from routers.fleet import DEFAULT_TIES
 from routers.registry import make_router
@@ -251,6 +254,7 @@ class Proxy:
             except RequestFieldError as e:
                 raise ApiError(str(e), e.param) from None
             p = parse(body, chat, body.get("model"), self.max_len)
+            client_id = request_id(request.headers.get("X-Request-Id")) or uuid.uuid4().hex
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)
         if self.book.full:
@@ -261,7 +265,6 @@ class Proxy:
             i = self.book.take(len(p.prompt_ids), p.max_tokens, said)
         except RequestFieldError as e:
             return web.json_response(error_body(str(e), 400, e.param), status=400)
-        client_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         inp = self.book.inputs
         row = RequestRow(i, client_id, t0, len(p.prompt_ids), p.max_tokens,
                          float(inp.slo[i]) if math.isfinite(inp.slo[i]) else math.nan, int(inp.pred_total[i]),
@@ -287,8 +290,8 @@ class Proxy:
                 self.views.sent(j, i, len(p.prompt_ids), client_id)
                 try:
                     if p.stream:
-                        return await self._stream(request, b.url + path, data, headers, i, j, row)
-                    return await self._whole(b.url + path, data, headers, i, j, row)
+                        return await self._stream(request, b.url + path, data, headers, i, j, row, p.max_tokens)
+                    return await self._whole(b.url + path, data, headers, i, j, row, p.max_tokens)
                 except BackendFailed as e:  # nothing went out to the client: a retry is still possible
                     failure = e
                     self.ledger.ended(i, self.clock.now())
@@ -298,10 +301,12 @@ class Proxy:
             row.status, row.finish_s = "error", self.clock.now()
             status = failure.status if failure is not None else 502
             return web.json_response(error_body(f"backend failed: {row.error}", status), status=status)
-        except asyncio.CancelledError:  # the client went away: the backend request is closed with it
+        except (asyncio.CancelledError, ClientGone) as e:  # the client went away: the backend request closes too
             if row.status == "open":
                 row.status, row.error = "abandoned", "the client went away"
                 row.finish_s = self.clock.now()
+            if isinstance(e, ClientGone):  # as a cancelled handler: aiohttp closes the connection quietly
+                raise asyncio.CancelledError from None
             raise
         finally:
             if self.ledger.ended(i, self.clock.now()) is not None and row.status == "open":
@@ -316,23 +321,24 @@ class Proxy:
         except (ClientError, TimeoutError, OSError) as e:
             raise BackendFailed(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from None
         if resp.status >= 500:
-            text = (await resp.read())[:200].decode("utf-8", "replace")
+            try:
+                text = (await bounded_read(resp, MAX_BODY))[:200].decode("utf-8", "replace")
+            except BackendFailed as e:
+                text = e.reason
             resp.release()
             raise BackendFailed(f"HTTP {resp.status}: {text}", resp.status)
         return resp
 
-    async def _whole(self, url: str, data: bytes, headers: dict, i: int, j: int, row: RequestRow) -> web.Response:
+    async def _whole(self, url: str, data: bytes, headers: dict, i: int, j: int, row: RequestRow,
+                     max_tokens: int) -> web.Response:
         resp = await self._open(url, data, headers)
         try:
-            try:
-                body = await resp.read()
-            except (ClientError, TimeoutError, OSError) as e:
-                raise BackendFailed(f"the answer broke off ({type(e).__name__})") from None
+            body = await bounded_read(resp, MAX_BODY)
         finally:
             resp.release()
         now = self.clock.now()
         if resp.status == 200:
-            n = whole_tokens(body)
+            n = whole_tokens(body, max_tokens)
             self.ledger.streamed(i, n, now)
             row.first_s, row.finish_s, row.output_tokens, row.status = now, now, n, "ok"
         else:
@@ -341,30 +347,34 @@ class Proxy:
         return web.Response(status=resp.status, body=body, headers=passed_back(resp.headers))
 
     async def _stream(self, request: web.Request, url: str, data: bytes, headers: dict, i: int, j: int,
-                      row: RequestRow) -> web.StreamResponse:
+                      row: RequestRow, max_tokens: int) -> web.StreamResponse:
         resp = await self._open(url, data, headers)
         try:
             if resp.status != 200:  # a 4xx: the request's fault, passed back as it came
-                body = await resp.read()
+                body = await bounded_read(resp, MAX_BODY)
                 row.status, row.finish_s = "error", self.clock.now()
                 row.error = f"HTTP {resp.status}: {body[:200].decode('utf-8', 'replace')}"
                 return web.Response(status=resp.status, body=body, headers=passed_back(resp.headers))
-            read = StreamRead()
+            read = StreamRead(max_tokens=max_tokens)
             out: web.StreamResponse | None = None
             held: list[bytes] = []  # chunks before the first token: held back, so a retry stays possible
             broken = None
+            idle = 0  # bytes since the last token
 
             async def begin() -> web.StreamResponse:
                 o = web.StreamResponse(status=200, headers={**SSE_HEADERS, **passed_back(resp.headers)})
                 await o.prepare(request)
                 for h in held:
-                    await o.write(h)
+                    await to_client(o, h)
                 held.clear()
                 return o
 
             try:
-                async for chunk in resp.content.iter_any():
+                async for chunk in resp.content.iter_chunked(1 << 16):
                     n = read.feed(chunk)
+                    idle = 0 if n else idle + len(chunk)
+                    if idle > MAX_HELD:
+                        raise BackendFailed(f"{MAX_HELD} bytes of stream without a token")
                     if n:
                         now = self.clock.now()
                         self.ledger.streamed(i, n, now)
@@ -374,19 +384,24 @@ class Proxy:
                     if out is None:
                         if not n and read.error is None and not read.done:
                             held.append(chunk)
+                            await asyncio.sleep(0)  # a backend that floods chunks does not hold the loop
                             continue
                         if read.backend_error and row.output_tokens == 0:
                             raise BackendFailed(f"error event before any token: {read.error}", 503)
                         out = await begin()
                     if read.done and read.error is None:  # complete: a client that leaves now abandons nothing
                         row.status, row.finish_s, row.output_tokens = "ok", self.clock.now(), read.tokens
-                    await out.write(chunk)
+                    await to_client(out, chunk)
                     if read.done:
                         break
             except (ClientError, TimeoutError, OSError) as e:
                 broken = f"the stream broke off ({type(e).__name__})"
                 if out is None:
                     raise BackendFailed(broken) from None
+            except BackendFailed as e:
+                if out is None:
+                    raise
+                broken = e.reason
             now = self.clock.now()
             if out is None:
                 if not read.done:
@@ -394,7 +409,7 @@ class Proxy:
                 out = await begin()
             if broken or not read.done:
                 reason = broken or "the stream ended without [DONE]"
-                await out.write(b"data: " + json.dumps(error_body(f"backend failed: {reason}", 502)).encode()
+                await to_client(out, b"data: " + json.dumps(error_body(f"backend failed: {reason}", 502)).encode()
                                 + b"\n\ndata: [DONE]\n\n")
                 row.status, row.finish_s, row.error = "error", now, reason
                 self.mark_dead(j, reason)
@@ -404,7 +419,22 @@ class Proxy:
                     self.mark_dead(j, read.error)
             elif row.status != "ok":
                 row.status, row.finish_s, row.output_tokens = "ok", now, read.tokens
-            await out.write_eof()
+            await to_client(out, None)
             return out
         finally:
             resp.release()
+
+
+class ClientGone(Exception):
+    """A write to the client failed: it went away (not the backend's fault)."""
+
+
+async def to_client(out: web.StreamResponse, data: bytes | None) -> None:
+    """``data`` to the client (None: the end); ``ClientGone`` if it left."""
+    try:
+        if data is None:
+            await out.write_eof()
+        else:
+            await out.write(data)
+    except (ConnectionError, ClientError, RuntimeError) as e:  # RuntimeError: aiohttp's "closing transport"
+        raise ClientGone(type(e).__name__) from None

@@ -25,9 +25,12 @@ DRAIN_S = 2.0
 async def _route(cfg: RouteConfig, say) -> dict:
     from aiohttp import web
 
+    from harness.serve.app import Runner, quiet_refusals
+
+    quiet_refusals()
     clock = Clock(speed=cfg.speed)
     proxy = Proxy(cfg, clock)
-    runner = web.AppRunner(proxy.application(), handler_cancellation=True, access_log=None)
+    runner = Runner(proxy.application(), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, reuse_address=True)
     try:
@@ -48,14 +51,21 @@ async def _route(cfg: RouteConfig, say) -> dict:
     say("ready")
     await stop.wait()
     proxy.closing = True
-    await site.stop()
-    deadline = time.monotonic() + DRAIN_S
-    while proxy.ledger.entries and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    health.cancel()
-    await proxy.cut_open()  # their rows say abandoned
-    await runner.cleanup()
-    await proxy.stop()
+    try:
+        await site.stop()
+        deadline = time.monotonic() + DRAIN_S
+        while proxy.ledger.entries and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        health.cancel()
+        await proxy.cut_open()  # their rows say abandoned
+        await runner.cleanup()
+        await proxy.stop()
+    finally:  # whatever the shutdown met, the decision log is written
+        report = _finish(cfg, proxy)
+    return report
+
+
+def _finish(cfg: RouteConfig, proxy: Proxy) -> dict:
     report = {"decisions": proxy.router.decisions, "mean_decision_us": proxy.router.mean_decision_us,
               "events": len(proxy.log.events), "shadow_early": proxy.ledger.early}
     if cfg.log is not None:

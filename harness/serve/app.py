@@ -19,16 +19,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 
 from harness.serve.engine import Served, ServedEngine
 from harness.serve.metrics import EngineMetrics
 from harness.serve.prefix import block_hashes
-from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, parse
+from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, loads_bounded, parse, request_id
 from harness.serve.state_feed import encode
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -47,11 +50,62 @@ def openai_application(face) -> web.Application:
 
 
 async def json_body(request: web.Request) -> object:
-    """The request's JSON body, or ``ApiError`` (vLLM's 400)."""
+    """The request's JSON body, or ``ApiError`` (vLLM's 400): nested at most
+    ``MAX_JSON_DEPTH`` deep, read whole only below ``client_max_size``
+    (aiohttp's 413 beyond)."""
     try:
-        return json.loads(await request.read())
+        return loads_bounded(await request.read())
     except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(f"the request body is not JSON ({e})") from None
+        raise ApiError(f"the request body is not JSON ({str(e)[:200]})") from None
+
+
+class _Refusals(logging.Filter):
+    """aiohttp logs a request its HTTP parser refuses (a bad Content-Length
+    or chunk, too many or too long headers) with a traceback; its answer,
+    a 400, is what vLLM's HTTP server sends too. One line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError | ConnectionError):
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                f"refused a malformed HTTP request: {type(exc).__name__}: {str(exc)[:200]!r}", (), None, None)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+class _HalfOpen(RequestHandler):
+    """aiohttp closes a connection whose client half-closes (shuts its
+    sending side after the request): the handler is cancelled and the
+    client gets nothing. vLLM's server answers it, then closes; so does
+    this one. A body cut short by the half-close fails its read."""
+
+    def eof_received(self) -> bool:
+        req = self._current_request
+        if req is not None and not req.content.is_eof():
+            req.content.set_exception(ConnectionResetError("the client closed its side before the body ended"))
+        self.close()  # no further request on this connection: it ends after the answer
+        return True  # the transport stays open for the answer
+
+
+class _HalfOpenServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _HalfOpen(self, loop=self._loop, **self._kwargs)
+
+
+class Runner(web.AppRunner):
+    """``web.AppRunner`` whose connections answer a half-closed client."""
+
+    async def _make_server(self) -> web.Server:
+        srv = await super()._make_server()
+        srv.__class__ = _HalfOpenServer  # the same object, its handlers _HalfOpen
+        return srv
+
+
+def quiet_refusals() -> None:
+    """Install ``_Refusals`` on aiohttp's server logger (once)."""
+    log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _Refusals) for f in log.filters):
+        log.addFilter(_Refusals())
 
 
 def prometheus_response(text: bytes) -> web.Response:
@@ -120,10 +174,10 @@ class InstanceApp:
         if self.state.closing:
             return web.json_response(error_body("the server is shutting down", 503), status=503)
         try:
+            client_id = request_id(request.headers.get("X-Request-Id")) or uuid.uuid4().hex
             p = parse(await json_body(request), chat, self.model, self.max_model_len)
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)
-        client_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         block = self.state.hash_block
         hashes = block_hashes(p.prompt_ids, block, p.cache_salt) if block else None
         h = self.engine.submit(client_id, len(p.prompt_ids), p.max_tokens, hashes)
@@ -132,6 +186,8 @@ class InstanceApp:
             if p.stream:
                 return await self._stream(request, h, p, rid)
             return await self._whole(h, p, rid)
+        except ConnectionError:  # a write to a client that went away: as a cancelled handler, quietly
+            raise asyncio.CancelledError from None
         finally:
             self.engine.abort(h)  # a no-op for a finished request; frees one whose client went away
 

@@ -12,6 +12,13 @@ models ship none): each message is ``<s>`` (id 1) followed by its
 content's tokens; roles add no tokens. ``cache_salt`` (vLLM's: a
 non-empty string) goes into the first prefix block's hash, so requests
 with different salts share no cached blocks.
+
+Clients are untrusted: a body nested deeper than ``MAX_JSON_DEPTH`` is
+refused before it is parsed (the parser recurses once per level), a
+prompt is a string, token ids, or a batch of one of those (no deeper), a
+content part is ``{"type": "text", "text": STR}``, and ``X-Request-Id``
+(which names the request in the engine, the recording and the decision
+log) is at most ``MAX_REQUEST_ID`` visible ASCII characters.
 """
 from __future__ import annotations
 
@@ -21,6 +28,10 @@ from dataclasses import dataclass
 
 VOCAB = 8192
 _WORD = re.compile(r"w(\d{1,5})")
+MAX_JSON_DEPTH = 64  # pydantic-core, which parses vLLM's requests, refuses JSON nested beyond its own limit too
+MAX_REQUEST_ID = 256
+_REQUEST_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID}}}")
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 class ApiError(Exception):
@@ -38,6 +49,46 @@ class ApiError(Exception):
 
 def error_body(message: str, status: int = 400, param: str | None = None) -> dict:
     return ApiError(message, param, status).body()
+
+
+def json_depth_ok(data: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``data``'s JSON nests at most ``limit`` deep (brackets in
+    strings skipped): checked before parsing, which recurses once per level."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    depth = 0
+    for m in _STRUCTURE.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif c in "]}":
+            depth -= 1
+    return True
+
+
+def loads_bounded(data: bytes | str, limit: int = MAX_JSON_DEPTH):
+    """``json.loads`` of JSON nested at most ``limit`` deep (ValueError else)."""
+    if not json_depth_ok(data, limit):
+        raise ValueError(f"JSON nested deeper than {limit} levels")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def request_id(value: str | None) -> str | None:
+    """A client's ``X-Request-Id`` (None: it sent none), or ``ApiError``."""
+    if value is None:
+        return None
+    if not _REQUEST_ID.fullmatch(value):
+        what = f"{len(value)} characters" if len(value) > MAX_REQUEST_ID else \
+            f"{next((c for c in value if not 0x21 <= ord(c) <= 0x7e), '')!r}" if value else "nothing"
+        raise ApiError(f"X-Request-Id: must be 1 to {MAX_REQUEST_ID} visible ASCII characters (no spaces), got "
+                       f"{what}", "X-Request-Id")
+    return value
 
 
 def tokenize(text: str) -> list[int]:
@@ -86,11 +137,11 @@ def _bool(body: dict, key: str) -> bool:
     return v
 
 
-def _prompt(v) -> list[int]:
+def _prompt(v, batch: bool = True) -> list[int]:
     if isinstance(v, str):
         return tokenize(v)
-    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str | list):
-        return _prompt(v[0])  # a batch of one
+    if batch and isinstance(v, list) and len(v) == 1 and isinstance(v[0], str | list):
+        return _prompt(v[0], batch=False)  # a batch of one (a prompt in it is text or token ids, as vLLM's)
     if isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         if any(not 0 <= x < VOCAB for x in v):
             raise ApiError(f"prompt: token id out of vocabulary [0, {VOCAB})", "prompt")
@@ -98,6 +149,21 @@ def _prompt(v) -> list[int]:
     if isinstance(v, list) and len(v) > 1 and all(isinstance(x, str | list) for x in v):
         raise ApiError("prompt: this server takes one prompt per request", "prompt")
     raise ApiError("prompt: must be a string or a non-empty list of token ids", "prompt")
+
+
+def _text_part(p, i: int, k: int) -> str:
+    """A content part's text: vLLM validates each part against its type."""
+    if not isinstance(p, dict):
+        raise ApiError(f"messages[{i}].content[{k}]: must be an object", "messages")
+    kind = p.get("type", "text")
+    if kind != "text":
+        raise ApiError(f"messages[{i}].content[{k}]: this server takes text parts only, got type "
+                       f"{json.dumps(kind)[:40]}", "messages")
+    text = p.get("text")
+    if not isinstance(text, str):
+        raise ApiError(f"messages[{i}].content[{k}].text: must be a string, got {json.dumps(text)[:40]}",
+                       "messages")
+    return text
 
 
 def _messages(v) -> list[int]:
@@ -109,7 +175,9 @@ def _messages(v) -> list[int]:
             raise ApiError(f"messages[{i}]: must be an object with a role", "messages")
         c = m.get("content", "")
         if isinstance(c, list):  # content parts: their text
-            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+            c = " ".join(_text_part(p, i, k) for k, p in enumerate(c))
+        if c is None:
+            c = ""
         if not isinstance(c, str):
             raise ApiError(f"messages[{i}].content: must be a string", "messages")
         ids.append(1)

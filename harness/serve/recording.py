@@ -12,7 +12,10 @@ With prefix caching in the pool, ``requests.hash_ids`` holds each
 prompt's block ids and meta.json ``hash_block_tokens`` their block, so the
 offline twin replays the served run's cache hits; ``cached_tokens`` is the
 hit each request was granted at its first scheduling (as the twin's).
-The lag report goes to meta.json (``serve.lag``).
+The lag report goes to meta.json (``serve.lag``). A client id is checked
+when its request comes in (``harness.serve.protocol.request_id``); text a
+trace cannot hold is still escaped here, so no request costs the others
+their recording.
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ def requests_frame(engines: list[ServedEngine], overhead_s: float, hashed: bool 
                          "ttft_s": h.first_t - h.arrival_t + overhead_s if h.delivered else np.nan,
                          "finish_s": h.finish_t + overhead_s if h.finish_reason == "length" else np.nan,
                          "preemptions": h.preemptions, "finish_reason": h.finish_reason,
-                         "client_id": h.client_id, "max_tokens": h.max_tokens,
+                         "client_id": h.client_id.encode("utf-8", "backslashreplace").decode("utf-8"),
+                         "max_tokens": h.max_tokens,
                          "hash_ids": list(h.hash_ids) if h.hash_ids is not None else [],
                          "cached_tokens": float(h.cached) if np.isfinite(h.scheduled_t) else np.nan})
     cols = ["request_id", "arrival_s", "prompt_tokens", "output_tokens", "instance_id", "added_s", "ttft_s", "finish_s",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.serve.app import InstanceApp, ServerState
+from harness.serve.app import InstanceApp, Runner, ServerState, quiet_refusals
 from harness.serve.clock import Clock
 from harness.serve.engine import ServedEngine
 from harness.serve.metrics import EngineMetrics
@@ -67,6 +67,7 @@ def warm(spec: InstanceSpec) -> None:
 async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
     from aiohttp import web
 
+    quiet_refusals()
     hash_block = pool_hash_block([s.config.block_size for s in specs if s.config.caching])
     state = ServerState(speed=cfg.speed, overhead_s=cfg.pool.frontend_overhead_s, stream_interval=cfg.stream_interval,
                         hash_block=hash_block)
@@ -78,7 +79,7 @@ async def _serve(cfg: ServeConfig, specs: list[InstanceSpec], say) -> dict:
         e = ServedEngine(k, spec, tcfg, clock, m, ids=state.ids, hash_block=hash_block)
         m.bind(e)
         engines.append(e)
-        runner = web.AppRunner(InstanceApp(e, m, spec.model, state).application(), handler_cancellation=True,
+        runner = Runner(InstanceApp(e, m, spec.model, state).application(), handler_cancellation=True,
                                access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, HOST, cfg.port_base + k, reuse_address=True)
