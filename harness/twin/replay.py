@@ -33,6 +33,7 @@ from harness.twin.stale_view import StaleViews, ViewConfig
 from routers.base import RouteInputs
 from routers.chance import DEFAULT_EPSILON
 from routers.fleet import DEFAULT_TIES, TIE_POLICIES
+from routers.prefix_affinity import warn_if_blind
 from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
 from traces.lengths import PredictedLengths, predicted_lengths
@@ -165,6 +166,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
     router = make_router(cfg.router, inputs, specs, pool.frontend_overhead_s, cfg.delta_per_us, cfg.seed, baselines,
                          online_speed=cfg.online_speed, epsilon=cfg.epsilon,
                          true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties, learned=cfg.learned())
+    warn_if_blind(router, any(c.caching for c in pool.instances), requests["hash_ids"] if "hash_ids" in requests
+                  else None, cfg.hash_block_tokens)  # a prefix-aware router that cannot see a prefix says so
     warm_s = warm_up(specs, cfg.router, pool.frontend_overhead_s, baselines=baselines, online_speed=cfg.online_speed,
                      epsilon=cfg.epsilon, ties=cfg.ties, learned=cfg.learned())
     t0 = time.perf_counter()
