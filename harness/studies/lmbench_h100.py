@@ -280,8 +280,9 @@ def session_prefixes(data: Path, out: Path, log: Path, profile: Path, echo: Call
     """The ``short_input`` runs' sessions: the measured llm-d (prefix- and load-aware router) against vLLM
     (round-robin) at each rate, beside the twin's replay of the vLLM run's arrivals on the calibrated fleet
     (prefix caching on, vLLM 0.8.5 V1's default) under ``PREFIX_ROUTERS``, with the prompt prefixes derived
-    from the sessions (``traces.session_prefix``) and without them (``--no-session-prefix``). One seed:
-    these routers draw nothing and the replay adds no noise."""
+    from the sessions (``traces.session_prefix``) and without them (``--no-session-prefix``). One seed (0)
+    for every replay, so that on against off and router against router are paired (same noise draws); the
+    seeds' spread is not measured here."""
     from traces.store import open_trace
 
     vllm, llmd = (runs_of(data, EXP3, stack, "short_input") for stack in (VLLM_RR, LLMD))
@@ -305,8 +306,9 @@ def session_prefixes(data: Path, out: Path, log: Path, profile: Path, echo: Call
                 if not (d / "metrics.json").exists():
                     latroute(["replay", "--pool", pool, "--trace", tdir, "--router", router, "--seed", 0,
                               "--out", d, "--force"], log)
-                served = pd.read_parquet(d / "served" / "requests.parquet")
-                row[f"twin_{router}_{'on' if on else 'off'}"] = float(served["ttft_s"].to_numpy(np.float64).mean())
+                m = read_metrics(d)
+                row[f"twin_{router}_{'on' if on else 'off'}"] = float(m["ttft_mean_s"])
+                row[f"hit_{router}_{'on' if on else 'off'}"] = float(m.get("prefix_hit_rate") or 0.0)
         rows.append(row)
         echo(f"session prefixes {q:g} q/s: measured vLLM {row['measured_vllm']:.3f} s, llm-d "
              f"{row['measured_llmd']:.3f} s; twin " + ", ".join(
@@ -315,7 +317,7 @@ def session_prefixes(data: Path, out: Path, log: Path, profile: Path, echo: Call
 
 
 def prefix_table(rows: list[dict]) -> list[str]:
-    head = " | ".join(f"twin {r}: prefixes on / off" for r in PREFIX_ROUTERS)
+    head = " | ".join(f"twin {r}: prefixes on (hit) / off" for r in PREFIX_ROUTERS)
     lines = [f"| q/s | logged vLLM / llm-d | prompt tokens in an earlier prompt's blocks | measured vLLM rr | "
              f"llm-d | llm-d − vLLM | {head} |", "|" + "---|" * (6 + len(PREFIX_ROUTERS))]
     for r in rows:
@@ -324,7 +326,8 @@ def prefix_table(rows: list[dict]) -> list[str]:
         lines.append(f"| {r['qps']:g} | {r['logged_vllm']} / {r['logged_llmd']} | {share} | "
                      f"{1e3 * r['measured_vllm']:.1f} ms | {1e3 * r['measured_llmd']:.1f} ms | "
                      f"{1e3 * diff:+.1f} ms ({100 * diff / r['measured_vllm']:+.0f}%) | " + " | ".join(
-                         f"{1e3 * r[f'twin_{x}_on']:.1f} / {1e3 * r[f'twin_{x}_off']:.1f} ms" for x in PREFIX_ROUTERS)
+                         f"{1e3 * r[f'twin_{x}_on']:.1f} ({100 * r[f'hit_{x}_on']:.0f}%) / "
+                         f"{1e3 * r[f'twin_{x}_off']:.1f} ms" for x in PREFIX_ROUTERS)
                      + " |")
     return lines
 
