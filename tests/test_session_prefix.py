@@ -167,3 +167,11 @@ def test_a_prefix_aware_router_on_a_trace_without_hash_ids_says_so_once(tmp_path
                       "it routes exactly as shortest-queue"]
     assert _replay(tmp_path, tmp_path / "plain", "c") == []  # once
     assert _replay(tmp_path, tmp_path / "plain", "d", "shortest-queue") == []  # not a prefix-aware router
+
+
+def test_large_user_ids_are_kept_exactly(tmp_path):
+    big = 2**40 + 1  # above traces.limits' time maximum, far below 2**53
+    src = write(tmp_path, "per_request.csv", HEAD + _row(76, 20, big, 1, 0.0) + _row(125, 20, big, 2, 2.0))
+    res, r = do_import("lmbench", src, tmp_path / "t", "--run", "r1")
+    assert res.exit_code == 0, res.output
+    assert r["session"].tolist() == [big, big] and [len(h) for h in r["hash_ids"]] == [4, 7]

@@ -194,7 +194,8 @@ def import_lmbench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[
 
 def _whole_or_empty(rows: pd.DataFrame, col: str, src: Path, lines: np.ndarray) -> np.ndarray:
     """A column of whole numbers with empty cells (NaN), refusing anything else by row."""
-    v = numeric(rows, col, src, lines, integer=False, allow_missing=np.ones(len(rows), dtype=bool))
+    v = numeric(rows, col, src, lines, integer=False, maximum=float(2**53),  # ids, exact as floats up to 2**53
+                allow_missing=np.ones(len(rows), dtype=bool))
     bad = np.flatnonzero(np.isfinite(v) & (v != np.floor(v)))
     if bad.size:
         raise BadInput(src, int(lines[bad[0]]), col, f"not a whole number: {shown(rows[col].iloc[bad[0]])}")
@@ -219,7 +220,7 @@ def _sessions(rows: pd.DataFrame, lines: np.ndarray, df: pd.DataFrame, src: Path
     prompt, output = df["prompt_tokens"].to_numpy(np.int64), df["output_tokens"].to_numpy(np.int64)
     meta: dict = {"from": "user_id, question_id", "sessions": int(np.unique(session).size),
                   "turn": "question_id - 1"}
-    said = f"{meta['sessions']} sessions (user_id) of up to {int(question.max()):g} turns (question_id)"
+    said = f"{meta['sessions']} sessions (user_id), turns (question_id) up to {int(question.max())}"
     if not opts.session_prefix:
         meta["prefix"] = "not derived (--no-session-prefix)"
         return meta, [f"{said}; prompt prefixes not derived (--no-session-prefix)"]
