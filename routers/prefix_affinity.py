@@ -20,16 +20,50 @@
 
 Both read an instance through ``cached_prefix_tokens(i, prompt)`` (a read-only
 lookup against the live cache: no copy), ``residents`` and ``kv_usage()``.
+
+Blind runs: on a trace whose requests name no prompt blocks (no ``hash_ids``,
+as request logs without sessions) or a pool whose instances do not cache
+prefixes, every lookup is 0 and these routers route on load alone
+(``prefix-affinity`` then chooses exactly as ``shortest-queue``). A replay
+says so once per router on stderr (``warn_if_blind``), so that a comparison
+of "prefix-aware against load-only" is not read as a finding.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from routers.base import RouteInputs, Router
 
+_WARNED: set[str] = set()  # routers already warned in this process (a sweep replays one router many times)
+
+
+def prefix_blindness(caching: bool, hash_ids, hash_block_tokens: int | None) -> str | None:
+    """Why a prefix-aware router would see no cached prefix in a replay, or None when it can.
+    ``hash_ids``: the trace's column (None when it has none)."""
+    if not caching:
+        return "no instance of the pool caches prefixes"
+    if hash_ids is None or not hash_block_tokens or not any(
+            h is not None and len(h) for h in hash_ids):
+        return "the trace has no hash_ids (no request names its prompt blocks)"
+    return None
+
+
+def warn_if_blind(router, caching: bool, hash_ids, hash_block_tokens: int | None) -> bool:
+    """One line on stderr, once per router name and process, when ``router`` is prefix-aware and blind
+    (``prefix_blindness``); True when it warned now."""
+    instead = getattr(router, "blind_as", None)
+    why = prefix_blindness(caching, hash_ids, hash_block_tokens) if instead else None
+    if why is None or router.name in _WARNED:
+        return False
+    _WARNED.add(router.name)
+    print(f"warning: {router.name}: {why}; it routes {instead}", file=sys.stderr)
+    return True
+
 
 class PrefixAffinity(Router):
     name = "prefix-affinity"
+    blind_as = "exactly as shortest-queue"  # what it does when no lookup can hit (warn_if_blind)
 
     def choose(self, i, t, insts) -> int:
         p = int(self.inputs.prompt[i])
@@ -45,6 +79,7 @@ class PrefixLoadWeights:
 
 class PrefixLoad(Router):
     name = "prefix-load"
+    blind_as = "on its queue and KV scores alone"
 
     def __init__(self, inputs: RouteInputs, weights: PrefixLoadWeights = PrefixLoadWeights()):
         super().__init__(inputs)

@@ -40,9 +40,9 @@ MOONCAKE = "\n".join(json.dumps(r) for r in [
 ]) + "\n"
 LMBENCH = """run_id,prompt_tokens,generation_tokens,ttft_s,generation_time_s,user_id,question_id,launch_rel_s,launch_time_epoch,finish_time_epoch
 r000,689,275,0.307893,15.65375,,,0.0,1745793830.286183,1745793846.2478287
-r001,10,5,0.1,1.0,1,1,0.5,1.0,2.0
+r001,10,5,0.1,1.0,1,2,0.5,1.0,2.0
 r001,20,6,0.2,2.0,2,1,0.0,1.0,2.0
-r001,30,7,0.3,3.0,1,2,0.25,1.0,2.0
+r001,30,7,0.3,3.0,1,1,0.25,1.0,2.0
 """
 
 

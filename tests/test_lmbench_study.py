@@ -48,3 +48,29 @@ def test_targets_count_only_complete_runs_not_fitted_on():
 def test_study_refuses_a_data_folder_without_the_logs(tmp_path):
     res = run_cli("study", "lmbench-h100", "--data", tmp_path, "--out", tmp_path / "o")
     assert res.exit_code == 2 and "per_request.csv" in res.output and not (tmp_path / "o").exists()
+
+
+def test_the_session_prefix_question_imports_each_run_with_and_without_derived_prefixes(tmp_path):
+    """The study's second import of a run (``--no-session-prefix``) goes beside the first and keeps the sessions
+    without hash_ids; the first has the derived ids."""
+    from traces.store import open_trace
+
+    (tmp_path / "per_request.csv").write_text(
+        "run_id,prompt_tokens,generation_tokens,ttft_s,generation_time_s,user_id,question_id,launch_rel_s,"
+        "launch_time_epoch,finish_time_epoch\nr1,76,20,0.05,0.5,8,1,0.0,1,2\nr1,125,20,0.05,0.5,8,2,2.0,1,2\n")
+    log = tmp_path / "commands.log"
+    s.import_run(tmp_path, tmp_path / "o", "r1", log)
+    s.import_run(tmp_path, tmp_path / "o", "r1", log, session_prefix=False)
+    on, off = (open_trace(s.trace_dir(tmp_path / "o", r)).read("requests") for r in ("r1", "r1" + s.NO_PREFIX))
+    assert [len(h) for h in on["hash_ids"]] == [4, 7] and "hash_ids" not in off
+    assert on["session"].tolist() == off["session"].tolist() == [8, 8]
+    assert "--no-session-prefix" in log.read_text()
+
+
+def test_the_session_prefix_table_shows_the_measured_difference_beside_the_twin():
+    row = {"qps": 2.0, "logged_vllm": 210, "logged_llmd": 211, "shared_share": 0.47, "measured_vllm": 0.040,
+           "measured_llmd": 0.050}
+    for r in s.PREFIX_ROUTERS:
+        row |= {f"twin_{r}_on": 0.030, f"twin_{r}_off": 0.045, f"hit_{r}_on": 0.4}
+    line = s.prefix_table([row])[2]
+    assert "| 2 | 210 / 211 | 47% | 40.0 ms | 50.0 ms | +10.0 ms (+25%) | 30.0 (40%) / 45.0 ms |" in line

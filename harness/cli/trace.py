@@ -29,6 +29,7 @@ from traces.tasks import DEFAULT_MIX, parse_mix
 # traces.importers.common.
 DEFAULT_CHUNK_ROWS = 500_000
 REQUEST_LEVEL_FORMATS = ("vllm-reqstats", "vllm-bench", "lmbench")  # measured requests of a served engine
+SESSION_FORMATS = ("lmbench",)  # formats whose sessions imply prompt prefixes (docs/reference/importers.md)
 
 
 def open_trace(path: Path):
@@ -272,12 +273,15 @@ def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, a
 @click.option("--allow-incomplete", is_flag=True,
               help="vllm-reqstats, vllm-bench, lmbench: import a run that logged fewer requests than it sent "
                    "(refused otherwise: the missing are rarely a random sample).")
+@click.option("--no-session-prefix", "no_session_prefix", is_flag=True,
+              help="lmbench: keep sessions and turns but derive no prompt hash_ids from them (by default a run "
+                   "whose turns carry the conversation so far gets them: docs/reference/importers.md).")
 @click.option("--chunk-rows", type=COUNT, default=DEFAULT_CHUNK_ROWS, show_default=True,
               help="Rows per chunk (memory bound).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool, run: str | None,
             seed: int | None, engine_opts: tuple[str, ...], accept_unmodelled: tuple[str, ...],
-            allow_incomplete: bool, chunk_rows: int, force: bool) -> None:
+            allow_incomplete: bool, no_session_prefix: bool, chunk_rows: int, force: bool) -> None:
     """Import a public trace format into a latroute trace.
 
     \b
@@ -317,8 +321,12 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
         if given and fmt not in REQUEST_LEVEL_FORMATS:
             raise BadOption(name, f"only with FORMAT {', '.join(REQUEST_LEVEL_FORMATS)} (a {fmt} import has no "
                                   "engine configuration or run size)")
+    if no_session_prefix and fmt not in SESSION_FORMATS:
+        raise BadOption("--no-session-prefix", f"only with FORMAT {', '.join(SESSION_FORMATS)} (a {fmt} import "
+                                               "derives no prefixes from sessions)")
     opts = ImportOptions(model=model, run=run, seed=seed, keep_failed=keep_failed, chunk_rows=chunk_rows,
-                         engine=engine_opts, accept_unmodelled=accept_unmodelled, allow_incomplete=allow_incomplete)
+                         engine=engine_opts, accept_unmodelled=accept_unmodelled, allow_incomplete=allow_incomplete,
+                         session_prefix=not no_session_prefix)
     t = time.perf_counter()
     if sys.stderr.isatty() and src_size > (32 << 20):
         with click.progressbar(length=src_size, label=f"importing {src.name}", file=sys.stderr) as bar:

@@ -21,6 +21,15 @@ The routing question compares the three exp-3 stacks on the requests all
 three logged at each rate (LMBench launches prompt *i* at slot *i / qps*;
 ``common_slots``) with the twin's replay of
 the same requests on the calibrated fleet under three routers.
+
+The session-prefix question (``session_prefixes``): the ``short_input``
+runs log sessions whose turns carry the conversation so far, so the
+import derives prompt ``hash_ids`` from them; the twin replays each vLLM
+run on the ``short_input`` fleet fit with prefix caching on, under
+``shortest-queue``, ``prefix-affinity`` and ``sfs-cc``, with the derived
+prefixes and without (``--no-session-prefix``), beside the measured llm-d
+against vLLM difference at the same rate. ``--group short_input`` runs
+that group and this question only.
 """
 from __future__ import annotations
 
@@ -44,6 +53,8 @@ LLMD_RR = "llm-d-70b-2replicas-H100-no-router"
 VLLM_EXP4 = "vllm-llama4-tp4"
 ESTIMATORS = ("sfs", "throughput", "lps", "learned")
 ROUTERS = ("round-robin", "prefix-affinity", "sfs-cc")
+PREFIX_ROUTERS = ("shortest-queue", "prefix-affinity", "sfs-cc")  # the session-prefix question's routers
+NO_PREFIX = "-no-prefix"  # suffix of a run's trace imported with --no-session-prefix
 
 
 @dataclass(frozen=True)
@@ -105,12 +116,14 @@ def trace_dir(out: Path, run_id: str) -> Path:
     return out / "traces" / run_id
 
 
-def import_run(data: Path, out: Path, run_id: str, log: Path) -> dict:
+def import_run(data: Path, out: Path, run_id: str, log: Path, session_prefix: bool = True) -> dict:
     """``trace import lmbench`` of one run; an incomplete run (refused, exit 2) again with
-    ``--allow-incomplete``. Returns the run's completeness as meta.json records it."""
-    d = trace_dir(out, run_id)
+    ``--allow-incomplete``. Returns the run's completeness as meta.json records it. Without
+    ``session_prefix`` the run goes to ``traces/RUN-no-prefix``, imported with ``--no-session-prefix``."""
+    d = trace_dir(out, run_id if session_prefix else f"{run_id}{NO_PREFIX}")
     if not (d / "meta.json").exists():
-        base = ["trace", "import", "lmbench", data / "per_request.csv", "--run", run_id, "--out", d]
+        base = ["trace", "import", "lmbench", data / "per_request.csv", "--run", run_id, "--out", d,
+                *([] if session_prefix else ["--no-session-prefix"])]
         if latroute(base, log, ok_codes=(0, 2)) == 2:
             latroute([*base, "--allow-incomplete"], log)
     meta = json.loads((d / "meta.json").read_text())
@@ -211,13 +224,16 @@ def common_slots(data: Path, run_ids: list[str], qps: float) -> dict[str, np.nda
     return out
 
 
-def routing_pool(out: Path, profile: Path, replicas: int) -> Path:
+def routing_pool(out: Path, profile: Path, replicas: int, caching: bool | None = None,
+                 name: str = "fleet-pool.json") -> Path:
     """The calibrated fleet as a pool file: each replica names the fitted profile (its engine and
-    front-end overhead travel with it; the twin's replay has no serial front-end queue)."""
+    front-end overhead travel with it; the twin's replay has no serial front-end queue). ``caching``
+    states prefix caching on every replica (None: the profile's fitted engine decides)."""
+    extra = {} if caching is None else {"prefix_caching": caching}
     pool = {"name": "lmbench-h100-fleet",
             "instances": [{"instance_id": f"replica-{k}", "model": "llama-3.1-70b", "profile": str(profile),
-                           "frontend": "overhead"} for k in range(replicas)]}
-    path = out / "profiles" / "fleet-pool.json"
+                           "frontend": "overhead", **extra} for k in range(replicas)]}
+    path = out / "profiles" / name
     path.write_text(json.dumps(pool, indent=1) + "\n")
     return path
 
@@ -258,6 +274,62 @@ def routing_question(data: Path, out: Path, log: Path, profile: Path, seeds: int
         echo(f"routing {q:g} q/s: {len(shared)} common requests; measured " + ", ".join(
             f"{n} {row[f'measured_{n}']:.2f} s" for n in ids if row[f"measured_{n}"] is not None))
     return rows
+
+
+def session_prefixes(data: Path, out: Path, log: Path, profile: Path, echo: Callable[[str], None]) -> list[dict]:
+    """The ``short_input`` runs' sessions: the measured llm-d (prefix- and load-aware router) against vLLM
+    (round-robin) at each rate, beside the twin's replay of the vLLM run's arrivals on the calibrated fleet
+    (prefix caching on, vLLM 0.8.5 V1's default) under ``PREFIX_ROUTERS``, with the prompt prefixes derived
+    from the sessions (``traces.session_prefix``) and without them (``--no-session-prefix``). One seed (0)
+    for every replay, so that on against off and router against router are paired (same noise draws); the
+    seeds' spread is not measured here."""
+    from traces.store import open_trace
+
+    vllm, llmd = (runs_of(data, EXP3, stack, "short_input") for stack in (VLLM_RR, LLMD))
+    pool = routing_pool(out, profile, 2, caching=True, name="fleet-pool-prefix-caching.json")
+    rows = []
+    for q in sorted(set(vllm["target_qps"]) & set(llmd["target_qps"])):
+        vid, lid = (df.loc[df["target_qps"] == q, "run_id"].iloc[0] for df in (vllm, llmd))
+        for rid in (vid, lid):
+            import_run(data, out, rid, log)
+        import_run(data, out, vid, log, session_prefix=False)
+        row: dict = {"qps": float(q), "vllm_run": vid, "llmd_run": lid}
+        for name, rid in (("vllm", vid), ("llmd", lid)):
+            ttft = open_trace(trace_dir(out, rid)).read("requests", ["ttft_s"])["ttft_s"].to_numpy(np.float64)
+            row[f"logged_{name}"], row[f"measured_{name}"] = len(ttft), float(ttft.mean())
+        sess = open_trace(trace_dir(out, vid)).meta.get("sessions") or {}
+        row["shared_share"] = (sess["shared_prompt_tokens"] / sess["prompt_tokens"]
+                               if sess.get("prompt_tokens") else None)
+        for on, tdir in ((True, trace_dir(out, vid)), (False, trace_dir(out, f"{vid}{NO_PREFIX}"))):
+            for router in PREFIX_ROUTERS:
+                d = out / "prefixes" / f"{vid}-{router}-{'on' if on else 'off'}"
+                if not (d / "metrics.json").exists():
+                    latroute(["replay", "--pool", pool, "--trace", tdir, "--router", router, "--seed", 0,
+                              "--out", d, "--force"], log)
+                m = read_metrics(d)
+                row[f"twin_{router}_{'on' if on else 'off'}"] = float(m["ttft_mean_s"])
+                row[f"hit_{router}_{'on' if on else 'off'}"] = float(m.get("prefix_hit_rate") or 0.0)
+        rows.append(row)
+        echo(f"session prefixes {q:g} q/s: measured vLLM {row['measured_vllm']:.3f} s, llm-d "
+             f"{row['measured_llmd']:.3f} s; twin " + ", ".join(
+                 f"{r} {row[f'twin_{r}_on']:.3f}/{row[f'twin_{r}_off']:.3f} s" for r in PREFIX_ROUTERS))
+    return rows
+
+
+def prefix_table(rows: list[dict]) -> list[str]:
+    head = " | ".join(f"twin {r}: prefixes on (hit) / off" for r in PREFIX_ROUTERS)
+    lines = [f"| q/s | logged vLLM / llm-d | prompt tokens in an earlier prompt's blocks | measured vLLM rr | "
+             f"llm-d | llm-d − vLLM | {head} |", "|" + "---|" * (6 + len(PREFIX_ROUTERS))]
+    for r in rows:
+        diff = r["measured_llmd"] - r["measured_vllm"]
+        share = "-" if r["shared_share"] is None else f"{100 * r['shared_share']:.0f}%"
+        lines.append(f"| {r['qps']:g} | {r['logged_vllm']} / {r['logged_llmd']} | {share} | "
+                     f"{1e3 * r['measured_vllm']:.1f} ms | {1e3 * r['measured_llmd']:.1f} ms | "
+                     f"{1e3 * diff:+.1f} ms ({100 * diff / r['measured_vllm']:+.0f}%) | " + " | ".join(
+                         f"{1e3 * r[f'twin_{x}_on']:.1f} ({100 * r[f'hit_{x}_on']:.0f}%) / "
+                         f"{1e3 * r[f'twin_{x}_off']:.1f} ms" for x in PREFIX_ROUTERS)
+                     + " |")
+    return lines
 
 
 def _seeds(v) -> str:
@@ -326,6 +398,9 @@ def study(data: Path, out: Path, seeds: int = 5, groups: tuple[str, ...] = (), r
     if routing and "sharegpt" in results["groups"]:
         results["routing"] = routing_question(data, out, log, Path(results["groups"]["sharegpt"]["profile"]),
                                               seeds, echo)
+    if "short_input" in results["groups"]:
+        results["session_prefixes"] = session_prefixes(data, out, log, Path(results["groups"]["short_input"]["profile"]),
+                                                       echo)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     md = []
     for name, res in results["groups"].items():
@@ -334,6 +409,8 @@ def study(data: Path, out: Path, seeds: int = 5, groups: tuple[str, ...] = (), r
             md += [*targets(res), ""]
     if "routing" in results:
         md += ["### routing", "", *routing_table(results["routing"]), ""]
+    if "session_prefixes" in results:
+        md += ["### session prefixes", "", *prefix_table(results["session_prefixes"]), ""]
     (out / "tables.md").write_text("\n".join(md))
     echo(f"wrote {out / 'results.json'} and {out / 'tables.md'} (every command and its output: {log})")
     return results

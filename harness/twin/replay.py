@@ -34,6 +34,7 @@ from routers.base import RouteInputs
 from routers.chance import DEFAULT_EPSILON
 from routers.fleet import DEFAULT_TIES, TIE_POLICIES
 from routers.foreign import IsolatedRouter
+from routers.prefix_affinity import warn_if_blind
 from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
 from traces.lengths import PredictedLengths, predicted_lengths
@@ -170,6 +171,8 @@ def replay(pool: Pool, pool_ref: str, requests: pd.DataFrame, quality: pd.DataFr
                          online_speed=cfg.online_speed, epsilon=cfg.epsilon,
                          true_outputs=requests["output_tokens"].to_numpy(), ties=cfg.ties, learned=cfg.learned(),
                          isolate_s=cfg.plugin_timeout_s)
+    warn_if_blind(router, any(c.caching for c in pool.instances), requests["hash_ids"] if "hash_ids" in requests
+                  else None, cfg.hash_block_tokens)  # a prefix-aware router that cannot see a prefix says so
     isolated = isinstance(router, IsolatedRouter)  # its first decisions warm it up; it never runs in-process
     warm_s = 0.0 if isolated else warm_up(specs, cfg.router, pool.frontend_overhead_s, baselines=baselines,
                                           online_speed=cfg.online_speed, epsilon=cfg.epsilon, ties=cfg.ties,

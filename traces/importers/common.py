@@ -39,6 +39,7 @@ class ImportOptions:
     engine: tuple[str, ...] = ()  # request-level formats: KEY=VALUE engine settings the source lacks or overrides
     accept_unmodelled: tuple[str, ...] = ()  # request-level formats: unmodelled settings to import anyway
     allow_incomplete: bool = False  # import a run that logged fewer requests than it sent
+    session_prefix: bool = True  # lmbench: derive prompt hash_ids from sessions whose turns carry the conversation
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     progress: Callable[[int], None] | None = None  # called with bytes of the source read so far
 

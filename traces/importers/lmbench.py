@@ -12,6 +12,19 @@ LMCache is refused unless accepted (``traces.importers.unmodelled``), and
 the workload and rate say how many requests the run sent
 (``traces.importers.completeness``): a run that logged fewer is refused
 unless ``--allow-incomplete``.
+
+Sessions: LMBench's multi-round QA logs each request's ``user_id`` and
+``question_id`` (the ``short_input`` and ``long_input`` runs; blank in the
+older ones). They become the trace's ``session`` and ``turn`` (turn =
+question_id - 1: LMBench numbers questions from 1), checked
+(``traces.session_prefix.check_turns``: a session id on some rows only, a
+turn without a session, a turn twice or out of order is refused with its
+row). Each turn's prompt carries the conversation so far, so prompt
+``hash_ids`` are derived from the session structure
+(``traces.session_prefix``, 16-token blocks, ``hash_block_tokens`` in
+meta.json) unless ``--no-session-prefix``; a run whose turns do not carry
+the conversation (a prompt shorter than the previous turn's prompt +
+output) gets none, and the import says which row showed it.
 """
 from __future__ import annotations
 
@@ -36,9 +49,19 @@ from traces.importers.completeness import Completeness, enforce, lmbench
 from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides, run_day
 from traces.importers.unmodelled import Found, check_accept_keys
 from traces.limits import shown
+from traces.prefix_blocks import ideal_hit_tokens
+from traces.session_prefix import (
+    ASSUMPTION,
+    SESSION_BLOCK_TOKENS,
+    SessionColumns,
+    check_turns,
+    conversation_gap,
+    derive_hash_ids,
+)
 from traces.store import TraceWriter
 
 COLUMNS = ["run_id", "prompt_tokens", "generation_tokens", "ttft_s", "generation_time_s", "launch_rel_s"]
+SESSION_COLUMNS = ["user_id", "question_id"]  # optional: blank (or absent) in the older runs
 
 
 def _run_info(src: Path, run: str) -> dict:
@@ -117,7 +140,9 @@ def import_lmbench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[
     parts: list[pd.DataFrame] = []
     line_parts: list[np.ndarray] = []
     seen: set[str] = set()
-    for chunk, lines in csv_chunks(src, COLUMNS, opts.chunk_rows, opts.progress):
+    header = csv_header(src)
+    columns = COLUMNS + [c for c in SESSION_COLUMNS if c in header]
+    for chunk, lines in csv_chunks(src, columns, opts.chunk_rows, opts.progress):
         ids = chunk["run_id"].fillna("").astype(str).str.strip()
         if len(seen) < 2000:
             seen.update(ids.unique().tolist())
@@ -153,10 +178,63 @@ def import_lmbench(src: Path, writer: TraceWriter, opts: ImportOptions) -> list[
     if (order != np.arange(len(df))).any():
         notes.append(f"run {opts.run}: rows are logged in completion order; sorted {len(df)} requests by launch time")
     df = df.iloc[order].reset_index(drop=True)
+    session_meta, session_notes = _sessions(rows.iloc[order], lines[order], df, src, opts)
     with writer.table("requests") as tw:
         RequestSink(tw, src, {"arrival_s": "launch_rel_s"}).write(df, lines[order])
     writer.meta["source"] = {"kind": "lmbench", "file": str(src), "run": opts.run, **info}
     writer.meta["arrivals"] = "measured"
     writer.meta["engine"] = cfg.to_meta()
     writer.meta["completeness"] = done.to_meta()
-    return notes + cfg.lines()
+    if session_meta:
+        writer.meta["sessions"] = session_meta
+        if "hash_ids" in df:
+            writer.meta["hash_block_tokens"] = SESSION_BLOCK_TOKENS
+    return notes + session_notes + cfg.lines()
+
+
+def _whole_or_empty(rows: pd.DataFrame, col: str, src: Path, lines: np.ndarray) -> np.ndarray:
+    """A column of whole numbers with empty cells (NaN), refusing anything else by row."""
+    v = numeric(rows, col, src, lines, integer=False, maximum=float(2**53),  # ids, exact as floats up to 2**53
+                allow_missing=np.ones(len(rows), dtype=bool))
+    bad = np.flatnonzero(np.isfinite(v) & (v != np.floor(v)))
+    if bad.size:
+        raise BadInput(src, int(lines[bad[0]]), col, f"not a whole number: {shown(rows[col].iloc[bad[0]])}")
+    return v
+
+
+def _sessions(rows: pd.DataFrame, lines: np.ndarray, df: pd.DataFrame, src: Path,
+              opts: ImportOptions) -> tuple[dict, list[str]]:
+    """Add ``session``, ``turn`` and (unless ``opts.session_prefix`` is off or the turns do not carry the
+    conversation) derived ``hash_ids`` to ``df`` (rows in launch order); the meta.json entry and the notes."""
+    if not all(c in rows for c in SESSION_COLUMNS):
+        return {}, []
+    user, question = (_whole_or_empty(rows, c, src, lines) for c in SESSION_COLUMNS)
+    if not check_turns(user, question, SessionColumns(src, lines, "user_id", "question_id")):
+        return {}, []
+    first = np.flatnonzero(question < 1)
+    if first.size:
+        raise BadInput(src, int(lines[first[0]]), "question_id", "LMBench numbers questions from 1, got 0")
+    session = user.astype(np.int64)
+    df["session"] = session
+    df["turn"] = question.astype(np.int64) - 1
+    prompt, output = df["prompt_tokens"].to_numpy(np.int64), df["output_tokens"].to_numpy(np.int64)
+    meta: dict = {"from": "user_id, question_id", "sessions": int(np.unique(session).size),
+                  "turn": "question_id - 1"}
+    said = f"{meta['sessions']} sessions (user_id), turns (question_id) up to {int(question.max())}"
+    if not opts.session_prefix:
+        meta["prefix"] = "not derived (--no-session-prefix)"
+        return meta, [f"{said}; prompt prefixes not derived (--no-session-prefix)"]
+    gap = conversation_gap(session, prompt, output)
+    if gap is not None:
+        i, p, before = gap
+        meta["prefix"] = (f"not derived: row {int(lines[i])} has a prompt of {p} tokens, shorter than the previous "
+                          f"turn's prompt + output ({before}): the turns do not carry the conversation so far")
+        return meta, [f"{said}; {meta['prefix']}"]
+    hash_ids = derive_hash_ids(session, prompt, output, SESSION_BLOCK_TOKENS)
+    df["hash_ids"] = hash_ids
+    hit, total = ideal_hit_tokens(hash_ids, prompt.tolist(), SESSION_BLOCK_TOKENS)
+    meta.update({"prefix": "derived", "assumption": ASSUMPTION, "block_tokens": SESSION_BLOCK_TOKENS,
+                 "shared_prompt_tokens": hit, "prompt_tokens": total})
+    return meta, [f"{said}; prompt hash_ids derived from them ({SESSION_BLOCK_TOKENS}-token blocks: {ASSUMPTION}): "
+                  f"{hit:,} of {total:,} prompt tokens ({100 * hit / max(total, 1):.0f}%) lie in blocks an earlier prompt "
+                  "of their session named (--no-session-prefix to leave them out)"]

@@ -4,7 +4,10 @@ per 512-token prefix block; equal ids mean a shareable prefix). The ids are
 kept as they are, with ``hash_block_tokens`` = 512 in meta.json;
 ``traces.prefix_blocks`` maps them to an engine's blocks (4 blocks of 128,
 32 of 16) when a replay needs them. The last id may cover a partial block:
-only its full engine blocks count."""
+only its full engine blocks count. The records carry no session or
+conversation id, and need none: their ids already name every prefix a
+conversation's turns share, so no prefix is derived
+(docs/reference/importers.md)."""
 from __future__ import annotations
 
 from pathlib import Path

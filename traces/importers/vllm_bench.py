@@ -25,6 +25,10 @@ sent. A run with failed or missing requests is refused unless
 rarely a random sample. The engine settings the file implies (the GPU of
 ``_gpu_type``, the parallel sizes of a ``tpN_ppM`` file name) and vLLM's
 defaults for the rest are marked in meta.json (``engine_settings``).
+
+No sessions: the file keeps no conversation id (and the benchmark's
+ShareGPT dataset sends each conversation's first exchange only), so the
+trace has no ``session``, ``turn`` or ``hash_ids`` (docs/reference/importers.md).
 """
 from __future__ import annotations
 
