@@ -19,8 +19,10 @@ MODELS_TIMEOUT_S = 5.0
 
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not host or not port.isascii() or not port.isdigit():
         raise BadOption("--listen", f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8200)")
+    if not 1 <= int(port) <= 65535:
+        raise BadOption("--listen", f"{text!r}: the port must be in 1-65535")
     return host, int(port)
 
 
