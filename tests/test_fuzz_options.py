@@ -100,6 +100,7 @@ def base_args(cmd: str, root: Path, out: Path) -> tuple[list, tuple]:
         "study lmbench-h100": (["study", "lmbench-h100", "--data", root / "no-data", "--out", out], ()),
         # the other studies likewise stop at an input that is not there (a pool, a workload, OUT a file) or a
         # list refused by name (--windows), so a good number never starts a server or a command
+        "study gpu-fidelity": (["study", "gpu-fidelity", "--data", root / "no-data", "--out", out], ()),
         "study route-live real": (["study", "route-live", "real", out, "--pool", root / "no-pool.json"], ()),
         "study route-live serve": (["study", "route-live", "serve", out, "--pool", root / "no-pool.json"], ()),
         "study route-live backends": (["study", "route-live", "backends", out, "--pool", root / "no-pool.json",

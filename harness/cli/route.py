@@ -9,6 +9,7 @@ import click
 from harness.cli.choices import DEFAULT_EPSILON, ROUTE_QUALITY_POLICIES, ROUTE_SLO_POLICIES
 from harness.cli.extras import require_extra
 from harness.cli.params import NON_NEGATIVE, POSITIVE, SEED, SPEED, Finite, IntIn, server_urls
+from harness.cli.plugin_options import isolation_options
 from harness.cli.replay_options import SLO_HELP, QualityPolicy, SloPolicy, ties_option
 from traces.errors import BadOption
 
@@ -18,8 +19,10 @@ MODELS_TIMEOUT_S = 5.0
 
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not host or not port.isascii() or not port.isdigit():
         raise BadOption("--listen", f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8200)")
+    if not 1 <= int(port) <= 65535:
+        raise BadOption("--listen", f"{text!r}: the port must be in 1-65535")
     return host, int(port)
 
 
@@ -32,6 +35,17 @@ def check_constant_length(text: str) -> None:
     if n is not None and not (n.isascii() and n.isdigit() and len(n) <= 9 and 1 <= int(n) <= MAX_TOKENS):
         raise BadOption("--lengths", f"constant:N takes N in [1, {MAX_TOKENS}], the most tokens a request may "
                                      f"hold (got {n[:20]}{'...' if len(n) > 20 else ''})")
+
+
+def refuse_isolation(isolate: bool, timeout_s: float | None) -> None:
+    """route takes the shared plug-in options only to refuse them by name:
+    its router decides in the request path, on the proxy's event loop,
+    where a round trip to a child process per decision (and a stuck
+    plug-in, up to its timeout) would hold every client's request."""
+    if isolate or timeout_s is not None:
+        raise BadOption("--isolate-plugins" if isolate else "--plugin-timeout",
+                        "route runs its router in the request path, on the proxy's event loop: a plug-in there "
+                        "runs in-process (vet one with replay or sweep --isolate-plugins first)")
 
 
 def check_router(name: str) -> None:
@@ -124,10 +138,12 @@ def _listed_models(urls: tuple[str, ...]) -> tuple[list[str], list[int | None]]:
 @click.option("--log-estimates/--no-log-estimates", default=True, show_default=True,
               help="Log every backend's TTFT estimate for each request (routers with an estimator).")
 @ties_option
+@isolation_options
 def route(backends: str | None, pool_ref: str | None, profile: str | None, router_name: str, listen: str,
           view: str, poll_ms: float, retry: bool, log_dir: Path | None, force: bool, speed: float,
           slo_policy: str, quality_policy: str, lengths_policy: str, lam: float | None, epsilon: float, seed: int,
-          capacity: int, request_timeout: float, log_estimates: bool, ties: str) -> None:
+          capacity: int, request_timeout: float, log_estimates: bool, ties: str, isolate_plugins: bool,
+          plugin_timeout_s: float | None) -> None:
     """Route each request to a backend with a latroute router, as an OpenAI-compatible proxy.
 
     Serves /v1/completions and /v1/chat/completions (streamed or not),
@@ -148,6 +164,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
       latroute route --pool my-pool-with-urls.json --router shortest-queue --view metrics --listen 127.0.0.1:8200
     """
     require_extra("route", "serve")  # before anything else: the proxy runs on aiohttp and prometheus_client
+    refuse_isolation(isolate_plugins, plugin_timeout_s)
     host, port = parse_listen(listen)
     from harness.route.inputs import check_lengths_policy, check_quality_models
 

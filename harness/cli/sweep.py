@@ -23,6 +23,7 @@ from harness.cli.params import (
     IntIn,
     cores,
 )
+from harness.cli.plugin_options import isolation_options, plugin_timeout
 from harness.cli.replay_options import (
     arrival_kind,
     arrival_options,
@@ -185,10 +186,11 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
 @click.option("--resume", is_flag=True, help="Continue the sweep in --out: run only the cells it lacks (the "
                                              "specification must be the same).")
 @click.option("--force", is_flag=True, help="Replace --out if a latroute sweep wrote it.")
+@isolation_options
 def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, burst_ratio, burstiness,
           lengths_policy, slo_policy, quality_policy, n_requests, percentiles_text, goodput_text, seeds, first_seed,
           workers, backend, address, online_speed, noise, epsilon, view_interval_ms, ledger, ties, retrain_every_s, window, out, resume,
-          force) -> None:
+          force, isolate_plugins, plugin_timeout_s) -> None:
     """Replay routers over arrival rates (and deltas, lambdas, seeds).
 
     Every finished cell is written at once under --out (cells/), so Ctrl-C
@@ -230,6 +232,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     if first_seed + seeds - 1 > MAX_SEED:
         raise BadOption("--seeds", f"seeds {first_seed}..{first_seed + seeds - 1} go past {MAX_SEED}")
     check_lengths_option(lengths_policy)
+    isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)
     if address is not None and backend != "ray":
         raise click.UsageError("--address goes with --backend ray")
     if resume and force:
@@ -251,7 +254,8 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
                      trace=str(trace_dir) if trace_dir else None, lengths=lengths_policy, slo=slo_policy,
                      quality=quality_policy, percentiles=percentiles, goodput=tuple(goodput.items()),
                      online_speed=online_speed == "on", epsilon=epsilon, view_interval_ms=view_interval_ms,
-                     ledger=ledger == "on", ties=ties, retrain_every_s=retrain_every_s, window=window)
+                     ledger=ledger == "on", ties=ties, retrain_every_s=retrain_every_s, window=window,
+                     plugin_timeout_s=isolate_s)
     pool = load_pool(pool_ref)  # refuse a bad pool before starting workers
     check_quality_option(quality_policy, [c.model for c in pool.instances])  # and a quality file not for it
     try:  # and a policy the workload cannot serve, and a plug-in router that cannot be built
@@ -308,6 +312,8 @@ def format_sweep(s: dict, goodput: dict | None = None) -> str:
              f"{s.get('seeds', 1)} seed(s)"]
     if s.get("policies", {}).get("lengths", {}).get("oracle"):
         lines.insert(0, "ORACLE LENGTHS: routers saw true output lengths")
+    if s.get("plugins_isolated"):
+        lines.append(f"plug-in routers isolated: each in a process of its own, {s['plugin_timeout_s']:g} s per call")
     if "oracle" in s:
         lines.append(f"ORACLE: {s['oracle']['router']} is clairvoyant (forks the twin's future: true lengths and "
                      "noise); 'of oracle' is each AUC as a share of its AUC")

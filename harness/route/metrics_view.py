@@ -15,7 +15,8 @@ a stand-in request (the ledger's mean prompt and predicted length in
 flight, or 256 and 128 when it has none). Until the next answer the view
 stays as published, and every request the proxy sends there joins it as
 an arrival not yet taken in (``StaleViews.dispatched``: the ledger of what
-was sent since). A backend whose ``/metrics`` cannot be read is reported
+was sent since). The stand-ins of one answer join in one call
+(``StaleViews.dispatched_many``). A backend whose ``/metrics`` cannot be read is reported
 to the proxy, which counts it dead.
 
 A ``/metrics`` page is untrusted input: it is read up to ``MAX_PAGE``
@@ -130,9 +131,7 @@ class MetricsViews(BackendTasks):
         extra = min(int(min(g.running + g.waiting, 2.0 * seqs)) - view.residents, seqs)
         if extra > 0:
             self._stand_in(j)
-            prompt = int(self.inputs.prompt[self.stand_in])
-            for _ in range(extra):
-                self.stale.dispatched(j, self.stand_in, prompt)
+            self.stale.dispatched_many(j, self.stand_in, int(self.inputs.prompt[self.stand_in]), extra)
 
     def _stand_in(self, j: int) -> None:
         mine = [e for e in self.ledger.entries.values() if e.backend == j]

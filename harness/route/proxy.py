@@ -242,18 +242,22 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _checked(self, body: object, headers, chat: bool):
+        """The body, what it states for routing, its parse; or ``ApiError``
+        (run where ``json_body`` parses: a worker thread for a large body)."""
+        if not isinstance(body, dict):
+            raise ApiError("the request body must be a JSON object")
+        try:
+            said = stated(headers, body)
+        except RequestFieldError as e:
+            raise ApiError(str(e), e.param) from None
+        return body, said, parse(body, chat, body.get("model"), self.max_len)
+
     async def _route_one(self, request: web.Request, path: str, chat: bool) -> web.StreamResponse:
         if self.closing:
             return web.json_response(error_body("the proxy is shutting down", 503), status=503)
         try:
-            body = await json_body(request)
-            if not isinstance(body, dict):
-                raise ApiError("the request body must be a JSON object")
-            try:
-                said = stated(request.headers, body)
-            except RequestFieldError as e:
-                raise ApiError(str(e), e.param) from None
-            p = parse(body, chat, body.get("model"), self.max_len)
+            body, said, p = await json_body(request, lambda body: self._checked(body, request.headers, chat))
             client_id = request_id(request.headers.get("X-Request-Id")) or uuid.uuid4().hex
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)

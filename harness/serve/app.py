@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import json
 import logging
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,17 +32,31 @@ from aiohttp.web_protocol import RequestHandler
 from harness.serve.engine import Served, ServedEngine
 from harness.serve.metrics import EngineMetrics
 from harness.serve.prefix import block_hashes
-from harness.serve.protocol import ApiError, Parsed, detokenize, error_body, loads_bounded, parse, request_id
+from harness.serve.protocol import (
+    MAX_JSON_VALUES,
+    MAX_REQUEST_BODY,
+    ApiError,
+    Parsed,
+    detokenize,
+    error_body,
+    loads_bounded,
+    parse,
+    request_id,
+)
 from harness.serve.state_feed import encode
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+PARSE_ON_LOOP = 64 << 10  # bytes: a body up to this size is parsed in the event loop (well under a millisecond)
 
 
 def openai_application(face) -> web.Application:
     """vLLM's routes on ``face``'s handlers (``completions``, ``chat``,
     ``models``, ``health``, ``metrics_text``): an emulated instance here,
     the routing proxy in ``harness.route.proxy``."""
-    app = web.Application(client_max_size=64 << 20)
+    # a large body is checked in a worker thread (``json_body``); the interpreter passes from it to the event
+    # loop within 1 ms (5 ms by default, which a reply that needs the interpreter a few times would pay each time)
+    sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+    app = web.Application(client_max_size=MAX_REQUEST_BODY)
     app.add_routes([web.post("/v1/completions", face.completions),
                     web.post("/v1/chat/completions", face.chat),
                     web.get("/v1/models", face.models), web.get("/health", face.health),
@@ -49,14 +64,43 @@ def openai_application(face) -> web.Application:
     return app
 
 
-async def json_body(request: web.Request) -> object:
-    """The request's JSON body, or ``ApiError`` (vLLM's 400): nested at most
-    ``MAX_JSON_DEPTH`` deep, read whole only below ``client_max_size``
-    (aiohttp's 413 beyond)."""
+async def request_body(request: web.Request) -> bytes:
+    """The request's body, read as it arrives (the event loop serves others
+    meanwhile), or ``ApiError`` 413 past ``MAX_REQUEST_BODY``: at once when
+    ``Content-Length`` says so, else when the bytes read pass it."""
+    n = request.content_length
+    too_big = ApiError(f"the request body is larger than {MAX_REQUEST_BODY} bytes", None, 413)
+    if n is not None and n > MAX_REQUEST_BODY:
+        raise too_big
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 16):
+        buf += chunk
+        if len(buf) > MAX_REQUEST_BODY:
+            raise too_big
+    return bytes(buf)
+
+
+def _decoded(data: bytes, then):
     try:
-        return loads_bounded(await request.read())
+        body = loads_bounded(data, values=MAX_JSON_VALUES)
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(f"the request body is not JSON ({str(e)[:200]})") from None
+    return then(body)
+
+
+async def json_body(request: web.Request, then=lambda body: body):
+    """``then`` of the request's JSON body, or ``ApiError`` (vLLM's 400; 413
+    past ``MAX_REQUEST_BODY``): nested at most ``MAX_JSON_DEPTH`` deep and
+    holding at most ``MAX_JSON_VALUES`` values. A body above
+    ``PARSE_ON_LOOP`` bytes is checked, parsed and handed to ``then`` (the
+    request's checks: tokenizing a long text is a Python loop) in a worker
+    thread, so ``/health`` and other streams are answered meanwhile: the
+    shape check and ``then`` yield the interpreter as Python code does,
+    and the bounded ``json.loads`` holds it for tens of ms at most."""
+    data = await request_body(request)
+    if len(data) <= PARSE_ON_LOOP:
+        return _decoded(data, then)
+    return await asyncio.to_thread(_decoded, data, then)
 
 
 class _Refusals(logging.Filter):
@@ -175,7 +219,7 @@ class InstanceApp:
             return web.json_response(error_body("the server is shutting down", 503), status=503)
         try:
             client_id = request_id(request.headers.get("X-Request-Id")) or uuid.uuid4().hex
-            p = parse(await json_body(request), chat, self.model, self.max_model_len)
+            p = await json_body(request, lambda body: parse(body, chat, self.model, self.max_model_len))
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)
         block = self.state.hash_block

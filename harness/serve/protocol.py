@@ -13,8 +13,12 @@ content's tokens; roles add no tokens. ``cache_salt`` (vLLM's: a
 non-empty string) goes into the first prefix block's hash, so requests
 with different salts share no cached blocks.
 
-Clients are untrusted: a body nested deeper than ``MAX_JSON_DEPTH`` is
-refused before it is parsed (the parser recurses once per level), a
+Clients are untrusted: a body larger than ``MAX_REQUEST_BODY`` is refused
+with 413 before it is read whole (vLLM's server sets no limit; a prompt of
+a pool's longest context is well below a MiB), one nested deeper than
+``MAX_JSON_DEPTH`` or holding more than ``MAX_JSON_VALUES`` values is
+refused before it is parsed (the parser recurses once per level and runs
+without yielding, so its work is bounded before it starts), a
 prompt is a string, token ids, or a batch of one of those (no deeper), a
 content part is ``{"type": "text", "text": STR}``, and ``X-Request-Id``
 (which names the request in the engine, the recording and the decision
@@ -28,10 +32,17 @@ from dataclasses import dataclass
 
 VOCAB = 8192
 _WORD = re.compile(r"w(\d{1,5})")
+_WORDS = re.compile(r"\S+")  # str.split()'s words: both split at the same (Unicode) whitespace
 MAX_JSON_DEPTH = 64  # pydantic-core, which parses vLLM's requests, refuses JSON nested beyond its own limit too
 MAX_REQUEST_ID = 256
 _REQUEST_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID}}}")
-_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+# a request body: 4 MiB holds half a million tokens of text or ids, over ten times the longest context of the
+# pools here; vLLM's uvicorn server reads any size
+MAX_REQUEST_BODY = 4 << 20
+# JSON values in one body (array items and object members counted by their separators): a prompt of token ids
+# is one value per token; json.loads of this many takes tens of ms at most, and holds the interpreter throughout
+MAX_JSON_VALUES = 1 << 18
 
 
 class ApiError(Exception):
@@ -42,7 +53,8 @@ class ApiError(Exception):
         self.message, self.param, self.status = message, param, status
 
     def body(self) -> dict:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(self.status,
+        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestEntityTooLargeError",
+                503: "ServiceUnavailableError"}.get(self.status,
                                                                                                  "InternalServerError")
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
 
@@ -51,28 +63,41 @@ def error_body(message: str, status: int = 400, param: str | None = None) -> dic
     return ApiError(message, param, status).body()
 
 
-def json_depth_ok(data: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether ``data``'s JSON nests at most ``limit`` deep (brackets in
-    strings skipped): checked before parsing, which recurses once per level."""
+def json_shape_ok(data: bytes | str, limit: int = MAX_JSON_DEPTH, values: int = MAX_JSON_VALUES) -> str | None:
+    """Why ``data``'s JSON may not be parsed (None: it may): nested more
+    than ``limit`` deep, or more than ``values`` separators and openings
+    (brackets and commas in strings skipped). A count of the raw bytes
+    settles most bodies at C speed; the exact scan below runs in Python,
+    which lets other threads run while it does."""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
-    if text.count("[") + text.count("{") <= limit:
-        return True
-    depth = 0
+    opens = text.count("[") + text.count("{")
+    if opens <= limit and opens + text.count(",") <= values:
+        return None
+    if '"' not in text and opens + text.count(",") > values:  # no strings: the count is exact
+        return f"JSON holding more than {values} values"
+    depth = seen = 0
     for m in _STRUCTURE.finditer(text):
         c = m.group()
         if c in "[{":
             depth += 1
+            seen += 1
             if depth > limit:
-                return False
+                return f"JSON nested deeper than {limit} levels"
         elif c in "]}":
             depth -= 1
-    return True
+        elif c == ",":
+            seen += 1
+        if seen > values:
+            return f"JSON holding more than {values} values"
+    return None
 
 
-def loads_bounded(data: bytes | str, limit: int = MAX_JSON_DEPTH):
-    """``json.loads`` of JSON nested at most ``limit`` deep (ValueError else)."""
-    if not json_depth_ok(data, limit):
-        raise ValueError(f"JSON nested deeper than {limit} levels")
+def loads_bounded(data: bytes | str, limit: int = MAX_JSON_DEPTH, values: int | None = None):
+    """``json.loads`` of JSON nested at most ``limit`` deep and, with
+    ``values``, holding at most that many values (ValueError else)."""
+    why = json_shape_ok(data, limit, len(data) + 1 if values is None else values)
+    if why is not None:
+        raise ValueError(why)
     try:
         return json.loads(data)
     except RecursionError:
@@ -94,7 +119,8 @@ def request_id(value: str | None) -> str | None:
 def tokenize(text: str) -> list[int]:
     """The word-level tokenizer: ``w<id>`` words are their ids, others <unk>."""
     out = []
-    for word in text.split():
+    for w in _WORDS.finditer(text):  # as text.split(), but a word at a time: a long text never holds the interpreter
+        word = w.group()
         m = _WORD.fullmatch(word)
         out.append(int(m.group(1)) if m and int(m.group(1)) < VOCAB else 0)
     return out

@@ -75,6 +75,9 @@ class SweepSpec:
     ties: str = DEFAULT_TIES  # two-level routers: a model's replica (routers.fleet)
     retrain_every_s: float = RETRAIN_EVERY_S  # learned routers: simulated seconds between fits
     window: int = WINDOW  # learned routers: samples per fit
+    # plug-in routers run each in a child process with this per-call limit in seconds (--isolate-plugins);
+    # None: in-process
+    plugin_timeout_s: float | None = None
 
     def replay_config(self, cell: Cell) -> ReplayConfig:
         # a trace's prompt blocks (hash_ids) are per hash_block_tokens tokens, stated in its meta.json; without
@@ -85,7 +88,7 @@ class SweepSpec:
                             online_speed=self.online_speed,
                             epsilon=self.epsilon, view_interval_ms=self.view_interval_ms, ledger=self.ledger,
                             hash_block_tokens=hash_block, ties=self.ties, retrain_every_s=self.retrain_every_s,
-                            window=self.window)
+                            window=self.window, plugin_timeout_s=self.plugin_timeout_s)
 
 
 def workload_seed(seed: int, rate: float) -> int:
@@ -137,7 +140,8 @@ def run_cell(spec: SweepSpec, cell: Cell) -> dict:
     for k in ("ontime_utility", "slo_attainment", "mean_utility", "mean_cost_micro_usd", "ttft_mean_s",
               "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "unserved", "simulated_s"):
         row[k] = m[k]
-    for k in ("prefix_hit_rate", "shed", "shed_share"):  # prefix caching; a router that sheds (llmd-admit)
+    for k in ("prefix_hit_rate", "shed", "shed_share", "router_isolated"):  # prefix caching; a router that
+        # sheds (llmd-admit); a plug-in router run in a process of its own (--isolate-plugins)
         if k in m:
             row[k] = m[k]
     for inst, share in m["share_by_instance"].items():
@@ -303,7 +307,10 @@ def spec_doc(spec: SweepSpec, cells: list[Cell]) -> dict:
     import json
 
     # through JSON, so tuples read back from sweep.json as lists compare equal on --resume
-    return json.loads(json.dumps({"spec": asdict(spec), "cells": [asdict(c) for c in cells]}))
+    doc = asdict(spec)
+    if doc["plugin_timeout_s"] is None:  # in-process plug-ins: the spec as sweeps wrote it before the option
+        del doc["plugin_timeout_s"]
+    return json.loads(json.dumps({"spec": doc, "cells": [asdict(c) for c in cells]}))
 
 
 def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None, backend: str = "local",
@@ -318,6 +325,8 @@ def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None
         summary.update({"pool": spec.pool, "arrival": spec.arrival, "burst_ratio": spec.burst_ratio,
                         "burstiness": spec.burstiness, "trace": spec.trace, "ties": spec.ties,
                         "retrain_every_s": spec.retrain_every_s, "window": spec.window,
+                        **({"plugins_isolated": True, "plugin_timeout_s": spec.plugin_timeout_s}
+                           if spec.plugin_timeout_s is not None else {}),
                         "requests": int(df["requests"].max()),
                         "seeds": len({c.seed for c in cells}), "cells": len(cells),
                         "interarrival_cv2": float(df["interarrival_cv2"].mean()),

@@ -21,6 +21,7 @@ def check_routers(spec: SweepSpec, cells: list[Cell]) -> WorkloadInputs:
     written (a worker would otherwise hit it in the first cell). Returns
     the first cell's policies (``sweep_inputs``) for the caller to echo."""
     from harness.twin.pool_baselines import pool_baselines
+    from routers.foreign import IsolatedRouter
     from routers.registry import make_router, needs_baselines
     from traces.errors import BadInput
 
@@ -33,9 +34,12 @@ def check_routers(spec: SweepSpec, cells: list[Cell]) -> WorkloadInputs:
             continue
         baselines = pool_baselines(spec.pool) if needs_baselines(cell.router) else None
         try:
-            make_router(cell.router, inputs.route, specs, pool.frontend_overhead_s, cell.delta_per_us, cell.seed,
-                        baselines, online_speed=spec.online_speed, epsilon=spec.epsilon, ties=spec.ties,
-                        true_outputs=reqs["output_tokens"].to_numpy())
+            router = make_router(cell.router, inputs.route, specs, pool.frontend_overhead_s, cell.delta_per_us,
+                                 cell.seed, baselines, online_speed=spec.online_speed, epsilon=spec.epsilon,
+                                 ties=spec.ties, true_outputs=reqs["output_tokens"].to_numpy(),
+                                 isolate_s=spec.plugin_timeout_s)
+            if isinstance(router, IsolatedRouter):  # built in its own process: checked there, then let go
+                router.close()
         except BadInput:
             raise
         except Exception as e:  # foreign code: whatever it raises is its refusal, named

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimators.engine.layout import F_RID, F_TARGET, ST_PENDING
+from estimators.engine.layout import F_RID, F_TARGET, S_NFREE_SLOTS, ST_PENDING
 from estimators.engine.state import StepPlan
 from estimators.snapshot import Snapshot
 
@@ -89,15 +89,27 @@ class StaleViews:
     def dispatched(self, j: int, rid: int, prompt: int) -> None:
         """The router sent ``rid`` to ``j``: with the ledger, the stale view
         shows it as an arrival not yet taken in."""
-        if not self.ledger:
+        self.dispatched_many(j, rid, prompt, 1)
+
+    def dispatched_many(self, j: int, rid: int, prompt: int, n: int) -> None:
+        """``n`` arrivals of ``rid`` at ``j`` not yet taken in (the stand-ins
+        for requests another client sent, ``harness.route.metrics_view``), in
+        one call: the state and the inbox grow at most once. The caller
+        bounds ``n`` (each arrival is a slot every decision reads)."""
+        if not self.ledger or n <= 0:
             return
         v = self.views[j]
-        st = v.state.with_room()
-        if st is not v.state:
+        st = v.state
+        need = st.capacity - int(st.sc[S_NFREE_SLOTS]) + n
+        if need > st.capacity:
+            st = st.grown(max(need, 2 * st.capacity))
             v.state = st
             v.inflight = v.inflight.grown(st.capacity)
-        slot = v.state.add(rid, prompt, 1 if self.predicted is None else int(self.predicted[rid]), status=ST_PENDING)
-        if v.n_inbox >= v.inbox.size:
-            v.inbox = np.concatenate([v.inbox, np.zeros(v.inbox.size, dtype=np.int64)])
-        v.inbox[v.n_inbox] = slot
-        v.n_inbox += 1
+        target = 1 if self.predicted is None else int(self.predicted[rid])
+        if v.n_inbox + n > v.inbox.size:
+            inbox = np.zeros(max(v.n_inbox + n, 2 * v.inbox.size), dtype=np.int64)
+            inbox[: v.n_inbox] = v.inbox[: v.n_inbox]
+            v.inbox = inbox
+        for k in range(n):
+            v.inbox[v.n_inbox + k] = st.add(rid, prompt, target, status=ST_PENDING)
+        v.n_inbox += n
