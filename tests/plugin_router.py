@@ -238,10 +238,34 @@ PROCESS_WALK_LIMIT = 5_000  # objects per decision (enough to reach the twin's l
 FRAMES = 8  # callers' frames a ProcessWalker reads (beyond them: the test runner's, with everything in them)
 
 
+ARRAY_LIMIT = 1 << 24  # elements of one array read by the shallow pass (the twin's arrays are far smaller)
+
+
+def every_object_in_band() -> np.ndarray:
+    """The band's ints held by any object the process's collector tracks (``gc.get_objects()``: every
+    list, tuple, dict and instance), one level deep, NumPy arrays they hold included: a shallow pass
+    over the whole process rather than a deep walk from a few roots."""
+    import gc
+
+    out: list = []
+    for o in gc.get_objects():
+        if o is out or str(getattr(type(o), "__module__", "")).startswith("numba"):  # (not the pass's own list)
+            continue
+        items = o.values() if isinstance(o, dict) else o if isinstance(o, list | tuple) else ()
+        for x in items:
+            if isinstance(x, np.ndarray) and x.dtype.kind in "iu" and 0 < x.size <= ARRAY_LIMIT and 0 not in x.strides:
+                v = x.ravel().astype(np.int64)  # (a broadcast view, stride 0, would materialise: skipped)
+                out.append(v[(v >= BAND[0]) & (v < BAND[1])])
+            elif type(x) is int and BAND[0] <= x < BAND[1]:
+                out.append(np.array([x], dtype=np.int64))
+    return np.unique(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+
+
 class ProcessWalker(Router):
     """reads beyond what it is given, as Python lets any in-process code: the caller's frames (their
-    locals) and what refers to its views (``gc.get_referrers``); appends the band's ints it reached,
-    one line per decision, to the file ``$LATROUTE_TEST_WALK_OUT`` (it may run in another process)"""
+    locals), what refers to its views (``gc.get_referrers``) and every object the collector tracks
+    (``gc.get_objects``); appends the band's ints it reached, one line per decision, to the file
+    ``$LATROUTE_TEST_WALK_OUT`` (it may run in another process)"""
 
     def choose(self, i: int, t: float, insts) -> int:
         import gc
@@ -254,7 +278,7 @@ class ProcessWalker(Router):
             f = f.f_back
         roots.extend(r for r in gc.get_referrers(insts) if isinstance(r, dict | list | tuple))
         ints, _ = walk_numbers(*reversed(roots), limit=PROCESS_WALK_LIMIT, skip_numba=True)  # the nearest frame first
-        found = np.unique(ints[(ints >= BAND[0]) & (ints < BAND[1])])
+        found = np.union1d(ints[(ints >= BAND[0]) & (ints < BAND[1])], every_object_in_band())
         with open(os.environ["LATROUTE_TEST_WALK_OUT"], "a") as fh:
             fh.write(" ".join(map(str, found.tolist())) + "\n")
         return min(range(len(insts)), key=lambda j: (insts[j].residents, j))
@@ -288,3 +312,5 @@ class PromptTimesMs:
 
     def estimate(self, snap, q) -> float:
         return 1e-3 * q.prompt * self.speed
+
+

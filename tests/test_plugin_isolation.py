@@ -1,7 +1,7 @@
 """Plug-ins in a process of their own (``--isolate-plugins``, ``estimators.plugin_process``).
 
-In latroute's process a plug-in can walk the caller's frames and what refers to its views, and
-there it finds every true output length (the first test: the walk is not blind). Isolated, the
+In latroute's process a plug-in can walk the caller's frames, what refers to its views and every
+object the collector tracks (``gc.get_objects``), and there it finds every true output length (the first test: the walk is not blind). Isolated, the
 same walk finds none, it decides as it would in-process, and its failures -- an exception, a hang
 past the per-call limit, its process ending -- are plug-in errors naming it and the request.
 """
