@@ -9,19 +9,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.batch_fit import NoiseModel
-from estimators.builtin_profiles import H100_SIX
-from estimators.calibrate import CalibrationConfig, StepData, build_profile, fit_forms
-from estimators.drift import median_ci, speed_drift
-from estimators.online_speed import (
+from estimators.timemodel.builtin_profiles import H100_SIX
+from estimators.timemodel.calibrate import CalibrationConfig, StepData, build_profile, fit_forms
+from estimators.timemodel.drift import median_ci, speed_drift
+from estimators.timemodel.fit import NoiseModel
+from estimators.timemodel.online_speed import (
     OnlineSpeed,
     OnlineSpeedConfig,
     running_factors,
     step_log_ratios,
     steps_to_converge,
 )
-from estimators.recalibrate import learning_curve, update_profile
-from estimators.synthetic_steps import synthetic_steps
+from estimators.timemodel.rescale import learning_curve, update_profile
+from estimators.timemodel.synthetic_steps import synthetic_steps
 from tests.conftest import run_cli, shared
 
 COEF = np.array(H100_SIX["qwen3-8b-h100"])
@@ -157,7 +157,7 @@ def test_an_instance_with_too_few_steps_has_no_drift_report(tmp_path):
     """A trace where one instance ran a handful of steps (an emulated replica
     next to no request reached): the others are judged, it is left out
     (``estimate`` crashed on it with an IndexError)."""
-    from estimators.drift import trace_drift
+    from estimators.timemodel.drift import trace_drift
     from traces.store import TraceWriter, open_trace
 
     prof = _profile()

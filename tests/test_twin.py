@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile, load_profile
-from harness.twin.pools import load_pool
+from estimators.timemodel.fit import NoiseModel
+from estimators.timemodel.profile import BatchTimeProfile, load_profile
+from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import (
     InstanceSpec,
     Twin,
