@@ -123,6 +123,35 @@ def test_no_contract_ignores_imports():
     assert "ignore_imports" not in section
 
 
+# --- every room says what it is and what it may import
+# a statement of what the package may import: "May import ...", "imports nothing ...", "imports only ...",
+# "import ``traces`` only", "never imports ..."
+IMPORT_RULE = re.compile(r"\b(?:may|must|can)\s+(?:not\s+)?import\b|\bimports?\s+(?:nothing|only)\b"
+                         r"|\bimports?\s+``[\w.]+``\s+only\b|\bnever\s+imports?\b", re.I)
+
+
+def _packages() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("__init__.py") if "__pycache__" not in p.parts)
+
+
+def test_the_import_rule_regex_tells_a_rule_from_a_mention():
+    assert IMPORT_RULE.search("May import ``traces`` and ``estimators``.")
+    assert IMPORT_RULE.search("it imports nothing of latroute but itself")
+    assert not IMPORT_RULE.search("aiohttp is imported lazily by the importers")
+
+
+@pytest.mark.parametrize("init", _packages(), ids=lambda p: p.parent.relative_to(ROOT).as_posix())
+def test_every_package_docstring_states_its_concept_and_its_imports(init):
+    """A room's ``__init__`` says what lives there (more than a title) and
+    what it may import, so the layering is readable where the code is."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    where = init.relative_to(ROOT).as_posix()
+    assert len(doc.split()) >= 15, f"{where}: the docstring does not say what lives in the package"
+    assert IMPORT_RULE.search(" ".join(doc.split())), f"{where}: the docstring does not say what it may import"
+
+
 # --- nothing slips past the linter
 PLUGIN_LOADERS = {
     "routers/registry.py": "router plug-ins (--router module:Class)",

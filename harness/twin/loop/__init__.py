@@ -8,6 +8,6 @@
   ``run_memo``: the steps ahead of a steady run, drawn once;
 - ``borrow``: an item of a Numba typed list for kernels without Numba's runtime.
 
-May import ``estimators.engine`` and ``estimators`` only; never the views,
+May import ``estimators`` only; never the views,
 pools, routers, the Python-side ``Instance`` or the simulation around it.
 """
