@@ -73,30 +73,6 @@ def running_factors(log_ratios: np.ndarray, cfg: OnlineSpeedConfig) -> np.ndarra
     return out
 
 
-class OnlineSpeed:
-    """The same running factor, fed one completed step at a time (the live
-    twin's instances use it: each step's actual and typical time)."""
-
-    def __init__(self, profile: BatchTimeProfile, cfg: OnlineSpeedConfig | None = None):
-        self.cfg = cfg or OnlineSpeedConfig()
-        self.base = baseline_log_ratio(profile)
-        self.lam = 0.5 ** (1.0 / self.cfg.half_life_steps)
-        self.num = 0.0
-        self.den = 0.0
-        self.steps = 0
-
-    def observe(self, actual_s: float, typical_s: float) -> None:
-        if actual_s > 0 and typical_s > 0:
-            r = min(max(np.log(actual_s / typical_s) - self.base, -self.cfg.clip_log), self.cfg.clip_log)
-            self.num = self.lam * self.num + r
-            self.den = self.lam * self.den + 1.0
-            self.steps += 1
-
-    @property
-    def factor(self) -> float:
-        return float(np.exp(self.num / self.den)) if self.den > 0 else 1.0
-
-
 def steps_to_converge(factors: np.ndarray, true_factor: float, within: float = 0.05) -> int | None:
     """Completed steps after which the running factor stays within
     ``within`` (relative) of ``true_factor`` for good; None if it never does."""

@@ -382,17 +382,6 @@ def fixed_router(assignment: np.ndarray) -> Router:
     return route
 
 
-def round_robin_router() -> Router:
-    state = {"next": 0}
-
-    def route(i: int, t: float, insts: list[Instance]) -> int:
-        j = state["next"] % len(insts)
-        state["next"] += 1
-        return j
-
-    return route
-
-
 def shortest_queue_router(i: int, t: float, insts: list[Instance]) -> int:
     """Fewest resident requests (ties: lowest index)."""
     return min(range(len(insts)), key=lambda j: (insts[j].residents, j))
