@@ -9,7 +9,9 @@ with normalised weights (sum w_i r_i / sum w_i), so it is unbiased from the
 first step on instead of creeping up from 1 as a plain EWMA does. Each
 step's log ratio is clipped at +-``clip`` (in log units) so a stall of
 several times the typical step moves the factor by no more than a slow step
-does.
+does. The rule is stated once, ``speed_update``: ``running_factors`` applies it
+to a trace's completed steps, the twin's loop (``harness.twin.loop.parts``) to
+each step it completes.
 
 One factor for all steps: per step class (prefill-heavy, decode-only,
 mixed) it predicted the next step's time no better (0.0-0.3 points of
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from estimators.timemodel.profile import BatchTimeProfile
 from estimators.timemodel.step_ratios import CLIP_LOG, typical_ratios
@@ -60,6 +63,16 @@ def step_log_ratios(profile: BatchTimeProfile, steps: pd.DataFrame, cfg: OnlineS
     return np.clip(np.nan_to_num(r, nan=0.0), -cfg.clip_log, cfg.clip_log)
 
 
+@njit(cache=True, inline="always")
+def speed_update(lam, num, den, log_ratio, clip):
+    """One completed step into the factor's weighted sums: its log ratio
+    (against the baseline) clipped at +-``clip``, then decayed by ``lam``;
+    the factor is exp(num / den). The rule's one statement: ``running_factors``
+    and the twin's loop (``harness.twin.loop.parts``) both call it."""
+    r = min(max(log_ratio, -clip), clip)
+    return lam * num + r, lam * den + 1.0
+
+
 def running_factors(log_ratios: np.ndarray, cfg: OnlineSpeedConfig) -> np.ndarray:
     """``out[k]`` = the speed factor known once steps 0..k-1 have completed
     (``out[0]`` = 1: nothing learned yet). Length len(log_ratios) + 1."""
@@ -67,8 +80,7 @@ def running_factors(log_ratios: np.ndarray, cfg: OnlineSpeedConfig) -> np.ndarra
     out = np.ones(len(log_ratios) + 1)
     num = den = 0.0
     for k, r in enumerate(log_ratios):
-        num = lam * num + r
-        den = lam * den + 1.0
+        num, den = speed_update(lam, num, den, float(r), cfg.clip_log)
         out[k + 1] = np.exp(num / den)
     return out
 

@@ -29,6 +29,7 @@ from estimators.engine.layout import (
 )
 from estimators.engine.primitives import release_slot, wait_push_back
 from estimators.engine.state import StepPlan
+from estimators.timemodel.online_speed import speed_update
 
 # meta (int64) fields; M_SKIPPED: steps advanced by the fast path (``_skip_run``), counted in M_STEPS too
 M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE, M_SKIPPED = 0, 1, 2, 3, 4, 5, 6, 7
@@ -103,7 +104,7 @@ class LogBuffers(NamedTuple):
 @njit(cache=True, inline="always")
 def _observe_speed(sp, duration):
     """One completed step into the running speed factor (normalised EWMA of
-    the clipped log ratio; ``estimators.timemodel.online_speed`` is the same rule)."""
+    the clipped log ratio: ``estimators.timemodel.online_speed.speed_update``)."""
     if _observe_sums(sp, duration):
         sp[SP_FACTOR] = np.exp(sp[SP_NUM] / sp[SP_DEN])
 
@@ -114,10 +115,8 @@ def _observe_sums(sp, duration):
     sets the factor once, after its last: nothing reads it in between, and
     it is a function of the sums alone). True if the step counted."""
     if duration > 0.0 and sp[SP_TYP] > 0.0:
-        r = np.log(duration / sp[SP_TYP]) - sp[SP_BASE]
-        r = min(max(r, -sp[SP_CLIP]), sp[SP_CLIP])
-        sp[SP_NUM] = sp[SP_LAM] * sp[SP_NUM] + r
-        sp[SP_DEN] = sp[SP_LAM] * sp[SP_DEN] + 1.0
+        sp[SP_NUM], sp[SP_DEN] = speed_update(sp[SP_LAM], sp[SP_NUM], sp[SP_DEN],
+                                              np.log(duration / sp[SP_TYP]) - sp[SP_BASE], sp[SP_CLIP])
         return True
     return False
 
