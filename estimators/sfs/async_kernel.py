@@ -44,7 +44,7 @@ BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harne
 
 @njit(cache=True)
 def _copy_all(st, st2):
-    """``st`` into the scratch ``st2`` as ``sfs_kernel._copy_state`` does,
+    """``st`` into the scratch ``st2`` as ``estimators.sfs.kernel._copy_state`` does,
     every request column included (the placeholders), no overlay."""
     cap = st.sc[S_CAP]
     for i in range(st.cfg.size):
@@ -70,7 +70,7 @@ def _copy_all(st, st2):
 def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_total, q_rid, q_prompt, model,
                        st2, p1, p2, max_steps, typ_out):
     """Estimated TTFT of a query arriving at ``now`` on an async instance,
-    with ``sfs_kernel.sfs_estimate``'s other returns (steps simulated, the
+    with ``estimators.sfs.kernel.sfs_estimate``'s other returns (steps simulated, the
     sum and sum of squares of their typical durations, the oldest in-flight
     batch's typical duration). ``pa`` / ``pb``: the oldest and the queued
     batch's plans (read only); ``ah``: the host's side

@@ -1,4 +1,4 @@
-"""SFS as an estimator: Python wrapper around ``sfs_kernel`` holding the
+"""SFS as an estimator: Python wrapper around ``estimators.sfs.kernel`` holding the
 profile as a ``TimeModel`` and a scratch copy of the state, sized to the
 instance. One entry point, ``estimate(view, query)``, for a rebuilt
 ``Snapshot`` and a live twin instance alike (both are ``InstanceView``s)."""
@@ -73,7 +73,7 @@ def _entry(kind: str):
 def joining_intake(intake: Intake, view: InstanceView, prompt: int) -> float:
     """Request intake at the boundary where the query joins (with the
     requests already arrived, which join at the same boundary:
-    ``sfs_kernel``): ``estimators.timemodel.intake``. The engine takes them in before
+    ``estimators.sfs.kernel``): ``estimators.timemodel.intake``. The engine takes them in before
     the query's first step can be scheduled, so every TTFT pays it."""
     if intake.per_request_s == 0.0 and intake.per_prompt_token_s == 0.0:
         return 0.0
@@ -143,7 +143,7 @@ class SFS:
     def _scratch(self, st: SchedState) -> None:
         """The scratch state: one row more than ``st``; with prefix caching it
         reads ``st``'s live cache and block table without copying them
-        (overlay mode, see ``sfs_kernel``), so it is re-pointed when the
+        (overlay mode, see ``estimators.sfs.kernel``), so it is re-pointed when the
         instance (or its table, when it grows) changes."""
         if st.capacity + 1 > self.cap:
             c = st.capacity + 1
