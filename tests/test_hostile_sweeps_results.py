@@ -184,7 +184,7 @@ REPORT_CASES = [
     ("estimate", "estimators", "a string", "estimators"),
     ("estimate", "estimators", [1, 2], "estimators"),
     ("estimate", "estimators", ..., "estimators"),
-    ("estimate", "estimators/sfs", "fast", "estimators.sfs.estimator"),
+    ("estimate", "estimators/sfs", "fast", "estimators.sfs"),
     ("estimate", "estimators/sfs/mape", "low", "estimators.sfs.mape"),
     ("estimate", "estimators/sfs/by_load", [0.1], "estimators.sfs.by_load"),
     ("estimate", "estimators/sfs/by_load/1", 0.1, "estimators.sfs.by_load.1"),
