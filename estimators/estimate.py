@@ -21,19 +21,19 @@ import numpy as np
 import pandas as pd
 
 from estimators import plugins
-from estimators.accuracy import coinciding_quantiles, coverage, error_by_cached_share, error_summary, pinball  # noqa: F401
-from estimators.baselines import LPS, LPSMG, QueueLength, Throughput, nonnegative
-from estimators.calibrate import step_window
+from estimators.baselines.estimators import LPS, LPSMG, QueueLength, Throughput, nonnegative
+from estimators.evaluate.accuracy import coinciding_quantiles, coverage, error_by_cached_share, error_summary, pinball  # noqa: F401
+from estimators.evaluate.conformal import RecalibrationConfig, recalibrate
 from estimators.learned.estimator import LearnedTTFT
 from estimators.learned.model import LearnedConfig
 from estimators.learned.scoring import carried, pretrained, teach, training_summary
 from estimators.learned.trainer import OnlineTrainer
-from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.plugins import PluginEstimator
-from estimators.profile import BatchTimeProfile
-from estimators.recalibration import RecalibrationConfig, recalibrate
-from estimators.sfs import SFS, joining_intake
+from estimators.sfs.estimator import SFS, joining_intake
 from estimators.snapshot import Query, RateTracker, RecordedWalk
+from estimators.timemodel.calibrate import step_window
+from estimators.timemodel.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
+from estimators.timemodel.profile import BatchTimeProfile
 from traces.lengths import PredictedLengths, predicted_lengths
 from traces.store import Trace
 
@@ -92,7 +92,7 @@ class EstimateConfig:
     # recording is scored on the rest
     score_window: tuple[float, float] | None = None
     # quantiles recalibrated online from the measured TTFTs of requests whose first token came before each
-    # arrival (estimators.recalibration); None: the distribution as the model gives it
+    # arrival (estimators.evaluate.conformal); None: the distribution as the model gives it
     recalibration: RecalibrationConfig | None = None
     # the learned estimator's online training (retrain interval, window); one model per instance
     learned: LearnedConfig = field(default_factory=LearnedConfig)

@@ -10,7 +10,7 @@ estimator brings its own prediction).
 ``RecordedWalk`` rebuilds such snapshots from a trace's ``steps`` and
 ``step_items`` (recorded or simulated) by applying the recorded batches in
 order; the twin hands routers views of its live state the same way
-(``harness.twin.honest_view``).
+(``harness.twin.views.honest``).
 
 The walk must know each request's true output length (a request finishes
 when it has produced them), yet the snapshots it hands out share its

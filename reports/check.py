@@ -321,7 +321,7 @@ def baseline_doc(r: Result) -> dict:
 
 
 def speed_drift_violations(r: Result, max_drift: float) -> list[str]:
-    """Instances whose host speed factor (``estimators.drift``, in estimate
+    """Instances whose host speed factor (``estimators.timemodel.drift``, in estimate
     and validate results) is further than ``max_drift`` from 1, either way."""
     if not math.isfinite(max_drift) or max_drift < 0:
         raise BadOption("--max-speed-drift", f"{max_drift} is not a finite fraction >= 0")

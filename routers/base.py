@@ -9,7 +9,7 @@ query's own predicted quantities; never true output lengths or step end
 times. Routers import no harness and no engine module (``lint-imports``).
 
 The views hold no more than that, whatever a router reads: the twin hands
-routers ``harness.twin.honest_view.HonestView`` objects that keep no
+routers ``harness.twin.views.honest.HonestView`` objects that keep no
 reference to the instance (a plug-in that walks every attribute and array
 finds no true length and no step end: ``tests/test_hostile_views_truth.py``).
 The one explicit path to the truth is ``oracle``: a router whose class (or

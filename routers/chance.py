@@ -4,7 +4,7 @@ utility among instances with P(TTFT <= SLO) >= 1 - epsilon, else the most
 likely to be on time) and ``sfs-eu`` / ``throughput-eu`` (maximise utility x
 P(on time), the expected on-time utility of this query).
 
-SFS's distribution is its trajectory's noise (``estimators.sfs_dist``); the
+SFS's distribution is its trajectory's noise (``estimators.sfs.dist``); the
 throughput estimator's is a lognormal error fitted on the pool's
 calibration replay (``LognormalError``), so the baseline gets the same
 kind of information.
@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from estimators.sfs import SFS
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
 from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, chance_walk, lazy_reads

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimators.sfs_bound import ttft_lower_bound
+from estimators.sfs.bound import ttft_lower_bound
 from estimators.snapshot import Query
 from routers.base import RouteInputs, Router
 from routers.fleet import DEFAULT_TIES, ModelGroups, TieBreaker, break_tie, hard_choice, lazy_reads
@@ -45,7 +45,7 @@ class LatencyAware(Router):
         return est.estimate(insts[j], Query(i, t, int(self.inputs.prompt[i])))
 
     def bound_one(self, j: int, i: int, t: float, insts) -> float:
-        """A lower bound on ``estimate_one`` (``estimators.sfs_bound``; -inf: none)."""
+        """A lower bound on ``estimate_one`` (``estimators.sfs.bound``; -inf: none)."""
         est = self.estimators[j]
         if self.online_speed:
             est.speed = insts[j].speed_factor

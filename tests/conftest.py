@@ -53,7 +53,7 @@ def served_twin_trace(out: Path) -> Path:
     """A twin trace with steps and TTFTs (300 requests at 6 q/s on qwen3-h100,
     seed 1), written as a recording would be: what the report tests estimate
     on and validate against."""
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
     from traces.arrivals import ArrivalSpec
     from traces.store import TraceWriter

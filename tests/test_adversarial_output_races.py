@@ -98,7 +98,7 @@ def test_outputs_respect_the_umask(tmp_path, umask, dir_mode, file_mode):
     try:
         assert run_cli("trace", "generate", "--out", tmp_path / "wl", "--requests", "20", "--rate", "5"
                        ).exit_code == 0
-        from estimators.profile import load_profile
+        from estimators.timemodel.profile import load_profile
         load_profile("qwen3-0.6b-h100").save(tmp_path / "p.json")
         with StagedDir(tmp_path / "r") as tmp:
             write_json(tmp / "metrics.json", {"a": 1})

@@ -254,7 +254,7 @@ def test_an_empty_plain_directory_is_used_without_force(tmp_path):
 
 
 def test_a_profile_carries_the_marker_and_force_replaces_only_a_marked_one(tmp_path):
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
 
     prof = load_profile("qwen3-0.6b-h100")
     path = tmp_path / "p.json"

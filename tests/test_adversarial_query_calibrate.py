@@ -106,9 +106,9 @@ def test_unsafe_lifts_the_sandbox(wl, tmp_path):
 # ----------------------------------------------------------------- calibrate
 
 def _steps(n: int, seed: int = 11) -> pd.DataFrame:
-    from estimators.batch_fit import NoiseModel
-    from estimators.builtin_profiles import H100_SIX
-    from estimators.synthetic_steps import synthetic_steps
+    from estimators.timemodel.builtin_profiles import H100_SIX
+    from estimators.timemodel.fit import NoiseModel
+    from estimators.timemodel.synthetic_steps import synthetic_steps
 
     steps, _ = synthetic_steps("six", np.array(H100_SIX["qwen3-8b-h100"]), NoiseModel(log_sigma=0.03), n, seed=seed)
     return steps
@@ -180,9 +180,9 @@ def test_calibrate_leaves_out_only_the_form_that_cannot_be_fitted(tmp_path):
 
 
 def test_no_fitted_form_has_a_negative_cost_or_a_non_positive_step(tmp_path):
-    from estimators.batch_features import design_matrix, term_names
-    from estimators.calibrate import CalibrationConfig, fit_forms
-    from estimators.profile import NONNEGATIVE_TERMS
+    from estimators.timemodel.calibrate import CalibrationConfig, fit_forms
+    from estimators.timemodel.features import design_matrix, term_names
+    from estimators.timemodel.profile import NONNEGATIVE_TERMS
 
     for make in (lambda: _steps(60, seed=3), lambda: _negative_decode(400), lambda: _steps(2000, seed=4)):
         steps = make().assign(trace="mem")
@@ -201,8 +201,8 @@ def test_no_fitted_form_has_a_negative_cost_or_a_non_positive_step(tmp_path):
 # ------------------------------------------------------------------ profiles
 
 def _profile_doc(form: str) -> dict:
-    from estimators.batch_features import FORMS
-    from estimators.builtin_profiles import BUILTIN_PROFILES
+    from estimators.timemodel.builtin_profiles import BUILTIN_PROFILES
+    from estimators.timemodel.features import FORMS
 
     doc = copy.deepcopy(BUILTIN_PROFILES["qwen3-8b-h100"])
     if form == "eq9":
@@ -243,7 +243,7 @@ def test_profile_with_a_non_finite_number_is_refused(tmp_path, steps_trace, wher
                                    {"stall_excess_mean": float("nan")},
                                    {"stall_excess_quantiles": {"0": 1.0, "1": float("inf")}}])
 def test_profile_noise_must_be_finite_in_memory_too(noise):
-    from estimators.profile import BatchTimeProfile
+    from estimators.timemodel.profile import BatchTimeProfile
     from traces.errors import BadInput
 
     doc = _profile_doc("six")
@@ -278,7 +278,7 @@ def d1(tmp_path_factory):
 def test_estimators_never_return_a_negative_time(d1):
     """A six profile whose prefill curvature makes every large prefill's step
     negative, and a negative prefill rate for the baselines."""
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
     from traces.store import open_trace
 
     doc = json.loads((d1 / "six.json").read_text())

@@ -139,7 +139,7 @@ def test_async_setting_is_checked():
 
 
 def test_builtin_pools_keep_async_scheduling_off():
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     for name in ("qwen3-h100", "qwen3-h100-pc", "qwen3-h100-x8"):
         assert not any(c.async_scheduling for c in load_pool(name).instances), name
@@ -150,15 +150,15 @@ CALL_ONE = [p for p in ASYNC if all(r["arrival_step"] == 1 for r in load(p)["req
 
 @pytest.mark.parametrize("path", CALL_ONE, ids=[p.stem for p in CALL_ONE])
 def test_twin_runs_vllm_batch_queue(path: Path):
-    """The engine twin's async loop (``harness.twin.async_loop``) is the
+    """The engine twin's async loop (``harness.twin.loop.async_loop``) is the
     batch queue the fixtures recorded: every scenario whose requests all
     arrive before the first call, replayed on the twin, runs vLLM's
     non-empty batches in vLLM's order (request, tokens, computed before)."""
     import numpy as np
     import pandas as pd
 
-    from estimators.batch_fit import NoiseModel
-    from estimators.profile import BatchTimeProfile
+    from estimators.timemodel.fit import NoiseModel
+    from estimators.timemodel.profile import BatchTimeProfile
     from harness.twin.instance import InstanceSpec, TwinConfig
     from harness.twin.simulation import Twin
     from tests.peer.latroute_side import engine_config

@@ -1,4 +1,4 @@
-"""The engine twin under vLLM's async scheduling (``harness.twin.async_loop``):
+"""The engine twin under vLLM's async scheduling (``harness.twin.loop.async_loop``):
 what must change against the synchronous loop and what must not.
 
 - decisions: a request waiting for the seat of one that finishes is
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.batch_fit import NoiseModel, StallAllowance
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.fit import NoiseModel, StallAllowance
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
 
 ENGINE = InstanceConfig(max_num_batched_tokens=512, max_num_seqs=2, block_size=16, num_kv_blocks=400,
@@ -126,7 +126,7 @@ def test_same_seed_same_bytes_and_fleet_side_by_side():
 def test_host_share_in_the_profile_file(tmp_path):
     """A profile without a host share is written as before (no key) and
     reads back as 0; a share is kept; a share outside [0, 1) is refused."""
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
     from traces.errors import BadInput
 
     plain = _profile(0.001)

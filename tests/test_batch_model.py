@@ -8,11 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.accuracy import mape
-from estimators.batch_features import design_matrix, step_durations
-from estimators.batch_fit import NoiseModel, huber_irls, least_squares
-from estimators.builtin_profiles import BUILTIN_PROFILES, H100_SIX
-from estimators.calibrate import (
+from estimators.evaluate.accuracy import mape
+from estimators.timemodel.builtin_profiles import BUILTIN_PROFILES, H100_SIX
+from estimators.timemodel.calibrate import (
     CalibrationConfig,
     best_form,
     build_profile,
@@ -21,8 +19,10 @@ from estimators.calibrate import (
     load_steps,
     noise_check,
 )
-from estimators.profile import load_profile
-from estimators.synthetic_steps import synthetic_steps
+from estimators.timemodel.features import design_matrix, step_durations
+from estimators.timemodel.fit import NoiseModel, huber_irls, least_squares
+from estimators.timemodel.profile import load_profile
+from estimators.timemodel.synthetic_steps import synthetic_steps
 from tests.conftest import assert_refused, run_cli
 from traces.errors import BadInput
 from traces.store import TraceWriter
@@ -81,7 +81,7 @@ def test_noise_model_sampling_matches_its_parameters():
 def test_profile_json_roundtrip_and_builtins(tmp_path):
     steps, _ = synthetic_steps("eq9", TRUE_EQ9, SYNTH_NOISE, n_steps=3000, seed=4)
     cfg = CalibrationConfig(forms=("eq9",))
-    from estimators.calibrate import StepData
+    from estimators.timemodel.calibrate import StepData
     res = fit_forms(steps, cfg)
     prof = build_profile("p", res["eq9"], StepData(steps, [{"trace": "mem", "instance": "synthetic", "steps": 3000}]), cfg)
     prof.save(tmp_path / "p.json")

@@ -12,7 +12,7 @@ import pytest
 
 from estimators.estimate import build
 from estimators.snapshot import Query
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
 from routers.base import Router
@@ -75,8 +75,8 @@ def test_p_on_time_without_the_runtime_is_the_distributions():
     """``sfs_dist.sfs_p_on_time`` (scratch rows, no allocation) gives
     ``sfs_ttft_dist``'s P(on time) to the bit: in-flight steps long past
     their expected end, no simulated step, stalls, a refused estimate."""
-    from estimators.sfs_dist import SCRATCH_COLS, SCRATCH_ROWS, NoiseMoments, as_array, sfs_p_on_time, sfs_ttft_dist
-    from estimators.step_correlation import GRID
+    from estimators.sfs.dist import SCRATCH_COLS, SCRATCH_ROWS, NoiseMoments, as_array, sfs_p_on_time, sfs_ttft_dist
+    from estimators.timemodel.step_correlation import GRID
 
     rng = np.random.default_rng(5)
     cv = np.linspace(0.02, 0.001, GRID.size)

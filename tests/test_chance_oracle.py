@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay
 from routers.base import RouteInputs
 from routers.chance import ChanceRouter, LognormalError

@@ -7,7 +7,7 @@ kernel's hits must be the engine's: every request's first chunk starts at its
 recorded ``cached_tokens``."""
 from __future__ import annotations
 
-from harness.twin.decisions import decision_agreement
+from harness.twin.fidelity.decisions import decision_agreement
 from traces.store import open_trace
 
 

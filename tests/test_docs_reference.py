@@ -56,7 +56,7 @@ def test_readme_bash_blocks_parse():
 
 
 def test_source_files_the_docs_name_exist():
-    """A page that names `harness/twin/kernel.py` or `estimators/engine/block_pool.py`
+    """A page that names `harness/twin/loop/kernel.py` or `estimators/engine/block_pool.py`
     goes stale when the file moves (two such names were once left behind by a move)."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     not_ours = {"tests/v1/core/test_scheduler.py"}  # vLLM's own scheduler tests, which the peer suite follows
@@ -76,7 +76,7 @@ def test_route_page_says_a_real_vllm_publishes_the_state_feed_as_the_code_does(t
     field the code reads, and does not also list that feed as not there yet."""
     import json
 
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.vllm_recorder.state_feed import ENV_LISTEN
 
     text = (REPO / "docs" / "how-to" / "route.md").read_text()

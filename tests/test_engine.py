@@ -11,11 +11,11 @@ from estimators.engine.kernel import complete_step, schedule_step
 from estimators.engine.layout import EV_FINISH, EV_LENGTH, F_BLOCKS, F_EVENT, F_OUTPUTS, S_FREE_BLOCKS, S_NR
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.view import Query
-from estimators.sfs import SFS
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Snapshot
-from harness.twin.decisions import decision_agreement
+from harness.twin.fidelity.decisions import decision_agreement
+from harness.twin.fidelity.validate import validate
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
-from harness.twin.validate import validate
 from tests.test_twin import toy_profile
 from traces.store import TraceWriter, open_trace
 

@@ -13,7 +13,7 @@ from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import C_WATERMARK
 from estimators.engine.view import InstanceView
 from estimators.snapshot import RecordedWalk
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import Twin, TwinConfig, fixed_router, write_twin_trace
 from traces.errors import BadInput
 from traces.store import TraceWriter, open_trace

@@ -8,7 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.baselines import LPS, LPSMG, RHO_MAX_MG, QueueLength, Throughput, fit_queue, outstanding_prefill_tokens
+from estimators.baselines.estimators import (
+    LPS,
+    LPSMG,
+    RHO_MAX_MG,
+    QueueLength,
+    Throughput,
+    fit_queue,
+    outstanding_prefill_tokens,
+)
 from estimators.engine.config import InstanceConfig
 from estimators.engine.state import SchedState, StepPlan
 from estimators.estimate import load_bin
@@ -104,7 +112,7 @@ def test_recorded_walk_snapshots_are_honest():
 def test_estimate_cli_on_a_twin_trace(tmp_path):
     res = run_cli("trace", "generate", "--requests", 300, "--rate", 6, "--out", tmp_path / "wl")
     assert res.exit_code == 0
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
     r = Twin.from_pool(load_pool("qwen3-h100"), TwinConfig(noise=False)).run(
         open_trace(tmp_path / "wl").read("requests"), shortest_queue_router)

@@ -1,4 +1,4 @@
-"""Exact event skipping in the twin's kernel (``harness.twin.skip``):
+"""Exact event skipping in the twin's kernel (``harness.twin.loop.skip``):
 with skipping on, every array of an instance (scheduler state, in-flight
 plan, times, noise stream, speed factor, step log, outcomes) is bit for
 bit what step-by-step scheduling leaves, after every ``advance`` call, and
@@ -15,9 +15,9 @@ import pytest
 from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import S_WN
 from harness.twin import instance as ti
-from harness.twin import kernel as tk
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
-from harness.twin.pools import load_pool
+from harness.twin.loop import kernel as tk
+from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import Twin, shortest_queue_router
 from traces.workload import WorkloadConfig, generate_workload
 

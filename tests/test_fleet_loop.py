@@ -46,7 +46,7 @@ def digest_frame(df: pd.DataFrame) -> str:
 
 
 def run_cell(name: str) -> str:
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload
@@ -93,9 +93,9 @@ if __name__ == "__main__":
 
 
 def toy_specs(n: int, caching: bool = False):
-    from estimators.batch_fit import NoiseModel
     from estimators.engine.config import InstanceConfig
-    from estimators.profile import BatchTimeProfile
+    from estimators.timemodel.fit import NoiseModel
+    from estimators.timemodel.profile import BatchTimeProfile
     from harness.twin.simulation import InstanceSpec
 
     prof = BatchTimeProfile("toy", "eq9", np.array([2e-3, 2e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.2))
@@ -232,7 +232,7 @@ def test_lazy_views_change_no_result(router: str, ties: str, monkeypatch) -> Non
     changed view refreshed at every arrival); least-latency reads views
     eagerly."""
     import harness.twin.simulation as sim
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload

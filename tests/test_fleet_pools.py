@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from harness.cli.listing import list_rows
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from traces.errors import BadInput
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from estimators.snapshot import Query
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay, workload_inputs
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
 from routers.base import RouteInputs
@@ -136,7 +136,7 @@ def test_hard_rule_policies_on_fixed_estimates():
 
 
 def test_shortest_queue_reads_the_fleet_residents_array():
-    class FleetViews(list):  # a stand-in for harness.twin.fleet_views.FleetViews
+    class FleetViews(list):  # a stand-in for harness.twin.views.fleet.FleetViews
         residents = np.array([4, 2, 7, 2], dtype=np.int64)
 
     class V:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from tests.adversarial import tree_state
 from tests.conftest import run_cli
 from tests.fuzzing import (

@@ -55,7 +55,7 @@ def made(tmp_path_factory) -> Path:
     assert run_cli("replay", "--rate", "4", "--requests", "30", "--out", root / "rep").exit_code == 0
     assert run_cli("check", root / "rep", "--baseline", root / "base.json", "--write-baseline").exit_code == 0
     assert run_cli("sweep", *SWEEP, "--out", root / "sw").exit_code == 0
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     (root / "pool.json").write_text(json.dumps(load_pool("qwen3-h100").to_json()))
     (root / "spec.toml").write_text(SPEC)
     (root / "live").mkdir()

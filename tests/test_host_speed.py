@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from estimators.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios, steps_to_converge
-from harness.twin.pools import load_pool
+from estimators.timemodel.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios, steps_to_converge
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from tests.conftest import run_cli
@@ -44,7 +44,7 @@ def test_a_slow_host_runs_slower_and_its_instance_learns_by_how_much():
     assert by_id["qwen3-8b"].speed_factor == pytest.approx(1.45, rel=0.03)
     assert by_id["qwen3-0.6b"].speed_factor == pytest.approx(1.0, rel=0.03)
     assert {i.instance_id: i for i in fast_insts}["qwen3-8b"].speed_factor == pytest.approx(1.0, rel=0.03)
-    # the twin's rule is estimators.online_speed's, applied to the same completed steps
+    # the twin's rule is estimators.timemodel.online_speed's, applied to the same completed steps
     steps = slow.steps[slow.steps["instance_id"] == "qwen3-8b"]
     prof = twin.specs[[s.instance_id for s in twin.specs].index("qwen3-8b")].profile
     cfg = OnlineSpeedConfig()

@@ -132,9 +132,9 @@ def test_hash_ids_outside_the_pool_range_are_refused_with_their_row(bad):
 
 
 def _sfs_and_view(infl_start: float | None):
-    from estimators.profile import load_profile
-    from estimators.sfs import SFS
+    from estimators.sfs.estimator import SFS
     from estimators.snapshot import Snapshot
+    from estimators.timemodel.profile import load_profile
 
     st = _state()
     plan, n, _ = _plan([0], tokens=[40])
@@ -167,8 +167,8 @@ def test_sfs_refuses_a_resident_without_a_predicted_length():
 
 
 def test_time_model_refuses_a_non_finite_profile():
-    from estimators.profile import load_profile
-    from estimators.time_model import time_model
+    from estimators.timemodel.kernel_form import time_model
+    from estimators.timemodel.profile import load_profile
 
     p = load_profile("qwen3-8b-h100")
     time_model(p)
@@ -184,7 +184,7 @@ def test_time_model_refuses_a_non_finite_profile():
 
 @pytest.fixture(scope="module")
 def twin_run():
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload
@@ -254,15 +254,15 @@ def test_calibrate_on_a_max_model_len_the_prompts_exceed(tmp_path, twin_run):
 
 
 def _profile_doc() -> dict:
-    from estimators.builtin_profiles import BUILTIN_PROFILES
-    from estimators.profile import BatchTimeProfile
+    from estimators.timemodel.builtin_profiles import BUILTIN_PROFILES
+    from estimators.timemodel.profile import BatchTimeProfile
 
     return json.loads(json.dumps(BatchTimeProfile.from_json(BUILTIN_PROFILES["qwen3-8b-h100"]).to_json(),
                                  default=float))
 
 
 def _pool_doc() -> dict:
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     return json.loads(json.dumps(load_pool("qwen3-h100").to_json()))
 
@@ -305,7 +305,7 @@ def _write_doc(path: Path, doc: dict) -> Path:
 
 @pytest.mark.parametrize("key,value,column,fragment", PROFILE_CASES)
 def test_profile_files_are_validated_at_entry(tmp_path, key, value, column, fragment):
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
     from traces.errors import BadInput
 
     path = _write_doc(tmp_path / "p.json", _set(_profile_doc(), key, value))
@@ -331,7 +331,7 @@ POOL_CASES = [
 
 @pytest.mark.parametrize("key,value,column", POOL_CASES)
 def test_pool_files_are_validated_at_entry(tmp_path, key, value, column):
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.errors import BadInput
 
     path = _write_doc(tmp_path / "pool.json", _set(_pool_doc(), key, value))
@@ -341,8 +341,8 @@ def test_pool_files_are_validated_at_entry(tmp_path, key, value, column):
 
 
 def test_a_valid_pool_and_profile_file_still_load(tmp_path):
-    from estimators.profile import load_profile
-    from harness.twin.pools import load_pool
+    from estimators.timemodel.profile import load_profile
+    from harness.twin.pools.spec import load_pool
 
     assert load_pool(_write_doc(tmp_path / "pool.json", _pool_doc())) == load_pool("qwen3-h100")
     p = load_profile(_write_doc(tmp_path / "p.json", _profile_doc()))
@@ -360,7 +360,7 @@ def test_a_fifo_given_as_profile_or_pool_is_refused_without_waiting(tmp_path, wh
     if which == "pool":
         refused_cleanly(args, [out], str(fifo), "named pipe")
     else:
-        from estimators.profile import load_profile
+        from estimators.timemodel.profile import load_profile
         from traces.errors import BadInput
 
         with pytest.raises(BadInput, match="named pipe"):
@@ -371,7 +371,7 @@ def test_the_twin_kernel_refuses_to_advance_to_a_non_finite_time():
     """main: ``advance(NaN)`` compared every step's end with NaN, ran nothing
     and returned as if the instance were up to date."""
     from harness.twin.instance import Instance, InstanceSpec, new_outcomes
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import TwinConfig
 
     inst = Instance(0, InstanceSpec.from_config(load_pool("qwen3-h100").instances[1]), TwinConfig(seed=1))

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tests.plugin_router as pr
-from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
 from estimators.estimate import EstimateConfig, estimate_trace
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.fit import NoiseModel
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, write_twin_trace
 from routers.registry import make_router

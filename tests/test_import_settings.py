@@ -191,7 +191,7 @@ def test_the_docs_table_is_the_code_table():
 def test_replay_takes_defaults_under_the_profile_and_given_settings_over_it(tmp_path):
     """What the harness replays: defaulted settings under a profile's fitted engine, given and inferred
     ones over it, --engine over all; each with its mark."""
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
 
     src = shared("vllm_gpu_llmservingsim", "RTXPRO6000_Qwen3-32B")
     assert run_cli("trace", "import", "vllm-reqstats", src, "--out", tmp_path / "p").exit_code == 0

@@ -128,7 +128,7 @@ def test_config_refuses_nonsense():
 
 def test_estimate_learned_on_a_twin_trace_and_carried_in(tmp_path):
     from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
     from harness.cli.estimate import format_metrics
     from tests.conftest import run_cli, served_twin_trace
     from traces.store import open_trace

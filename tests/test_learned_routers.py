@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("lightgbm")
 
 from estimators.estimate import BaselineParams  # noqa: E402
-from harness.twin.pools import load_pool  # noqa: E402
+from harness.twin.pools.spec import load_pool  # noqa: E402
 from harness.twin.replay import ReplayConfig, workload_inputs  # noqa: E402
 from harness.twin.simulation import Twin, TwinConfig  # noqa: E402
 from routers.learned import FirstTokenFeed  # noqa: E402

@@ -75,9 +75,9 @@ class _EveryOther(Router):
 
 
 def _tiny_twin():
-    from estimators.batch_fit import NoiseModel
     from estimators.engine.config import InstanceConfig
-    from estimators.profile import BatchTimeProfile
+    from estimators.timemodel.fit import NoiseModel
+    from estimators.timemodel.profile import BatchTimeProfile
     from harness.twin.simulation import InstanceSpec
 
     prof = BatchTimeProfile("t", "eq9", np.array([1e-3, 1e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.01))
@@ -108,7 +108,7 @@ def test_the_twin_sheds_only_for_a_router_that_says_so():
 def _hand_baselines(pool_ref):
     """The cold start's parameters by hand: the pool's calibration replay is not what is tested here."""
     from estimators.estimate import BaselineParams
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     return {c.instance_id: BaselineParams(2e4, 0.01, 8, 1.0, 1.0, 1.0, 0.01, 0.01, 0.0, 0.3)
             for c in load_pool(pool_ref).instances}
@@ -183,7 +183,7 @@ def test_the_admitter_never_changes_the_pick_of_llmd_headroom():
     """With no request sheddable, llmd-admit is llmd-headroom to the byte
     (same predictions, same picker draws): it only sheds."""
     pytest.importorskip("lightgbm")
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, workload_inputs
     from routers.llmd_admit import LlmdAdmit
     from routers.registry import make_router

@@ -1,5 +1,5 @@
 """Settings within latroute's documented maxima that need more memory than the machine has are
-refused in one line before anything is allocated (``harness.twin.memory``): a pool of 4,096
+refused in one line before anything is allocated (``harness.twin.pools.memory``): a pool of 4,096
 replicas with prefix caching once ended in a MemoryError, ``--engine num_kv_blocks=2147483647``
 allocated 16 GiB first. The available memory is fixed here so the tests do not depend on the
 machine's."""
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-import harness.twin.memory as memory
+import harness.twin.pools.memory as memory
 from estimators.engine.config import InstanceConfig
 from tests.conftest import assert_refused, run_cli
 
@@ -47,7 +47,7 @@ def test_a_pool_of_4096_caching_replicas_is_refused_before_any_work(tmp_path, si
 
 
 def test_pools_that_fit_still_load(tmp_path, sixteen_gib):
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     assert len(load_pool(_pool(tmp_path / "a.json", 64)).instances) == 64
     assert len(load_pool(_pool(tmp_path / "b.json", 4096, caching=False)).instances) == 4096

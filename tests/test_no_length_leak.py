@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from estimators.engine.layout import F_OUTPUTS, F_RID, F_TARGET
 from harness.twin.pool_baselines import pool_baselines
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from routers.registry import REGISTRY, make_router

@@ -153,7 +153,7 @@ def test_replicas_share_their_models_accuracy_under_the_quality_model():
     """``--quality model`` draws one accuracy per model, not per instance: a
     replica pool's table is the one its distinct models give (24 instances,
     3 rows a request), where it was one draw per replica (N x instances rows)."""
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.quality import quality_table
 
     reqs = pd.DataFrame({"request_id": np.arange(50, dtype=np.int64)})

@@ -52,9 +52,9 @@ def test_mooncake_ids_replay_on_a_twin_with_caching(tmp_path):
 
     import pandas as pd
 
-    from estimators.batch_fit import NoiseModel
     from estimators.engine.config import InstanceConfig
-    from estimators.profile import BatchTimeProfile
+    from estimators.timemodel.fit import NoiseModel
+    from estimators.timemodel.profile import BatchTimeProfile
     from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
     from tests.conftest import run_cli
     from traces.store import open_trace

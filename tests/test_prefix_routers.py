@@ -46,7 +46,7 @@ def test_prefix_affinity_keeps_sessions_on_the_instance_that_holds_them():
     earlier turns left their blocks, so it hits more than shortest-queue."""
     from dataclasses import replace
 
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig
     from routers.registry import make_router
     from traces.sessions import SessionConfig, generate_sessions
@@ -70,7 +70,7 @@ def test_sweep_over_a_session_trace_replays_its_shared_prefixes(tmp_path):
     prefix-affinity was shortest-queue to the last digit)."""
     import pandas as pd
 
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from tests.conftest import run_cli
 
     pc, off = load_pool("qwen3-h100-pc"), load_pool("qwen3-h100")  # vLLM's default (caching on), the paper's (off)

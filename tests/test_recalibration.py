@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from estimators.recalibration import LEVELS, QuantileRecalibrator, RecalibrationConfig, recalibrate
+from estimators.evaluate.conformal import LEVELS, QuantileRecalibrator, RecalibrationConfig, recalibrate
 from harness.studies.coverage import study, within
 from tests.conftest import run_cli
 

@@ -296,7 +296,7 @@ def _unpack(name: str, tmp_path: Path) -> Path:
 
 
 def test_server_recording_caching_off_decisions_and_join(tmp_path):
-    from harness.twin.decisions import decision_agreement
+    from harness.twin.fidelity.decisions import decision_agreement
     rec = _unpack("server_tinya_poisson_r2_nopc", tmp_path)
     assert run_cli("trace", "import", "vllm-record", rec, "--out", tmp_path / "t").exit_code == 0
     agree = decision_agreement(open_trace(tmp_path / "t"), "tiny-a")
@@ -320,7 +320,7 @@ def test_server_recording_caching_off_decisions_and_join(tmp_path):
 def test_server_recording_with_prefix_caching_decisions(tmp_path):
     """The real server's recording of d8's sessions (prefix caching on): every
     step reproduced by the kernel (98.3% before the block cache was in it)."""
-    from harness.twin.decisions import decision_agreement
+    from harness.twin.fidelity.decisions import decision_agreement
     rec = _unpack("server_tinya_d8sessions_pc", tmp_path)
     assert run_cli("trace", "import", "vllm-record", rec, "--out", tmp_path / "t").exit_code == 0
     agree = decision_agreement(open_trace(tmp_path / "t"), "tiny-a")
@@ -345,7 +345,7 @@ def test_record_engine_twice_the_engines_own_spread_and_the_twin(tmp_path):
     host. Both runs reproduce step by step; per-request TTFT differs between
     the runs by the engine's own spread, and the twin (each run validated
     with a profile fitted on the other) is within that spread's reach."""
-    from harness.twin.decisions import decision_agreement
+    from harness.twin.fidelity.decisions import decision_agreement
 
     runs = {}
     for r in ("a", "b"):

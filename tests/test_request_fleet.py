@@ -241,7 +241,7 @@ def test_active_replicas_from_the_runs_completions(tmp_path):
 
 
 def test_a_pool_naming_a_profile_takes_its_fitted_engine_and_front_end(tmp_path):
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.errors import BadInput
 
     prof = profile_of(PROFILE, "fitted")

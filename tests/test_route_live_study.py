@@ -27,7 +27,7 @@ from harness.studies.rank_agreement import (
     verdict,
 )
 from harness.studies.route_live import POOL_FILE, run_order
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 
 ACC = {"alpaca": {"a": 0.5, "b": 0.8}, "hotpotqa": {"a": 0.3, "b": 0.9}}
 

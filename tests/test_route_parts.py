@@ -91,7 +91,7 @@ def test_stream_read_counts_tokens_errors_and_the_end_across_chunk_cuts():
 
 
 def test_pool_entries_take_a_url(tmp_path):
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     entry = {"instance_id": "a", "model": "qwen3-8b", "profile": "qwen3-8b-h100"}
     p = tmp_path / "p.json"
@@ -110,7 +110,7 @@ def test_ledger_shadow_keys_rows_by_request_and_forgets_ended_ones():
     from harness.route.backends import pool_backends
     from harness.route.ledger import Ledger
     from harness.serve.clock import Clock
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
     clock = Clock(speed=1.0)  # real time: both requests (40 tokens each) are still running when looked at
@@ -161,7 +161,7 @@ def test_state_feed_round_trip_is_the_engines_view_without_its_targets():
     from harness.serve.engine import ServedEngine
     from harness.serve.state_feed import encode
     from harness.twin.instance import TwinConfig
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from routers.base import RouteInputs
 
     bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
@@ -200,7 +200,7 @@ def test_a_plug_in_routes_and_a_dead_backend_is_never_chosen():
     from harness.route.backends import pool_backends
     from harness.route.proxy import Proxy, RouteConfig
     from harness.serve.clock import Clock
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
     p = Proxy(RouteConfig(backends=bk, router="tests.plugin_router:LastInstance", port=1), Clock())
@@ -227,7 +227,7 @@ def test_the_proxy_takes_the_tie_policy(ties: str):
     from harness.route.backends import pool_backends
     from harness.route.proxy import Proxy, RouteConfig
     from harness.serve.clock import Clock
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     pool = load_pool("qwen3-h100-x8")
     bk = pool_backends(pool, tuple(f"http://x:{k + 1}" for k in range(len(pool.instances))))

@@ -271,7 +271,7 @@ def test_metrics_view_bounds_gauges_and_keeps_polling(tmp_path):
 def _good_head(rows: int = 0, cap: int = 8, width: int | None = None) -> tuple[dict, bytes]:
     from estimators.engine.layout import NS, S_CAP, S_NFREE_SLOTS
     from estimators.engine.state import SchedState
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     cfg = load_pool("qwen3-h100").instances[0]
     w = SchedState.new(cfg, capacity=8).req.shape[1] if width is None else width

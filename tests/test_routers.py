@@ -131,7 +131,7 @@ def test_replay_and_sweep_cli(tmp_path):
 
 def test_registry_declares_what_each_router_needs():
     from estimators.estimate import ESTIMATORS, build
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
     from routers.registry import MAIN_ROUTERS, REGISTRY, make_router
 
     prof = load_profile("qwen3-8b-h100")

@@ -12,7 +12,7 @@ from harness.serve.clock import Clock
 from harness.serve.engine import ServedEngine
 from harness.serve.protocol import ApiError, parse, tokenize
 from harness.twin.instance import InstanceSpec, TwinConfig
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import Twin, fixed_router
 
 

@@ -244,7 +244,7 @@ def test_sigterm_ends_streams_and_writes_the_recording(server):
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert "serve lag:" in out and "wrote" in out
-    from harness.twin.decisions import decision_agreement
+    from harness.twin.fidelity.decisions import decision_agreement
     from traces.store import open_trace
 
     t = open_trace(tmp / "rec")

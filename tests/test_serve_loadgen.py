@@ -68,7 +68,7 @@ def test_loadgen_backends_assign_from(tmp_path):
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    from harness.twin.decisions import decision_agreement
+    from harness.twin.fidelity.decisions import decision_agreement
     from traces.store import open_trace
 
     client = open_trace(tmp_path / "client").read("requests").set_index("request_id")
@@ -86,7 +86,7 @@ def test_loadgen_backends_assign_from(tmp_path):
         r = decision_agreement(rec, inst)
         assert r.agree == r.steps > 0, inst
     from harness.serve.faithful import offline_on_served
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     both = offline_on_served(rec, load_pool("qwen3-h100"))  # the offline twin on the arrivals served
     full = both[rec.read("requests").set_index("request_id").loc[both["request_id"], "finish_reason"].to_numpy()

@@ -17,7 +17,7 @@ import pytest
 from harness.serve.engine import ServedEngine
 from harness.serve.prefix import block_hashes
 from harness.twin.instance import InstanceSpec, TwinConfig
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import Twin, fixed_router
 
 B = 16  # the block size of qwen3-h100-pc's instances
@@ -183,7 +183,7 @@ def _pc(port: int) -> tuple[float, float]:
 
 def test_served_prefix_cache_over_http_replays_offline(tmp_path, monkeypatch):
     from harness.serve.faithful import offline_on_served
-    from harness.twin.decisions import decision_agreement
+    from harness.twin.fidelity.decisions import decision_agreement
     from traces.store import open_trace
 
     monkeypatch.setattr(th, "POOL", "qwen3-h100-pc")

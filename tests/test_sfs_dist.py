@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from estimators.engine.timing import rng_state
-from estimators.sfs import SFS
-from estimators.sfs_dist import mc_ttft, remainder_moments
+from estimators.sfs.dist import mc_ttft, remainder_moments
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
-from estimators.step_correlation import GRID, TrajectoryNoise
+from estimators.timemodel.step_correlation import GRID, TrajectoryNoise
 from harness.bench.sfs import busy_state
 from harness.bench.sfs_dist import _profile
 

@@ -8,13 +8,13 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from estimators.batch_fit import NoiseModel, StallAllowance
 from estimators.engine.block_overlay import OV_SETTLES
 from estimators.engine.config import InstanceConfig
-from estimators.intake import Intake
-from estimators.profile import BatchTimeProfile
-from estimators.sfs import SFS
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
+from estimators.timemodel.fit import NoiseModel, StallAllowance
+from estimators.timemodel.intake import Intake
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
 
 
@@ -71,9 +71,9 @@ def test_sfs_equals_twin_without_noise(scenario):
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(policies=("vllm-v1",), async_scheduling=True))
 def test_async_sfs_equals_twin_without_noise(scenario):
-    """Async scheduling (vLLM's two-deep batch queue, ``harness.twin.async_loop``):
+    """Async scheduling (vLLM's two-deep batch queue, ``harness.twin.loop.async_loop``):
     SFS on the live instance and on the view a router is handed follows the
-    same loop (``estimators.sfs_async_kernel``), so with noise off and no
+    same loop (``estimators.sfs.async_kernel``), so with noise off and no
     later arrival it predicts the twin's TTFT exactly too, with the host's
     gap up to several step times (host-bound periods), a host share of the
     step time and request intake charged at the first plan. The probe asks

@@ -1,7 +1,7 @@
 """Stale views: state published at an interval, with or without the ledger."""
 import pandas as pd
 
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay
 from traces.arrivals import ArrivalSpec
 from traces.workload import WorkloadConfig, generate_workload

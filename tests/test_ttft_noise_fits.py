@@ -1,16 +1,16 @@
 """What the TTFT distribution takes from calibration besides the batch-time
-model: the request intake at the joining boundary (``estimators.intake``)
-and the noise its steps share (``estimators.step_correlation``)."""
+model: the request intake at the joining boundary (``estimators.timemodel.intake``)
+and the noise its steps share (``estimators.timemodel.step_correlation``)."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from estimators.engine.layout import ST_PENDING
-from estimators.intake import Intake, fit_intake, join_columns
-from estimators.profile import BatchTimeProfile, load_profile
-from estimators.sfs import SFS
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
-from estimators.step_correlation import (
+from estimators.timemodel.intake import Intake, fit_intake, join_columns
+from estimators.timemodel.profile import BatchTimeProfile, load_profile
+from estimators.timemodel.step_correlation import (
     GRID,
     TrajectoryNoise,
     autocovariance,

@@ -8,16 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile, load_profile
-from harness.twin.pools import load_pool
+from estimators.timemodel.fit import NoiseModel
+from estimators.timemodel.profile import BatchTimeProfile, load_profile
+from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import (
     InstanceSpec,
     Twin,
     TwinConfig,
     fixed_router,
-    round_robin_router,
     shortest_queue_router,
 )
 from tests.conftest import run_cli, shared
@@ -113,7 +112,7 @@ def test_every_policy_serves_everything_under_kv_pressure(policy):
     w["arrival_s"] = w["arrival_s"] / 10
     budget = 4096 if policy == "vllm-v0" else 2048  # without chunking the budget covers max_model_len
     twin = toy_twin(policy=policy, num_kv_blocks=400, max_model_len=4096, n=2, max_num_batched_tokens=budget)
-    res = twin.run(w, round_robin_router())
+    res = twin.run(w, fixed_router(np.arange(len(w)) % 2))  # round robin
     r = res.requests
     assert r["ttft_s"].notna().all() and r["finish_s"].notna().all()
     assert (r["finish_s"] >= r["arrival_s"] + r["ttft_s"] - 1e-9).all()

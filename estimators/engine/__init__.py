@@ -3,7 +3,7 @@
 The bottom layer: it imports nothing of latroute but itself (the
 ``[tool.importlinter]`` contracts in pyproject.toml; ``lint-imports``).
 Traces, fitted profiles and the twin are converted to its plain arrays
-above it (``estimators.time_model``, ``estimators.trace_blocks``).
+above it (``estimators.timemodel.kernel_form``, ``estimators.trace_blocks``).
 
 - ``config``: ``InstanceConfig``, the one engine configuration (defaults,
   validation, ``instances`` rows, pool entries, the kernel's ``cfg`` array);

@@ -46,7 +46,7 @@ class Overlay(NamedTuple):
     touched), flagged EVICTED so their hashes stop hitting. Counting is
     exact until the simulation hits a block only it computed or evicts past
     the live free queue's end (into blocks it freed itself); then it raises
-    ``sc[OV_FALLBACK]`` and SFS reruns on a full copy (``sfs_kernel``)."""
+    ``sc[OV_FALLBACK]`` and SFS reruns on a full copy (``estimators.sfs.kernel``)."""
 
     rng: np.ndarray  # int64[S, 3]: per slot, the block positions registered by the simulation [lo, hi) and its rid
     rslots: np.ndarray  # int64[S]: the slots with a range, in order (hi = 0: none)

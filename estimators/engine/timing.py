@@ -4,7 +4,7 @@ time from the batch's items, and its noise (for the twin's ground truth).
 Shared by the engine twin (true durations) and SFS (expected durations), so
 both charge a batch exactly the same way. ``TimeModel`` is a profile as the
 kernels take it: plain numbers and arrays; a fitted ``BatchTimeProfile``
-becomes one above the engine (``estimators.time_model``).
+becomes one above the engine (``estimators.timemodel.kernel_form``).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from numba import njit
 
 from estimators.engine.layout import F_PROMPT
 
-# batch-time forms (``estimators.batch_features.FORMS``) as the kernel knows them
+# batch-time forms (``estimators.timemodel.features.FORMS``) as the kernel knows them
 FORM_EQ9, FORM_SIX = 0, 1
 
 
@@ -70,7 +70,7 @@ def features_time(form_id, coef, tokens, P, D, sc, sc2, sp2, sdc, spa):
     sums): tokens, prefill tokens P, decodes D, sum of computed-before c and
     of c^2, of prefill t^2, of decode c, and the prefill attention sum. One
     formula, so the twin's run of identical decode steps
-    (``harness.twin.skip``), which keeps these sums itself, charges a step
+    (``harness.twin.loop.skip``), which keeps these sums itself, charges a step
     with exactly the operations a scheduled batch is charged with."""
     if form_id == FORM_EQ9:
         return coef[0] + coef[1] * tokens + coef[2] * sdc + coef[3] * spa
@@ -188,7 +188,7 @@ def interp_one(x, xp, fp):
     the arithmetic of Numba's ``np.interp`` (a facsimile of NumPy's), in
     the same order, without the arrays it allocates. Why: the twin's
     kernel draws a stall's excess with it, and a kernel that allocates
-    cannot be compiled without Numba's runtime (``harness.twin.kernel``:
+    cannot be compiled without Numba's runtime (``harness.twin.loop.kernel``:
     every array it is handed would otherwise be reference-counted at every
     inner call)."""
     if np.isnan(x):

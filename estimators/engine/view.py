@@ -50,7 +50,7 @@ class InstanceView(Protocol):
         ...
 
 
-# async scheduling: the host's side of an instance, as SFS follows it (``estimators.sfs_async_kernel``),
+# async scheduling: the host's side of an instance, as SFS follows it (``estimators.sfs.async_kernel``),
 # float64: batches queued (0-2), the host waiting for the oldest's outputs, the host between calls (its
 # next call at AH_NEXT), the oldest batch's size and device start, the queued batch's size and launch,
 # the host's last launch. All of it is the host's own clock or past events: never a batch's end.

@@ -13,4 +13,7 @@ on the same honest instance view every latroute estimator reads.
 - ``estimator``: the estimator itself (``learned``), with its cold start:
   the throughput baseline until enough samples have been seen; every
   estimate names which of the two gave it.
+
+May import ``traces``, ``estimators.engine`` (the view), ``estimators.snapshot``
+and ``estimators.evaluate``; never SFS, routers or the harness.
 """

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimators.accuracy import error_summary
 from estimators.engine.view import InstanceView, Query
+from estimators.evaluate.accuracy import error_summary
 from estimators.learned.estimator import LearnedTTFT
 from estimators.learned.features import query_features
 from estimators.learned.model import LearnedConfig

@@ -1,7 +1,7 @@
 """Online training of the TTFT model from first tokens that came back.
 
 The causality rule is SFS's online recalibration's
-(``estimators.recalibration``): a request teaches once its first token is
+(``estimators.evaluate.conformal``): a request teaches once its first token is
 out *strictly before* the arrival of the query being estimated -- its
 measured TTFT is then known to anyone watching the stream, and nothing
 later is. A sample is the request's features at its own arrival (what the

@@ -39,7 +39,7 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
     speed wanders by more than the changes measured; the runs are the same
     bytes, so only their time differs)."""
     t0 = time.perf_counter()
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
     from traces.arrivals import ArrivalSpec
     from traces.workload import WorkloadConfig, generate_workload

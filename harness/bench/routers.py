@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 
 from harness.twin.pool_baselines import pool_baselines
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay, warm_up
 from routers.fleet import DEFAULT_TIES
 from routers.registry import ROUTERS, router_entry

@@ -17,9 +17,9 @@ from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import F_BLOCKS, S_FREE_BLOCKS, S_NR, ST_RUNNING
 from estimators.engine.primitives import cdiv
 from estimators.engine.state import SchedState, StepPlan
-from estimators.profile import load_profile
-from estimators.sfs import SFS
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query, Snapshot
+from estimators.timemodel.profile import load_profile
 from traces.workload import WorkloadConfig, generate_workload
 
 # prefix caching off, as in pool qwen3-h100: the states below hold blocks as counts

@@ -23,9 +23,9 @@ from dataclasses import replace
 import numpy as np
 
 from estimators.engine.layout import C_PREFIX
-from estimators.sfs import SFS
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
-from harness.twin.pools import Pool, load_pool
+from harness.twin.pools.spec import Pool, load_pool
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from traces.sessions import SessionConfig, generate_sessions
 

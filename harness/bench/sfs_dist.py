@@ -3,7 +3,7 @@
 Cost: at a busy 64-resident qwen3-8b H100 state (``harness.bench.sfs``),
 the point estimate, the probabilistic one (mean, p50/p90/p99 and
 P(TTFT <= SLO)) and the probabilistic one with its quantiles recalibrated
-online (``estimators.recalibration``, after 50 completions) are timed
+online (``estimators.evaluate.conformal``, after 50 completions) are timed
 alternately in the same run. Accuracy: for states
 of 4 to 256 residents, the analytic distribution against a brute-force Monte
 Carlo over the twin's own noise draws (``noisy_ratio``) with the trajectory
@@ -18,11 +18,11 @@ import time
 import numpy as np
 
 from estimators.engine.timing import rng_state
-from estimators.profile import load_profile
-from estimators.recalibration import QuantileRecalibrator
-from estimators.sfs import SFS
-from estimators.sfs_dist import mc_ttft
+from estimators.evaluate.conformal import QuantileRecalibrator
+from estimators.sfs.dist import mc_ttft
+from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
+from estimators.timemodel.profile import load_profile
 from harness.bench.sfs import busy_state
 from traces.workload import WorkloadConfig, generate_workload
 

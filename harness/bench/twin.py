@@ -14,7 +14,7 @@ import time
 def run(n: int, rate: float, router_name: str, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     from harness.twin.pool_baselines import pool_baselines
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
     from routers.registry import needs_baselines
     from traces.arrivals import ArrivalSpec

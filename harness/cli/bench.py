@@ -81,7 +81,7 @@ def check_against(path: Path, sections) -> None:
 
     if "fleet" not in sections:
         raise BadOption("--against", "benches the fleet section only: add --only fleet (or leave --only out)")
-    missing = [p for p in ("harness/twin/pools.py", "traces/workload.py", "routers/registry.py")
+    missing = [p for p in ("harness/twin/pools/spec.py", "traces/workload.py", "routers/registry.py")
                if not (path / p).is_file()]
     if missing:
         raise BadOption("--against", f"{path} is no latroute checkout (no {missing[0]}): give the root of one, "

@@ -18,8 +18,8 @@ def _pct(v: float) -> str:
 
 
 def format_results(results: dict, chosen: str | None = None) -> str:
-    """The fit of each form (``estimators.calibrate.FormResult``), one line each."""
-    from estimators.batch_features import FORMS as TERMS
+    """The fit of each form (``estimators.timemodel.calibrate.FormResult``), one line each."""
+    from estimators.timemodel.features import FORMS as TERMS
 
     lines = [f"{'form':<5} {'terms':>5} {'held-out MAPE':>14} {'median APE':>11} {'p90 APE':>8} {'R^2':>6} "
              f"{'stall rate':>10} {'train/held-out steps':>21}"]
@@ -34,8 +34,8 @@ def format_results(results: dict, chosen: str | None = None) -> str:
 
 
 def format_profile(p) -> str:
-    """A profile's (``estimators.profile.BatchTimeProfile``) coefficients, noise and baselines."""
-    from estimators.batch_features import FORMS as TERMS
+    """A profile's (``estimators.timemodel.profile.BatchTimeProfile``) coefficients, noise and baselines."""
+    from estimators.timemodel.features import FORMS as TERMS
 
     coefs = "  ".join(f"{t.name}={v:.4g}" for t, v in zip(TERMS[p.form], p.coefficients))
     n = p.noise
@@ -174,7 +174,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
                                 virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host, fleet)
         return
-    from estimators.calibrate import (
+    from estimators.timemodel.calibrate import (
         CalibrationConfig,
         best_form,
         build_profile,
@@ -183,7 +183,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         load_steps,
         noise_check,
     )
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
 
     cfg = CalibrationConfig(forms=tuple(FORMS) if form == "both" else (form,), holdout=holdout, stall_pct=stall_pct,
                             seed=seed, loss=loss, instance=instance)
@@ -245,8 +245,8 @@ def _refuse_unused(ctx: click.Context, from_requests: bool, updating: bool) -> N
 
 def _update(profile, steps, out: Path, name: str | None, force: bool = False) -> None:
     """``calibrate --update``: the drift found, the learning curve, the updated profile."""
-    from estimators.drift import speed_drift
-    from estimators.recalibrate import format_curve, learning_curve, update_profile
+    from estimators.timemodel.drift import speed_drift
+    from estimators.timemodel.rescale import format_curve, learning_curve, update_profile
 
     click.echo("\n".join(speed_drift(profile, steps).lines()))
     curve = learning_curve(profile, steps) if len(steps) >= 50 else None

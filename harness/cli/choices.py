@@ -30,10 +30,10 @@ KNOWN_ESTIMATORS = ("sfs", "throughput", "lps", "lps-mg", "queue", "learned")
 LEARNED_RETRAIN_EVERY_S = 1.0
 LEARNED_WINDOW = 100
 LEARNED_MIN_SAMPLES = 10
-# estimators.online_speed.HALF_LIFE_STEPS, estimators.recalibration.STEP
+# estimators.timemodel.online_speed.HALF_LIFE_STEPS, estimators.evaluate.conformal.STEP
 SPEED_HALF_LIFE_STEPS = 100.0
 RECALIBRATION_STEP = 0.1
-# the keys of estimators.batch_features.FORMS, estimators.batch_fit.LOSSES
+# the keys of estimators.timemodel.features.FORMS, estimators.timemodel.fit.LOSSES
 FORMS = ("eq9", "six")
 LOSSES = ("relative", "absolute")
 
@@ -61,10 +61,10 @@ MIRRORED = (
     ("LEARNED_RETRAIN_EVERY_S", "estimators.learned.model", "RETRAIN_EVERY_S"),
     ("LEARNED_WINDOW", "estimators.learned.model", "WINDOW"),
     ("LEARNED_MIN_SAMPLES", "estimators.learned.model", "MIN_SAMPLES"),
-    ("SPEED_HALF_LIFE_STEPS", "estimators.online_speed", "HALF_LIFE_STEPS"),
-    ("RECALIBRATION_STEP", "estimators.recalibration", "STEP"),
-    ("FORMS", "estimators.batch_features", "FORMS"),
-    ("LOSSES", "estimators.batch_fit", "LOSSES"),
+    ("SPEED_HALF_LIFE_STEPS", "estimators.timemodel.online_speed", "HALF_LIFE_STEPS"),
+    ("RECALIBRATION_STEP", "estimators.evaluate.conformal", "STEP"),
+    ("FORMS", "estimators.timemodel.features", "FORMS"),
+    ("LOSSES", "estimators.timemodel.fit", "LOSSES"),
     ("ARRIVAL_KINDS", "traces.arrivals", "ARRIVAL_KINDS"),
     ("LENGTH_POLICIES", "traces.lengths", "LENGTH_POLICIES"),
     ("QUALITY_POLICIES", "traces.quality", "QUALITY_POLICIES"),

@@ -23,8 +23,8 @@ from harness.cli.params import SEED
 
 
 def load_profile(ref: str):
-    """``estimators.profile.load_profile``, imported when the demo first loads a profile."""
-    from estimators.profile import load_profile as load
+    """``estimators.timemodel.profile.load_profile``, imported when the demo first loads a profile."""
+    from estimators.timemodel.profile import load_profile as load
 
     return load(ref)
 
@@ -78,7 +78,8 @@ def demo(out: Path, seed: int, force: bool) -> None:
 def _run_demo(out: Path, root: Path, seed: int) -> None:
     """The demo's steps, writing under ``root`` (the staging directory);
     paths recorded in the outputs and shown name ``out``, where they end up."""
-    from estimators.calibrate import (
+    from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
+    from estimators.timemodel.calibrate import (
         CalibrationConfig,
         best_form,
         build_profile,
@@ -86,14 +87,13 @@ def _run_demo(out: Path, root: Path, seed: int) -> None:
         fit_forms,
         load_steps,
     )
-    from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
     from harness.cli.calibrate import format_profile, format_results
     from harness.cli.estimate import format_metrics
     from harness.cli.replay import write_replay_result
     from harness.cli.sweep import format_sweep
     from harness.sweep.backends import default_workers
     from harness.sweep.driver import Cell, SweepSpec, run_and_write_sweep
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router, write_twin_trace
     from reports.render import build_report

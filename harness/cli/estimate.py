@@ -40,9 +40,9 @@ from traces.errors import BadInput, BadOption
 
 def _models(trace, profile_ref: str | None, calibrate_on: Path | None, needs_baselines: bool):
     """Each instance's (profile, baseline parameters) of ``trace`` (a ``traces.store.Trace``)."""
-    from estimators.calibrate import calibrate_instance
     from estimators.estimate import BaselineParams
-    from estimators.profile import load_profile
+    from estimators.timemodel.calibrate import calibrate_instance
+    from estimators.timemodel.profile import load_profile
     from traces.store import open_trace
 
     instances = trace.read("instances")
@@ -173,7 +173,7 @@ def format_metrics(m: dict, coinciding: set[str] = frozenset()) -> str:
               help="Half-life, in completed steps, of the online speed factor.")
 @click.option("--recalibrate", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Recalibrate each distribution's quantiles online from the measured TTFTs of requests whose "
-                   "first token came before each arrival (estimators.recalibration); the model's own are kept "
+                   "first token came before each arrival (estimators.evaluate.conformal); the model's own are kept "
                    "as p50_raw_s..p99_raw_s.")
 @click.option("--recalibration-step", type=POSITIVE, default=RECALIBRATION_STEP, show_default=True,
               help="Step (log time) of the online recalibration's quantile offsets.")
@@ -251,11 +251,11 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
                                  f"(choose from {', '.join(KNOWN_ESTIMATORS)})", param_hint="--estimators")
     import numpy as np
 
-    from estimators.drift import trace_drift
     from estimators.estimate import EstimateConfig, check_plugin_estimator, coinciding_quantiles, estimate_trace
+    from estimators.evaluate.conformal import RecalibrationConfig
     from estimators.learned.model import LearnedConfig
-    from estimators.online_speed import OnlineSpeedConfig
-    from estimators.recalibration import RecalibrationConfig
+    from estimators.timemodel.drift import trace_drift
+    from estimators.timemodel.online_speed import OnlineSpeedConfig
     from reports.results import result_header
     from reports.serving import tidy_estimates
     from traces.lengths import check_length_policy
@@ -301,7 +301,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
 
         joined = read_join(join_dir, trace, trace_dir)
     if not trace.has("steps") and not trace.has("instances"):
-        from estimators.profile import load_profile
+        from estimators.timemodel.profile import load_profile
         from harness.requestlevel.fleet import fleet_to_score
         from harness.requestlevel.reconstruct import reconstruct_for_estimate
 

@@ -21,7 +21,7 @@ def fleet_options(f):
     """Add the fleet options to a command."""
     options = [
         click.option("--pool", "fleet_pool", type=click.Path(path_type=Path), metavar="FILE",
-                     help="Request-level TRACE: a pool file (harness.twin.pools) of one model's replicas that served "
+                     help="Request-level TRACE: a pool file (harness.twin.pools.spec) of one model's replicas that served "
                           "the log: their count and engine settings, and (validate, estimate) their profile and "
                           "front end."),
         click.option("--replicas", type=IntIn(1, MAX_REPLICAS),

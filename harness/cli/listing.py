@@ -12,7 +12,7 @@ KINDS = ("pools", "profiles", "routers", "estimators")
 def list_rows(kind: str) -> list[tuple[str, str]]:
     """(name, one-line description) of every built-in of ``kind``."""
     if kind == "pools":
-        from harness.twin.pools import BUILTIN_POOLS
+        from harness.twin.pools.spec import BUILTIN_POOLS
 
         rows = []
         for name, make in BUILTIN_POOLS.items():
@@ -26,7 +26,7 @@ def list_rows(kind: str) -> list[tuple[str, str]]:
                          + ("on" if all(i.caching for i in pool.instances) else "off")))
         return rows
     if kind == "profiles":
-        from estimators.builtin_profiles import BUILTIN_PROFILES
+        from estimators.timemodel.builtin_profiles import BUILTIN_PROFILES
 
         return [(name, f"{p['form']} form, {p['fitted_on'].get('source', '')}") for name, p in BUILTIN_PROFILES.items()]
     if kind == "routers":

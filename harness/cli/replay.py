@@ -60,7 +60,7 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
 
 def format_shares(shares: dict[str, float]) -> str:
     """Each instance's share of the requests; replicas (``<id>-r0`` ... ``<id>-r{N-1}``,
-    ``harness.twin.pools.replica_id``) as one entry with their total and range,
+    ``harness.twin.pools.spec.replica_id``) as one entry with their total and range,
     so that 384 instances are three entries, not a screenful."""
     groups: dict[str, list[float]] = {}
     for k, v in shares.items():
@@ -163,7 +163,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
 
     check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
     isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, workload_inputs
     from harness.twin.replay import replay as run_replay
     from harness.twin.simulation import InstanceSpec

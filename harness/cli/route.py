@@ -179,7 +179,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
 
         check_out(log_dir, force, option="--log")
     from harness.route.backends import listed_backends, pool_backends
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     urls = server_urls(backends, "--backends") if backends is not None else ()
     overhead, pool_name = 0.0, ""
@@ -192,7 +192,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
     elif urls:
         if profile is None:
             raise BadOption("--backends", "bare --backends need --profile (or give --pool)")
-        from estimators.profile import load_profile
+        from estimators.timemodel.profile import load_profile
 
         try:
             load_profile(profile)

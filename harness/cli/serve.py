@@ -56,7 +56,7 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
         from traces.outputs import check_out  # pyarrow: only when a recording is asked for
 
         check_out(record, force, inputs=[pool_ref], option="--record")  # before any work
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     pool = load_pool(pool_ref)
     if profile is not None:

@@ -102,7 +102,7 @@ SWEEPS = click.Path(path_type=Path, exists=True, file_okay=False)
 
 def _pool(pool: str) -> None:
     """A pool that does not load (an unknown name, a bad file) refused before any process starts."""
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     load_pool(pool)
 
@@ -571,7 +571,7 @@ def coverage(recordings: Path, out: Path, online_speed: bool, in_sample: bool, s
         raise BadInput(recordings, None, "RECORDINGS", "holds no recording (trace import vllm-record output)")
     import json
 
-    from estimators.recalibration import RecalibrationConfig
+    from estimators.evaluate.conformal import RecalibrationConfig
     from harness.studies.coverage import print_rows
     from harness.studies.coverage import study as run
 

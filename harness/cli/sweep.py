@@ -220,7 +220,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
     from harness.sweep.driver import Cell, SweepSpec, check_sweep_run, spec_doc, sweep_result, write_sweep_result
     from harness.sweep.prechecks import check_routers
     from harness.sweep.store import SweepStore, cell_key
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from reports.results import command_line
     from routers.registry import router_entry
     from traces.store import open_trace

@@ -84,8 +84,8 @@ def info(trace_dir: Path, as_json: bool, profile_ref: str | None) -> None:
         summary["invalid"] = problems
     drift = {}
     if profile_ref is not None:
-        from estimators.drift import trace_drift
-        from estimators.profile import load_profile
+        from estimators.timemodel.drift import trace_drift
+        from estimators.timemodel.profile import load_profile
 
         if not trace.has("steps"):
             raise BadInput(trace.file("steps"), None, "steps", "--profile needs a trace with steps")

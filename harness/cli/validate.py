@@ -88,10 +88,10 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
                                               "every step takes its expected time)")
     import pandas as pd
 
-    from estimators.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
-    from estimators.profile import load_profile
+    from estimators.timemodel.calibrate import CalibrationConfig, best_form, build_profile, fit_forms, load_steps
+    from estimators.timemodel.profile import load_profile
+    from harness.twin.fidelity.validate import validate as run_validation
     from harness.twin.simulation import write_twin_trace
-    from harness.twin.validate import validate as run_validation
     from reports.results import result_header
     from reports.serving import format_serving, tidy
     from traces.client_join import client_ttft_check, read_join

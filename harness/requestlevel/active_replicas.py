@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.fleet import FleetSpec
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.replay import replay_requests

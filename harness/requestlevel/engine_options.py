@@ -60,7 +60,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.frontend import FrontEnd
 from traces.errors import BadOption
 

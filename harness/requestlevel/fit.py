@@ -44,10 +44,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from estimators.batch_features import term_names
-from estimators.batch_fit import NoiseModel
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.features import term_names
+from estimators.timemodel.fit import NoiseModel
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.simplex import nelder_mead
@@ -586,7 +586,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     opened = [open_trace(p) for p in paths]
     stated = trace_engine(opened)
     engine = request_engine(None, options, stated=stated)
-    from harness.twin.memory import refuse_engine_memory
+    from harness.twin.pools.memory import refuse_engine_memory
 
     refuse_engine_memory(engine, fleet.replicas if fleet else 1)
     rts = [RequestTrace.of(t).warmed("warm" if str(p) in warm_set else "cold").windowed(fit_window)

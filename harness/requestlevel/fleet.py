@@ -49,7 +49,7 @@ ROUND_ROBIN, RANDOM, LEAST_REQUESTS = "round-robin", "random", "least-requests"
 ASSIGN = (ROUND_ROBIN, RANDOM, LEAST_REQUESTS)
 LOGGED = "logged"  # the log's own instance_id column
 DEFAULT_SEEDS = 5
-MAX_REPLICAS = 4096  # as a pool's entry (harness.twin.pools)
+MAX_REPLICAS = 4096  # as a pool's entry (harness.twin.pools.spec)
 INSTANCE_COLUMN = "instance_id"
 
 
@@ -232,7 +232,7 @@ class ScoredFleet:
     given)."""
 
     spec: FleetSpec | None
-    pool: object | None  # harness.twin.pools.Pool
+    pool: object | None  # harness.twin.pools.spec.Pool
     profile_ref: object  # a profile's path or name, as --profile takes it
     frontend: object | None  # harness.requestlevel.frontend.FrontEnd; None: the profile's
     frontend_overhead_s: float | None  # None: the profile's
@@ -258,7 +258,7 @@ def _pool_spec(ref, assign: str | None, seeds: int, writes: tuple[str, ...] | No
     """A pool of one model's identical replicas as a fleet."""
     from dataclasses import asdict
 
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     pool = load_pool(ref, serial_frontend=True, profiles=writes is None)
     insts = pool.instances

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.cache import given_hits
 from harness.requestlevel.fleet import Fleet
 from harness.requestlevel.request_trace import RequestTrace
-from harness.twin.pools import replica_id
+from harness.twin.pools.spec import replica_id
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, TwinResult
 from routers.simple import residents_of
 from traces.steplog import StepLog

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimators.calibrate import load_steps
-from estimators.derived import throughput_params
+from estimators.baselines.params import throughput_params
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile, load_profile
+from estimators.timemodel.calibrate import load_steps
+from estimators.timemodel.profile import BatchTimeProfile, load_profile
 from harness.requestlevel.cache import WARM_LEAD_S
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.validate import RequestTrace, replay_requests
@@ -73,7 +73,7 @@ def baseline_params(rts: list[RequestTrace], profile: BatchTimeProfile, engine: 
     steps with the measured TTFTs. A warm trace's warm-up (before its first
     arrival) is left out of all of them. A fleet's replicas replay one
     engine: the parameters are its first replica's."""
-    from estimators.derived import lps_params, pooled_lps, request_params
+    from estimators.baselines.params import lps_params, pooled_lps, request_params
     from traces.store import open_trace
 
     # the baselines read snapshots rebuilt by walking the step log in synchronous order
@@ -153,7 +153,7 @@ def reconstruct_for_estimate(trace, trace_dir, profile_ref: str | None, engine_o
     options = {**spec.engine, **parse_engine_options(engine_opts)}
     stated = trace_engine([trace])
     engine, marks = request_engine_marked(profile, options, stated=stated)
-    from harness.twin.memory import refuse_engine_memory
+    from harness.twin.pools.memory import refuse_engine_memory
 
     refuse_engine_memory(engine, spec.replicas)
     known = {"engine_marks": marks_json(engine, marks), "caveats": trace_caveats([trace])}

@@ -23,14 +23,14 @@ from dataclasses import replace
 import numpy as np
 
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.cache import given_hits, warm_fits, warm_input
 from harness.requestlevel.delivery import replay_with_deliveries
 from harness.requestlevel.fleet import LEAST_REQUESTS, LOGGED, logged_instances, replica_seed, static_assignment
 from harness.requestlevel.fleet_replay import least_requests_assignment, merge_replicas
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.request_trace import RequestTrace
-from harness.twin.pools import replica_id
+from harness.twin.pools.spec import replica_id
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 
 

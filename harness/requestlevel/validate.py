@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimators.accuracy import error_summary
 from estimators.engine.config import InstanceConfig
-from estimators.profile import BatchTimeProfile
+from estimators.evaluate.accuracy import error_summary
+from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.fleet import FleetSpec
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.replay import replay_requests
@@ -226,7 +226,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     )
     from harness.requestlevel.fleet import LOGGED, logged_instances
     from harness.requestlevel.score_window import refuse_small_window
-    from harness.twin.memory import refuse_engine_memory
+    from harness.twin.pools.memory import refuse_engine_memory
     from harness.twin.simulation import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header

@@ -12,4 +12,6 @@ request sent to one backend, its answer streamed back unchanged),
 (the aiohttp routes and the routing step), ``server`` (binding, signals,
 the log written at exit). aiohttp and prometheus_client are imported only
 here (extra ``serve``).
+
+May import ``harness.serve``, ``harness.twin`` and the layers below the harness.
 """

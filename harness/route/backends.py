@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from estimators.engine.config import InstanceConfig
 from harness.twin.instance import InstanceSpec
-from harness.twin.pools import Pool
+from harness.twin.pools.spec import Pool
 from traces.errors import BadOption
 from traces.limits import MAX_TOKENS
 

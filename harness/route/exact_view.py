@@ -39,7 +39,7 @@ from harness.route.backends import Backend
 from harness.serve.clock import Clock
 from harness.serve.protocol import loads_bounded
 from harness.serve.state_feed import decode
-from harness.twin.stale_view import StaleView
+from harness.twin.views.stale import StaleView
 from traces.limits import MAX_TIME_S
 
 RECONNECT_S = 1.0

@@ -12,7 +12,7 @@ fed every request the proxy dispatches there. A shadow request runs to its
 ``max_tokens`` (a bound the client stated: never the truth) and leaves the
 shadow when the proxy sees the real request end (its last chunk, an error
 or the client going away), as an abort at the next step boundary. Routers
-read each shadow through its ``HonestView`` (``harness.twin.honest_view``,
+read each shadow through its ``HonestView`` (``harness.twin.views.honest``,
 the same object the offline twin hands them): residents' targets are the
 predicted lengths they were told, never ``max_tokens``.
 
@@ -30,8 +30,8 @@ import numpy as np
 from harness.route.backends import Backend
 from harness.serve.clock import Clock
 from harness.serve.engine import Served, ServedEngine
-from harness.twin.honest_view import HonestView
 from harness.twin.instance import TwinConfig
+from harness.twin.views.honest import HonestView
 
 
 @dataclass

@@ -7,7 +7,7 @@ times ``--speed``) each backend's ``/metrics``
 is read for ``vllm:num_requests_running``, ``vllm:num_requests_waiting``
 and ``vllm:kv_cache_usage_perc``. At each answer the backend's view is
 *published* as the stale view of the offline twin publishes one
-(``harness.twin.stale_view.publish``): a copy of the ledger's engine
+(``harness.twin.views.stale.publish``): a copy of the ledger's engine
 reconstruction (``harness.route.ledger``) at that instant; when the gauges
 count more requests on the backend than the ledger knows (traffic that did
 not come through this proxy), the difference joins the copy as arrivals of
@@ -40,7 +40,7 @@ from harness.route.backends import Backend
 from harness.route.forward import BackendFailed, bounded_read
 from harness.route.ledger import Ledger
 from harness.serve.clock import Clock
-from harness.twin.stale_view import StaleViews, ViewConfig, publish
+from harness.twin.views.stale import StaleViews, ViewConfig, publish
 
 GAUGES = {b"vllm:num_requests_running": "running", b"vllm:num_requests_waiting": "waiting",
           b"vllm:kv_cache_usage_perc": "kv"}

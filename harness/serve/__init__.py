@@ -9,4 +9,6 @@ One module per job: ``clock`` (twin time to wall time, ``--speed``),
 ``recording`` (the trace ``--record`` writes), ``server`` (every instance
 of a pool on its own port, signals, the lag report). aiohttp and
 prometheus_client are imported only here (extra ``serve``).
+
+May import ``harness.twin`` and the layers below the harness.
 """

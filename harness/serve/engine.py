@@ -1,6 +1,6 @@
 """One instance of the twin served in real time.
 
-The twin's own ``Instance`` and kernel (``harness.twin.kernel.advance``)
+The twin's own ``Instance`` and kernel (``harness.twin.loop.kernel.advance``)
 plan and time every step; this module only decides *when* to call them:
 at each event the instance says is due (``Instance.due``: a step's end or
 the end of the inter-step gap, i.e. the next ``schedule()``), once the wall
@@ -39,8 +39,8 @@ from estimators.engine.layout import F_OUTPUTS, F_PREEMPTIONS, F_RID, S_NPREEMPT
 from harness.serve.abort import abort_slot, take_from_inbox
 from harness.serve.clock import Clock
 from harness.serve.prefix import GrowingHashes
-from harness.twin import kernel as tk
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
+from harness.twin.loop import kernel as tk
 
 VOCAB = 8192  # ../shared/models' word-level tokenizer: ids 0-2 are <unk>, <s>, </s>
 HOLD_S = 1e-6  # twin seconds: how far past a step's end the next schedule() is held while aborts land

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.twin.instance import TwinConfig
-from harness.twin.pools import Pool
+from harness.twin.pools.spec import Pool
 from harness.twin.simulation import Twin, fixed_router
 from traces.store import Trace
 

@@ -27,7 +27,7 @@ from harness.serve.engine import ServedEngine
 from harness.serve.metrics import EngineMetrics
 from harness.serve.prefix import pool_hash_block
 from harness.twin.instance import InstanceSpec, TwinConfig
-from harness.twin.pools import Pool
+from harness.twin.pools.spec import Pool
 
 HOST = "127.0.0.1"
 DRAIN_S = 2.0  # wall seconds open handlers get to send their error event at shutdown

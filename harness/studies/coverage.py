@@ -11,7 +11,7 @@ pending, not scored.
 ``latroute study coverage RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate[=STEP]]``
 (recordings imported with ``latroute trace import vllm-record``; ``--in-sample``: each recording
 calibrated on itself, the ceiling when the profile comes from the same run and host; ``--recalibrate``:
-the quantiles recalibrated online from earlier first tokens, ``estimators.recalibration``, and the
+the quantiles recalibrated online from earlier first tokens, ``estimators.evaluate.conformal``, and the
 model's own coverage reported beside it).
 """
 from __future__ import annotations
@@ -20,11 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from estimators.calibrate import CalibrationConfig, best_form, build_profile, calibrate_instance, fit_forms, load_steps
 from estimators.estimate import QUANTILE_COLUMNS, RAW_QUANTILE_COLUMNS, EstimateConfig, coverage, estimate_trace
-from estimators.online_speed import OnlineSpeedConfig
-from estimators.recalibration import RecalibrationConfig, recalibrate
-from harness.twin.decisions import decision_agreement
+from estimators.evaluate.conformal import RecalibrationConfig, recalibrate
+from estimators.timemodel.calibrate import (
+    CalibrationConfig,
+    best_form,
+    build_profile,
+    calibrate_instance,
+    fit_forms,
+    load_steps,
+)
+from estimators.timemodel.online_speed import OnlineSpeedConfig
+from harness.twin.fidelity.decisions import decision_agreement
 from traces.store import open_trace
 
 CALIBRATE_ON = {"d1_": "d2_", "d2_": "d1_", "d4_": "d1_", "d5_": "d1_", "d6_": "d1_", "d7_": "d1_",

@@ -98,7 +98,7 @@ def diagnose(pool: str, rate: float, requests: int, router: str, seed: int = 0, 
     policy (``oracle``: routers told the true output lengths, which says how much of the error at the SLO's
     edge is the residents' unknown lengths)."""
     from harness.sweep.driver import Cell, SweepSpec, cell_workload
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import replay
 
     spec = SweepSpec(pool=pool, requests=requests, noise=noise, lengths=lengths)
@@ -135,7 +135,7 @@ def run(pool: str, rate: float, requests: int, router: str, seed: int, ties: str
     out.mkdir(parents=True, exist_ok=True)
     d.to_parquet(out / "decisions.parquet", index=False)
     s = summarize(d)
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     s.update({"pool": pool, "rate": rate, "router": router, "seed": seed, "ties": ties,
               "lengths": lengths, "noise": "on" if noise else "off",

@@ -113,7 +113,7 @@ def fit(trace: Path, window: tuple[float, float], variant: Variant, out: Path, b
 def targets(trace: Path, profile_path: Path, window: tuple[float, float]) -> dict:
     """The engine view's five figures (``harness.requestlevel.engine_view``) over the requests in
     ``window``, the twin replaying every request with the profile."""
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
 
     return targets_of(trace, load_profile(profile_path), window)
 
@@ -143,7 +143,7 @@ def targets_of(trace: Path, prof, window: tuple[float, float]) -> dict:
 def figure_intervals(trace: Path, profile_path: Path, draws: np.ndarray, window: tuple[float, float]) -> dict:
     """Each figure's 2.5th-97.5th percentile over the fit's bootstrap draws (``RequestFit.draws``), each
     draw's values replayed as the profile: how far the fit window alone pins the figure down."""
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
     from harness.requestlevel.fit import profile_of
 
     base = load_profile(profile_path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from estimators.profile import load_profile
+from estimators.timemodel.profile import load_profile
 from harness.requestlevel.engine_options import parse_engine_options, request_engine
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.validate import RequestTrace, replay_requests

@@ -81,7 +81,7 @@ def study(out: Path, workload: Path, profile: Path, runs: int, requests: int, th
     """``runs`` short real runs, each after the fixed work; one line per run."""
     import numpy as np
 
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
 
     if thp:
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # inherited by the servers real_run starts

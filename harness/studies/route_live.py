@@ -110,7 +110,7 @@ def pool_with(pool_path: Path, out: Path, urls: list[str] | None, calib: dict | 
 
 def calibrate(python: str, pool_path: Path, trace: Path, out: Path) -> dict:
     """Record ``trace`` round robin on fresh servers, then ``fit``."""
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     names = [c.model for c in load_pool(pool_path).instances]
     with ExitStack() as stack:
@@ -125,7 +125,7 @@ def fit(pool_path: Path, session: Path, out: Path) -> dict:
     """Each server's profile fitted on its recording (``latroute
     calibrate``), its KV blocks as vLLM sized them, and the front end:
     median(client TTFT - engine TTFT) over both servers' requests."""
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.store import open_trace
 
     profiles, engine, gaps = {}, {}, []
@@ -184,7 +184,7 @@ def measure(run_dir: Path, trace: Path, pool_ref: str, speed: float) -> dict:
     """One run's figures (``measured_ontime``) from its client trace (TTFT,
     in backend seconds) and decision log (the backend chosen)."""
     from harness.studies.live_workload import measured_ontime
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.store import open_trace
 
     pool = load_pool(pool_ref)
@@ -253,7 +253,7 @@ def study(out: Path, pool: Path | str, pool_ref: str, routers: list[str], repeat
 
 def real_main(a) -> None:
     from harness.studies.live_workload import cpu_workload, task_accuracy
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     python = a.vllm_python or os.environ.get("LATROUTE_VLLM_PYTHON")
     if not python:
@@ -294,7 +294,7 @@ def real_main(a) -> None:
 
 
 def serve_main(a) -> None:
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -328,7 +328,7 @@ def serve_main(a) -> None:
 def backends_main(a) -> None:
     """The study on servers that are already running (the pool's urls)."""
     from harness.route.backends import pool_backends
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     out, pool, trace = a.out.resolve(), a.pool.resolve(), a.trace.resolve()
     pool_backends(load_pool(pool))  # every entry names its server, before any run

@@ -51,7 +51,7 @@ def view_metrics(log: Path) -> dict:
 
 def run(pool: str, router: str, views: list[str], requests: int, rate: float, speed: float, seed: int,
         work: Path, repeats: int = 1) -> pd.DataFrame:
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     n = len(load_pool(pool).instances)
     trace = work / "workload"

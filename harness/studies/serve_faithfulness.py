@@ -40,7 +40,7 @@ def wait_healthy(url: str, seconds: float) -> None:
 
 
 def measure(out: Path, pool_ref: str, rate: float, n: int, port_base: int, stream_interval: int) -> None:
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     out.mkdir(parents=True, exist_ok=True)
     pool = load_pool(pool_ref)
@@ -69,8 +69,8 @@ def compare(out: Path, pool_ref: str) -> dict:
     import numpy as np
 
     from harness.serve.faithful import offline_on_served
-    from harness.twin.decisions import decision_agreement
-    from harness.twin.pools import load_pool
+    from harness.twin.fidelity.decisions import decision_agreement
+    from harness.twin.pools.spec import load_pool
     from traces.store import open_trace
 
     rec = open_trace(out / "rec")

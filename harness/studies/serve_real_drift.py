@@ -32,7 +32,7 @@ LAGS = (1, 5, 20, 100)
 
 
 def step_ratios(rep: Path, run: str) -> np.ndarray:
-    from estimators.profile import load_profile
+    from estimators.timemodel.profile import load_profile
 
     return ratios(load_profile(rep / "tiny-a.json"), rep / run / "rec.t")
 

@@ -71,7 +71,7 @@ def latroute(*args, **kw) -> subprocess.Popen:
 
 
 def measure(out: Path, pool_ref: str, rate: float, n: int, port_base: int, interval: int, spy: str | None) -> dict:
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
     from traces.store import open_trace
 
     out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import pandas as pd
 from estimators.learned.model import RETRAIN_EVERY_S, WINDOW
 from harness.sweep.backends import check_ray, latched_interrupts, run_cells
 from harness.sweep.store import SweepStore, cell_key, check_sweep_out
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, WorkloadInputs, replay, workload_inputs
 from harness.twin.simulation import InstanceSpec
 from reports.paired_stats import mean_ci, paired

@@ -8,7 +8,7 @@ between its option checks and opening the sweep's store.
 from __future__ import annotations
 
 from harness.sweep.driver import Cell, SweepSpec, cell_workload
-from harness.twin.pools import load_pool
+from harness.twin.pools.spec import load_pool
 from harness.twin.replay import WorkloadInputs, workload_inputs
 from harness.twin.simulation import InstanceSpec
 from traces.errors import BadOption

@@ -9,7 +9,7 @@ fleet; popping only the due ones from a heap gives exactly the same calls
 that do anything, in the same per-instance order, so the results are the
 same bytes. The queue also records which instances changed (advanced or
 handed a request), so only their views need refreshing
-(``harness.twin.fleet_views``).
+(``harness.twin.views.fleet``).
 
 The heap, the due times and the changed set are plain arrays worked by
 ``harness.twin.fleet_kernel``, which also runs the due instances' steps in

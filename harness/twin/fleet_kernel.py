@@ -1,6 +1,6 @@
 """Advance several due instances in one compiled call.
 
-Why: a call into ``harness.twin.kernel.advance`` from Python unboxes some
+Why: a call into ``harness.twin.loop.kernel.advance`` from Python unboxes some
 fifty arrays (the instance's bundles), about as long as a few simulated
 steps; at hundreds of instances an arrival finds dozens due, each with a
 step or two to run, so the calls, not the steps, were the cost. The event
@@ -12,7 +12,7 @@ call per instance would: the results are the same bytes.
 The work of ``advance_queued``, ``bring_one`` and ``place_one`` is
 compiled without Numba's runtime (``_nrt=False``; their entries from
 Python, which must unbox the typed list, only call it): the instance's
-bundle is borrowed from the list (``harness.twin.borrow``) and no array
+bundle is borrowed from the list (``harness.twin.loop.borrow``) and no array
 is reference-counted in the steps they run (``kernel.advance`` is compiled
 the same way). Taking each bundle with a reference, and every inner call
 taking its arrays with one, was a seventh of an sfs-cc replay at 24
@@ -25,9 +25,9 @@ from numba import njit
 from numba.typed import List
 
 from estimators.engine.layout import F_HIT, F_PROMPT, F_RID, F_STATUS, F_TARGET, S_NFREE_SLOTS, S_NR, S_WN, ST_PENDING
-from harness.twin import kernel as tk
-from harness.twin.borrow import borrow_item
-from harness.twin.honest_view import copy_predicted, honest_scalars
+from harness.twin.loop import kernel as tk
+from harness.twin.loop.borrow import borrow_item
+from harness.twin.views.honest import copy_predicted, honest_scalars
 
 # when the queue advances an instance (``EventQueue.lazy``): at each of its events (EAGER), at the end of the
 # steady run in flight (LAZY: a router that reads only resident counts), or only when a router reads its view or

@@ -1,7 +1,7 @@
 """One simulated vLLM instance of the twin (``Instance``): its scheduler
 state, in-flight step, inbox, noise stream, learned host speed and step log,
-driven by ``harness.twin.kernel``; the ``HonestView`` it keeps for routers
-(``harness.twin.honest_view``: refreshed by ``sync_view`` before each
+driven by ``harness.twin.loop.kernel``; the ``HonestView`` it keeps for routers
+(``harness.twin.views.honest``: refreshed by ``sync_view`` before each
 decision, it holds no reference to the instance, so nothing a router walks
 reaches the truth); and, for the oracle router only, a clairvoyant fork of
 its true future (``true_first_token``). The pool-wide replay is
@@ -18,14 +18,14 @@ from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import S_NR, S_WN, ST_PENDING
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import rng_state
-from estimators.online_speed import HALF_LIFE_STEPS, baseline_log_ratio
-from estimators.profile import BatchTimeProfile, load_profile
 from estimators.snapshot import RateTracker, Snapshot
-from estimators.step_ratios import CLIP_LOG
-from estimators.time_model import time_model
-from harness.twin import kernel as tk
-from harness.twin import run_memo
-from harness.twin.honest_view import H_STEPS, NH, HonestView, async_host, copy_predicted, honest_scalars
+from estimators.timemodel.kernel_form import time_model
+from estimators.timemodel.online_speed import HALF_LIFE_STEPS, baseline_log_ratio
+from estimators.timemodel.profile import BatchTimeProfile, load_profile
+from estimators.timemodel.step_ratios import CLIP_LOG
+from harness.twin.loop import kernel as tk
+from harness.twin.loop import run_memo
+from harness.twin.views.honest import H_STEPS, NH, HonestView, async_host, copy_predicted, honest_scalars
 from traces.steplog import StepLog
 
 LOG_STEPS = 1 << 15
@@ -73,7 +73,7 @@ class TwinConfig:
     noise: bool = True
     record_steps: bool = True
     frontend_overhead_s: float | None = None  # added to every TTFT; None = the pool's (0 without a pool)
-    skip: bool = True  # exact event skipping in the kernel (``harness.twin.skip``); off: every step scheduled
+    skip: bool = True  # exact event skipping in the kernel (``harness.twin.loop.skip``); off: every step scheduled
 
 
 _ADVANCE = None
@@ -99,7 +99,7 @@ class Instance:
         self.fork_outcomes = fork_outcomes if fork_outcomes is not None else ForkOutcomes(0)
         self.spec = spec
         self.instance_id = spec.instance_id
-        self.asynchronous = bool(spec.config.async_scheduling)  # vLLM's batch queue (harness.twin.async_loop)
+        self.asynchronous = bool(spec.config.async_scheduling)  # vLLM's batch queue (harness.twin.loop.async_loop)
         self.state = SchedState.new(spec.config, capacity=256)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)

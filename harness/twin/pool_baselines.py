@@ -27,12 +27,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from estimators.calibrate import load_steps
-from estimators.derived import throughput_params
+from estimators.baselines.params import throughput_params
 from estimators.estimate import BaselineParams, EstimateConfig, estimate_trace
-from estimators.profile import load_profile
+from estimators.timemodel.calibrate import load_steps
+from estimators.timemodel.profile import load_profile
 from harness.twin.baseline_cache import cached_json
-from harness.twin.pools import Pool, load_pool
+from harness.twin.pools.spec import Pool, load_pool
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, shortest_queue_router, write_twin_trace
 from traces.arrivals import ArrivalSpec
 from traces.store import TraceWriter, open_trace

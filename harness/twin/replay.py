@@ -27,9 +27,9 @@ import pandas as pd
 
 from estimators.learned.model import MIN_SAMPLES, RETRAIN_EVERY_S, WINDOW, LearnedConfig
 from harness.twin.pool_baselines import pool_baselines
-from harness.twin.pools import Pool
+from harness.twin.pools.spec import Pool
 from harness.twin.simulation import Twin, TwinConfig, TwinResult
-from harness.twin.stale_view import StaleViews, ViewConfig
+from harness.twin.views.stale import StaleViews, ViewConfig
 from routers.base import RouteInputs
 from routers.chance import DEFAULT_EPSILON
 from routers.fleet import DEFAULT_TIES, TIE_POLICIES
@@ -140,9 +140,9 @@ def warm_up(specs=None, router="sfs-hard", overhead: float = 0.0, **router_optio
     compiled both."""
     t0 = time.perf_counter()
     if specs is None:
-        from estimators.batch_fit import NoiseModel
         from estimators.engine.config import InstanceConfig
-        from estimators.profile import BatchTimeProfile
+        from estimators.timemodel.fit import NoiseModel
+        from estimators.timemodel.profile import BatchTimeProfile
         from harness.twin.simulation import InstanceSpec
 
         prof = BatchTimeProfile("warm", "eq9", np.array([1e-3, 1e-6, 0.0, 0.0]), NoiseModel(log_sigma=0.01))

@@ -32,11 +32,11 @@ from estimators.engine.config import instances_table
 from estimators.engine.layout import FINISH_REASONS
 from estimators.plugins import PluginError
 from estimators.trace_blocks import request_hashes
-from harness.twin import kernel as tk
 from harness.twin.event_queue import EventQueue
-from harness.twin.fleet_views import FleetViews, IndexedFleetViews
 from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
-from harness.twin.pools import Pool
+from harness.twin.loop import kernel as tk
+from harness.twin.pools.spec import Pool
+from harness.twin.views.fleet import FleetViews, IndexedFleetViews
 from routers.base import SHED
 from routers.base import Router as TimedRouter
 from traces.steplog import StepLog
@@ -196,11 +196,11 @@ class Twin:
         blocks by ``hash_ids`` (one per ``hash_block_tokens`` tokens, the
         trace's meta.json); without ids every block is the request's own.
         ``hits`` gives hits outright to instances without caching. ``views``:
-        a ``harness.twin.stale_view.StaleViews`` (routers then see the state
+        a ``harness.twin.views.stale.StaleViews`` (routers then see the state
         published at an interval, not the live instances).
 
         The router is handed each instance's ``HonestView``
-        (``harness.twin.honest_view``), never the instance, unless it
+        (``harness.twin.views.honest``), never the instance, unless it
         declares itself an oracle (``router.oracle is True``: the
         ``oracle`` router and plug-ins whose entry says so). ``predicted``:
         the output lengths the router was told (``RouteInputs.pred_total``),
@@ -379,17 +379,6 @@ def fixed_router(assignment: np.ndarray) -> Router:
 
     route.blind = True
     route.sheds = bool((np.asarray(assignment) == SHED).any())
-    return route
-
-
-def round_robin_router() -> Router:
-    state = {"next": 0}
-
-    def route(i: int, t: float, insts: list[Instance]) -> int:
-        j = state["next"] % len(insts)
-        state["next"] += 1
-        return j
-
     return route
 
 
