@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.twin.stale_view import StaleViews
+from harness.twin.views.stale import StaleViews
 
 
 @pytest.fixture()
@@ -17,7 +17,7 @@ def views(monkeypatch):
     from harness.route.ledger import Ledger
     from harness.route.metrics_view import Gauges, MetricsViews
     from harness.serve.clock import Clock
-    from harness.twin.pools import load_pool
+    from harness.twin.pools.spec import load_pool
 
     bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
     book = RequestBook([b.model for b in bk], np.zeros(3), np.zeros(3), InputPolicies(), 64)
