@@ -30,6 +30,7 @@ def test_the_speed_range_is_stated_in_both_helps():
                                       ("http://127.0.0.1:8100,,http://127.0.0.1:8102", "item 2 is not an http(s) URL"),
                                       ("ftp://127.0.0.1:8100", "not an http(s) URL")])
 def test_backend_urls_are_checked(tmp_path, url, frag):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     assert_refused(run_cli("route", "--pool", "qwen3-h100", "--backends", url, "--router", "sfs-cc", "--listen",
                            "127.0.0.1:8200"), None, "error: --backends:", frag)
     out = tmp_path / "lg"
@@ -45,6 +46,7 @@ def test_loadgen_base_url_port_is_checked(tmp_path):
 
 @pytest.mark.parametrize("n", ["99999999999999999999", "16777217", "0", "\u00b2"])
 def test_route_constant_lengths_within_the_engines_limit(n):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     assert_refused(run_cli("route", "--pool", "qwen3-h100", "--backends", POOL3, "--router", "sfs-cc", "--listen",
                            "127.0.0.1:8200", "--lengths", f"constant:{n}"), None, "--lengths",
                    "N in [1, 16777216]")
@@ -118,6 +120,7 @@ def test_validate_score_window_without_requests_is_refused(tmp_path):
 
 
 def test_a_pool_entrys_url_port_is_checked(tmp_path):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     import json
 
     pool = tmp_path / "u.json"

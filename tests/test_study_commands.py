@@ -55,12 +55,15 @@ def test_every_study_module_has_its_command():
     (["coverage", "{d}", "{d}/cov.json"], "holds no recording"),
 ])
 def test_a_study_refuses_the_wrong_directory_in_one_line(tmp_path, args, fragment):
+    if args[0] == "serve-real":  # run against real servers: the serve extra first, refused before its options
+        pytest.importorskip("prometheus_client", reason="latroute study serve-real needs the serve extra")
     d = tmp_path / "not-a-study"
     d.mkdir()
     refused_cleanly(["study", *(a.format(d=d) for a in args)], [tmp_path], fragment)
 
 
 def test_serve_real_refuses_options_that_would_do_nothing(tmp_path):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     refused_cleanly(["study", "serve-real", tmp_path / "o", "--compare-only", "--only", "real1"], [tmp_path],
                     "--compare-only")
     refused_cleanly(["study", "serve-real", tmp_path / "o", "--only", "real9", "--workload", tmp_path], [tmp_path],
@@ -69,6 +72,7 @@ def test_serve_real_refuses_options_that_would_do_nothing(tmp_path):
 
 
 def test_route_live_refuses_options_that_would_do_nothing_or_mean_nothing(tmp_path):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     pool = ROOT / "docs" / "pools" / "tiny-ab.json"
     refused_cleanly(["study", "route-live", "real", tmp_path / "o", "--pool", pool, "--calibrate-only"], [tmp_path],
                     "--calibrate-only", "--calibrate")

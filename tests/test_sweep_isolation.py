@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PLUGIN = "tests.plugin_router_views:LeastLoaded"
@@ -51,6 +52,7 @@ def test_sweep_plugin_timeout_alone_is_refused(tmp_path):
 
 
 def test_route_refuses_isolate_plugins_by_name(tmp_path):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     for extra in (["--isolate-plugins"], ["--isolate-plugins", "--plugin-timeout", "5"], ["--plugin-timeout", "5"]):
         r = latroute("route", "--pool", "qwen3-h100", "--backends", "http://127.0.0.1:1,http://127.0.0.1:2,"
                      "http://127.0.0.1:3", "--router", PLUGIN, "--listen", "127.0.0.1:1", *extra)

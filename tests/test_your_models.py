@@ -219,6 +219,7 @@ def test_route_book_takes_a_constant_slo_accuracy_one_and_a_quality_files_star_r
 
 
 def test_route_refuses_a_bad_constant_slo_and_a_quality_file_for_other_models(tmp_path, qfile):
+    pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
     pytest.importorskip("aiohttp")
     args = ("route", "--pool", POOL, "--backends", "http://127.0.0.1:9,http://127.0.0.1:10", "--router",
             "shortest-queue", "--listen", "127.0.0.1:8299")
