@@ -3,7 +3,7 @@ against a real ``latroute serve`` and a real ``latroute route``, the
 proxy's backend a fake whose answer to each request is drawn too (usage
 counts of any JSON value, bodies of any bytes, streams with or without
 tokens, 5xx). After every request both servers' ``/health`` answer within
-100 ms; at SIGTERM both exit 0 with no traceback, the recording holds
+100 ms and each holds under 1 GiB; at SIGTERM both exit 0 with no traceback, the recording holds
 every request ``serve`` answered 200 and the decision log every request
 ``route`` did not refuse (a refusal, 4xx, consumes nothing and is not
 logged; the fake never answers 4xx itself)."""
@@ -13,7 +13,7 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_route_live import _read_log, _stop
@@ -102,6 +102,9 @@ def servers(tmp_path_factory):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(body=bodies, rid=request_ids, behaviour=behaviours)
+# one well-formed request with a valid id first, whatever the draws: the runs' end checks what was kept
+@example(body=("/v1/completions", b'{"prompt": "w1 w2", "max_tokens": 2}'), rid="fuzz-well-formed",
+         behaviour=("usage", "2", b""))
 def test_fuzzed_clients_and_backend(servers, body, rid, behaviour):
     run = servers
     run["n"] += 1
@@ -122,6 +125,23 @@ def test_fuzzed_clients_and_backend(servers, body, rid, behaviour):
     if not 400 <= code < 500:
         run["route_taken"].add(routed_id)
     assert health_ms(run["base"]) < HEALTH_MS and health_ms(run["port"]) < HEALTH_MS
+    for proc in run["procs"]:  # memory bounded whatever the clients and the backend sent
+        assert rss_bytes(proc.pid) < RSS_LIMIT, (proc.args, rss_bytes(proc.pid))
+
+
+RSS_LIMIT = 1 << 30  # bytes a server may hold during the fuzz (each starts near 150-250 MB)
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident set (Linux ``/proc``; 0 where there is none)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def test_fuzzed_runs_end_whole(servers):
