@@ -553,9 +553,8 @@ def router_shares(sweeps: tuple[Path, ...], reference: str) -> None:
 @click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--online-speed", is_flag=True, help="SFS's online speed correction on.")
 @click.option("--in-sample", is_flag=True, help="Each recording calibrated on itself (the ceiling).")
-@click.option("--recalibrate", "step", type=Finite(0.0, 1.0, min_open=True), is_flag=False, flag_value=0.1,
-              default=None, help="Recalibrate the quantiles online from earlier first tokens, at this step "
-                                 "(--recalibrate alone: 0.1).")
+@click.option("--recalibrate", "step", type=Finite(0.0, 1.0, min_open=True), default=None, metavar="STEP",
+              help="Recalibrate the quantiles online from earlier first tokens, at this step (the page's: 0.1).")
 def coverage(recordings: Path, out: Path, online_speed: bool, in_sample: bool, step: float | None) -> None:
     """Coverage of SFS's TTFT distribution on every vLLM recording in a directory, each scored out of sample.
 

@@ -8,7 +8,7 @@ Recordings whose decision agreement with the kernel is below 100% (the
 prefix-cache ones before the prefix-cache kernel lands) are reported as
 pending, not scored.
 
-``latroute study coverage RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate[=STEP]]``
+``latroute study coverage RECORDINGS_DIR OUT.json [--online-speed] [--in-sample] [--recalibrate STEP]``
 (recordings imported with ``latroute trace import vllm-record``; ``--in-sample``: each recording
 calibrated on itself, the ceiling when the profile comes from the same run and host; ``--recalibrate``:
 the quantiles recalibrated online from earlier first tokens, ``estimators.evaluate.conformal``, and the
