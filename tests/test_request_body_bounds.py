@@ -16,7 +16,7 @@ from harness.serve.protocol import MAX_JSON_VALUES, MAX_REQUEST_BODY, json_shape
 from tests.test_route_live import _stop
 from tests.test_route_untrusted import HEALTH_MS, _no_traceback, _proxy, _vllm_error, _while
 from tests.test_serve_http import post, start_serve
-from tests.untrusted_peers import FakeBackend, post_request, status_of
+from tests.untrusted_peers import FakeBackend, post_request, read_answer, status_of
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
@@ -66,17 +66,7 @@ def _send_slowly(port: int, raw: bytes, chunked: bool = False) -> bytes:
                 s.sendall(b"0\r\n\r\n")
         except OSError:
             pass  # refused before the end: the answer is waiting
-        out = b""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                got = s.recv(65536)
-            except (TimeoutError, ConnectionResetError):
-                break
-            if not got:
-                break
-            out += got
-        return out
+        return read_answer(s, 30)
 
 
 def _bounded(port: int) -> None:

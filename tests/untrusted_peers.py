@@ -139,19 +139,25 @@ def raw_request(port: int, data: bytes, half_close: bool = False, timeout: float
         s.sendall(data)
         if half_close:
             s.shutdown(socket.SHUT_WR)
-        out = b""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                got = s.recv(65536)
-            except (TimeoutError, ConnectionResetError):
-                break
-            if not got:
-                break
-            out += got
-            if half_close and b"\r\n\r\n" in out and _complete(out):
-                break
-        return out
+        return read_answer(s, timeout, half_close)
+
+
+def read_answer(s: socket.socket, timeout: float, until_complete: bool = False) -> bytes:
+    """What the server sends on ``s`` until it closes or ``timeout`` passes; ``until_complete``: stop
+    at the end of one whole answer (a half-closed client's server may keep the connection)."""
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = s.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            break
+        if not got:
+            break
+        out += got
+        if until_complete and b"\r\n\r\n" in out and _complete(out):
+            break
+    return out
 
 
 def _complete(raw: bytes) -> bool:
