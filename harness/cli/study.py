@@ -284,15 +284,25 @@ def route_live_diagnose(out: Path) -> None:
     click.echo(diagnose(out.resolve()))
 
 
+def served_workload_options(pool: str, requests: int, requests_help: str):
+    """The pool, workload and ports of a study that drives ``latroute serve`` (its defaults its own)."""
+    def add(f):
+        for option in reversed((
+                click.option("--pool", default=pool, show_default=True, help="Built-in pool or pool file."),
+                click.option("--rate", type=POSITIVE, default=8.0, show_default=True, help="Requests per second."),
+                click.option("--requests", type=COUNT, default=requests, show_default=True, help=requests_help),
+                click.option("--port-base", type=PORT, default=8100, show_default=True,
+                             help="Instance k listens on 127.0.0.1:PORT_BASE+k."),
+                click.option("--stream-interval", type=IntIn(1, 1 << 20), default=1, show_default=True,
+                             help="serve's tokens per streamed chunk."))):
+            f = option(f)
+        return f
+    return add
+
+
 @study.command("serve-faithfulness")
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--pool", default="qwen3-h100", show_default=True, help="Built-in pool or pool file.")
-@click.option("--rate", type=POSITIVE, default=8.0, show_default=True, help="Requests per second.")
-@click.option("--requests", type=COUNT, default=2000, show_default=True, help="Requests of the workload.")
-@click.option("--port-base", type=PORT, default=8100, show_default=True,
-              help="Instance k listens on 127.0.0.1:PORT_BASE+k.")
-@click.option("--stream-interval", type=IntIn(1, 1 << 20), default=1, show_default=True,
-              help="serve's tokens per streamed chunk.")
+@served_workload_options("qwen3-h100", 2000, "Requests of the workload.")
 def serve_faithfulness(out: Path, pool: str, rate: float, requests: int, port_base: int,
                        stream_interval: int) -> None:
     """Compare an emulated run (serve driven by loadgen) with the offline twin's, request for request.
@@ -400,13 +410,7 @@ def real_speed_cause(out: Path, workload: Path, profile: Path, runs: int, reques
 
 @study.command("serve-scale")
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--pool", default="qwen3-h100-x8", show_default=True, help="Built-in pool or pool file.")
-@click.option("--rate", type=POSITIVE, default=8.0, show_default=True, help="Requests per second.")
-@click.option("--requests", type=COUNT, default=800, show_default=True, help="Requests of the generated workload.")
-@click.option("--port-base", type=PORT, default=8100, show_default=True,
-              help="Instance k listens on 127.0.0.1:PORT_BASE+k.")
-@click.option("--stream-interval", type=IntIn(1, 1 << 20), default=1, show_default=True,
-              help="serve's tokens per streamed chunk.")
+@served_workload_options("qwen3-h100-x8", 800, "Requests of the generated workload.")
 @click.option("--py-spy", "spy", help="py-spy's executable: also profile the server, and sort its samples.")
 def serve_scale(out: Path, pool: str, rate: float, requests: int, port_base: int, stream_interval: int,
                 spy: str | None) -> None:
