@@ -164,7 +164,7 @@ def read_quality_file(path: str) -> QualityFile:
     import math
 
     from traces.errors import BadInput
-    from traces.paths import read_text
+    from traces.files.paths import read_text
 
     text = read_text(path, "--quality", max_bytes=QUALITY_FILE_MAX_BYTES)
     lines = [(i, line) for i, line in enumerate(text.splitlines(), 1)

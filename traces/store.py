@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces.errors import BadInput
+from traces.files.jsonio import dump_json, read_json
+from traces.files.outputs import StagedDir
+from traces.files.paths import input_dir, input_file
 from traces.frame_checks import to_arrow, validate_frame
-from traces.jsonio import dump_json, read_json
 from traces.meta_checks import check_meta
-from traces.outputs import StagedDir
-from traces.paths import input_dir, input_file
 from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
 
 if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)

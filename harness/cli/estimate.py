@@ -241,7 +241,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
         require_extra("estimate --estimators learned", "learned")
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
                      "--join": join_dir, "--train-on": train_on, "--pool": fleet_pool})
-    from traces.outputs import StagedDir, check_out, write_json, write_parquet
+    from traces.files.outputs import StagedDir, check_out, write_json, write_parquet
 
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on, fleet_pool])  # before any work
     isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)

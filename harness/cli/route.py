@@ -175,7 +175,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         raise BadOption("--lengths", str(e)) from None
     check_router(router_name)
     if log_dir is not None:
-        from traces.outputs import check_out
+        from traces.files.outputs import check_out
 
         check_out(log_dir, force, option="--log")
     from harness.route.backends import listed_backends, pool_backends

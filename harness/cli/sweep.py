@@ -94,7 +94,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
         return None
     import tomllib
 
-    from traces.paths import read_text
+    from traces.files.paths import read_text
 
     text = read_text(path, "--spec", max_bytes=SPEC_MAX_BYTES)  # no FIFOs, devices, directories; UTF-8
     try:

@@ -184,7 +184,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
       latroute trace generate --out chat --sessions --duration 600 --rate 8 --turns 4
     """
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, inputs=[lengths_from, arrivals_from])  # before any work
     from traces.arrivals import ArrivalSpec, resolve_arrival
@@ -309,7 +309,7 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
     unless --accept-unmodelled, and refuse a run that logged fewer requests than
     it sent unless --allow-incomplete.
     """
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, inputs=[src])  # before any work
     from traces.importers import import_trace

@@ -72,7 +72,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     """
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir,
                      "--pool": fleet_pool})
-    from traces.outputs import StagedDir, check_out, write_json, write_parquet
+    from traces.files.outputs import StagedDir, check_out, write_json, write_parquet
 
     check_out(out, force, inputs=[trace_dir, profile_ref, join_dir, fleet_pool])  # before any work
     if fleet_pool is not None and profile_ref is not None:

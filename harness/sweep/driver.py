@@ -341,7 +341,7 @@ def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None
 def write_sweep_result(store: SweepStore, df: pd.DataFrame, timings: pd.DataFrame, summary: dict,
                        command: str | None = None) -> None:
     from reports.results import result_header
-    from traces.outputs import write_json, write_parquet
+    from traces.files.outputs import write_json, write_parquet
 
     store.finish({"results.parquet": lambda p: write_parquet(Path(p), df),
                   "metrics.parquet": lambda p: write_parquet(Path(p), long_metrics(df)),

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
+from traces.files.jsonio import parse_json
+from traces.files.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
 from traces.frame_checks import validate_frame
-from traces.jsonio import parse_json
 from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
-from traces.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
 from traces.schema import REQUESTS
 from traces.store import TableWriter
 
@@ -45,7 +45,7 @@ class ImportOptions:
 
 
 def require_file(path: Path) -> None:
-    """A regular file latroute may read (traces.paths: no FIFOs, devices,
+    """A regular file latroute may read (traces.files.paths: no FIFOs, devices,
     directories, unreadable files), not empty."""
     input_file(path)
     if path.stat().st_size == 0:
@@ -55,8 +55,8 @@ def require_file(path: Path) -> None:
 def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
     """Yield (1-based line, text, bytes read so far) of a UTF-8 text file,
     streaming: a line that is not UTF-8 or is longer than
-    ``traces.paths.LINE_MAX_BYTES`` is refused with its row (the rule of
-    ``traces.paths.decode_text``, which needs the whole file in memory; a
+    ``traces.files.paths.LINE_MAX_BYTES`` is refused with its row (the rule of
+    ``traces.files.paths.decode_text``, which needs the whole file in memory; a
     leading UTF-8 byte-order mark is stripped)."""
     require_file(path)
     read = 0

@@ -27,6 +27,7 @@ import pandas as pd
 
 from traces.consistency import Where, check_recording, check_request_times
 from traces.errors import BadInput
+from traces.files.jsonio import read_json
 from traces.frame_checks import first_true, validate_frame
 from traces.importers.common import (
     ImportOptions,
@@ -43,7 +44,6 @@ from traces.importers.record_checks import (
     check_request_lengths,
     check_token_times,
 )
-from traces.jsonio import read_json
 from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.prefix_blocks import parse_id_list
 from traces.schema import REQUESTS

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
+from traces.files.jsonio import read_json
 from traces.frame_checks import validate_frame
 from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
 from traces.importers.completeness import UNKNOWN, Completeness, counted, enforce, ranges
@@ -45,7 +46,6 @@ from traces.importers.engine_settings import check_served, parse_engine_override
 from traces.importers.reqstats_engine import engine_config, kv_from_usage
 from traces.importers.reqstats_kv import held_blocks, peak_blocks
 from traces.importers.unmodelled import check_accept_keys
-from traces.jsonio import read_json
 from traces.limits import MAX_EPOCH_S, MAX_ID, shown
 from traces.schema import ENGINE_SERIES, REQUESTS
 from traces.store import TraceWriter
