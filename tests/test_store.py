@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import assert_refused, run_cli
+from traces.datamodel.schema import TABLES
 from traces.errors import BadInput
-from traces.schema import TABLES
 from traces.store import TraceWriter, open_trace
 
 

@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import MAX_TIME_S, shown
 from traces.errors import BadInput
 from traces.files.paths import input_dir, input_file, read_text
 from traces.importers.vllm_record import _request_ids
-from traces.limits import MAX_TIME_S, shown
 from traces.store import Trace, open_trace
 
 JOIN_COLUMNS = ["request_id", "client_id", "recording_request_id", "client_ok", "client_ttft_s", "engine_ttft_s",

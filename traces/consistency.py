@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from traces.datamodel.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
 from traces.errors import BadInput
 from traces.frame_checks import STEP_TIME_SLACK_S, first_true
-from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
 
 if TYPE_CHECKING:
     import pandas as pd

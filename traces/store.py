@@ -18,13 +18,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traces.datamodel.schema import SCHEMA_VERSION, TABLES, TableSchema
 from traces.errors import BadInput
 from traces.files.jsonio import dump_json, read_json
 from traces.files.outputs import StagedDir
 from traces.files.paths import input_dir, input_file
 from traces.frame_checks import to_arrow, validate_frame
 from traces.meta_checks import check_meta
-from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
 
 if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)
     import pandas as pd
@@ -262,7 +262,7 @@ class Trace:
 
     def _check_hash_blocks(self, requests: pd.DataFrame, instances: pd.DataFrame) -> None:
         """A recording's hash blocks map onto its engine's blocks only when
-        one size divides the other (traces.prefix_blocks)."""
+        one size divides the other (traces.datamodel.prefix_blocks)."""
         hbt = self.meta.get("hash_block_tokens")
         if not hbt or "hash_ids" not in requests:
             return

@@ -51,11 +51,11 @@ from estimators.timemodel.features import FORMS, design_matrix, term_names
 from estimators.timemodel.fit import NoiseModel, StallAllowance
 from estimators.timemodel.intake import Intake
 from estimators.timemodel.step_correlation import TrajectoryNoise
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
 from traces.files.jsonio import MAX_BYTES, parse_json
 from traces.files.outputs import write_output_json
 from traces.files.paths import read_text
-from traces.limits import shown
 
 PROFILE_VERSION = 1
 
@@ -225,7 +225,7 @@ def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> An
         raise BadInput(source, None, key, str(e)) from None
 
 
-MAX_COEF = 1e9  # seconds per unit of any term (traces.limits.MAX_TIME_S): no step time overflows a float
+MAX_COEF = 1e9  # seconds per unit of any term (traces.datamodel.limits.MAX_TIME_S): no step time overflows a float
 MAX_LOG = 50.0  # log-scale noise parameters: exp() of them stays finite
 
 

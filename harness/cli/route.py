@@ -27,9 +27,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def check_constant_length(text: str) -> None:
-    """``--lengths constant:N``: N within the tokens one request may hold (``traces.limits.MAX_TOKENS``);
+    """``--lengths constant:N``: N within the tokens one request may hold (``traces.datamodel.limits.MAX_TOKENS``);
     a 20-digit N once failed as an internal OverflowError."""
-    from traces.limits import MAX_TOKENS
+    from traces.datamodel.limits import MAX_TOKENS
 
     n = text[len("constant:"):] if text.startswith("constant:") else None
     if n is not None and not (n.isascii() and n.isdigit() and len(n) <= 9 and 1 <= int(n) <= MAX_TOKENS):

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import MAX_TIME_S, MAX_TOKENS, shown
+from traces.datamodel.schema import REQUESTS
 from traces.errors import BadInput
 from traces.files.jsonio import parse_json
 from traces.files.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
 from traces.frame_checks import validate_frame
-from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
-from traces.schema import REQUESTS
 from traces.store import TableWriter
 
 DEFAULT_CHUNK_ROWS = 500_000
@@ -220,7 +220,7 @@ def numeric(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray, integer: 
     if bad.size:
         i = int(bad[0])
         raise BadInput(path, int(lines[i]), name or col,
-                       f"value {shown(raw.iloc[i])} above the maximum {limit:g} (traces.limits)")
+                       f"value {shown(raw.iloc[i])} above the maximum {limit:g} (traces.datamodel.limits)")
     if integer:
         bad = np.flatnonzero(values != np.floor(values))
         if bad.size:
@@ -277,7 +277,7 @@ def json_number(value, key: str, path: Path, row: int | None, integer: bool = Fa
         raise BadInput(path, row, key, f"negative value {shown(value)}")
     limit = maximum if maximum is not None else (MAX_TOKENS if integer else MAX_TIME_S)
     if value > limit:
-        raise BadInput(path, row, key, f"value {shown(value)} above the maximum {limit:g} (traces.limits)")
+        raise BadInput(path, row, key, f"value {shown(value)} above the maximum {limit:g} (traces.datamodel.limits)")
     if integer and value != int(value):
         raise BadInput(path, row, key, f"not a whole number: {value}")
     return value

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traces.datamodel.limits import MAX_ENGINE, shown
 from traces.errors import BadInput, BadOption
 from traces.importers.unmodelled import Found, settle
-from traces.limits import MAX_ENGINE, shown
 from traces.vllm_defaults import engine_defaults, gpu_class, release_for
 
 GIVEN, INFERRED, DEFAULTED = "given", "inferred", "defaulted"

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import shown
+from traces.datamodel.prefix_blocks import ideal_hit_tokens
 from traces.errors import BadInput
 from traces.importers.common import (
     DEFAULT_CHUNK_ROWS,
@@ -48,8 +50,6 @@ from traces.importers.common import (
 from traces.importers.completeness import Completeness, enforce, lmbench
 from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides, run_day
 from traces.importers.unmodelled import Found, check_accept_keys
-from traces.limits import shown
-from traces.prefix_blocks import ideal_hit_tokens
 from traces.session_prefix import (
     ASSUMPTION,
     SESSION_BLOCK_TOKENS,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traces.consistency import Where
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
 from traces.frame_checks import STEP_TIME_SLACK_S, first_true
-from traces.limits import shown
 
 if TYPE_CHECKING:
     import pandas as pd

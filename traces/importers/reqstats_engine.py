@@ -25,10 +25,10 @@ import math
 import re
 from pathlib import Path
 
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
 from traces.importers.engine_settings import GIVEN, EngineConfig, Stated, assemble, checked
 from traces.importers.unmodelled import Found
-from traces.limits import shown
 
 # resolved_config paths and engine_kwargs keys that name each setting, most specific first
 FILE_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {

@@ -48,8 +48,8 @@ from pathlib import Path
 
 from estimators.engine.config import InstanceConfig
 from estimators.timemodel.profile import read_json_input
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
-from traces.limits import shown
 
 
 @dataclass(frozen=True)
