@@ -223,7 +223,7 @@ def test_calibrate_on_identical_step_times_of_a_full_trace_says_so(tmp_path, twi
     arrived, and the slot bookkeeping wrote past free_slots (heap corruption)."""
     steps = _durations(twin_run.steps, np.full(len(twin_run.steps), 0.01))
     trace = _trace(tmp_path / "t", twin_run, steps=steps)
-    # the store's cross-table check (traces.consistency) now refuses it before calibration reads a step
+    # the store's cross-table check (traces.checks.consistency) now refuses it before calibration reads a step
     _calibrate_refused(tmp_path, trace, str(trace / "requests.parquet"), "arrival_s",
                        str(trace / "step_items.parquet"))
 

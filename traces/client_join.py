@@ -161,7 +161,7 @@ def serve_recording_requests(recording: Path) -> tuple[pd.DataFrame, Path, float
     the twin's do, so the join's overhead is what the client saw beyond
     that. Any other latroute trace is refused: it holds no server's view of
     the run."""
-    from traces.consistency import Where, check_request_times
+    from traces.checks.consistency import Where, check_request_times
 
     trace = open_trace(recording)
     file = trace.file("requests")

@@ -50,7 +50,7 @@ SMALL_TABLES = ("engine_series",)
 
 
 def checked_small_tables(trace) -> dict[str, str]:
-    """Each small table's first bad cell (``traces.frame_checks``: a NaN or negative value where the schema
+    """Each small table's first bad cell (``traces.checks.frame_checks``: a NaN or negative value where the schema
     allows none), as the refusal a reading command gives; empty when every one is valid."""
     out = {}
     for name in SMALL_TABLES:

@@ -1,5 +1,5 @@
 """The trace data model: tables and column types (the checks every table
-must pass before it is written are ``traces.frame_checks``).
+must pass before it is written are ``traces.checks.frame_checks``).
 
 One schema serves recorded, imported, generated and simulated traces, so any
 consumer can rely on it: times are seconds since the trace start (float64),

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.checks.frame_checks import validate_frame
 from traces.datamodel.limits import MAX_TIME_S, MAX_TOKENS, shown
 from traces.datamodel.schema import REQUESTS
 from traces.errors import BadInput
 from traces.files.jsonio import parse_json
 from traces.files.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
-from traces.frame_checks import validate_frame
 from traces.store import TableWriter
 
 DEFAULT_CHUNK_ROWS = 500_000

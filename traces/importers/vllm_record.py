@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.consistency import Where, check_recording, check_request_times
+from traces.checks.consistency import Where, check_recording, check_request_times
+from traces.checks.frame_checks import first_true, validate_frame
 from traces.datamodel.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
 from traces.datamodel.prefix_blocks import parse_id_list
 from traces.datamodel.schema import REQUESTS
 from traces.errors import BadInput
 from traces.files.jsonio import read_json
-from traces.frame_checks import first_true, validate_frame
 from traces.importers.common import (
     ImportOptions,
     csv_chunks,

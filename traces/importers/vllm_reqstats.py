@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.checks.frame_checks import validate_frame
 from traces.datamodel.limits import MAX_EPOCH_S, MAX_ID, shown
 from traces.datamodel.schema import ENGINE_SERIES, REQUESTS
 from traces.errors import BadInput
 from traces.files.jsonio import read_json
-from traces.frame_checks import validate_frame
 from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
 from traces.importers.completeness import UNKNOWN, Completeness, counted, enforce, ranges
 from traces.importers.engine_settings import check_served, parse_engine_overrides
