@@ -228,7 +228,7 @@ def test_every_real_recording_imports(tmp_path):
                                   "alpaca=0", "alpaca=x", "nosuch=1", "alpaca"])
 def test_task_mix_refused(text):
     """A weight that is not a finite number would normalise to NaN weights."""
-    from traces.tasks import parse_mix
+    from traces.policies.tasks import parse_mix
 
     with pytest.raises(ValueError):
         parse_mix(text)

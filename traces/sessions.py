@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.slo import slo_rule
-from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, TASKS
+from traces.policies.slo import slo_rule
+from traces.policies.tasks import DEFAULT_MIX, OUTPUT_CLIP, TASKS
 from traces.workload import (
     ACC_HAT_SIGMA,
     ACCURACY_CONCENTRATION,

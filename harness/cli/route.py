@@ -204,7 +204,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         raise BadOption("--backends", "give --backends URL,... or --pool POOL.json whose entries have urls")
     models = [b.model for b in bk]
     if quality_policy is None:  # the accuracy model where it knows every backend's model, else accuracy 1
-        from traces.quality import one_task_accuracy
+        from traces.policies.quality import one_task_accuracy
 
         unknown = [m for m in models if m not in one_task_accuracy()]
         quality_policy = "none" if unknown else "model"
@@ -213,7 +213,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
                    "quality model (default: the generator's accuracy model, requests as one task)")
     try:
         check_quality_models(quality_policy, models)
-        from traces.quality import fixed_accuracy
+        from traces.policies.quality import fixed_accuracy
 
         fixed_accuracy(quality_policy, models)  # a quality file: read and checked against the backends' models
     except ValueError as e:

@@ -22,7 +22,7 @@ from harness.cli.params import (
     IntIn,
 )
 from traces.errors import BadInput, BadOption
-from traces.tasks import DEFAULT_MIX, parse_mix
+from traces.policies.tasks import DEFAULT_MIX, parse_mix
 
 # Importers, the workload generator and the trace store load numpy, pandas, pyarrow and duckdb: imported
 # inside their commands so that ``trace ... --help`` and ``trace info`` start fast. Mirrors

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traces.tasks import QWEN3_MODELS, TASKS
+from traces.policies.tasks import QWEN3_MODELS, TASKS
 
 QUALITY_POLICIES = ("model", "table", "none", "FILE")
 QUALITY_NAMES = QUALITY_POLICIES[:3]  # the policies by name; anything else given is a quality file
