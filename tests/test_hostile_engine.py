@@ -186,8 +186,8 @@ def test_time_model_refuses_a_non_finite_profile():
 def twin_run():
     from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     pool = load_pool("qwen3-h100")
     pool = replace(pool, instances=pool.instances[1:2])

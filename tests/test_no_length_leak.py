@@ -30,9 +30,9 @@ from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from routers.registry import REGISTRY, make_router
-from traces.arrivals import ArrivalSpec
 from traces.policies.lengths import trace_median_output
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 POOL = "qwen3-h100"
 ROUTERS = [name for name, e in REGISTRY.items() if not e.oracle]

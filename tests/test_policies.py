@@ -72,7 +72,7 @@ def test_policies_a_trace_cannot_serve_are_refused(azure, tmp_path):
 
 
 def test_a_partial_quality_table_is_refused(tmp_path):
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     wl = generate_workload(WorkloadConfig(requests=200, seed=2))
     with TraceWriter(tmp_path / "wl") as w:

@@ -104,7 +104,7 @@ def test_quality_file_naming_a_model_the_pool_lacks_or_lacking_one_it_has_is_ref
 
 def test_generated_qwen3_table_is_passed_by_on_a_pool_of_other_models_and_accuracy_is_one():
     from traces.policies.quality import quality_table
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     wl = generate_workload(WorkloadConfig(requests=50, seed=1))
     q = quality_table(wl.requests, wl.quality, MODELS, None, seed=0)

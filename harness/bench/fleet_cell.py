@@ -41,8 +41,13 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
     t0 = time.perf_counter()
     from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    try:
+        from traces.workload.arrivals import ArrivalSpec
+        from traces.workload.generator import WorkloadConfig, generate_workload
+    except ModuleNotFoundError:  # a checkout from before traces/ was split into rooms
+        from traces.arrivals import ArrivalSpec
+
+        from traces.workload import WorkloadConfig, generate_workload
 
     warm_up()
     pool = load_pool(pool_ref)

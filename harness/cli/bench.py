@@ -41,8 +41,8 @@ def _peak_from(stderr: str) -> float:
 
 
 def bench_generate(requests: int, workdir: Path) -> dict:
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, write_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, write_workload
 
     t = time.perf_counter()
     write_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", 8.0), seed=0),
@@ -52,7 +52,7 @@ def bench_generate(requests: int, workdir: Path) -> dict:
 
 
 def bench_import(rows: int, workdir: Path) -> dict:
-    from traces.synth_azure import write_azure_csv
+    from traces.workload.synth_azure import write_azure_csv
 
     csv_path = workdir / "azure_synth.csv"
     t = time.perf_counter()
@@ -81,7 +81,7 @@ def check_against(path: Path, sections) -> None:
 
     if "fleet" not in sections:
         raise BadOption("--against", "benches the fleet section only: add --only fleet (or leave --only out)")
-    missing = [p for p in ("harness/twin/pools/spec.py", "traces/workload.py", "routers/registry.py")
+    missing = [p for p in ("harness/twin/pools/spec.py", "traces/store.py", "routers/registry.py")
                if not (path / p).is_file()]
     if missing:
         raise BadOption("--against", f"{path} is no latroute checkout (no {missing[0]}): give the root of one, "

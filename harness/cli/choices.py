@@ -37,7 +37,7 @@ RECALIBRATION_STEP = 0.1
 FORMS = ("eq9", "six")
 LOSSES = ("relative", "absolute")
 
-# traces.arrivals.ARRIVAL_KINDS, traces.policies.lengths.LENGTH_POLICIES, traces.policies.quality.QUALITY_POLICIES,
+# traces.workload.arrivals.ARRIVAL_KINDS, traces.policies.lengths.LENGTH_POLICIES, traces.policies.quality.QUALITY_POLICIES,
 # traces.policies.slo.SLO_POLICIES
 ARRIVAL_KINDS = ("poisson", "mmpp", "gamma", "azure-conv")
 LENGTH_POLICIES = ("column", "median", "constant:N", "oracle")
@@ -65,7 +65,7 @@ MIRRORED = (
     ("RECALIBRATION_STEP", "estimators.evaluate.conformal", "STEP"),
     ("FORMS", "estimators.timemodel.features", "FORMS"),
     ("LOSSES", "estimators.timemodel.fit", "LOSSES"),
-    ("ARRIVAL_KINDS", "traces.arrivals", "ARRIVAL_KINDS"),
+    ("ARRIVAL_KINDS", "traces.workload.arrivals", "ARRIVAL_KINDS"),
     ("LENGTH_POLICIES", "traces.policies.lengths", "LENGTH_POLICIES"),
     ("QUALITY_POLICIES", "traces.policies.quality", "QUALITY_POLICIES"),
     ("SLO_POLICIES", "traces.policies.slo", "SLO_POLICIES"),

@@ -169,9 +169,9 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     from harness.twin.simulation import InstanceSpec
     from reports.results import command_line
     from routers.registry import router_entry
-    from traces.arrivals import ArrivalSpec
     from traces.store import open_trace
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     names = parse_routers(router_name)
     if len(names) != 1:
@@ -192,7 +192,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     check_quality_option(quality_policy, [c.model for c in pool.instances])
     hash_block = None
     if trace_dir is not None:
-        from traces.arrivals import check_replay_arrivals
+        from traces.workload.arrivals import check_replay_arrivals
 
         t = open_trace(trace_dir)
         requests = t.read("requests")

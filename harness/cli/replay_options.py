@@ -181,7 +181,7 @@ def arrival_options(f):
 
 
 def arrival_kind(arrival: str | None, burstiness: float) -> str:
-    from traces.arrivals import resolve_arrival
+    from traces.workload.arrivals import resolve_arrival
 
     try:
         return resolve_arrival(arrival, burstiness)

@@ -187,8 +187,8 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
     from traces.files.outputs import check_out
 
     check_out(out, force, inputs=[lengths_from, arrivals_from])  # before any work
-    from traces.arrivals import ArrivalSpec, resolve_arrival
-    from traces.workload import WorkloadConfig, write_workload
+    from traces.workload.arrivals import ArrivalSpec, resolve_arrival
+    from traces.workload.generator import WorkloadConfig, write_workload
 
     if n_requests is not None and duration is not None:
         raise click.UsageError("give --requests or --duration, not both")
@@ -214,7 +214,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
     if arrivals_from is not None and burstiness != 1.0:
         raise BadOption("--burstiness", "cannot reshape arrivals taken from --arrivals-from")
     if arrivals_from is not None:  # refused before any work: unknown (null) arrivals would be written as NaN
-        from traces.arrivals import source_arrivals
+        from traces.workload.arrivals import source_arrivals
         source_arrivals(arrivals_from)
     if lengths_from is not None:  # its lengths read and checked against the schema now, not mid-write
         open_trace(lengths_from).read("requests")
@@ -243,7 +243,7 @@ def _write_generated(write, cfg, out: Path, force: bool, what: str) -> None:
 
 def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, arrivals_from, weights, turns,
                        think_time, system_prompts, seed, force) -> None:
-    from traces.sessions import SessionConfig, write_sessions
+    from traces.workload.sessions import SessionConfig, write_sessions
 
     if arrival not in (None, "poisson") or lengths_from or arrivals_from:
         raise click.UsageError("--sessions draws Poisson session arrivals and task lengths: "

@@ -21,7 +21,7 @@ import pandas as pd
 from routers.utility import DEFAULT_LAMBDA, utility_tables
 from traces.policies.quality import draw_accuracy, quality_frame
 from traces.policies.slo import slo_rule
-from traces.workload import PREDICTED_LENGTH_SCALE, predicted_lengths
+from traces.workload.generator import PREDICTED_LENGTH_SCALE, predicted_lengths
 
 PROMPT = (300.0, 0.8, 8, 2000)  # median, sigma, clip: the vllm_cpu recordings' workload
 OUTPUT = (60.0, 0.9, 1, 400)

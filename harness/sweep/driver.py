@@ -37,10 +37,10 @@ from routers.chance import DEFAULT_EPSILON
 from routers.fleet import DEFAULT_TIES
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
-from traces.arrivals import ArrivalSpec
 from traces.errors import BadOption
 from traces.store import open_trace
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 @dataclass(frozen=True)
