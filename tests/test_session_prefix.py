@@ -1,4 +1,4 @@
-"""Sessions of request logs and the prompt prefixes derived from them (``traces.session_prefix``, the
+"""Sessions of request logs and the prompt prefixes derived from them (``traces.importers.session_prefix``, the
 ``lmbench`` importer's ``user_id``/``question_id``), and the warning of a prefix-aware router that cannot see
 a prefix."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.conftest import run_cli
 from tests.test_importers import do_import, write
 from traces.datamodel.prefix_blocks import ideal_hit_tokens
 from traces.errors import BadInput
-from traces.session_prefix import SessionColumns, check_turns, conversation_gap, derive_hash_ids
+from traces.importers.session_prefix import SessionColumns, check_turns, conversation_gap, derive_hash_ids
 from traces.store import open_trace
 
 HEAD = ("run_id,prompt_tokens,generation_tokens,ttft_s,generation_time_s,user_id,question_id,launch_rel_s,"

@@ -11,7 +11,7 @@ this order (``traces.importers.engine_settings`` marks and assembles them):
 3. inferred from the run itself (KV blocks from ``kv_cache_pct`` and the
    tokens the requests held, ``traces.importers.reqstats_kv``);
 4. defaulted: vLLM's documented default for the run's version on its GPU
-   (``traces.vllm_defaults``).
+   (``traces.vllm_releases.defaults``).
 
 ``gpus`` is tensor x pipeline x data parallel size. A setting the kernel
 does not model (data or expert parallelism, speculative decoding, LoRA, KV
