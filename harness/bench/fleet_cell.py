@@ -57,9 +57,9 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
     load_pool = long_standing("harness.twin.pools.spec:load_pool", "harness.twin.pools:load_pool")
     ReplayConfig, replay, warm_up = (long_standing(f"harness.twin.replay:{n}") for n in ("ReplayConfig", "replay",
                                                                                          "warm_up"))
-    ArrivalSpec = long_standing("traces.arrivals:ArrivalSpec")
-    WorkloadConfig, generate_workload = (long_standing(f"traces.workload:{n}") for n in ("WorkloadConfig",
-                                                                                        "generate_workload"))
+    ArrivalSpec = long_standing("traces.workload.arrivals:ArrivalSpec", "traces.arrivals:ArrivalSpec")
+    WorkloadConfig, generate_workload = (long_standing(f"traces.workload.generator:{n}", f"traces.workload:{n}")
+                                         for n in ("WorkloadConfig", "generate_workload"))
 
     warm_up()
     pool = load_pool(pool_ref)

@@ -53,8 +53,8 @@ def _peak_from(stderr: str) -> float:
 
 
 def bench_generate(requests: int, workdir: Path) -> dict:
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, write_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, write_workload
 
     t = time.perf_counter()
     write_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", 8.0), seed=0),
@@ -64,7 +64,7 @@ def bench_generate(requests: int, workdir: Path) -> dict:
 
 
 def bench_import(rows: int, workdir: Path) -> dict:
-    from traces.synth_azure import write_azure_csv
+    from traces.workload.synth_azure import write_azure_csv
 
     csv_path = workdir / "azure_synth.csv"
     t = time.perf_counter()
