@@ -9,8 +9,9 @@ from tests.conftest import assert_refused, run_cli
 POOL3 = "http://127.0.0.1:8100,http://127.0.0.1:8101,http://127.0.0.1:8102"
 
 
-@pytest.mark.parametrize("cmd", [["serve", "--pool", "qwen3-h100", "--port-base", "8100"],
-                                 ["route", "--pool", "qwen3-h100", "--backends", POOL3, "--router", "sfs-cc",
+# a pool that does not exist: were the speed let through, the command stops at the pool (no server starts)
+@pytest.mark.parametrize("cmd", [["serve", "--pool", "no-such-pool.json", "--port-base", "8100"],
+                                 ["route", "--pool", "no-such-pool.json", "--backends", POOL3, "--router", "sfs-cc",
                                   "--listen", "127.0.0.1:8200"]])
 @pytest.mark.parametrize("speed", ["1e-300", "1e300", "0", "0.0009", "1000001"])
 def test_serve_and_route_take_one_speed_range(cmd, speed):
@@ -32,7 +33,7 @@ def test_the_speed_range_is_stated_in_both_helps():
                                       ("ftp://127.0.0.1:8100", "not an http(s) URL")])
 def test_backend_urls_are_checked(tmp_path, url, frag):
     pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
-    assert_refused(run_cli("route", "--pool", "qwen3-h100", "--backends", url, "--router", "sfs-cc", "--listen",
+    assert_refused(run_cli("route", "--pool", "no-such-pool.json", "--backends", url, "--router", "sfs-cc", "--listen",
                            "127.0.0.1:8200"), None, "error: --backends:", frag)
     out = tmp_path / "lg"
     assert_refused(run_cli("loadgen", "--backends", url, "--num-prompts", "3", "--out", out), out,
@@ -48,7 +49,7 @@ def test_loadgen_base_url_port_is_checked(tmp_path):
 @pytest.mark.parametrize("n", ["99999999999999999999", "16777217", "0", "\u00b2"])
 def test_route_constant_lengths_within_the_engines_limit(n):
     pytest.importorskip("prometheus_client", reason="latroute route and serve need the serve extra, refused before their options")
-    assert_refused(run_cli("route", "--pool", "qwen3-h100", "--backends", POOL3, "--router", "sfs-cc", "--listen",
+    assert_refused(run_cli("route", "--pool", "no-such-pool.json", "--backends", POOL3, "--router", "sfs-cc", "--listen",
                            "127.0.0.1:8200", "--lengths", f"constant:{n}"), None, "--lengths",
                    "N in [1, 16777216]")
 

@@ -53,9 +53,9 @@ def test_in_process_a_plugin_reaches_the_true_lengths_through_frames_and_referre
 
 
 def test_isolated_the_same_walk_finds_no_true_length(tmp_path, monkeypatch):
+    router, res, found = walked(tmp_path, monkeypatch, 20.0)
     from routers.foreign import IsolatedRouter
 
-    router, res, found = walked(tmp_path, monkeypatch, 20.0)
     assert isinstance(router, IsolatedRouter) and router.decisions == 8
     assert found == [0] * 8
     assert res.requests["finish_reason"].eq("length").all()  # the sentinels were real lengths, never reached

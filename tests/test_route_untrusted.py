@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import threading
 import time
@@ -80,13 +81,20 @@ class Running:
         _, rest = _stop(self.p)
         self.err += rest
 
+    def clean(self) -> None:
+        """It exited 0 at SIGTERM and wrote no traceback or internal error."""
+        assert self.p.returncode == 0, f"exit {self.p.returncode}: {_what_broke(self.err)}\n{self.err[-3000:]}"
+        _no_traceback(self.err)
+
 
 @contextmanager
-def stopped_cleanly(p, port: int, log: Path | None = None, *, also=None):
+def stopped_cleanly(p, port: int, log: Path | None = None, *, also=None, check: bool = True):
     """Yields ``Running(p, port, log)``; leaving it, SIGTERM (and ``also()``,
-    say a fake backend's close), then: exit 0 and no traceback on stderr.
-    The test's own checks of what the server did come after the ``with``,
-    so a server that died or left a traceback is reported as that first."""
+    say a fake backend's close), then ``run.clean()``: exit 0 and no
+    traceback on stderr. The test's own checks of what the server did come
+    after the ``with``, so a server that died or left a traceback is reported
+    as that first; ``check=False`` leaves ``run.clean()`` to the test (one
+    that reports its cases by name first)."""
     run = Running(p, port, log)
     try:
         yield run
@@ -96,15 +104,15 @@ def stopped_cleanly(p, port: int, log: Path | None = None, *, also=None):
         finally:
             if also is not None:
                 also()
-    assert p.returncode == 0, run.err[-3000:]
-    _no_traceback(run.err)
+    if check:
+        run.clean()
 
 
-def proxied(tmp: Path, fake: FakeBackend, *extra: str):
+def proxied(tmp: Path, fake: FakeBackend, *extra: str, check: bool = True):
     """``stopped_cleanly`` around a proxy in front of ``fake``, logging to ``tmp/log``."""
     log = tmp / "log"
     p, port = _proxy(tmp, fake, log, *extra)
-    return stopped_cleanly(p, port, log, also=fake.close)
+    return stopped_cleanly(p, port, log, also=fake.close, check=check)
 
 
 def _revived(port: int, timeout: float = 5.0) -> None:
@@ -118,9 +126,16 @@ def _revived(port: int, timeout: float = 5.0) -> None:
 
 
 def _while(port: int, call, limit: float = 30.0) -> tuple[object, float]:
-    """``call()`` in a thread; meanwhile /health probed every 50 ms: (its result, the slowest probe ms)."""
+    """``call()`` in a thread; meanwhile /health probed every 50 ms: (its result or what it
+    raised, the slowest probe ms)."""
     out = {}
-    t = threading.Thread(target=lambda: out.__setitem__("r", call()), daemon=True)
+
+    def run():
+        try:
+            out["r"] = call()
+        except Exception as e:  # noqa: BLE001 (the test reports it after the server's own checks)
+            out["r"] = e
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     worst = 0.0
     deadline = time.monotonic() + limit
@@ -142,7 +157,13 @@ def _is_vllm_error(body, status: int) -> bool:
 
 
 def _no_traceback(err: str) -> None:
-    assert "Traceback" not in err and "internal error" not in err, err[-3000:]
+    assert "Traceback" not in err and "internal error" not in err, f"{_what_broke(err)}\n{err[-3000:]}"
+
+
+def _what_broke(err: str) -> str:
+    """The lines of ``err`` that say what broke: internal errors, and the exception line ending each traceback."""
+    said = re.findall(r"^.*internal error.*$|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*$", err, re.M)
+    return " | ".join(dict.fromkeys(said)) or "(no error line)"
 
 
 def _endless_json(h):
@@ -185,7 +206,7 @@ def test_route_survives_what_a_backend_answers(tmp_path, answer, stream, reason)
     fake = FakeBackend()
     fake.plan["bad"] = answer
     with proxied(tmp_path, fake) as run:
-        (status, body, _), worst = _while(run.port, lambda: post(
+        answer, worst = _while(run.port, lambda: post(
             run.port, "/v1/completions", {"prompt": "w1 w2 w3", "max_tokens": 8, "stream": stream},
             {"X-Request-Id": "bad:1", **QUALITY}))
         _revived(run.port)
@@ -194,10 +215,12 @@ def test_route_survives_what_a_backend_answers(tmp_path, answer, stream, reason)
     req, dec, meta = _read_log(run.log)
     assert sorted(req["client_id"]) == ["bad:1", "good:1"]  # every request, whole
     rows = req.set_index("client_id")
-    assert rows.loc["bad:1", "status"] == "error", rows
+    assert rows.loc["bad:1", "status"] == "error", rows.loc["bad:1", ["status", "output_tokens"]].to_dict()
     assert rows.loc["good:1", "status"] == "ok" and rows.loc["good:1", "output_tokens"] == 1
     assert (req["output_tokens"] <= 8).all()
     assert worst < HEALTH_MS, f"/health took {worst:.0f} ms"
+    assert not isinstance(answer, Exception), f"no answer the client could read: {answer!r}"
+    status, body, _ = answer
     if not (stream and status == 200):  # once the first token went out, the failure is an error event
         assert status == 502, (status, body)
         _vllm_error(body, 502)
@@ -284,11 +307,12 @@ def _refused_quietly(run: Running) -> dict[str, str]:
 
 
 def test_route_refuses_malformed_clients_quietly(tmp_path):
-    with proxied(tmp_path, FakeBackend()) as run:
+    with proxied(tmp_path, FakeBackend(), check=False) as run:
         problems = _refused_quietly(run)
         after = post(run.port, "/v1/completions", {"prompt": "w1", "max_tokens": 2}, {"X-Request-Id": "after"})[0]
-    assert problems == {}
+    assert not problems, "".join(f"\n  {what}: {why}" for what, why in problems.items())
     assert after == 200
+    run.clean()
     req, _, _ = _read_log(run.log)
     assert sorted(req["client_id"]) == ["after", "half-1"] and (req["status"] == "ok").all()
 
@@ -324,7 +348,7 @@ def test_metrics_view_bounds_gauges_and_keeps_polling(tmp_path, value):
     assert len(req) == 2
     assert dec["residents"].max() <= 64 + 2  # stand-ins bounded by max_num_seqs
     last = dec[dec["request_id"] == req.set_index("client_id").loc["m1", "request_id"]]
-    assert (last["residents"] >= 5).all()  # the poller read the good page after the bad one
+    assert (last["residents"] >= 5).all(), "the poller did not read the good page after the bad one"
     if value in ("NaN", "+Inf"):
         reasons = " | ".join(e["reason"] for e in meta["route"]["events"])
         assert value.strip("+").lower() in reasons.lower(), reasons
@@ -367,8 +391,11 @@ def test_exact_view_refuses_a_malformed_frame(tmp_path, kind):
     fake.plan["/latroute/state"] = lambda h: h.endless(bad, b"\x00" * 4096, "application/octet-stream")
     with proxied(tmp_path, fake, "--view", "exact") as run:
         time.sleep(0.5)
-        st, answer, _ = post(run.port, "/v1/completions", {"prompt": "w1", "max_tokens": 2}, {"X-Request-Id": "x1"})
+        answer, _ = _while(run.port, lambda: post(run.port, "/v1/completions", {"prompt": "w1", "max_tokens": 2},
+                                                  {"X-Request-Id": "x1"}))
         health = health_ms(run.port)
+    assert not isinstance(answer, Exception), f"no answer the client could read (a bare 500?): {answer!r}"
+    st, answer, _ = answer
     assert st in (200, 503), answer
     if st == 503:
         _vllm_error(answer, 503)
@@ -376,7 +403,7 @@ def test_exact_view_refuses_a_malformed_frame(tmp_path, kind):
     req, dec, meta = _read_log(run.log)
     assert list(req["status"]) != ["open"] and len(req) == 1
     dead = [e for e in meta["route"]["events"] if e["event"] == "dead"]
-    assert dead and "state feed refused" in dead[0]["reason"], meta["route"]["events"]
+    assert dead and "state feed refused" in dead[0]["reason"], f"backend not marked dead: {meta['route']['events']}"
 
 
 def test_clients_that_leave_mid_stream_end_their_requests(tmp_path):
