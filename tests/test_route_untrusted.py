@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import threading
 import time
@@ -161,8 +160,16 @@ def _no_traceback(err: str) -> None:
 
 
 def _what_broke(err: str) -> str:
-    """The lines of ``err`` that say what broke: internal errors, and the exception line ending each traceback."""
-    said = re.findall(r"^.*internal error.*$|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*$", err, re.M)
+    """The lines of ``err`` that say what broke: its ``error:`` lines and the exception line ending each traceback."""
+    said, in_traceback = [], False
+    for line in err.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+        elif in_traceback and line[:1] not in (" ", "\t", ""):
+            said.append(line)
+            in_traceback = False
+        elif line.startswith("error:"):
+            said.append(line)
     return " | ".join(dict.fromkeys(said)) or "(no error line)"
 
 
@@ -183,50 +190,59 @@ def _usage(raw: str):
     return lambda h: h.answer(200, completion(raw))
 
 
-# (id, the fake's answer, streamed, what the proxy's reason for marking it dead says)
+def _deep_json(h):
+    h.answer(200, b"[" * 100_000 + b"]" * 100_000)
+
+
+# (id, the bad answers sent in turn: (the fake's answer, streamed, what the proxy's reason for marking the
+# backend dead says)); each case a proxy of its own, the cases beside the listed ones sharing one
 BACKEND_ANSWERS = [
-    *[(f"usage {raw}", _usage(raw), False, "completion_tokens") for raw in
-      ["1000000000000000000000000000000", "1e300", "Infinity", "-5", "7.5", '"3"', "9"]],
-    ("endless body", _endless_json, False, "longer than"),
-    ("stream without tokens", _tokenless_stream, True, "without a token"),
-    ("streamed usage 1e300", _streamed_usage, True, "completion_tokens"),
-    ("json 100000 deep", lambda h: h.answer(200, b"[" * 100_000 + b"]" * 100_000), False, "not JSON"),
+    *[(f"usage {raw}", [(_usage(raw), False, "completion_tokens")]) for raw in
+      ["1000000000000000000000000000000", "1e300", "Infinity", "-5"]],
+    ("endless body", [(_endless_json, False, "longer than")]),
+    ("stream without tokens", [(_tokenless_stream, True, "without a token")]),
+    ("usage 7.5, '3', 9 > max_tokens; streamed usage 1e300; json 100000 deep",
+     [*[(_usage(raw), False, "completion_tokens") for raw in ["7.5", '"3"', "9"]],
+      (_streamed_usage, True, "completion_tokens"), (_deep_json, False, "not JSON")]),
 ]
 
 
-@pytest.mark.parametrize("answer,stream,reason", [a[1:] for a in BACKEND_ANSWERS],
-                         ids=[a[0] for a in BACKEND_ANSWERS])
-def test_route_survives_what_a_backend_answers(tmp_path, answer, stream, reason):
+@pytest.mark.parametrize("answers", [a[1] for a in BACKEND_ANSWERS], ids=[a[0] for a in BACKEND_ANSWERS])
+def test_route_survives_what_a_backend_answers(tmp_path, answers):
     """A usage count out of range, an endless answer, a stream of chunks
     without tokens, a streamed usage of 1e300, JSON nested past any parser:
-    the request fails with vLLM's error body (or, once its first token went
+    each request fails with vLLM's error body (or, once its first token went
     out, an error event) and the backend with the reason, /health stays
     quick meanwhile, the backend is revived for the next request, and the
     log has every request whole."""
     fake = FakeBackend()
-    fake.plan["bad"] = answer
+    sent = []
     with proxied(tmp_path, fake) as run:
-        answer, worst = _while(run.port, lambda: post(
-            run.port, "/v1/completions", {"prompt": "w1 w2 w3", "max_tokens": 8, "stream": stream},
-            {"X-Request-Id": "bad:1", **QUALITY}))
-        _revived(run.port)
+        for k, (answer, stream, _) in enumerate(answers):
+            fake.plan[f"bad{k}"] = answer
+            sent.append(_while(run.port, lambda k=k, stream=stream: post(
+                run.port, "/v1/completions", {"prompt": "w1 w2 w3", "max_tokens": 8, "stream": stream},
+                {"X-Request-Id": f"bad{k}:1", **QUALITY})))
+            _revived(run.port)
         good = post(run.port, "/v1/completions", {"prompt": "w1", "max_tokens": 8},
                     {"X-Request-Id": "good:1", **QUALITY})
     req, dec, meta = _read_log(run.log)
-    assert sorted(req["client_id"]) == ["bad:1", "good:1"]  # every request, whole
+    bad = [f"bad{k}:1" for k in range(len(answers))]
+    assert sorted(req["client_id"]) == sorted([*bad, "good:1"])  # every request, whole
     rows = req.set_index("client_id")
-    assert rows.loc["bad:1", "status"] == "error", rows.loc["bad:1", ["status", "output_tokens"]].to_dict()
+    assert (rows.loc[bad, "status"] == "error").all(), rows.loc[bad, ["status", "output_tokens"]].to_dict()
     assert rows.loc["good:1", "status"] == "ok" and rows.loc["good:1", "output_tokens"] == 1
     assert (req["output_tokens"] <= 8).all()
-    assert worst < HEALTH_MS, f"/health took {worst:.0f} ms"
-    assert not isinstance(answer, Exception), f"no answer the client could read: {answer!r}"
-    status, body, _ = answer
-    if not (stream and status == 200):  # once the first token went out, the failure is an error event
-        assert status == 502, (status, body)
-        _vllm_error(body, 502)
+    for (answer, worst), (_, stream, _) in zip(sent, answers):
+        assert worst < HEALTH_MS, f"/health took {worst:.0f} ms"
+        assert not isinstance(answer, Exception), f"no answer the client could read: {answer!r}"
+        status, body, _ = answer
+        if not (stream and status == 200):  # once the first token went out, the failure is an error event
+            assert status == 502, (status, body)
+            _vllm_error(body, 502)
     assert good[0] == 200 and good[1]["usage"]["completion_tokens"] == 1, good
     reasons = " | ".join(e["reason"] for e in meta["route"]["events"] if e["event"] == "dead")
-    assert reason in reasons, reasons
+    assert all(reason in reasons for _, _, reason in answers), reasons
 
 
 def test_refused_requests_use_no_capacity(tmp_path):
