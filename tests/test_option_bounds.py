@@ -61,8 +61,9 @@ def test_loadgen_empty_backends_is_refused(tmp_path):
 
 
 def test_loadgen_assign_from_without_trace_is_refused(tmp_path):
+    (tmp_path / "log").mkdir()
     out = tmp_path / "lg"
-    assert_refused(run_cli("loadgen", "--backends", POOL3, "--assign-from", tmp_path, "--num-prompts", "3",
+    assert_refused(run_cli("loadgen", "--backends", POOL3, "--assign-from", tmp_path / "log", "--num-prompts", "3",
                            "--out", out), out, "error: --assign-from: needs --trace")
 
 
@@ -93,7 +94,8 @@ def test_bench_against_without_the_fleet_section_is_refused(tmp_path):
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e300"])
 def test_estimate_retrain_every_is_bounded(tmp_path, value):
-    assert_refused(run_cli("estimate", tmp_path, "--retrain-every", value, "--out", tmp_path / "e"), tmp_path / "e",
+    (tmp_path / "in").mkdir()
+    assert_refused(run_cli("estimate", tmp_path / "in", "--retrain-every", value, "--out", tmp_path / "e"), tmp_path / "e",
                    "--retrain-every", "must be a finite number in [0, 1e+09]")
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.test_route_untrusted import _refused_quietly, stopped_cleanly
+from tests.test_route_untrusted import _refused_quietly, _what_broke, stopped_cleanly
 from tests.test_serve_http import gauge, post, start_serve
 from tests.untrusted_peers import post_request, raw_request, status_of
 from traces.store import open_trace
@@ -44,6 +44,8 @@ def test_serve_refuses_malformed_clients_and_keeps_the_recording(tmp_path):
                 problems["40 clients leave mid-stream"] = f"{left:g} requests left running after their clients left"
                 break
             time.sleep(0.1)
+        if "Traceback" in (err := run.stderr_since()):
+            problems["40 clients leave mid-stream"] = "traceback: " + _what_broke(err)[:200]
         st, body, _ = post(run.port, "/v1/completions", {"prompt": "w1", "max_tokens": 2}, {"X-Request-Id": "after"})
     assert not problems, "".join(f"\n  {what}: {why}" for what, why in problems.items())
     assert st == 200 and body["usage"]["completion_tokens"] == 2
