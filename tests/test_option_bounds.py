@@ -92,19 +92,24 @@ def test_bench_against_without_the_fleet_section_is_refused(tmp_path):
                    "error: --against: benches the fleet section only")
 
 
+@pytest.fixture(scope="module")
+def twin_trace(tmp_path_factory):
+    from tests.conftest import served_twin_trace
+
+    return served_twin_trace(tmp_path_factory.mktemp("tw") / "tw")
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e300"])
-def test_estimate_retrain_every_is_bounded(tmp_path, value):
-    (tmp_path / "in").mkdir()
-    assert_refused(run_cli("estimate", tmp_path / "in", "--retrain-every", value, "--out", tmp_path / "e"), tmp_path / "e",
+def test_estimate_retrain_every_is_bounded(twin_trace, tmp_path, value):
+    """With everything else a learned estimator needs (a nan interval once ended in an internal ValueError)."""
+    assert_refused(run_cli("estimate", twin_trace, "--estimators", "learned", "--calibrate-on", twin_trace,
+                           "--retrain-every", value, "--out", tmp_path / "e"), tmp_path / "e",
                    "--retrain-every", "must be a finite number in [0, 1e+09]")
 
 
-def test_estimate_score_window_of_a_handful_of_requests_is_refused(tmp_path):
-    from tests.conftest import served_twin_trace
-
-    trace = served_twin_trace(tmp_path / "tw")
+def test_estimate_score_window_of_a_handful_of_requests_is_refused(twin_trace, tmp_path):
     out = tmp_path / "e"
-    res = run_cli("estimate", trace, "--estimators", "sfs", "--score-window", "0:0.001", "--out", out)
+    res = run_cli("estimate", twin_trace, "--estimators", "sfs", "--score-window", "0:0.001", "--out", out)
     assert_refused(res, out, "error: --score-window: 0:0.001 scores 3 of the trace's 300 requests",
                    "at least 20")
     assert "Mean of empty slice" not in res.output
