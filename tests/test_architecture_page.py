@@ -109,6 +109,15 @@ def test_every_import_contract_is_in_the_layers_table():
     assert [i for i in ids if f"| `{i}` |" not in text] == []
 
 
+def test_vllm_is_cited_at_a_checked_release():
+    """Every vLLM source the page links is at the tag of a release the kernel was checked against."""
+    from traces.vllm_versions import CHECKED_VLLM_VERSIONS
+
+    tags = re.findall(r"https://github\.com/vllm-project/vllm/blob/([^/]+)/", PAGE.read_text())
+    assert len(tags) >= 10
+    assert {t for t in tags if t.removeprefix("v") not in CHECKED_VLLM_VERSIONS} == set()
+
+
 def test_the_page_is_in_the_nav_the_index_and_the_readme():
     assert "concepts/architecture.md" in (REPO / "mkdocs.yml").read_text()
     assert "](concepts/architecture.md)" in (REPO / "docs" / "index.md").read_text()
