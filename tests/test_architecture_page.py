@@ -111,7 +111,7 @@ def test_every_import_contract_is_in_the_layers_table():
 
 def test_vllm_is_cited_at_a_checked_release():
     """Every vLLM source the page links is at the tag of a release the kernel was checked against."""
-    from traces.vllm_versions import CHECKED_VLLM_VERSIONS
+    from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
 
     tags = re.findall(r"https://github\.com/vllm-project/vllm/blob/([^/]+)/", PAGE.read_text())
     assert len(tags) >= 10
