@@ -41,6 +41,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -49,7 +50,10 @@ from estimators.timemodel.features import term_names
 from estimators.timemodel.fit import NoiseModel
 from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
+from harness.requestlevel.fleet import LEAST_REQUESTS
 from harness.requestlevel.frontend import FrontEnd
+from harness.requestlevel.replay import ReplicaPart, part_timings, replica_parts
+from harness.requestlevel.replay_pool import ReplayPool, default_jobs
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
 from harness.requestlevel.weight_floor import kv_read_floor, weight_floor
@@ -102,6 +106,7 @@ class RequestFitConfig:
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
     weights: dict = field(default_factory=lambda: dict(LOSS_WEIGHTS))
+    jobs: int = 1  # worker processes for the replays (``replay_pool``); the results do not depend on it
 
 
 def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -291,20 +296,43 @@ Prediction = tuple[np.ndarray, np.ndarray, np.ndarray]  # one trace's replayed T
 
 
 def predict(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], virtual_engines: int = 1,
-            frontend: FrontEnd | None = None) -> list[Prediction] | None:
+            frontend: FrontEnd | None = None, pool: ReplayPool | None = None) -> list[Prediction] | None:
     """Each trace replayed with the profile of ``values``: TTFT, TPOT and E2E per request (None: a
-    request never got its first token)."""
-    prof = profile_of(values, "fit")
+    request never got its first token). The traces' replicas replay as parts of their own
+    (``replica_parts``), over ``pool``'s workers when one is given; the parts are put back in each
+    trace's order, so the numbers do not depend on the workers."""
+    overhead = float(values[4])
+    tasks = [(i, part) for i, tg in enumerate(targets) for part in _parts(tg.rt, engine)]
+    run = partial(_timings, profile=profile_of(values, "fit"), overhead_s=overhead, virtual_engines=virtual_engines,
+                  frontend=frontend)
+    done = (pool or ReplayPool()).map(run, [p for _, p in tasks])
+    ttft = [np.full(len(tg.rt.requests), np.nan) for tg in targets]
+    fin = [np.full(len(tg.rt.requests), np.nan) for tg in targets]
+    for (i, part), (t, f) in zip(tasks, done):
+        ttft[i][part.rows], fin[i][part.rows] = t, f + overhead
     out = []
-    for tg in targets:
-        res = replay_requests(tg.rt, prof, engine, float(values[4]), virtual_engines=virtual_engines,
-                              frontend=frontend)
-        ttft = res.requests["ttft_s"].to_numpy(dtype=np.float64)
-        if not np.isfinite(ttft).all():
+    for tg, t, f in zip(targets, ttft, fin):
+        if not np.isfinite(t).all():
             return None
-        fin = res.requests["finish_s"].to_numpy(dtype=np.float64) + values[4]
-        out.append((ttft, tpot_of(tg.rt.requests, ttft, fin), fin - tg.rt.requests["arrival_s"].to_numpy(np.float64)))
+        out.append((t, tpot_of(tg.rt.requests, t, f), f - tg.rt.requests["arrival_s"].to_numpy(np.float64)))
     return out
+
+
+def _parts(rt: RequestTrace, engine: InstanceConfig) -> list[ReplicaPart]:
+    """``rt``'s replay as independent parts: its replicas' (one engine: the whole trace); a fleet
+    assigned by least requests, which decides on the twin, as one part."""
+    if rt.fleet is not None and rt.fleet.assign == LEAST_REQUESTS and rt.fleet.replicas > 1:
+        return [ReplicaPart(-1, np.arange(len(rt.requests)), rt, engine, 0)]
+    return replica_parts(rt, engine)
+
+
+def _timings(part: ReplicaPart, profile: BatchTimeProfile, overhead_s: float, virtual_engines: int,
+             frontend: FrontEnd | None) -> tuple[np.ndarray, np.ndarray]:
+    """A part's replayed TTFT and finish per request (its rows' order); run in a worker."""
+    if part.replica >= 0:
+        return part_timings(part, profile, overhead_s, virtual_engines, frontend)
+    res = replay_requests(part.rt, profile, part.engine, overhead_s, virtual_engines=virtual_engines, frontend=frontend)
+    return (res.requests["ttft_s"].to_numpy(dtype=np.float64), res.requests["finish_s"].to_numpy(dtype=np.float64))
 
 
 def score(preds: list[Prediction] | None, targets: list[TraceTargets], w: dict,
@@ -362,8 +390,8 @@ class Evaluator:
     (``fit_bounds``) applied to every point the search proposes."""
 
     def __init__(self, engine: InstanceConfig, targets: list[TraceTargets], cfg: RequestFitConfig,
-                 bounds: Bounds | None):
-        self.engine, self.targets, self.cfg, self.bounds = engine, targets, cfg, bounds
+                 bounds: Bounds | None, pool: ReplayPool | None = None):
+        self.engine, self.targets, self.cfg, self.bounds, self.pool = engine, targets, cfg, bounds, pool
         self.replays = 0  # evaluations: each replays every one of ``targets``
         self._memo: OrderedDict[bytes, list[Prediction] | None] = OrderedDict()
 
@@ -373,7 +401,8 @@ class Evaluator:
             self._memo.move_to_end(key)
         else:
             self.replays += 1
-            self._memo[key] = predict(values, self.engine, self.targets, self.cfg.virtual_engines, self.cfg.frontend)
+            self._memo[key] = predict(values, self.engine, self.targets, self.cfg.virtual_engines, self.cfg.frontend,
+                                      self.pool)
             if len(self._memo) > MEMO:
                 self._memo.popitem(last=False)
         return self._memo[key]
@@ -473,13 +502,19 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
                  cfg: RequestFitConfig | None = None, bounds: Bounds | None = None) -> RequestFit:
     """The search (see the module docstring). ``bounds``: the ranges the values are held to (None: none)."""
     cfg = cfg or RequestFitConfig()
+    with ReplayPool(cfg.jobs) as pool:
+        return _fit(traces, engine, name, cfg, bounds, pool)
+
+
+def _fit(traces: list[RequestTrace], engine: InstanceConfig, name: str, cfg: RequestFitConfig,
+         bounds: Bounds | None, pool: ReplayPool) -> RequestFit:
     t0 = time.perf_counter()
     targets = [TraceTargets.of(rt) for rt in traces]
-    ev = Evaluator(engine, targets, cfg, bounds if cfg.bounds else None)
+    ev = Evaluator(engine, targets, cfg, bounds if cfg.bounds else None, pool)
     # a trace replayed under several assignments of a fleet (``RequestTrace.under``: one per seed, the same source)
     # has its candidates searched on its first assignment only; the refinement sums over every assignment
     first = sorted({tg.rt.source: i for i, tg in reversed(list(enumerate(targets)))}.values())
-    coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
+    coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds, pool)
     x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
     if cfg.refine_evals > 0:
         x, fx = _search(coarse, coarse.targets, x, cfg.refine_step, min(cfg.refine_evals, cfg.max_evals), cfg.patience)
@@ -558,11 +593,12 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                             grid: dict | None = None, warm: tuple = (),
                             frontend: FrontEnd | None = None,
                             fit_window: tuple[float, float] | None = None, fit_host: bool = False,
-                            fleet=None, fit_overrides: dict | None = None) -> RequestFit:
+                            fleet=None, fit_overrides: dict | None = None, jobs: int | None = None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work. ``fleet``: the replicas the logs came
     from (``harness.requestlevel.fleet.FleetSpec``); the loss sums over each trace's assignments.
-    ``fit_overrides``: ``RequestFitConfig`` fields replaced (studies compare variants of the search)."""
+    ``fit_overrides``: ``RequestFitConfig`` fields replaced (studies compare variants of the search); ``jobs``: the
+    replays' worker processes (None: ``replay_pool.default_jobs``)."""
     from pathlib import Path
 
     from harness.requestlevel.engine_options import (
@@ -602,7 +638,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     bounds = fit_bounds(rts, opened)
     cfg = RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
                            virtual_engines=virtual_engines, grid=grid or {}, frontend=frontend or FrontEnd(),
-                           fit_host=fit_host)
+                           fit_host=fit_host, jobs=jobs or default_jobs())
     fit = fit_requests([r for g in groups for r in g], engine, name or out.stem,
                        replace(cfg, **(fit_overrides or {})), bounds)
     prof = fit.profile
