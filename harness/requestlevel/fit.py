@@ -30,7 +30,8 @@ How (the rule, with its reasons: ``docs/concepts/request-fit.md``):
 
 With ``search_engine`` a grid (by default budget x max_num_seqs; ``--search
 KEY=v1,v2`` for any engine setting, e.g. ``num_kv_blocks``) is scored at the
-fitted values, the best kept, and the search repeated.
+fitted values, the best kept, and the search repeated until it stalls
+(``ENGINE_REFIT_FACTOR``).
 
 The optimiser is our own (``simplex.py``).
 """
@@ -81,6 +82,11 @@ LOW_LOAD_MIN = 5
 # the figures a run is judged by (chosen on the GPU runs' fit windows: docs/results/gpu-fidelity.md)
 LOSS_WEIGHTS = {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0, "e2e_mean": 1.0}
 WITHOUT_MEANS = {k: v for k, v in LOSS_WEIGHTS.items() if k not in ("ttft_mean", "e2e_mean")}
+# the search under the engine the grid chose: a new fit (its start was fitted under another engine), with no
+# candidates beside it, whose result is the profile; patience stops it, this many times --max-evals at most (at
+# 1x the LMBench H100 fleet fit's was cut at 120 evaluations while still improving: loss 2.69, against 2.63
+# where patience stopped it, after 201; docs/concepts/request-fit.md)
+ENGINE_REFIT_FACTOR = 4
 MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
 MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
 HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
@@ -88,7 +94,8 @@ HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back
 
 @dataclass
 class RequestFitConfig:
-    max_evals: int = 120  # per search (a candidate's; the refinement and the polish take at most this many too)
+    max_evals: int = 120  # per search (a candidate's; the refinement and the polish take at most this many too, the
+    # search after the engine grid ENGINE_REFIT_FACTOR times as many)
     patience: int | None = 30  # a search stops after this many evaluations without a 0.1% gain (None: never)
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
@@ -538,7 +545,7 @@ def _fit(traces: list[RequestTrace], engine: InstanceConfig, name: str, cfg: Req
             grid.append({**point, "loss": score(ev.preds(x), targets, cfg.weights)})
         best = min(grid, key=lambda g: g["loss"])
         engine = ev.engine = coarse.engine = replace(base, **{k: best[k] for k in space})
-        x, fx = _search(ev, targets, x, 0.5, cfg.max_evals, cfg.patience)
+        x, fx = _search(ev, targets, x, 0.5, ENGINE_REFIT_FACTOR * cfg.max_evals, cfg.patience)
     if cfg.fit_host:
         # from the fit without a host part: seven values searched from scratch strayed (on the PRO 6000 run
         # into a 4.8-s front end at 15 times the loss); kept only where it does better than no host part
