@@ -42,8 +42,7 @@ class ReplayPool:
         if self.jobs == 1 or len(items) < 2 or self._calls == 1:  # the first call compiles the kernels here
             return [fn(x) for x in items]
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=min(self.jobs, default_jobs() * 4),
-                                             mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("fork"))
         return list(self._pool.map(fn, items))
 
     def close(self) -> None:
