@@ -2,7 +2,7 @@
 ``python fleet_cell.py POOL ROUTER RATE REQUESTS SEED [TIES|- [REPEATS]]``.
 
 Why a plain script that imports only long-standing APIs (``replay``,
-``load_pool``, ``generate_workload``): ``bench --only fleet --against
+``load_pool``, ``generate_workload``, wherever the checkout keeps them): ``bench --only fleet --against
 PATH`` copies this file out of the package and runs it with
 ``PYTHONPATH=PATH``, so the same cell measures another checkout (e.g. main
 before the fleet loop) in the same run, on the same machine load.
@@ -32,6 +32,21 @@ def _vm_hwm_mb() -> float:
     return float("nan")
 
 
+def long_standing(*places: str):
+    """The first of ``module:name`` the checkout under test has. Why: the
+    cell runs on other checkouts too, where a long-standing function may sit
+    in the module it had before the house was rearranged."""
+    import importlib
+
+    for place in places:
+        module, _, name = place.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ImportError:
+            continue
+    raise ImportError(f"this checkout has none of {', '.join(places)}")
+
+
 def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties: str | None = None,
         repeats: int = 1) -> dict:
     """The timed replay ``repeats`` times on one warm-up: the run of median
@@ -39,10 +54,12 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
     speed wanders by more than the changes measured; the runs are the same
     bytes, so only their time differs)."""
     t0 = time.perf_counter()
-    from harness.twin.pools.spec import load_pool
-    from harness.twin.replay import ReplayConfig, replay, warm_up
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    load_pool = long_standing("harness.twin.pools.spec:load_pool", "harness.twin.pools:load_pool")
+    ReplayConfig, replay, warm_up = (long_standing(f"harness.twin.replay:{n}") for n in ("ReplayConfig", "replay",
+                                                                                         "warm_up"))
+    ArrivalSpec = long_standing("traces.arrivals:ArrivalSpec")
+    WorkloadConfig, generate_workload = (long_standing(f"traces.workload:{n}") for n in ("WorkloadConfig",
+                                                                                        "generate_workload"))
 
     warm_up()
     pool = load_pool(pool_ref)
