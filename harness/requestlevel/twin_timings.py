@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.twin.simulation import Twin
-from traces.step_aggregates import item_terms
+from traces.datamodel.step_aggregates import item_terms
 
 
 @dataclass
