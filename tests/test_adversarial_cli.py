@@ -6,7 +6,7 @@ to slip through (NaN, infinities, overflow, zero, negatives, fractions and
 exponents for integers, empty and garbage text), and click's own usage
 errors per command. Each case must be refused while the command line is
 parsed, before any trace is read: exit 2, one ``error:`` line naming the
-option, nothing written (``tests.adversarial.refused_cleanly``).
+option, nothing written (``tests.support.clean_refusal.refused_cleanly``).
 
 Then the other ends of the one path: an internal error is one line and
 exit 1 (the traceback only with ``--debug`` or LATROUTE_DEBUG=1), Ctrl-C is
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli.params import MAX_COUNT, MAX_SEED, cores
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 
 # ---------------------------------------------------------------------------------------------------------------
 # Bad values by the kind of number an option takes.

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.adversarial import refused_cleanly
+from tests.support.clean_refusal import refused_cleanly
 
 
 @pytest.mark.parametrize("target", ["foreign", "file", "fifo", "cwd"])

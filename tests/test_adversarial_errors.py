@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import REPO, run_cli
+from tests.support.clean_refusal import refused_cleanly
 
 
 # ---------------------------------------------------------------------------------------------------------------

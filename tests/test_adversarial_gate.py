@@ -1,6 +1,6 @@
 """Adversarial cases for the CI gate (``check``), calibration
 and ``trace query``: every bad input is refused in one line with exit 2 and
-nothing changed (``tests.adversarial.refused_cleanly``), and the behaviours
+nothing changed (``tests.support.clean_refusal.refused_cleanly``), and the behaviours
 that used to be silently wrong are asserted directly.
 
 The result directories are written by hand (a header, the metrics the gate
@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 
 HEADER = {"schema_version": 1, "latroute_version": "test", "command": "latroute test"}
 METRICS = {

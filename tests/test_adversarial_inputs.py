@@ -1,6 +1,6 @@
 """Validation at the input boundary: table-driven bad inputs for
 every importer, the Parquet reader, meta.json, pool files, engine.json and
-recorded steps. Every case is a clean refusal (tests/adversarial.py): exit
+recorded steps. Every case is a clean refusal (tests/support/clean_refusal.py): exit
 2, one ``error:`` line naming file, row and column where there is one, no
 traceback, nothing written. The property-based corruptions are in
 test_adversarial_inputs_props.py; the recordings that must still import
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli, shared
+from tests.support.clean_refusal import refused_cleanly
 from traces.limits import MAX_TOKENS
 
 D1 = "d1_tinya_poisson_r3"

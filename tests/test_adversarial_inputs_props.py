@@ -1,6 +1,6 @@
 """Property-based: random corruptions of a real recording (a
 consistent prefix of d1) and of small CSVs of every public importer format.
-Each corruption must be refused cleanly (tests/adversarial.py) with the
+Each corruption must be refused cleanly (tests/support/clean_refusal.py) with the
 file and, where there is one, the row and column; a truncation the files
 cannot tell from a whole recording must import (an oracle computed from the
 raw files says which)."""
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_adversarial_inputs import FORMATS, import_args, small_recording, write_csv
 
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True,

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_adversarial_outputs import _marked_dir, no_hang  # noqa: F401 (no_hang: the autouse time limit)
 from traces.errors import BadInput
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from traces.errors import BadInput
 
 # written out, not imported, so these tests also run (and fail) against code without them

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_adversarial_gate import _set, write_result
 
 # --------------------------------------------------------------- trace query

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.adversarial import refused_cleanly
+from tests.support.clean_refusal import refused_cleanly
 from traces.store import TraceWriter
 
 

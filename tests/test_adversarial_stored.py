@@ -1,6 +1,6 @@
 """Validation of what latroute reads back: traces on disk (the
 Parquet tables, meta.json, instances and quality tables), pool files and the
-step aggregates. Every case is a clean refusal (tests/adversarial.py): exit 2,
+step aggregates. Every case is a clean refusal (tests/support/clean_refusal.py): exit 2,
 one ``error:`` line naming file, row and column, nothing written (split from
 test_adversarial_inputs.py, which keeps the importers' source files).
 """
@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli, shared
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_adversarial_inputs import BIG, import_args, small_recording, write_csv
 from traces.limits import MAX_TOKENS
 

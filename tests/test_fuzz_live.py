@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.adversarial import tree_state
-from tests.fuzzing import (
+from tests.support.clean_refusal import tree_state
+from tests.support.fuzz_corruptors import (
     Campaign,
     Worker,
     broken_promise,

@@ -22,7 +22,16 @@ from hypothesis import strategies as st
 
 from harness.cli import COMMANDS
 from tests.conftest import run_cli
-from tests.fuzzing import Campaign, Outcome, Worker, broken_promise, campaign_seconds, in_process, long_settings, quick
+from tests.support.fuzz_corruptors import (
+    Campaign,
+    Outcome,
+    Worker,
+    broken_promise,
+    campaign_seconds,
+    in_process,
+    long_settings,
+    quick,
+)
 from tests.test_adversarial_inputs import small_recording
 
 VALUES = ["NaN", "nan", "inf", "-inf", "-1", "0", "1e300", "1e-300", "", str(2**63), "9" * 400, "1,1", "-0", "0x10",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.fuzzing import Outcome, Worker, in_process, record
+from tests.support.fuzz_corruptors import Outcome, Worker, in_process, record
 from tests.test_adversarial_inputs import small_recording
 
 _COUNTER = itertools.count()

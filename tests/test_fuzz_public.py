@@ -5,7 +5,7 @@ the shared data has none), one random corruption each, imported with
 --trace``) and, for the request-level formats (vllm-bench JSON, LMBench
 CSV), validated on the twin (``validate``), in the campaign.
 
-The promise (tests/fuzzing.broken_promise): accepted with a valid trace, or
+The promise (tests/support/fuzz_corruptors.broken_promise): accepted with a valid trace, or
 refused with exit 2 and one ``error:`` line naming the corrupted file; never
 a traceback, an internal error, a hang, a changed input or a half output."""
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.adversarial import tree_state
 from tests.conftest import shared
-from tests.fuzzing import (
+from tests.support.clean_refusal import tree_state
+from tests.support.fuzz_corruptors import (
     QUICK,
     Campaign,
     Worker,

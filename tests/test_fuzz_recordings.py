@@ -2,7 +2,7 @@
 a real recording (a consistent prefix of d1: engine.json, requests.csv,
 steps.jsonl) at a random position, then every command that reads it.
 
-The promise (tests/fuzzing.broken_promise): ``trace import vllm-record``
+The promise (tests/support/fuzz_corruptors.broken_promise): ``trace import vllm-record``
 accepts the directory (a valid trace) or refuses it naming the corrupted
 file; what it accepts, ``estimate``, ``validate``, ``calibrate`` and
 ``replay`` run on without a crash, hang, traceback or internal error (they
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.adversarial import tree_state
 from tests.conftest import run_cli
-from tests.fuzzing import (
+from tests.support.clean_refusal import tree_state
+from tests.support.fuzz_corruptors import (
     QUICK,
     Campaign,
     Worker,

@@ -5,7 +5,7 @@ sweep.json), sweep specs (``sweep --spec`` TOML), pool files (``replay
 --pool``) and profile files (``trace info --profile``, ``validate
 --profile``). One random corruption of one file each, then the command.
 
-The promise (tests/fuzzing.broken_promise): a clean success or a refusal
+The promise (tests/support/fuzz_corruptors.broken_promise): a clean success or a refusal
 naming the corrupted file; ``check`` may also exit 1 (a regression found).
 ``sweep --resume`` may complete its directory when it succeeds."""
 from __future__ import annotations
@@ -20,9 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.twin.pools.spec import load_pool
-from tests.adversarial import tree_state
 from tests.conftest import run_cli
-from tests.fuzzing import (
+from tests.support.clean_refusal import tree_state
+from tests.support.fuzz_corruptors import (
     Campaign,
     Worker,
     broken_promise,

@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, SHARED_DATA, shared
-from tests.fuzzing import Campaign, campaign_seconds, long_settings
+from tests.support.fuzz_corruptors import Campaign, campaign_seconds, long_settings
 from traces.store import open_trace
 
 

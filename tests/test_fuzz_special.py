@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial import tree_state
 from tests.conftest import run_cli, shared
-from tests.fuzzing import Worker, broken_promise, record, subprocess_run
+from tests.support.clean_refusal import tree_state
+from tests.support.fuzz_corruptors import Worker, broken_promise, record, subprocess_run
 from tests.test_fuzz_live import finish_inputs, join_inputs
 from tests.test_fuzz_results import SPEC, SPEC_CHEAP, SWEEP
 

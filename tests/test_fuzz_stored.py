@@ -6,7 +6,7 @@ a column of another type or duplicated rows. Then every command that reads
 a stored trace: ``trace info``, ``trace query``, ``estimate``,
 ``validate``, ``calibrate``, ``replay --trace``.
 
-The promise (tests/fuzzing.broken_promise): a clean success or a refusal
+The promise (tests/support/fuzz_corruptors.broken_promise): a clean success or a refusal
 naming the corrupted file; the kernel-running commands run in a worker
 process, so a crash is a failure, not the end of the test run."""
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.adversarial import tree_state
 from tests.conftest import run_cli
-from tests.fuzzing import (
+from tests.support.clean_refusal import tree_state
+from tests.support.fuzz_corruptors import (
     Campaign,
     Worker,
     broken_promise,

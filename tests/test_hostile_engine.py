@@ -18,7 +18,7 @@ import pytest
 from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import F_STATUS, PL_N, S_NFREE_SLOTS, ST_RUNNING, KernelInputError
 from estimators.engine.state import SchedState, StepPlan
-from tests.adversarial import refused_cleanly
+from tests.support.clean_refusal import refused_cleanly
 
 # ------------------------------------------------------------ the recorded-batch entry
 

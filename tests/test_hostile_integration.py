@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.adversarial import refused_cleanly
+from tests.support.clean_refusal import refused_cleanly
 
 NON_UTF8 = os.fsdecode(b"out\xff")
 

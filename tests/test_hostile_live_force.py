@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 
 
 def _generate(out, *extra):

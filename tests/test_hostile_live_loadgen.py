@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from traces.store import open_trace
 
 pytest.importorskip("aiohttp")

@@ -109,7 +109,7 @@ def test_sigterm_terminates_a_running_query(small_trace):
 def test_a_table_that_breaks_mid_query_is_named_not_the_sql(tmp_path, small_trace):
     import shutil
 
-    from tests.adversarial import refused_cleanly
+    from tests.support.clean_refusal import refused_cleanly
 
     t = tmp_path / "t"
     shutil.copytree(small_trace, t)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from traces.vllm_recorder.files import REQUEST_FIELDS
 
 STEP = '{"step": %d, "start_s": %d, "end_s": %d, "items": [], "preempted": []}\n'

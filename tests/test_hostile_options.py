@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from traces.store import TraceWriter, open_trace
 
 FIELDS = ("id", "arrival_s", "added_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli, shared
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_adversarial_inputs import small_recording
 
 CSV = "requests.csv"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_adversarial_inputs import AZURE_ROWS, LMB_ROWS, MOON_ROWS, import_args, moon, write_csv
 
 RUNS_HEAD = "run_id,model,gpu"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 
 HEADER = {"schema_version": 1, "latroute_version": "test", "command": "latroute test"}
 METRICS = {

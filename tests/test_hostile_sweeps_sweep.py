@@ -23,8 +23,8 @@ import pytest
 
 import harness.sweep.driver as driver
 from routers.base import Router
-from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli
+from tests.support.clean_refusal import refused_cleanly
 
 ARGS = ["--routers", "shortest-queue", "--rates", "4,8", "--requests", "20", "--workers", "1", "--noise", "off"]
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from routers.registry import make_router
-from tests.adversarial import refused_cleanly
+from tests.support.clean_refusal import refused_cleanly
 from tests.test_hostile_views_truth import PROFILE, specs
 from traces.errors import BadInput as PluginError  # estimators.plugins.PluginError is one (main has neither)
 

@@ -1,6 +1,6 @@
 """``latroute route`` against a backend that misbehaves and clients that
 send what they should not: the proxy as a subprocess on 127.0.0.1, the
-backend a fake written here (``tests.untrusted_peers``), every request
+backend a fake written here (``tests.support.misbehaving_peers``), every request
 over HTTP. What must hold whatever they send: the client gets vLLM's
 error body, the backend is marked dead with the reason, ``/health``
 answers within 100 ms while it happens, no traceback reaches stderr, and
@@ -16,9 +16,7 @@ import numpy as np
 import pytest
 
 from harness.live.ports import free_port_base
-from tests.test_route_live import _read_log, _start, _stop
-from tests.test_serve_http import get, post
-from tests.untrusted_peers import (
+from tests.support.misbehaving_peers import (
     TOKEN_EVENT,
     FakeBackend,
     completion,
@@ -29,6 +27,8 @@ from tests.untrusted_peers import (
     sse,
     status_of,
 )
+from tests.test_route_live import _read_log, _start, _stop
+from tests.test_serve_http import get, post
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")

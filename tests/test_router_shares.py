@@ -49,7 +49,7 @@ def test_shares_pair_seeds_and_ratio_cell_times(tmp_path):
 
 
 def test_unknown_reference_is_one_line_exit_2(tmp_path):
-    from tests.adversarial import refused_cleanly
+    from tests.support.clean_refusal import refused_cleanly
 
     sweep = _sweep(tmp_path)
     refused_cleanly(["study", "router-shares", sweep, "--reference", "sfs-hard"], [sweep], "--reference",

@@ -48,7 +48,7 @@ def test_readme_links_into_docs_resolve():
 
 def test_readme_bash_blocks_parse():
     """Every README shell block is valid bash (the vLLM ones too, which only run where vLLM is)."""
-    from tests.test_readme_walkthrough import bash_blocks
+    from tests.project.test_readme_walkthrough import bash_blocks
 
     for n, block in enumerate(bash_blocks((REPO / "README.md").read_text()), start=1):
         proc = subprocess.run(["bash", "-n", "-c", block], capture_output=True, text=True)

@@ -2,7 +2,7 @@
 format, the promise a reading command must keep on each corrupted input,
 and runners that survive a crashing command.
 
-Why a separate oracle from ``tests/adversarial.refused_cleanly``: a random
+Why a separate oracle from ``tests.support.clean_refusal.refused_cleanly``: a random
 corruption may leave the input valid (a digit changed into another digit, a
 BOM the readers strip), so the fuzzers accept *either* a clean success
 (exit 0, output valid, inputs unchanged) *or* a clean refusal (exit 2, one
@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
-from tests.adversarial import tree_state
+from tests.support.clean_refusal import tree_state
 
 
 # the default suite: few examples each (the whole default part stays within ~20 s)
@@ -211,8 +211,8 @@ def corrupt_one_file(data: st.DataObject, root: Path, files: list[Path] | None =
     return target, how
 
 
-# the runners (in process, child process, worker) live in tests/fuzz_run.py
-from tests.fuzz_run import HUNG, Outcome, Worker, in_process, subprocess_run, worker_main  # noqa: E402,F401
+# the runners (in process, child process, worker) live in tests/support/fuzz_runners.py
+from tests.support.fuzz_runners import HUNG, Outcome, Worker, in_process, subprocess_run, worker_main  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- promise

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial import refused_cleanly
+from tests.support.clean_refusal import refused_cleanly
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_study_module_is_a_script():

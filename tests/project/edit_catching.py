@@ -10,9 +10,9 @@ command-line range check, a recording's consistency check, an importer's column 
 
 How to run it (from the repository root, in the environment the suite runs in)::
 
-    python tests/edit_catching.py --list                  # every edit and whether it applies (no pytest)
-    python tests/edit_catching.py                         # the whole table (each run up to --cap seconds)
-    python tests/edit_catching.py --only preempt_to_back,intin_no_upper --cap 180 --json out.json
+    python tests/project/edit_catching.py --list                  # every edit and whether it applies (no pytest)
+    python tests/project/edit_catching.py                         # the whole table (each run up to --cap seconds)
+    python tests/project/edit_catching.py --only preempt_to_back,intin_no_upper --cap 180 --json out.json
 
 For each edit the tracked files of ``--repo``, as they are in its working tree (uncommitted changes
 included), are copied to a scratch directory, the edit is applied there and the default suite runs
@@ -63,7 +63,7 @@ from pathlib import Path
 
 PACKAGES = ("harness", "traces", "estimators", "routers", "reports")
 PYTEST = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-DEFAULT_REPO = Path(__file__).resolve().parent.parent
+DEFAULT_REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

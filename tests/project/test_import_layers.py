@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "traces", "estimators", "routers", "reports")
 LINT = shutil.which("lint-imports") or (str(Path(sys.executable).with_name("lint-imports"))
                                         if Path(sys.executable).with_name("lint-imports").exists() else None)

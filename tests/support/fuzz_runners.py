@@ -2,8 +2,8 @@
 that run no compiled code, in a child process with a deadline, or in a
 long-lived worker process that dies alone when a command corrupts the heap.
 
-Split from tests/fuzzing.py (the corruptors and the promise) to keep each
-module under the house's 400 lines; tests/fuzzing.py re-exports these.
+Split from tests/support/fuzz_corruptors.py (the corruptors and the promise) to keep each
+module under the house's 400 lines; tests/support/fuzz_corruptors.py re-exports these.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class Worker:
         env = {**os.environ, "PYTHONPATH": path, "LATROUTE_SHARED_DATA": str(SHARED_DATA)}
         # the child's own stderr (C-level aborts: "malloc(): ...") to a file, never a pipe that could fill
         self.err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzz_run import worker_main; worker_main()"],
+        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.support.fuzz_runners import worker_main; worker_main()"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      env=env, start_new_session=True, cwd=str(REPO))
         self.since_start = []
