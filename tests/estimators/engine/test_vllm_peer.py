@@ -21,7 +21,7 @@ import pytest
 
 from tests.peer.latroute_side import run_scenario
 
-PEER = Path(__file__).resolve().parent / "peer"
+PEER = Path(__file__).resolve().parents[2] / "peer"
 FIXTURES = sorted((PEER / "fixtures").glob("*.json"))
 CATALOGUE = PEER / "vllm_tests.tsv"
 FIELDS = ("batch", "preempted", "running", "waiting", "free_blocks_scheduled", "finished", "free_blocks")

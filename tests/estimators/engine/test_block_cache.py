@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from estimators.engine import block_pool as bk
 from estimators.engine.block_ids import OWN_BASE, OWN_BLOCK_BITS
-from tests.block_pool_reference import RefBlockPool
+from tests.estimators.engine.block_pool_reference import RefBlockPool
 
 B = 4  # tokens per block: small, so that sequences span many blocks
 

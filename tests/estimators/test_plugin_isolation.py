@@ -122,7 +122,7 @@ def test_plugin_timeout_without_isolation_is_refused(tmp_path):
 def test_replay_with_isolated_plugins_says_so(tmp_path):
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     r = latroute("replay", "--rate", "8", "--requests", "30", "--router", "tests.plugin_router:LastInstance",
                  "--isolate-plugins", "--out", str(tmp_path / "r"), cwd=root)
     assert r.returncode == 0, r.stderr

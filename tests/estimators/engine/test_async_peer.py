@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.estimators.engine.test_vllm_peer import FIELDS, assert_agrees, first_difference, load
 from tests.peer import random_fixtures
 from tests.peer.latroute_side import run_scenario, run_scenario_async
 from tests.peer.scenarios import random_async_scenarios
-from tests.test_vllm_peer import FIELDS, assert_agrees, first_difference, load
 
-PEER = Path(__file__).resolve().parent / "peer"
+PEER = Path(__file__).resolve().parents[2] / "peer"
 ASYNC = sorted((PEER / "fixtures" / "async").glob("*.json"))
 ASYNC_FIELDS = FIELDS + ("completed",)
 SYNC_NAMES = {p.stem for p in (PEER / "fixtures").glob("*.json")}
