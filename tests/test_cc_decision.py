@@ -145,7 +145,7 @@ def _toy_run(caching: bool, ties: str, noise: bool, fast: bool):
     decisions fall back to the likeliest instance."""
     from harness.twin.simulation import Twin, TwinConfig
     from routers.base import RouteInputs
-    from tests.test_fleet_loop import toy_requests, toy_specs
+    from tests.harness.twin.loop.test_fleet_loop import toy_requests, toy_specs
 
     specs = toy_specs(12, caching=caching)
     reqs = toy_requests(600, 700.0, 4)

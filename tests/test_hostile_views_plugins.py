@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from routers.registry import make_router
+from tests.harness.twin.views.test_views_hide_the_truth import PROFILE, specs
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_hostile_views_truth import PROFILE, specs
 from traces.errors import BadInput as PluginError  # estimators.plugins.PluginError is one (main has neither)
 
 P = "tests.plugin_router:"
@@ -84,7 +84,7 @@ def test_probe_router_builds_a_plugin_without_running_it():
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from harness.twin.simulation import Twin, TwinConfig, write_twin_trace
-    from tests.test_hostile_views_truth import workload
+    from tests.harness.twin.views.test_views_hide_the_truth import workload
     from traces.store import TraceWriter
 
     reqs = workload(10, 40.0, 2).assign(output_tokens=5)

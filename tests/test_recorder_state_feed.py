@@ -2,7 +2,7 @@
 a real vLLM's scheduler state in ``latroute serve``'s frame format, so
 ``route --view exact`` reads either. The frame is checked here on vLLM's
 own attribute names (a stand-in scheduler with them) and through the
-reader's decoder and view builder; tests/test_route_real.py checks it on
+reader's decoder and view builder; tests/harness/route/test_route_real.py checks it on
 a real vLLM server."""
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ from estimators.engine.state import SchedState, StepPlan
 from estimators.estimate import load_bin
 from estimators.snapshot import Query, RateTracker, RecordedWalk, Snapshot
 from tests.conftest import run_cli
-from tests.test_twin import reqs as make_reqs
-from tests.test_twin import toy_twin
+from tests.harness.twin.test_twin import reqs as make_reqs
+from tests.harness.twin.test_twin import toy_twin
 from traces.lengths import predicted_lengths
 from traces.store import TraceWriter, open_trace
 

@@ -21,7 +21,7 @@ from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import Twin, TwinConfig
 from routers.foreign import IsolatedRouter
 from routers.registry import make_router
-from tests.test_hostile_views_truth import PROFILE, specs, truths, workload
+from tests.harness.twin.views.test_views_hide_the_truth import PROFILE, specs, truths, workload
 
 WALKER = "tests.plugin_router:ProcessWalker"
 

@@ -16,7 +16,7 @@ from estimators.snapshot import Snapshot
 from harness.twin.fidelity.decisions import decision_agreement
 from harness.twin.fidelity.validate import validate
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, fixed_router, write_twin_trace
-from tests.test_twin import toy_profile
+from tests.harness.twin.test_twin import toy_profile
 from traces.store import TraceWriter, open_trace
 
 

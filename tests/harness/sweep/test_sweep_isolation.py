@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 PLUGIN = "tests.plugin_router_views:LeastLoaded"
 
 

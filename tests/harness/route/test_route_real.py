@@ -42,10 +42,10 @@ from estimators.engine.layout import (  # noqa: E402
 )
 from harness.serve.state_feed import decode  # noqa: E402
 from harness.studies.live_servers import VllmServer  # noqa: E402
-from tests.test_route_live import _read_log, _start, _stop, by_id  # noqa: E402
-from tests.test_serve_http import events, open_stream, post  # noqa: E402
+from tests.harness.route.test_route_live import _read_log, _start, _stop, by_id  # noqa: E402
+from tests.harness.serve.test_serve_http import events, open_stream, post  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 POOLS = ROOT / "docs" / "pools"
 Q = {"latroute": {"quality": {"tiny-a": 0.5, "tiny-b": 0.8}}}  # the tiny models have no accuracy model
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
+from tests.harness.route.test_route_live import _stop
+from tests.harness.route.test_route_untrusted import _no_traceback, _refused_quietly
+from tests.harness.serve.test_serve_http import gauge, post, start_serve
 from tests.support.misbehaving_peers import post_request, raw_request, status_of
-from tests.test_route_live import _stop
-from tests.test_route_untrusted import _no_traceback, _refused_quietly
-from tests.test_serve_http import gauge, post, start_serve
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")

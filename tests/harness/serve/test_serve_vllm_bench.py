@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_serve_http import ROOT, start_serve
+from tests.harness.serve.test_serve_http import ROOT, start_serve
 
 VLLM_PYTHON = os.environ.get("LATROUTE_VLLM_PYTHON")
 TINY_A = ROOT.parent / "shared" / "models" / "tiny-a"

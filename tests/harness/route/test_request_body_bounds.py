@@ -13,10 +13,10 @@ import time
 import pytest
 
 from harness.serve.protocol import MAX_JSON_VALUES, MAX_REQUEST_BODY, json_shape_ok, loads_bounded
+from tests.harness.route.test_route_live import _stop
+from tests.harness.route.test_route_untrusted import HEALTH_MS, _no_traceback, _proxy, _vllm_error, _while
+from tests.harness.serve.test_serve_http import post, start_serve
 from tests.support.misbehaving_peers import FakeBackend, post_request, read_answer, status_of
-from tests.test_route_live import _stop
-from tests.test_route_untrusted import HEALTH_MS, _no_traceback, _proxy, _vllm_error, _while
-from tests.test_serve_http import post, start_serve
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from tests.harness.route.test_route_live import _read_log, _stop
+from tests.harness.route.test_route_untrusted import HEALTH_MS, _no_traceback, _proxy
+from tests.harness.serve.test_serve_http import start_serve
 from tests.support.misbehaving_peers import TOKEN_EVENT, FakeBackend, completion, health_ms, raw_request, sse, status_of
-from tests.test_route_live import _read_log, _stop
-from tests.test_route_untrusted import HEALTH_MS, _no_traceback, _proxy
-from tests.test_serve_http import start_serve
 
 pytest.importorskip("aiohttp")
 pytestmark = pytest.mark.fuzz

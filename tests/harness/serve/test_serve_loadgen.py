@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from harness.live.loadgen import assign_backends
-from tests.test_serve_http import ROOT, SPEED, events, open_stream, start_serve
+from tests.harness.serve.test_serve_http import ROOT, SPEED, events, open_stream, start_serve
 from traces.errors import BadInput
 
 pytest.importorskip("aiohttp")

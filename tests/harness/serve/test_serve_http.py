@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from harness.live.ports import free_port_base  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 POOL = "qwen3-h100"
 N_INST = 3
 SPEED = 4.0

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from harness.live.ports import free_port_base as free_base
-from tests.test_serve_http import events, get, open_stream, post
+from tests.harness.serve.test_serve_http import events, get, open_stream, post
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 SPEED = 4.0
 

@@ -167,7 +167,7 @@ def test_counters_with_and_without_caching(pool):
 # ------------------------------------------------------------------ the server, over HTTP
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
-from tests import test_serve_http as th  # noqa: E402  (its server helpers)
+from tests.harness.serve import test_serve_http as th  # noqa: E402  (its server helpers)
 
 
 def _text(tokens: list[int]) -> str:

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from harness.live.ports import free_port_base
+from tests.harness.route.test_route_live import _read_log, _start, _stop
+from tests.harness.serve.test_serve_http import get, post
 from tests.support.misbehaving_peers import (
     TOKEN_EVENT,
     FakeBackend,
@@ -27,8 +29,6 @@ from tests.support.misbehaving_peers import (
     sse,
     status_of,
 )
-from tests.test_route_live import _read_log, _start, _stop
-from tests.test_serve_http import get, post
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
@@ -326,7 +326,7 @@ def test_exact_view_refuses_a_malformed_frame(tmp_path, kind):
 def test_clients_that_leave_mid_stream_end_their_requests(tmp_path):
     """40 clients leave a proxied stream after its first token: each row is
     ``abandoned``, nothing stays in flight, nothing reaches stderr."""
-    from tests.test_serve_untrusted import _leave_mid_stream
+    from tests.harness.serve.test_serve_untrusted import _leave_mid_stream
 
     fake = FakeBackend()
     fake.plan["gone"] = lambda h: h.endless(b"", sse(TOKEN_EVENT), "text/event-stream")
@@ -361,7 +361,7 @@ def test_bare_backends_models_answer_is_checked(tmp_path, models):
     import subprocess
     import sys
 
-    from tests.test_route_live import ENV, ROOT
+    from tests.harness.route.test_route_live import ENV, ROOT
 
     fake = FakeBackend()
     fake.plan["/v1/models"] = lambda h: h.answer(200, models)

@@ -5,7 +5,7 @@ Each cell replays a small Poisson workload through ``replay`` and hashes
 every column of the served requests (and, where recorded, the step log);
 the expected digests were computed by latroute at commit 8d9f8d7, before the event
 queue, by running this module's ``cells`` there (``python
-tests/test_fleet_loop.py`` with ``PYTHONPATH`` at that checkout prints
+tests/harness/twin/loop/test_fleet_loop.py`` with ``PYTHONPATH`` at that checkout prints
 them). Cells: the paper pool and a 24-instance replica pool, noise on and
 off, shortest-queue, sfs-hard, sfs-cc, the oracle and a stale-view run.
 The old loop (``Twin(fleet_loop=False)``) is compared directly too, with a

@@ -27,10 +27,10 @@ from harness.requestlevel.frontend import (
 from harness.requestlevel.frontend_burst import fit_output_cost, held_delays, predicted_delays
 from harness.requestlevel.validate import RequestTrace, replay_requests
 from tests.conftest import run_cli
-from tests.test_request_level import slice_trace  # noqa: F401  (the fixture: 60 requests of the 16 q/s run)
+from tests.harness.requestlevel.test_request_level import slice_trace  # noqa: F401  (the fixture: 60 requests of the 16 q/s run)
 from traces.store import open_trace
 
-BURSTS = Path(__file__).resolve().parents[1] / "docs" / "frontend_burst.csv"
+BURSTS = Path(__file__).resolve().parents[3] / "docs" / "frontend_burst.csv"
 BURST_STEPS = BURSTS.with_name("frontend_burst_steps.csv")
 BURST_HELD = BURSTS.with_name("frontend_burst_held.csv")
 PROF = np.array([0.03, 1e-4, 2e-4, 0.0, 0.01])
