@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from tests.conftest import assert_refused, run_cli, served_twin_trace, shared
 from traces.store import TraceWriter, open_trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_ROUTERS = "shortest-queue,latency-agnostic,sfs-hard,sfs-soft,sfs-cc,sfs-eu"
 
 
@@ -270,7 +270,7 @@ def test_static_scatter_panels_are_at_least_300_px_wide(results, tmp_path):
 # -- 8. the serving table -----------------------------------------------------------
 
 def _serving_table_in_chromium(page: Path, tmp_path):
-    from tests.test_reports import _headless_chromium
+    from tests.reports.test_reports import _headless_chromium
 
     driver = _headless_chromium(tmp_path)
     try:
