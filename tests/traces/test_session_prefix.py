@@ -8,7 +8,7 @@ import pytest
 
 from routers import prefix_affinity
 from tests.conftest import run_cli
-from tests.test_importers import do_import, write
+from tests.traces.test_importers import do_import, write
 from traces.errors import BadInput
 from traces.prefix_blocks import ideal_hit_tokens
 from traces.session_prefix import SessionColumns, check_turns, conversation_gap, derive_hash_ids

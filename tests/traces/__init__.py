@@ -1,0 +1,1 @@
+"""Tests of traces/: the store, importers, workloads, sessions, the recorder and output directories."""
