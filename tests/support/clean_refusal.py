@@ -1,10 +1,10 @@
-"""What every adversarial case asserts: exit 2, exactly one line
+"""What every refusal case asserts: exit 2, exactly one line
 on stderr starting ``error: `` (naming file/row/column where there is one),
 no traceback, and nothing written or removed in the directories watched.
 
-Adversarial tests live in ``tests/test_adversarial_*.py`` and call
-``refused_cleanly``; ``pytest --collect-only -q tests/test_adversarial_*.py``
-counts the cases.
+The refusal tests live in ``tests/refusals/`` (and beside the package a
+refusal belongs to) and call ``refused_cleanly``;
+``pytest --collect-only -q tests/refusals`` counts the cases.
 """
 from __future__ import annotations
 

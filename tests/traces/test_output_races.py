@@ -1,6 +1,6 @@
 """Adversarial outputs, second part: two writers to one ``--out``,
 debris of killed runs, the umask, and sweeps' outputs (split from
-test_adversarial_outputs.py, which keeps what ``--out`` and ``--force`` may
+test_unsafe_out_dirs.py, which keeps what ``--out`` and ``--force`` may
 touch).
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from tests.conftest import run_cli
+from tests.refusals.test_unsafe_out_dirs import _marked_dir, no_hang  # noqa: F401 (no_hang: the autouse time limit)
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_outputs import _marked_dir, no_hang  # noqa: F401 (no_hang: the autouse time limit)
 from traces.errors import BadInput
 
 # ---------------------------------------------------------------- lock

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import AZURE_ROWS, LMB_ROWS, MOON_ROWS, import_args, moon, write_csv
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_inputs import AZURE_ROWS, LMB_ROWS, MOON_ROWS, import_args, moon, write_csv
 
 RUNS_HEAD = "run_id,model,gpu"
 

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import small_recording
 from tests.support.clean_refusal import tree_state
 from tests.support.fuzz_corruptors import (
     QUICK,
@@ -31,7 +32,6 @@ from tests.support.fuzz_corruptors import (
     in_process,
     long_settings,
 )
-from tests.test_adversarial_inputs import small_recording
 from traces.store import open_trace
 
 

@@ -46,7 +46,7 @@ def test_azure_csv_with_bare_cr_reports_the_bad_row_by_line(tmp_path):
 
 @pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_record_finish_gives_the_joined_files_the_umasks_modes(tmp_path, mask, mode):
-    from tests.test_fuzz_live import finish_inputs
+    from tests.refusals.test_fuzz_live import finish_inputs
 
     (tmp_path / "src").mkdir()
     rec = finish_inputs(tmp_path)

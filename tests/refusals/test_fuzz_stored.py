@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import small_recording
 from tests.support.clean_refusal import tree_state
 from tests.support.fuzz_corruptors import (
     Campaign,
@@ -34,7 +35,6 @@ from tests.support.fuzz_corruptors import (
     long_settings,
     quick,
 )
-from tests.test_adversarial_inputs import small_recording
 
 HOSTILE_CELLS = [np.nan, np.inf, -np.inf, -1, 0, 1e300, 2**62, -(2**62), 0.5]
 

@@ -2,7 +2,7 @@
 Parquet tables, meta.json, instances and quality tables), pool files and the
 step aggregates. Every case is a clean refusal (tests/support/clean_refusal.py): exit 2,
 one ``error:`` line naming file, row and column, nothing written (split from
-test_adversarial_inputs.py, which keeps the importers' source files).
+test_bad_input_files.py, which keeps the importers' source files).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_cli, shared
+from tests.refusals.test_bad_input_files import BIG, import_args, small_recording, write_csv
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_inputs import BIG, import_args, small_recording, write_csv
 from traces.limits import MAX_TOKENS
 
 
@@ -207,7 +207,7 @@ def test_every_real_recording_imports(tmp_path):
 
     root = shared("vllm_cpu")
     sources = sorted(p for p in root.iterdir() if p.is_dir())
-    committed = Path(__file__).parent / "data" / "recordings"
+    committed = Path(__file__).parents[1] / "data" / "recordings"
     for name in ("server_tinya_poisson_r2_nopc", "server_tinya_d8sessions_pc"):
         dst = tmp_path / "src" / name
         dst.mkdir(parents=True)

@@ -3,7 +3,7 @@ every importer, the Parquet reader, meta.json, pool files, engine.json and
 recorded steps. Every case is a clean refusal (tests/support/clean_refusal.py): exit
 2, one ``error:`` line naming file, row and column where there is one, no
 traceback, nothing written. The property-based corruptions are in
-test_adversarial_inputs_props.py; the recordings that must still import
+test_randomly_corrupted_inputs.py; the recordings that must still import
 are at the end of this file."""
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ is given each hostile value of an explicit, fixed list (so a failure names its
 case and reproduces): the value is either refused while the command line is
 parsed, naming the option, or accepted and then inside the range the option's
 help states. Parsing only (``make_context``), so the run takes well under a
-second; the refusal path end to end is in tests/test_hostile_options.py."""
+second; the refusal path end to end is in tests/refusals/test_bad_join_and_request_level_options.py."""
 from __future__ import annotations
 
 import math

@@ -1,7 +1,7 @@
 """Adversarial cases for ``trace query`` (read-only by default, every
 escape refused naming the way out) and for ``calibrate`` on degenerate step
 logs: each bad input is refused in one line with exit 2 and nothing changed
-(split from test_adversarial_gate.py, which keeps the CI gate's cases).
+(split from test_bad_gate_inputs.py, which keeps the CI gate's cases).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_gate_inputs import _set, write_result
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_gate import _set, write_result
 
 # --------------------------------------------------------------- trace query
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import FORMATS, import_args, small_recording, write_csv
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_inputs import FORMATS, import_args, small_recording, write_csv
 
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

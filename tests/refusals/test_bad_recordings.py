@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, shared
+from tests.refusals.test_bad_input_files import small_recording
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_inputs import small_recording
 
 CSV = "requests.csv"
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from harness.twin.pools.spec import load_pool
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import small_recording
 from tests.support.clean_refusal import tree_state
 from tests.support.fuzz_corruptors import (
     Campaign,
@@ -33,7 +34,6 @@ from tests.support.fuzz_corruptors import (
     long_settings,
     quick,
 )
-from tests.test_adversarial_inputs import small_recording
 
 SWEEP = ["--rates", "3,4", "--requests", "30", "--routers", "shortest-queue", "--workers", "1", "--noise", "off"]
 # flags beside a fuzzed spec: an empty or cut spec means the default sweep (minutes, not a hang); these keep

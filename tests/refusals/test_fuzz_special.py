@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, shared
+from tests.refusals.test_fuzz_live import finish_inputs, join_inputs
+from tests.refusals.test_fuzz_results import SPEC, SPEC_CHEAP, SWEEP
 from tests.support.clean_refusal import tree_state
 from tests.support.fuzz_corruptors import Worker, broken_promise, record, subprocess_run
-from tests.test_fuzz_live import finish_inputs, join_inputs
-from tests.test_fuzz_results import SPEC, SPEC_CHEAP, SWEEP
 
 SPECIALS = ["fifo", "directory", "empty", "dev-zero"]
 OPTIONAL = {"import lmbench runs.csv"}  # read only when it is there: ignoring what is not a file is allowed
@@ -45,8 +45,8 @@ def make_special(path: Path, kind: str) -> None:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
-    from tests.test_adversarial_inputs import small_recording
-    from tests.test_fuzz_public import sources
+    from tests.refusals.test_bad_input_files import small_recording
+    from tests.refusals.test_fuzz_public import sources
     root = tmp_path_factory.mktemp("special")
     small_recording(root)  # root/rec
     sources(root / "pub")

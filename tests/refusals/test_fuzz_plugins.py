@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import small_recording
 from tests.support.fuzz_corruptors import Outcome, Worker, in_process, record
-from tests.test_adversarial_inputs import small_recording
 
 _COUNTER = itertools.count()
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from harness.cli import COMMANDS
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import small_recording
 from tests.support.fuzz_corruptors import (
     Campaign,
     Outcome,
@@ -32,14 +33,13 @@ from tests.support.fuzz_corruptors import (
     long_settings,
     quick,
 )
-from tests.test_adversarial_inputs import small_recording
 
 VALUES = ["NaN", "nan", "inf", "-inf", "-1", "0", "1e300", "1e-300", "", str(2**63), "9" * 400, "1,1", "-0", "0x10",
           "1e-7", str(2**31)]
 NUMERIC = ("IntIn", "Finite", "FloatList", "KeyFraction", "EngineSetting", "Window", "IntParamType",
            "FloatParamType", "IntRange", "FloatRange")
 SLOW = {"demo", "serve"}  # demo: a whole pipeline per run (its one numeric option, --seed, is fuzzed in replay
-# and generate); serve: a server runs until signalled (its options are click types, tests/test_serve_*.py)
+# and generate); serve: a server runs until signalled (its options are click types, tests/harness/serve/)
 
 
 def walk(name: str, cmd: click.Command):

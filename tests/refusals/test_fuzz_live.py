@@ -21,6 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.refusals.test_bad_input_files import small_recording
+from tests.refusals.test_fuzz_stored import corrupt_table
 from tests.support.clean_refusal import tree_state
 from tests.support.fuzz_corruptors import (
     Campaign,
@@ -33,8 +35,6 @@ from tests.support.fuzz_corruptors import (
     long_settings,
     quick,
 )
-from tests.test_adversarial_inputs import small_recording
-from tests.test_fuzz_stored import corrupt_table
 from traces.store import TraceWriter
 from traces.vllm_recorder.files import REQUEST_FIELDS
 

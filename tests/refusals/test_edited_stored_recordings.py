@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_cli
+from tests.refusals.test_bad_input_files import import_args, small_recording, write_csv
 from tests.support.clean_refusal import refused_cleanly
-from tests.test_adversarial_inputs import import_args, small_recording, write_csv
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,7 @@ def test_corrupt_parquet_bytes_refused_by_info(stored, tmp_path, where):
 
 def test_burstgpt_without_usable_rows_refused(tmp_path):
     """Only failed rows (Response tokens 0): the trace every reader refuses was written, exit 0."""
-    from tests.test_adversarial_inputs import BURST_HEAD
+    from tests.refusals.test_bad_input_files import BURST_HEAD
 
     src = write_csv(tmp_path, "burstgpt", rows=[f"{i},ChatGPT,10,0,10,Conversation log" for i in range(3)])
     assert BURST_HEAD.startswith("Timestamp")
