@@ -1,4 +1,4 @@
-"""Adversarial cases for the CI gate (``check``), calibration
+"""Bad input to the CI gate (``check``), calibration
 and ``trace query``: every bad input is refused in one line with exit 2 and
 nothing changed (``tests.support.clean_refusal.refused_cleanly``), and the behaviours
 that used to be silently wrong are asserted directly.

@@ -1,4 +1,4 @@
-"""Refusals and behaviours a hostile tester found missing: demo onto another latroute output,
+"""Refusals and behaviours at the edges of several inputs: demo onto another latroute output,
 Azure CSVs with bare-CR line ends, the modes of a finished recording, a trace's meta.json
 ``engine`` that is no object, ``trace info`` on a bad engine series, studies run as modules."""
 from __future__ import annotations

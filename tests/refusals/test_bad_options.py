@@ -1,4 +1,4 @@
-"""Adversarial cases for the command line itself ("one error path",
+"""Bad options refused by the command line itself ("one error path",
 "every CLI number range-checked").
 
 Table-driven: every command x every numeric option x the values that used

@@ -1,4 +1,5 @@
-"""Hostile-input cases that cross several modules."""
+"""Bad input that crosses several modules: an output path that is not UTF-8, refused before the
+work, and burstiness held to its documented range by every command that takes it."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Adversarial cases for ``trace query`` (read-only by default, every
+"""Bad input to ``trace query`` (read-only by default, every
 escape refused naming the way out) and for ``calibrate`` on degenerate step
 logs: each bad input is refused in one line with exit 2 and nothing changed
 (split from test_bad_gate_inputs.py, which keeps the CI gate's cases).

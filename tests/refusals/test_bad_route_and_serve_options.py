@@ -1,5 +1,5 @@
-"""Findings of the hostile review that had no test of their own: each is
-refused in one line naming the option, before any work."""
+"""Options of ``route`` and ``serve`` out of range (a constant length of 1e20, a listen port or
+port base outside 1-65535): each is refused in one line naming the option, before any work."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Options a hostile tester found unbounded or unchecked: each refused while parsing or at the
+"""Options past their bounds, or unchecked values: each refused while parsing or at the
 entry, one line naming the option, exit 2, before any work, nothing written."""
 from __future__ import annotations
 

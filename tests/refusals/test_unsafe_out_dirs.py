@@ -1,4 +1,4 @@
-"""Adversarial outputs: what ``--out`` and ``--force`` may touch.
+"""Output directories: what ``--out`` and ``--force`` may touch.
 
 Every writing command against every kind of place it must not write or
 replace (devices, pipes, sockets, links, user files and directories, ``.``

@@ -1,4 +1,4 @@
-"""Small defects found by reading the docs against the code (each test failed before its fix):
+"""What the reports and summaries say, checked against what the docs promise:
 the warm-cache median, the request-level coverage line, the sweep summary's
 header, the demo's first speed, "a estimate", and the report's colours,
 scatter strip, serving table and parameter table; and the reports layer's

@@ -1,4 +1,4 @@
-"""Adversarial outputs, second part: two writers to one ``--out``,
+"""Output directories under contention: two writers to one ``--out``,
 debris of killed runs, the umask, and sweeps' outputs (split from
 test_unsafe_out_dirs.py, which keeps what ``--out`` and ``--force`` may
 touch).

@@ -1,4 +1,4 @@
-"""Adversarial cases for the command line's one error path: internal
+"""The command line's one error path: internal
 errors in one line with exit 1 (``--debug`` keeps the traceback), Ctrl-C as
 130 in one line, undecodable text in paths and option values, and the same
 from real processes (split from test_bad_options.py, which keeps bad
