@@ -146,7 +146,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
     refuse_non_utf8({"TRACES": traces, "--out": out, "--evaluate-on": evaluate_on, "--update": update_ref,
                      "--warm": warm, "--name": name, "--pool": fleet_pool})
     _refuse_unused(click.get_current_context(), from_requests, update_ref is not None)
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm, fleet_pool])  # before any work
     if from_requests:

@@ -84,9 +84,9 @@ def test_bench_against_a_directory_that_is_no_checkout_is_refused(tmp_path):
                    "error: --against:", "is no latroute checkout")
 
 
-def test_bench_against_without_the_fleet_section_is_refused(tmp_path):
-    assert_refused(run_cli("bench", "--only", "twin", "--against", tmp_path), None,
-                   "error: --against: benches the fleet section only")
+def test_bench_against_without_a_section_it_benches_is_refused(tmp_path):
+    assert_refused(run_cli("bench", "--only", "generate", "--against", tmp_path), None,
+                   "error: --against: benches the twin, replay, sfs, fleet sections only")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e300"])
