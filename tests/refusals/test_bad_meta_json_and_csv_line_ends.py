@@ -62,7 +62,7 @@ def test_record_finish_gives_the_joined_files_the_umasks_modes(tmp_path, mask, m
 
 @pytest.fixture(scope="module")
 def reqstats_trace(tmp_path_factory):
-    from tests.traces.test_reqstats_import import _run
+    from tests.traces.importers.test_reqstats_import import _run
 
     root = tmp_path_factory.mktemp("rs")
     assert run_cli("trace", "import", "vllm-reqstats", _run(root), "--out", root / "good").exit_code == 0

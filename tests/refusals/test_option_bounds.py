@@ -108,7 +108,7 @@ def test_estimate_score_window_of_a_handful_of_requests_is_refused(tmp_path):
 
 
 def test_validate_score_window_without_requests_is_refused(tmp_path):
-    from tests.traces.test_reqstats_import import _run
+    from tests.traces.importers.test_reqstats_import import _run
 
     src = _run(tmp_path)
     assert run_cli("trace", "import", "vllm-reqstats", src, "--out", tmp_path / "t").exit_code == 0

@@ -1,1 +1,1 @@
-"""Tests of traces/: the store, importers, workloads, sessions, the recorder and output directories."""
+"""Tests of traces/: the store and trace query here, one folder per room of traces below."""

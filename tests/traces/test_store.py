@@ -83,7 +83,7 @@ def test_existing_output_needs_force(tmp_path):
 def test_views_for_every_table(tmp_path):
     from traces.importers import import_trace
     rec = tmp_path / "rec"
-    from tests.traces.test_importers import write_recording
+    from tests.traces.importers.test_importers import write_recording
     write_recording(rec)
     import_trace("vllm-record", rec, tmp_path / "t")
     t = open_trace(tmp_path / "t")

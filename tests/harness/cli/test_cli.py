@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.conftest import assert_refused, run_cli
-from tests.traces.test_importers import AZURE, write
+from tests.traces.importers.test_importers import AZURE, write
 
 
 @pytest.fixture()

@@ -13,7 +13,7 @@ from harness.requestlevel.engine_options import REQUEST_TRACE_DEFAULTS
 from harness.requestlevel.fit import profile_of
 from harness.requestlevel.validate import RequestTrace, replay_requests
 from tests.conftest import run_cli
-from tests.traces.test_reqstats_import import _request, _run
+from tests.traces.importers.test_reqstats_import import _request, _run
 
 PROFILE = np.array([0.02, 2e-5, 2e-4, 1e-8, 0.01])  # const, P, D, sum_ctx, front-end overhead
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness.live.ports import free_port_base
-from tests.traces.test_recorder import TINY_A, VLLM_PYTHON, needs_vllm
+from tests.traces.vllm_recorder.test_recorder import TINY_A, VLLM_PYTHON, needs_vllm
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")

@@ -60,7 +60,7 @@ def test_nothing_is_refused_where_the_machine_does_not_say(monkeypatch):
 
 @pytest.fixture(scope="module")
 def reqstats_trace(tmp_path_factory):
-    from tests.traces.test_reqstats_import import _run
+    from tests.traces.importers.test_reqstats_import import _run
 
     root = tmp_path_factory.mktemp("rs")
     assert run_cli("trace", "import", "vllm-reqstats", _run(root), "--out", root / "t").exit_code == 0

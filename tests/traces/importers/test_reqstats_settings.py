@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import assert_refused, run_cli
-from tests.traces.test_reqstats_import import _request, _run
+from tests.traces.importers.test_reqstats_import import _request, _run
 from traces.store import open_trace
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import assert_refused, run_cli, shared
-from tests.traces.test_importers import do_import, write
+from tests.traces.importers.test_importers import do_import, write
 from traces.importers import IMPORTERS
 from traces.store import open_trace
 

@@ -279,7 +279,7 @@ def test_server_recording_joins_loadgen_run(tmp_path):
 
 
 # ------------------------------------------- committed real-server recordings
-RECORDINGS = Path(__file__).parents[1] / "data" / "recordings"
+RECORDINGS = Path(__file__).parents[2] / "data" / "recordings"
 
 
 def _unpack(name: str, tmp_path: Path) -> Path:

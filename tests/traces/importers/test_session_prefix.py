@@ -8,7 +8,7 @@ import pytest
 
 from routers import prefix_affinity
 from tests.conftest import run_cli
-from tests.traces.test_importers import do_import, write
+from tests.traces.importers.test_importers import do_import, write
 from traces.datamodel.prefix_blocks import ideal_hit_tokens
 from traces.errors import BadInput
 from traces.importers.session_prefix import SessionColumns, check_turns, conversation_gap, derive_hash_ids

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import assert_refused, run_cli
 from traces.store import open_trace
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "vllm_gpu_llmservingsim"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "vllm_gpu_llmservingsim"
 if not DATA.is_dir():
     DATA = Path("/work/shared/data/vllm_gpu_llmservingsim")
 R4090, P6000 = DATA / "RTX4090_Llama-3.1-8B", DATA / "RTXPRO6000_Qwen3-32B"
