@@ -6,7 +6,7 @@
 It walks the click group ``harness.cli:cli`` (whose commands are imported
 lazily, on ``get_command``) and every subgroup, and formats each command's
 help in a fixed 100-column terminal, so the page is the same on every
-machine. tests/test_docs_reference.py regenerates it and fails on any
+machine. tests/project/test_docs_reference.py regenerates it and fails on any
 difference: the reference cannot drift from the command line.
 """
 from __future__ import annotations

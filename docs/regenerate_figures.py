@@ -19,7 +19,7 @@ HTML file in headless Chromium and saves one window of it. The command is
 read from the page, so a page cannot name a command its figures do not
 come from. ``--small`` takes the screenshots in a smaller window; the
 commands themselves run as the page states them (the demo has no size
-option and takes under a few minutes on 2 cores). tests/test_docs_figures.py
+option and takes under a few minutes on 2 cores). tests/project/test_docs_figures.py
 runs ``--small`` and checks that every image under docs/ is declared by a
 page and comes out of its command.
 """

@@ -61,7 +61,7 @@ def load(path: str, kind: str, importer: Callable[[str], Any]) -> Any:
     """The object named by ``module:attr`` (``kind`` says what it should be,
     for the error). Anything its import raises is the plug-in's failure.
     ``importer`` is the standard library's import-by-name, passed by the plug-in
-    loaders themselves (``tests/test_layers.py`` keeps imports by name to
+    loaders themselves (``tests/project/test_import_layers.py`` keeps imports by name to
     them)."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr or ":" in attr:

@@ -11,7 +11,7 @@ times. Routers import no harness and no engine module (``lint-imports``).
 The views hold no more than that, whatever a router reads: the twin hands
 routers ``harness.twin.views.honest.HonestView`` objects that keep no
 reference to the instance (a plug-in that walks every attribute and array
-finds no true length and no step end: ``tests/test_hostile_views_truth.py``).
+finds no true length and no step end: ``tests/harness/twin/views/test_views_hide_the_truth.py``).
 The one explicit path to the truth is ``oracle``: a router whose class (or
 registry entry) says ``oracle = True`` is handed the live instances, which
 offer ``ClairvoyantView``; results record it as an oracle.

@@ -30,7 +30,7 @@ it (least-latency 101.7%, lowest-index 85.7%; docs/results/fleet.md).
 A *group* is the instances of one model whose utility columns are equal (a
 pool whose replicas are priced differently splits into groups). With one
 instance per group every policy walks the one-level order and estimates
-the same instances: byte-identical to it (``tests/test_fleet_routers.py``).
+the same instances: byte-identical to it (``tests/routers/test_fleet_routers.py``).
 """
 from __future__ import annotations
 

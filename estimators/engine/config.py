@@ -4,7 +4,7 @@ Everything that describes an instance lives here once: the engine settings
 the scheduler kernel reads (``to_array``), the identity and prices a pool
 gives it, its defaults, its ``instances`` row (``to_row`` / ``from_row``;
 the data layer, which imports no engine, spells the same columns out in
-``traces.datamodel.schema.INSTANCES``, and tests/test_layers.py checks that they
+``traces.datamodel.schema.INSTANCES``, and tests/project/test_import_layers.py checks that they
 agree with ``instance_fields``) and its pool-file entry (``load_pool``
 accepts exactly these fields). Adding an engine setting is one field here
 (with its ``meta``), its column in ``traces.datamodel.schema`` and its use in the
@@ -45,7 +45,7 @@ from estimators.engine.layout import (
 )
 
 # engine settings are int64 in the kernel, which multiplies blocks by block size: the data layer
-# refuses the same (traces.datamodel.limits.MAX_ENGINE; tests/test_layers.py checks they agree)
+# refuses the same (traces.datamodel.limits.MAX_ENGINE; tests/project/test_import_layers.py checks they agree)
 MAX_ENGINE = 2**31 - 1
 
 
@@ -237,7 +237,7 @@ class InstanceConfig:
 
 def instance_fields() -> list[tuple[str, str, dict]]:
     """(name, kind, column metadata) of every field: ``traces.datamodel.schema.INSTANCES``
-    has one column per field, as this says (tests/test_layers.py). Kind is
+    has one column per field, as this says (tests/project/test_import_layers.py). Kind is
     int, float, str or bool."""
     out = []
     for f in fields(InstanceConfig):

@@ -27,7 +27,7 @@ quantile is exactly L - (E_T - E_0) / (step * T), and the offsets stay
 bounded, so coverage holds in the long run. (Scoring the completion against
 the *current* offset instead, as plain quantile tracking does, loses this
 when feedback is delayed: with ten requests in flight it under-covers the
-median by 3 points in ``tests/test_recalibration.py``.)
+median by 3 points in ``tests/estimators/evaluate/test_recalibration.py``.)
 
 Step: 0.1 (log units). A level error of 10-30% is absorbed within a few
 completions at the median (each moves E_50 by 0.05 on average) and within

@@ -4,7 +4,7 @@ Why: see ``estimators.learned.forest_kernel`` (one-row ``predict`` calls
 were the learned routers' whole cost). The arrays come from the booster's
 own text model, whose thresholds and leaf values are printed with enough
 digits to round-trip a double, so the walk gives ``Booster.predict``'s
-numbers (``tests/test_learned_forest.py`` checks equality on many rows).
+numbers (``tests/estimators/learned/test_learned_forest.py`` checks equality on many rows).
 Numerical splits only: the learned features are all numbers.
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@ prompts (eq9: sum over chunks of t (c + (t + 1) / 2), at least r (r + 1) / 2
 however a prompt of r tokens is chunked), rem the in-flight step's
 remainder exactly as the estimate charges it.
 Instances with prefix caching, negative coefficients or any other form get
-no bound (-inf). ``tests/test_fleet_routers.py`` checks the bound
+no bound (-inf). ``tests/routers/test_fleet_routers.py`` checks the bound
 never exceeds the estimate on every decision of loaded replays.
 """
 from __future__ import annotations

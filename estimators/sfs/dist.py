@@ -30,7 +30,7 @@ two extra accumulators (sum tau, sum tau^2) are all it needs; the rest is a
 mixture over the number of stalls K ~ Binomial(n, p) whose components are
 Fenton-Wilkinson lognormals (jitter sum plus k stall excesses times F, plus
 R, moments matched). A few erfc calls replace hundreds of noise draws per
-estimate, and ``tests/test_sfs_dist.py`` / ``latroute bench --only sfs``
+estimate, and ``tests/estimators/sfs/test_sfs_dist.py`` / ``latroute bench --only sfs``
 check it against a brute-force Monte Carlo on the twin's own noise draws
 with the trajectory fixed.
 

@@ -12,7 +12,7 @@ from estimators.engine.layout import KernelInputError
 from estimators.engine.timing import FORM_EQ9, FORM_SIX, TimeModel
 from estimators.timemodel.profile import BatchTimeProfile
 
-FORM_IDS = {"eq9": FORM_EQ9, "six": FORM_SIX}  # every form of features.FORMS (tests/test_layers.py checks)
+FORM_IDS = {"eq9": FORM_EQ9, "six": FORM_SIX}  # every form of features.FORMS (tests/project/test_import_layers.py checks)
 
 
 def profile_arrays(p: BatchTimeProfile) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

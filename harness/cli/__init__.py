@@ -8,7 +8,7 @@ A command module imports only click, the standard library and light
 latroute modules at its top (its option choices from ``choices``), and
 numba, numpy, pandas, duckdb and the rest inside the command, so every
 ``latroute CMD --help`` answers as fast as ``latroute --help``
-(tests/test_cli_help.py).
+(tests/harness/cli/test_cli_help.py).
 
 Every command ends in one of four ways, so CI jobs and scripts can tell
 them apart from the status alone:

@@ -5,7 +5,7 @@ importing numba, numpy, pandas, duckdb or pyarrow, yet its option choices
 and defaults live in modules that load them: the router registry builds its
 routers' estimators, the arrival kinds sit beside the generators. Those
 values are written here a second time, as plain literals, and
-tests/test_cli_help.py checks each against the module that owns it, so a
+tests/harness/cli/test_cli_help.py checks each against the module that owns it, so a
 name added there and not here fails the tests rather than drifting from
 the help.
 """

@@ -7,7 +7,7 @@ instances, and with deliveries the step log's three tables); building them took 
 simulation itself in a fleet fit with the measured front end (about 45% of its time, against
 about 20% in the twin's own loop). ``TimingTwin`` is the same twin, run the same way, whose
 result is those arrays only, computed as ``Twin._result`` and ``StepLog.from_items`` compute
-them (the same floats: ``tests/test_request_fleet.py`` compares them).
+them (the same floats: ``tests/harness/requestlevel/test_request_fleet.py`` compares them).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MAX_TRACE_ID = (1 << 62) - 1  # = estimators.engine.block_ids.OWN_BASE - 1 (the data layer imports no engine; tests/test_layers.py checks they agree)
+MAX_TRACE_ID = (1 << 62) - 1  # = estimators.engine.block_ids.OWN_BASE - 1 (the data layer imports no engine; tests/project/test_import_layers.py checks they agree)
 
 
 def parse_id_list(text: str) -> list[int] | None:

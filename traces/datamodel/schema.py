@@ -151,7 +151,7 @@ PREEMPTIONS = TableSchema(
 INSTANCES = TableSchema(
     "instances",
     # one column per field of the engine's InstanceConfig (estimators.engine.config), in its order, with its
-    # metadata: the data layer spells them out (it imports no engine); tests/test_layers.py checks they agree
+    # metadata: the data layer spells them out (it imports no engine); tests/project/test_import_layers.py checks they agree
     (
         Column("instance_id", STR, unique=True),
         Column("model", STR),

@@ -119,7 +119,7 @@ def check_token_times(requests: pd.DataFrame, first_token: np.ndarray, log, w: W
     step that scheduled it, its finish no earlier than the end of the last
     one. (A finish after the last step is left alone: a steps.jsonl cut at a
     line boundary is told from a whole one by the first tokens only, as
-    tests/test_adversarial_inputs_props.py expects.)"""
+    tests/refusals/test_randomly_corrupted_inputs.py expects.)"""
     import pandas as pd
 
     items = log.step_items

@@ -55,7 +55,7 @@ REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens
 ENGINE_KEYS = ("budget", "max_seqs", "block_size", "num_kv_blocks", "model")
 FINISHED_STATUSES = ("finished_stopped", "finished_length_capped")  # vLLM's RequestStatus, as the recorder writes it
 _ID_RE = re.compile(r"^[A-Za-z_-]*(\d+)$")
-DEFAULT_MAX_MODEL_LEN = 40960  # InstanceConfig's (the data layer imports no engine: tests/test_layers.py checks)
+DEFAULT_MAX_MODEL_LEN = 40960  # InstanceConfig's (the data layer imports no engine: tests/project/test_import_layers.py checks)
 
 
 def _engine(path: Path) -> dict:

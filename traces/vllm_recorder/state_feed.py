@@ -50,7 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ENV_LISTEN = "LATROUTE_STATE_LISTEN"
 PATH = "/latroute/state"
 
-# estimators.engine.layout (stdlib restatement; tests/test_recorder_state_feed.py checks they agree)
+# estimators.engine.layout (stdlib restatement; tests/traces/vllm_recorder/test_recorder_state_feed.py checks they agree)
 NF = 12
 F_PROMPT, F_TARGET, F_COMPUTED, F_OUTPUTS, F_BLOCKS, F_STATUS, F_RID = 0, 1, 2, 3, 4, 5, 6
 F_PREEMPTIONS, F_NCACHED = 8, 10

@@ -18,7 +18,7 @@ and the rule for a version or a GPU the trace does not state:
   device: the row for "other GPUs" (the code says so in a comment).
 
 ``docs/reference/engine-defaults.md`` prints the table
-(``tests/test_import_settings.py`` checks the page against it). The
+(``tests/traces/importers/test_import_settings.py`` checks the page against it). The
 fallback version is the one the scheduler kernel was checked against
 (``traces.vllm_releases.versions``). The importers and the harness both read it.
 """

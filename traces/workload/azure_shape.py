@@ -18,7 +18,7 @@ source's counting noise into rate swings; at 60 s the real 10 s swings
 would be smoothed away. Runs longer than 3,500 s repeat the shape.
 
 The counts below are ``shape_counts`` of the trace's ``TIMESTAMP`` column
-(``tests/test_fleet_workload.py`` recomputes them from the CSV when the
+(``tests/traces/workload/test_fleet_workload.py`` recomputes them from the CSV when the
 shared data is present). Only arrival times are taken from it: lengths
 come from the generator's task mix (or ``--lengths-from``).
 """

@@ -14,7 +14,7 @@ computed-token sums, the same start and the same stream state. A step's
 times are a function of exactly these (and the instance's fixed time
 model), so the taken step is the float the drawn one would have been, and
 the stream is left where drawing would have left it (the bytes are
-tested: ``tests/test_fleet_loop.py``, ``tests/test_twin_skip.py``).
+tested: ``tests/harness/twin/loop/test_fleet_loop.py``, ``tests/harness/twin/loop/test_fleet_kernel.py``).
 Anything else that moves the stream, the batch or the clock (an arrival,
 a prefill, a preemption) makes the next step fail the match, and it is
 drawn as before.

@@ -1,0 +1,1 @@
+"""Tests of estimators/: the TTFT estimators, the estimate command, plug-in estimators."""

@@ -1,0 +1,1 @@
+"""Tests of estimators/engine/: the scheduler kernel, block pool, engine config, and the peer suite against vLLM."""

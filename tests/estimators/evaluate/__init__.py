@@ -1,0 +1,1 @@
+"""Tests of estimators/evaluate/: online recalibration of SFS's quantiles."""

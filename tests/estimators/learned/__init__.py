@@ -1,0 +1,1 @@
+"""Tests of estimators/learned/: the learned estimator and its compiled forest."""

@@ -1,0 +1,1 @@
+"""Tests of estimators/sfs/: SFS's exactness on the twin and its TTFT distribution."""

@@ -1,0 +1,1 @@
+"""Tests of estimators/timemodel/: the batch-time model, calibration, drift and noise fits."""

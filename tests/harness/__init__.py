@@ -1,0 +1,1 @@
+"""Tests of harness/, one folder per room."""

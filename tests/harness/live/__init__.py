@@ -1,0 +1,1 @@
+"""Tests of harness/live/: loadgen against real and misbehaving servers."""

@@ -1,0 +1,1 @@
+"""Tests of harness/route/: latroute route as a proxy, its parts, and untrusted backends and clients."""

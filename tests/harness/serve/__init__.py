@@ -1,0 +1,1 @@
+"""Tests of harness/serve/: latroute serve, its engine, HTTP, prefix cache and untrusted clients."""

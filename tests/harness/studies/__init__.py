@@ -1,0 +1,1 @@
+"""Tests of harness/studies/: the studies' pure parts on tiny inputs."""

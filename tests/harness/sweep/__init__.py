@@ -1,0 +1,1 @@
+"""Tests of harness/sweep/: sweeps at scale and with isolated plug-ins."""

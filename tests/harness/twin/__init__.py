@@ -1,0 +1,1 @@
+"""Tests of harness/twin/: the engine twin, its baseline cache and host speed."""

@@ -1,0 +1,1 @@
+"""Tests of harness/twin/fidelity/: decision agreement and validation against real engines."""

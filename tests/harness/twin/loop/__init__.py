@@ -1,0 +1,1 @@
+"""Tests of harness/twin/loop/: the fleet loop, event skipping and the async loop."""

@@ -1,0 +1,1 @@
+"""Tests of harness/twin/pools/: pool files, replica pools and memory bounds."""

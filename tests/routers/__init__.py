@@ -1,0 +1,1 @@
+"""Tests of routers/: every built-in router and the fleet's two-level routing."""

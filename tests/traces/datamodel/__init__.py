@@ -1,0 +1,1 @@
+"""Tests of traces/datamodel/: prefix blocks and per-step aggregates."""

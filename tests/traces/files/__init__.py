@@ -1,0 +1,1 @@
+"""Tests of traces/files/: output directories under contention."""

@@ -1,0 +1,1 @@
+"""Tests of traces/importers/: every importer, its settings, completeness and session prefixes."""

@@ -1,0 +1,1 @@
+"""Tests of traces/policies/: what a trace lacks (SLOs, quality, lengths) and the user's own models."""

@@ -1,0 +1,1 @@
+"""Tests of traces/vllm_recorder/: the recorder's files, record finish and the state feed."""
