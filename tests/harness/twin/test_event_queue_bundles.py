@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from numba.core.errors import TypingError
 
-from tests.test_fleet_loop import toy_requests, toy_specs
+from tests.harness.twin.loop.test_fleet_loop import toy_requests, toy_specs
 
 
 def _fake(n: int) -> list:
