@@ -3,7 +3,7 @@
 The same simulation as ``estimators.sfs.kernel`` (a copy of the honest
 state, predicted output lengths, no future arrivals, the query and the
 requests already arrived joining at the next boundary), stepped the way
-the engine core runs its two-deep batch queue (``harness.twin.loop.async_loop``,
+the engine core runs its two-deep batch queue (``harness.twin.loop.kernel``, async mode;
 ``docs/reference/async-scheduling.md``): a plan is made before the
 previous batch's outputs are applied; the device runs the queued batches
 back to back, each charged its expected duration; the host applies the
@@ -39,7 +39,7 @@ from estimators.engine.timing import plan_time
 from estimators.engine.view import AH_GAP, AH_LAUNCH, AH_LAUNCH_B, AH_NA, AH_NB, AH_NEXT, AH_Q, AH_START_A, AH_WAIT
 from estimators.sfs.kernel import _enqueue_query, _predict_residents
 
-BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harness.twin.loop.async_loop)
+BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harness.twin.loop.kernel)
 
 
 @njit(cache=True)
