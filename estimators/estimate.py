@@ -34,7 +34,7 @@ from estimators.snapshot import Query, RateTracker, RecordedWalk
 from estimators.timemodel.calibrate import step_window
 from estimators.timemodel.online_speed import OnlineSpeedConfig, running_factors, step_log_ratios
 from estimators.timemodel.profile import BatchTimeProfile
-from traces.lengths import PredictedLengths, predicted_lengths
+from traces.policies.lengths import PredictedLengths, predicted_lengths
 from traces.store import Trace
 
 ESTIMATORS = ("sfs", "throughput", "lps", "lps-mg", "queue")
@@ -81,7 +81,7 @@ class BaselineParams:
 @dataclass
 class EstimateConfig:
     estimators: tuple[str, ...] = ESTIMATORS
-    lengths: str | None = None  # predicted-length policy (traces.lengths; None: column if present, else median)
+    lengths: str | None = None  # predicted-length policy (traces.policies.lengths; None: column if present, else median)
     ewma_tau_s: float = 10.0
     frontend_overhead_s: float = 0.0
     online_speed: OnlineSpeedConfig | None = None  # None: the profile as fitted

@@ -1,5 +1,5 @@
 """A trace's prefix-block ids as the block pool takes them: ``requests.hash_ids``
-(one id per ``hash_block_tokens`` prompt tokens, ``traces.prefix_blocks``)
+(one id per ``hash_block_tokens`` prompt tokens, ``traces.datamodel.prefix_blocks``)
 mapped to one engine block size, as ``RequestHashes``; and the one way a
 kernel's refusal of a trace (``KernelInputError``) becomes a ``BadInput``
 naming the trace's file.
@@ -14,12 +14,12 @@ import numpy as np
 
 from estimators.engine.block_ids import MAX_SHARED_ID, RequestHashes, no_request_hashes
 from estimators.engine.layout import KernelInputError
+from traces.datamodel.prefix_blocks import flat_block_ids
 from traces.errors import BadInput
-from traces.prefix_blocks import flat_block_ids
 
 
 def request_hashes(hash_ids_col, prompt_tokens, hash_block_tokens: int | None, block_size: int) -> RequestHashes:
-    """``RequestHashes`` of a trace's ``requests.hash_ids`` (see ``traces.prefix_blocks``).
+    """``RequestHashes`` of a trace's ``requests.hash_ids`` (see ``traces.datamodel.prefix_blocks``).
 
     Ids outside 0..``MAX_SHARED_ID`` are refused (``KernelInputError``
     naming the row): -1 is the block pool's empty mark and ids from 2^62 up

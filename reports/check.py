@@ -49,8 +49,8 @@ from typing import Any
 
 from reports.results import RESULT_KINDS, Result
 from traces.errors import BadInput, BadOption
-from traces.jsonio import read_json
-from traces.paths import input_file
+from traces.files.jsonio import read_json
+from traces.files.paths import input_file
 
 BASELINE_VERSION = 1
 DEFAULT_TOLERANCES = {"error": 0.05, "utility": 0.02, "decision_agreement.rate": 0.0}

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from traces.errors import BadInput
-from traces.jsonio import read_json
-from traces.paths import input_dir, input_file
+from traces.files.jsonio import read_json
+from traces.files.paths import input_dir, input_file
 
 RESULT_KINDS = ("estimate", "validate", "replay", "sweep")
 RESULT_SCHEMA_VERSION = 1
@@ -68,7 +68,7 @@ class Result:
 
 
 def _json(path: Path) -> dict:
-    """metrics.json, strictly: NaN and Infinity are refused (traces.jsonio),
+    """metrics.json, strictly: NaN and Infinity are refused (traces.files.jsonio),
     so no reader (``check`` above all) meets a metric that compares false
     with everything."""
     doc = read_json(input_file(path, "metrics.json"), "metrics.json")  # no FIFO (a hang), no directory

@@ -3,7 +3,7 @@
 U(i, j) = acc(i, j) - lambda * cost(i, j), cost in micro-dollars:
 cost = p_i * price_in_j + o_i * price_out_j with prices in USD per million
 tokens. Routers see the *predicted* utility (acc_hat, predicted output
-length from the one predicted-length policy, ``traces.lengths``); metrics
+length from the one predicted-length policy, ``traces.policies.lengths``); metrics
 use the *realised* one (realised accuracy, true length).
 
 Replicas share a column: instances of one model at the same

@@ -55,9 +55,9 @@ def served_twin_trace(out: Path) -> Path:
     on and validate against."""
     from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
-    from traces.arrivals import ArrivalSpec
     from traces.store import TraceWriter
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 6.0), seed=1))
     r = Twin.from_pool(load_pool("qwen3-h100"), TwinConfig(seed=1)).run(wl.requests, shortest_queue_router)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli, shared
-from traces.limits import MAX_TOKENS
+from traces.datamodel.limits import MAX_TOKENS
 
 D1 = "d1_tinya_poisson_r3"
 BIG = 2**63

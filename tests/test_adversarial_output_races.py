@@ -21,7 +21,7 @@ from traces.errors import BadInput
 
 
 def test_two_writers_to_one_out_cannot_race(tmp_path):
-    from traces.outputs import StagedDir
+    from traces.files.outputs import StagedDir
 
     out = tmp_path / "t"
     first = StagedDir(out)
@@ -37,7 +37,7 @@ def test_two_writers_to_one_out_cannot_race(tmp_path):
 
 def test_a_second_process_is_refused_while_the_first_writes(tmp_path):
     out = tmp_path / "t"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from traces.outputs import OutputLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from traces.files.outputs import OutputLock; "
                                f"OutputLock(__import__('pathlib').Path({str(out)!r})); print('held', flush=True); "
                                "time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
@@ -92,7 +92,7 @@ def test_a_refused_run_removes_no_debris(tmp_path):
 @pytest.mark.parametrize("umask,dir_mode,file_mode", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600),
                                                       (0o002, 0o775, 0o664)])
 def test_outputs_respect_the_umask(tmp_path, umask, dir_mode, file_mode):
-    from traces.outputs import StagedDir, write_json
+    from traces.files.outputs import StagedDir, write_json
 
     old = os.umask(umask)
     try:
@@ -136,7 +136,7 @@ def test_sweep_spec_with_nan_on_disk_is_refused_on_resume(tmp_path):
 
 
 def test_check_out_refuses_nul_and_empty_names():
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     for bad, frag in (("", "empty"), ("a\0b", "NUL")):
         with pytest.raises(BadInput, match=frag):

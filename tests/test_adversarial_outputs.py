@@ -204,7 +204,7 @@ def _wrong_kind_of_ours(tmp: Path, inp: Path, kind: str) -> Case:
 
 def _locked(tmp: Path, inp: Path, kind: str) -> Case:
     out = tmp / ("busy.json" if kind == "file" else "busy")
-    from traces.outputs import OutputLock
+    from traces.files.outputs import OutputLock
 
     _locked.held = OutputLock(out)  # released in the test's teardown
     return Case(out, False, "another latroute run is writing", f"pid {os.getpid()}")

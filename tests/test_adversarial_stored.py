@@ -19,7 +19,7 @@ import pytest
 from tests.adversarial import refused_cleanly
 from tests.conftest import run_cli, shared
 from tests.test_adversarial_inputs import BIG, import_args, small_recording, write_csv
-from traces.limits import MAX_TOKENS
+from traces.datamodel.limits import MAX_TOKENS
 
 
 # ------------------------------------------------------ traces on disk
@@ -191,7 +191,7 @@ def test_pool_files_refused(tmp_path, doc, fragments):
 def test_step_aggregates_refuse_overflow():
     import pandas as pd
 
-    from traces.step_aggregates import step_aggregates
+    from traces.datamodel.step_aggregates import step_aggregates
 
     items = pd.DataFrame({"instance_id": "a", "step": [0, 0], "request_id": [0, 1], "tokens": [2**31, 2**31],
                           "computed_before": [0, 0], "prompt_tokens": [2**31, 2**31]})
@@ -228,7 +228,7 @@ def test_every_real_recording_imports(tmp_path):
                                   "alpaca=0", "alpaca=x", "nosuch=1", "alpaca"])
 def test_task_mix_refused(text):
     """A weight that is not a finite number would normalise to NaN weights."""
-    from traces.tasks import parse_mix
+    from traces.policies.tasks import parse_mix
 
     with pytest.raises(ValueError):
         parse_mix(text)

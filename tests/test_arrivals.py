@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from traces.arrivals import ArrivalSpec, generate_arrivals, mmpp_path
+from traces.workload.arrivals import ArrivalSpec, generate_arrivals, mmpp_path
 
 
 def dispersion_index(times: np.ndarray, window: float) -> float:

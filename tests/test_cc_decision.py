@@ -17,8 +17,8 @@ from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig
 from routers.base import Router
 from routers.chance import DEFAULT_EPSILON, ChanceRouter
-from traces.arrivals import ArrivalSpec
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 class Recorded(ChanceRouter):

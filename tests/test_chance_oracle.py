@@ -9,8 +9,8 @@ from harness.twin.replay import ReplayConfig, replay
 from routers.base import RouteInputs
 from routers.chance import ChanceRouter, LognormalError
 from routers.oracle import Oracle
-from traces.arrivals import ArrivalSpec
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 class _Fixed:

@@ -24,7 +24,7 @@ from estimators.snapshot import Query, RateTracker, RecordedWalk, Snapshot
 from tests.conftest import run_cli
 from tests.test_twin import reqs as make_reqs
 from tests.test_twin import toy_twin
-from traces.lengths import predicted_lengths
+from traces.policies.lengths import predicted_lengths
 from traces.store import TraceWriter, open_trace
 
 

@@ -19,7 +19,7 @@ from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcom
 from harness.twin.loop import kernel as tk
 from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import Twin, shortest_queue_router
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 def _arrays(inst: Instance) -> list[np.ndarray]:

@@ -48,8 +48,8 @@ def digest_frame(df: pd.DataFrame) -> str:
 def run_cell(name: str) -> str:
     from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     pool, router, rate, n, noise, interval, steps = CELLS[name]
     wl = generate_workload(WorkloadConfig(requests=n, arrivals=ArrivalSpec("poisson", rate), seed=3))
@@ -234,8 +234,8 @@ def test_lazy_views_change_no_result(router: str, ties: str, monkeypatch) -> Non
     import harness.twin.simulation as sim
     from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     pool = load_pool("qwen3-h100-x8")
     wl = generate_workload(WorkloadConfig(requests=1500, arrivals=ArrivalSpec("poisson", 64.0), seed=3))

@@ -20,8 +20,8 @@ from routers.registry import make_router
 from routers.rules import hard_rule
 from routers.simple import ShortestQueue
 from tests.conftest import run_cli
-from traces.arrivals import ArrivalSpec
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 class OneLevelHard(LatencyAware):

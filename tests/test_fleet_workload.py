@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_cli, shared
-from traces.arrivals import ArrivalSpec, generate_arrivals
-from traces.azure_shape import AZURE_CONV_COUNTS, BIN_S, SHAPE_BINS, shape_counts, shaped_arrivals
 from traces.store import open_trace
+from traces.workload.arrivals import ArrivalSpec, generate_arrivals
+from traces.workload.azure_shape import AZURE_CONV_COUNTS, BIN_S, SHAPE_BINS, shape_counts, shaped_arrivals
 
 
 def test_shape_is_the_azure_conversation_trace():

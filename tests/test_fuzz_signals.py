@@ -94,7 +94,7 @@ def interrupted(name: str, args: list, out: Path, sig: int, delay: float) -> str
             left.remove(out.name)
         except Exception as e:  # noqa: BLE001 - the output is what is judged
             return f"{signal.Signals(sig).name} left a partial {out.name}: {type(e).__name__}: {str(e)[:120]}"
-    # its pid-named temporary, and the lock file (flock'ed, freed by the kernel, traces.outputs)
+    # its pid-named temporary, and the lock file (flock'ed, freed by the kernel, traces.files.outputs)
     stray = [x for x in left if not x.startswith(f".{out.name}.tmp-{p.pid}-") and x != f".{out.name}.lock"]
     return f"{signal.Signals(sig).name} left {stray}" if stray else None
 

@@ -15,8 +15,8 @@ from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from tests.conftest import run_cli
-from traces.arrivals import ArrivalSpec
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 def slow_pool(factor: float):

@@ -186,8 +186,8 @@ def test_time_model_refuses_a_non_finite_profile():
 def twin_run():
     from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     pool = load_pool("qwen3-h100")
     pool = replace(pool, instances=pool.instances[1:2])
@@ -223,7 +223,7 @@ def test_calibrate_on_identical_step_times_of_a_full_trace_says_so(tmp_path, twi
     arrived, and the slot bookkeeping wrote past free_slots (heap corruption)."""
     steps = _durations(twin_run.steps, np.full(len(twin_run.steps), 0.01))
     trace = _trace(tmp_path / "t", twin_run, steps=steps)
-    # the store's cross-table check (traces.consistency) now refuses it before calibration reads a step
+    # the store's cross-table check (traces.checks.consistency) now refuses it before calibration reads a step
     _calibrate_refused(tmp_path, trace, str(trace / "requests.parquet"), "arrival_s",
                        str(trace / "step_items.parquet"))
 

@@ -111,7 +111,7 @@ def test_every_numeric_option_states_its_range_in_the_help(path):
 
 def test_burstiness_range_is_the_one_the_arrivals_enforce():
     from harness.cli.params import BURSTINESS
-    from traces.arrivals import BURSTINESS_RANGE, ArrivalSpec, resolve_arrival
+    from traces.workload.arrivals import BURSTINESS_RANGE, ArrivalSpec, resolve_arrival
 
     assert (BURSTINESS.min, BURSTINESS.max) == BURSTINESS_RANGE
     for b in (1e-300, 0.009, 100.5, float("nan")):

@@ -1,7 +1,7 @@
 """The other importers' sources: lmbench's runs.csv beside the
 per-request file (refused when it lacks run_id, names the run twice or is
 not UTF-8, instead of an internal error or silently dropped metadata), an
-Azure row longer than 1 MB (traces.paths.LINE_MAX_BYTES), a row with a
+Azure row longer than 1 MB (traces.files.paths.LINE_MAX_BYTES), a row with a
 field more than the header, a non-UTF-8 byte, a UTF-8 byte-order mark
 (stripped: the file imports), and Mooncake hash ids beyond the input's blocks.
 """

@@ -1,6 +1,6 @@
 """Recordings read back from the store: the Parquet tables of an
 imported recording can be edited after import, so the tables are checked
-against each other when a trace with steps is read (traces.consistency):
+against each other when a trace with steps is read (traces.checks.consistency):
 `estimate` and `validate` refuse (exit 2, file, row, column) what used to
 corrupt the heap inside the kernels or end in an internal error. Also the
 stored cells no single table check caught: hash ids outside [0, 2**62), a

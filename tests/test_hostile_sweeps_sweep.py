@@ -142,7 +142,7 @@ def test_resume_refuses_a_part_that_is_not_a_file(finished, what):
         part.symlink_to("/dev/zero")
     else:
         part.symlink_to(keep)
-    # a special file or link is refused by the output check (traces.output_checks) before the parts are read;
+    # a special file or link is refused by the output check (traces.files.output_checks) before the parts are read;
     # a directory by the parts check: both name the part
     resume(finished, part.name, "not a file" if what == "directory" else "only what latroute wrote")
 

@@ -138,7 +138,7 @@ def test_an_estimator_plugin_that_reads_its_snapshots_finds_no_truth(served):
     trace, seen = estimate_seen(served, "median")
     reqs, steps = trace.read("requests"), trace.read("steps")
     assert len(seen) >= len(reqs)  # each request scored
-    from traces.lengths import predicted_lengths
+    from traces.policies.lengths import predicted_lengths
     secret = truths(reqs, predicted_lengths(reqs, "median").tokens)
     assert leaks(seen, steps, secret) == (0, 0)
     told, seen_oracle = estimate_seen(served, "oracle")  # not blind: told the lengths, it finds them

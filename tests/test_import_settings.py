@@ -17,7 +17,7 @@ from harness.requestlevel.engine_options import (
 from tests.conftest import REPO, assert_refused, run_cli, shared
 from traces.importers.engine_settings import SETTINGS
 from traces.store import open_trace
-from traces.vllm_defaults import (
+from traces.vllm_releases.defaults import (
     BY_VERSION,
     FALLBACK_VERSION,
     RELEASES,
@@ -27,7 +27,7 @@ from traces.vllm_defaults import (
     release_for,
     table_rows,
 )
-from traces.vllm_versions import CHECKED_VLLM_VERSIONS
+from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
 
 
 def _reqstats_copy(tmp_path, edit) -> object:

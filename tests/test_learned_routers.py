@@ -14,8 +14,8 @@ from harness.twin.replay import ReplayConfig, workload_inputs  # noqa: E402
 from harness.twin.simulation import Twin, TwinConfig  # noqa: E402
 from routers.learned import FirstTokenFeed  # noqa: E402
 from routers.registry import REGISTRY, make_router  # noqa: E402
-from traces.arrivals import ArrivalSpec  # noqa: E402
-from traces.workload import WorkloadConfig, generate_workload  # noqa: E402
+from traces.workload.arrivals import ArrivalSpec  # noqa: E402
+from traces.workload.generator import WorkloadConfig, generate_workload  # noqa: E402
 
 LEARNED_ROUTERS = ("learned-hard", "learned-cc", "llmd-headroom")
 

@@ -76,7 +76,7 @@ def _edited(trace, dst, settings: dict):
     shutil.copytree(trace, dst)
     meta = json.loads((dst / "meta.json").read_text())
     meta["engine"]["settings"].update(settings)
-    meta["engine"]["marks"].update({k: "given" for k in settings})
+    meta["engine"].setdefault("marks", {}).update({k: "given" for k in settings})  # older imports wrote none
     (dst / "meta.json").write_text(json.dumps(meta))
     return dst
 

@@ -187,8 +187,8 @@ def test_the_admitter_never_changes_the_pick_of_llmd_headroom():
     from harness.twin.replay import ReplayConfig, workload_inputs
     from routers.llmd_admit import LlmdAdmit
     from routers.registry import make_router
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     pool = load_pool("qwen3-h100-x8")
     wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 48.0), seed=0))

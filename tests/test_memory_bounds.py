@@ -2,22 +2,34 @@
 refused in one line before anything is allocated (``harness.twin.pools.memory``): a pool of 4,096
 replicas with prefix caching once ended in a MemoryError, ``--engine num_kv_blocks=2147483647``
 allocated 16 GiB first. The available memory is fixed here so the tests do not depend on the
-machine's."""
+machine's; the last two run ``latroute`` itself under an address-space limit, on a machine whose
+memory the settings exceed."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-import harness.twin.pools.memory as memory
 from estimators.engine.config import InstanceConfig
 from tests.conftest import assert_refused, run_cli
 
 GIB = 2**30
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def sixteen_gib(monkeypatch):
+def memory():
+    import harness.twin.pools.memory as memory
+
+    return memory
+
+
+@pytest.fixture
+def sixteen_gib(monkeypatch, memory):
     monkeypatch.setattr(memory, "available_bytes", lambda: 16 * GIB)
 
 
@@ -30,7 +42,7 @@ def _pool(path, replicas: int, caching: bool = True):
     return path
 
 
-def test_the_estimate_counts_caching_tables_and_blocks():
+def test_the_estimate_counts_caching_tables_and_blocks(memory):
     off = InstanceConfig(prefix_caching=False, num_kv_blocks=2**31 - 1)
     on = InstanceConfig(prefix_caching=True, num_kv_blocks=30000, max_model_len=40960, block_size=16)
     assert memory.instance_bytes(off) < 1 << 20  # without caching no array grows with the KV size
@@ -53,7 +65,7 @@ def test_pools_that_fit_still_load(tmp_path, sixteen_gib):
     assert len(load_pool(_pool(tmp_path / "b.json", 4096, caching=False)).instances) == 4096
 
 
-def test_nothing_is_refused_where_the_machine_does_not_say(monkeypatch):
+def test_nothing_is_refused_where_the_machine_does_not_say(monkeypatch, memory):
     monkeypatch.setattr(memory, "available_bytes", lambda: None)
     assert memory.memory_shortfall([InstanceConfig(prefix_caching=True, num_kv_blocks=2**31 - 1)]) is None
 
@@ -82,3 +94,45 @@ def test_a_fleet_too_large_for_memory_blames_replicas(reqstats_trace, tmp_path, 
     res = run_cli("validate", reqstats_trace, "--profile", "qwen3-8b-h100", "--replicas", "4096", "--engine",
                   "prefix_caching=true", "--out", out)
     assert_refused(res, out, "error: --replicas: 4096 replicas: 4096 instances")
+
+
+def _latroute_in_4_gib(*args, cwd: Path) -> subprocess.CompletedProcess:
+    """``latroute *args`` in a process whose address space is held to 4 GiB (what it allocates
+    past that is a MemoryError, not the machine's memory taken from the other processes)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 * GIB, 4 * GIB))
+    return subprocess.run([sys.executable, "-m", "harness.cli", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, preexec_fn=limit, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _only_where_it_does_not_fit(need_gib: float) -> None:
+    with open("/proc/meminfo") as f:
+        have = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:")), None)
+    if have is None or need_gib * GIB <= 0.8 * have:
+        pytest.skip(f"this machine has the {need_gib} GiB the setting needs: nothing to refuse")
+
+
+def _refused_in_one_line(r: subprocess.CompletedProcess, *fragments: str) -> None:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stderr[-2000:])
+    assert all(f in lines[0] for f in fragments), lines[0]
+
+
+def test_latroute_refuses_a_pool_larger_than_the_machine(tmp_path):
+    _only_where_it_does_not_fit(34.8)
+    pool = _pool(tmp_path / "big.json", 4096)
+    r = _latroute_in_4_gib("replay", "--pool", pool, "--rate", "8", "--requests", "50", "--router",
+                           "shortest-queue", "--out", tmp_path / "r", cwd=tmp_path)
+    _refused_in_one_line(r, f"error: {pool}: instances: 4096 instances", "this machine has available")
+    assert not (tmp_path / "r").exists()
+
+
+def test_latroute_refuses_the_largest_kv_size_before_allocating_it(reqstats_trace, tmp_path):
+    _only_where_it_does_not_fit(256.0)
+    r = _latroute_in_4_gib("validate", reqstats_trace, "--profile", "qwen3-8b-h100", "--engine",
+                           "num_kv_blocks=2147483647", "--engine", "prefix_caching=true", "--out", tmp_path / "v",
+                           cwd=tmp_path)
+    _refused_in_one_line(r, "error: --engine: num_kv_blocks=2147483647", "this machine has available")
+    assert not (tmp_path / "v").exists()

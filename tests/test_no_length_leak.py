@@ -30,9 +30,9 @@ from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, workload_inputs
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
 from routers.registry import REGISTRY, make_router
-from traces.arrivals import ArrivalSpec
-from traces.lengths import trace_median_output
-from traces.workload import WorkloadConfig, generate_workload
+from traces.policies.lengths import trace_median_output
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 POOL = "qwen3-h100"
 ROUTERS = [name for name, e in REGISTRY.items() if not e.oracle]
@@ -113,7 +113,7 @@ def test_the_property_catches_the_old_replay_leak(setup, monkeypatch):
     """Not vacuous: replay's old fallback (true output_tokens when a trace
     has no predicted_output_tokens) breaks the property."""
     import harness.twin.replay
-    from traces.lengths import PredictedLengths, predicted_lengths
+    from traces.policies.lengths import PredictedLengths, predicted_lengths
 
     def old_fallback(requests, policy=None):
         if "predicted_output_tokens" in requests:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import assert_refused, run_cli, shared
-from traces.quality import one_task_accuracy
+from traces.policies.quality import one_task_accuracy
 from traces.store import TraceWriter, open_trace
 
 
@@ -72,7 +72,7 @@ def test_policies_a_trace_cannot_serve_are_refused(azure, tmp_path):
 
 
 def test_a_partial_quality_table_is_refused(tmp_path):
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     wl = generate_workload(WorkloadConfig(requests=200, seed=2))
     with TraceWriter(tmp_path / "wl") as w:
@@ -154,7 +154,7 @@ def test_replicas_share_their_models_accuracy_under_the_quality_model():
     replica pool's table is the one its distinct models give (24 instances,
     3 rows a request), where it was one draw per replica (N x instances rows)."""
     from harness.twin.pools.spec import load_pool
-    from traces.quality import quality_table
+    from traces.policies.quality import quality_table
 
     reqs = pd.DataFrame({"request_id": np.arange(50, dtype=np.int64)})
     models = [c.model for c in load_pool("qwen3-h100-x8").instances]
@@ -168,7 +168,7 @@ def test_quality_of_models_the_accuracy_model_does_not_know_is_accuracy_one():
     """A user's own model names: no accuracy is made up for them (the default is ``none``: every accuracy 1,
     so the utility is 1 - lambda * cost and a request on time counts; said so); asking for the accuracy
     model by name is refused naming the model."""
-    from traces.quality import quality_table
+    from traces.policies.quality import quality_table
 
     reqs = pd.DataFrame({"request_id": np.arange(4)})
     q = quality_table(reqs, None, ["llama-3.1-70b", "llama-3.1-70b"], None, seed=0)

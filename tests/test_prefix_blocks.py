@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from estimators.engine.block_ids import OWN_BASE
-from traces.prefix_blocks import MAX_TRACE_ID, engine_block_ids, flat_block_ids, ideal_hit_tokens, parse_id_list
+from traces.datamodel.prefix_blocks import (
+    MAX_TRACE_ID,
+    engine_block_ids,
+    flat_block_ids,
+    ideal_hit_tokens,
+    parse_id_list,
+)
 
 
 def test_same_size_keeps_full_blocks_only():

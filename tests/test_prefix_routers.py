@@ -49,7 +49,7 @@ def test_prefix_affinity_keeps_sessions_on_the_instance_that_holds_them():
     from harness.twin.pools.spec import load_pool
     from harness.twin.simulation import Twin, TwinConfig
     from routers.registry import make_router
-    from traces.sessions import SessionConfig, generate_sessions
+    from traces.workload.sessions import SessionConfig, generate_sessions
 
     pool = load_pool("qwen3-h100")
     pool = replace(pool, instances=tuple(replace(c, prefix_caching=True) for c in pool.instances))

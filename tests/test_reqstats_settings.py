@@ -44,6 +44,20 @@ def test_max_num_seqs_out_of_range_is_refused(tmp_path, seqs):
     assert_refused(res, out, "meta.json: engine_kwargs.max_num_seqs: must be a whole number in [1, 2147483647]")
 
 
+@pytest.mark.parametrize("seqs", [-5, 10**15, 1e300])
+def test_a_kv_size_bounded_by_max_num_seqs_takes_the_checked_setting(tmp_path, seqs):
+    """A run whose usage never shows its KV size gets max_num_seqs x its longest request, which
+    never binds. engine_kwargs.max_num_seqs beside the resolved config's went into it unchecked:
+    -5 made -40 blocks, 1e300 a 303-digit size, exit 0. The product is of the setting in force."""
+    series = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,300.0,20.0,2,1,0\n"
+    meta = {"resolved_config": {"scheduler_config": {"max_num_seqs": 8}}, "engine_kwargs": {"max_num_seqs": seqs}}
+    out = tmp_path / "t"
+    res = run_cli("trace", "import", "vllm-reqstats", _run(tmp_path, meta=meta, series=series), "--out", out)
+    assert res.exit_code == 0, res.output
+    settings = open_trace(out).meta["engine"]["settings"]
+    assert (settings["max_num_seqs"], settings["num_kv_blocks"]) == (8, 8 * 8)  # 8 x 116 tokens in blocks of 16
+
+
 def test_max_model_len_below_a_logged_prompt_is_refused_at_import(tmp_path):
     res, out = _import(tmp_path, meta={"engine_kwargs": {"max_model_len": 5}})
     assert_refused(res, out, "meta.json: engine_kwargs.max_model_len: 5", "longest logged prompt (105 tokens)")

@@ -266,3 +266,18 @@ def test_a_host_part_tried_and_not_kept_leaves_the_bootstrap_on_the_five_values(
     assert names == ({"const", "P", "D", "sum_ctx", "frontend_overhead_s"}
                      | ({"step_gap_s", "host_share"} if kept else set()))
     assert all(np.isfinite([c["lo"], c["hi"]]).all() for c in fit.uncertainty["coefficients"].values())
+
+
+def test_the_search_under_the_grids_engine_runs_until_it_stalls(log, monkeypatch):
+    """The engine grid is scored at values fitted under another engine; the search under the engine it
+    chose is a new fit whose result is the profile. Cut at --max-evals while still improving (as it
+    was), it ends well above where it stops by itself, nearer the log's truth (loss 0)."""
+    import harness.requestlevel.fit as fit_module
+
+    cfg = RequestFitConfig(max_evals=15, refine_evals=10, bootstrap=0, search_engine=True,
+                           grid={"max_num_seqs": [8, 16, 64]})
+    full = fit_requests([log], replace(ENGINE, max_num_seqs=16), "f", cfg, None)
+    monkeypatch.setattr(fit_module, "ENGINE_REFIT_FACTOR", 1)
+    cut = fit_requests([log], replace(ENGINE, max_num_seqs=16), "f", cfg, None)
+    assert full.engine.max_num_seqs == cut.engine.max_num_seqs == ENGINE.max_num_seqs  # the log's own
+    assert full.evals > cut.evals and full.loss < 0.5 * cut.loss

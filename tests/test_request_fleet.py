@@ -330,3 +330,35 @@ def test_calibrate_replays_the_logs_own_assignment_without_being_told(tmp_path):
     res = run_cli("calibrate", "--from-requests", logged, "--max-evals", "4", *engine, "--out", tmp_path / "p.json")
     assert res.exit_code == 0, res.output
     assert "fleet   2 replicas, assignment logged: the log's own" in res.output
+
+
+def test_a_fleet_fit_writes_the_same_bytes_whatever_the_number_of_workers(tmp_path):
+    """The replays of a fit run as independent parts (each trace's replicas) over worker processes,
+    put back in order: one worker and three write the same profile, and a part's replay is the
+    fleet's replay of its rows."""
+    from dataclasses import replace
+
+    from harness.requestlevel.fit import _parts, _timings
+    from harness.requestlevel.fleet import Fleet
+    from harness.requestlevel.frontend import measured
+
+    log = _synthetic(tmp_path / "log", 40, 25.0, 2)
+    rt = replace(RequestTrace.from_frame(open_trace_requests(log), "mem"), fleet=Fleet(2, "round-robin", 1))
+    eng = replace(REQUEST_TRACE_DEFAULTS, **ENGINE)
+    parts = _parts(rt, eng)
+    assert sorted(np.concatenate([p.rows for p in parts]).tolist()) == list(range(40)) and len(parts) == 2
+    for fe, ve in ((None, 1), (measured(), 1), (measured(), 2)):  # the deliveries read the steps' timings
+        whole = replay_requests(rt, profile_of(PROFILE, "p"), eng, 0.01, virtual_engines=ve, frontend=fe).requests
+        for p in parts:
+            ttft, fin = _timings(p, profile_of(PROFILE, "p"), 0.01, ve, fe)
+            assert np.array_equal(ttft, whole["ttft_s"].to_numpy()[p.rows])
+            assert np.array_equal(fin, whole["finish_s"].to_numpy()[p.rows])
+    args = ["calibrate", "--from-requests", log, "--max-evals", "6", "--replicas", "2", "--assign", "random",
+            "--assign-seeds", "2", "--frontend", "measured",
+            *sum((["--engine", f"{k}={v}"] for k, v in ENGINE.items()), [])]
+    outs = []
+    for jobs in ("1", "3"):
+        res = run_cli(*args, "--jobs", jobs, "--name", "p", "--out", tmp_path / f"p{jobs}.json")
+        assert res.exit_code == 0, res.output
+        outs.append((tmp_path / f"p{jobs}.json").read_bytes())
+    assert outs[0] == outs[1]

@@ -14,7 +14,7 @@ from harness.route.forward import BackendFailed, StreamRead, forwarded_headers, 
 from harness.route.inputs import InputPolicies, RequestBook, RequestFieldError, check_lengths_policy, stated
 from tests.conftest import assert_refused, run_cli
 from traces.errors import BadInput
-from traces.slo import slo_targets
+from traces.policies.slo import slo_targets
 
 MODELS = ["qwen3-0.6b", "qwen3-8b", "qwen3-32b"]
 

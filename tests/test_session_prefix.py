@@ -1,4 +1,4 @@
-"""Sessions of request logs and the prompt prefixes derived from them (``traces.session_prefix``, the
+"""Sessions of request logs and the prompt prefixes derived from them (``traces.importers.session_prefix``, the
 ``lmbench`` importer's ``user_id``/``question_id``), and the warning of a prefix-aware router that cannot see
 a prefix."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from routers import prefix_affinity
 from tests.conftest import run_cli
 from tests.test_importers import do_import, write
+from traces.datamodel.prefix_blocks import ideal_hit_tokens
 from traces.errors import BadInput
-from traces.prefix_blocks import ideal_hit_tokens
-from traces.session_prefix import SessionColumns, check_turns, conversation_gap, derive_hash_ids
+from traces.importers.session_prefix import SessionColumns, check_turns, conversation_gap, derive_hash_ids
 from traces.store import open_trace
 
 HEAD = ("run_id,prompt_tokens,generation_tokens,ttft_s,generation_time_s,user_id,question_id,launch_rel_s,"
@@ -170,7 +170,7 @@ def test_a_prefix_aware_router_on_a_trace_without_hash_ids_says_so_once(tmp_path
 
 
 def test_large_user_ids_are_kept_exactly(tmp_path):
-    big = 2**40 + 1  # above traces.limits' time maximum, far below 2**53
+    big = 2**40 + 1  # above traces.datamodel.limits' time maximum, far below 2**53
     src = write(tmp_path, "per_request.csv", HEAD + _row(76, 20, big, 1, 0.0) + _row(125, 20, big, 2, 2.0))
     res, r = do_import("lmbench", src, tmp_path / "t", "--run", "r1")
     assert res.exit_code == 0, res.output

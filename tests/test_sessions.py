@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from tests.conftest import run_cli
-from traces.sessions import SessionConfig, generate_sessions
 from traces.store import open_trace
+from traces.workload.sessions import SessionConfig, generate_sessions
 
 
 def test_ids_are_prefix_chained_and_history_grows():

@@ -169,7 +169,7 @@ def test_overlay_equals_a_copy_of_the_cache_at_every_arrival():
     estimates itself and falls back to the copy where it must (here mostly:
     a session's next turn hits blocks its previous turn computes only in the
     simulation)."""
-    from traces.sessions import SessionConfig, generate_sessions
+    from traces.workload.sessions import SessionConfig, generate_sessions
 
     wl = generate_sessions(SessionConfig(requests=300, rate=6.0, think_time_s=2.0, system_blocks=(4, 12),
                                          mix={"alpaca": 0.5, "hotpotqa": 0.5}, seed=4)).requests

@@ -102,7 +102,7 @@ def assert_next_run_cleans(args: list, out: Path) -> None:
 
 
 def test_sigkill_during_trace_import(tmp_path):
-    from traces.synth_azure import write_azure_csv
+    from traces.workload.synth_azure import write_azure_csv
 
     csv = tmp_path / "big.csv"
     write_azure_csv(csv, 1_500_000)

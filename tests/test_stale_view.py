@@ -3,8 +3,8 @@ import pandas as pd
 
 from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay
-from traces.arrivals import ArrivalSpec
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 def _run(router, interval, ledger=True, n=400, seed=4):

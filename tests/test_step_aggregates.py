@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from traces.step_aggregates import step_aggregates
+from traces.datamodel.step_aggregates import step_aggregates
 
 
 def test_hand_worked_batch():
@@ -36,7 +36,7 @@ def test_step_sums_agree_with_the_group_by():
     items out of order fall back to it."""
     import numpy as np
 
-    from traces.step_aggregates import AGGREGATE_COLUMNS, step_sums
+    from traces.datamodel.step_aggregates import AGGREGATE_COLUMNS, step_sums
 
     rng = np.random.default_rng(7)
     for _ in range(50):

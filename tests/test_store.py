@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import assert_refused, run_cli
+from traces.datamodel.schema import TABLES
 from traces.errors import BadInput
-from traces.schema import TABLES
 from traces.store import TraceWriter, open_trace
 
 
@@ -145,7 +145,7 @@ def test_atomic_write_never_writes_into_or_replaces_a_pipe(tmp_path):
     import os
     import stat
 
-    from traces.outputs import atomic_write_text
+    from traces.files.outputs import atomic_write_text
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(BadInput, match="named pipe"):

@@ -21,7 +21,7 @@ from harness.twin.simulation import (
 )
 from tests.conftest import run_cli, shared
 from traces.store import TraceWriter, open_trace
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 def toy_profile(gap=0.0, noise=None) -> BatchTimeProfile:

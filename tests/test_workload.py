@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
-from traces.arrivals import ArrivalSpec
+from traces.policies.tasks import QWEN3_MODELS, TASKS, parse_mix
 from traces.store import open_trace
-from traces.tasks import QWEN3_MODELS, TASKS, parse_mix
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 @pytest.fixture(scope="module")

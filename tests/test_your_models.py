@@ -33,7 +33,7 @@ def qfile(tmp_path):
 # --- the SLO policy -------------------------------------------------------------------------------------------
 
 def test_constant_slo_is_the_same_target_for_every_request_and_bad_constants_are_refused():
-    from traces.slo import check_slo_policy, slo_targets
+    from traces.policies.slo import check_slo_policy, slo_targets
 
     reqs = pd.DataFrame({"prompt_tokens": [10, 5000, 30000]})
     t = slo_targets(reqs, "constant:500", seed=3)
@@ -49,7 +49,7 @@ def test_constant_slo_is_the_same_target_for_every_request_and_bad_constants_are
 
 def test_slo_calls_count_each_estimators_side_of_the_slo():
     """Hand-worked: SLO 1 s; measured 0.5 / 2 / 3 / 0.8, estimates 0.9 / 0.5 / 4 / 1.2."""
-    from traces.slo import slo_calls
+    from traces.policies.slo import slo_calls
 
     est = pd.DataFrame({"request_id": [0, 1, 2, 3], "estimator": "sfs", "true_s": [0.5, 2.0, 3.0, 0.8],
                         "est_s": [0.9, 0.5, 4.0, 1.2]})
@@ -63,7 +63,7 @@ def test_slo_calls_count_each_estimators_side_of_the_slo():
 # --- the quality policy ---------------------------------------------------------------------------------------
 
 def test_quality_file_gives_accuracy_by_task_with_the_star_row_for_the_rest(qfile):
-    from traces.quality import quality_table
+    from traces.policies.quality import quality_table
 
     reqs = pd.DataFrame({"request_id": [10, 11, 12], "task": ["alpaca", "govreport", None]})
     q = quality_table(reqs, None, MODELS + ["llama-3.1-8b"], str(qfile), seed=0)
@@ -77,7 +77,7 @@ def test_quality_file_gives_accuracy_by_task_with_the_star_row_for_the_rest(qfil
 
 
 def test_quality_file_naming_a_model_the_pool_lacks_or_lacking_one_it_has_is_refused(tmp_path, qfile):
-    from traces.quality import quality_file, quality_table
+    from traces.policies.quality import quality_file, quality_table
 
     with pytest.raises(BadInput) as e:
         quality_file(str(qfile), ["llama-3.1-8b"])
@@ -103,8 +103,8 @@ def test_quality_file_naming_a_model_the_pool_lacks_or_lacking_one_it_has_is_ref
 
 
 def test_generated_qwen3_table_is_passed_by_on_a_pool_of_other_models_and_accuracy_is_one():
-    from traces.quality import quality_table
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.policies.quality import quality_table
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     wl = generate_workload(WorkloadConfig(requests=50, seed=1))
     q = quality_table(wl.requests, wl.quality, MODELS, None, seed=0)
@@ -119,7 +119,7 @@ def test_no_accuracy_makes_meeting_the_slo_count():
     """Accuracy 1: the utility is 1 - lambda * cost > 0 at these prices, so a request on time adds to
     OnTimeUtility and one late adds nothing (with accuracy 0 every utility was negative)."""
     from routers.utility import utility_tables
-    from traces.quality import quality_table
+    from traces.policies.quality import quality_table
 
     reqs = pd.DataFrame({"request_id": [0, 1], "prompt_tokens": [1000, 100], "output_tokens": [200, 50]})
     q = quality_table(reqs, None, MODELS, None, seed=0)

@@ -107,6 +107,20 @@ class FakeBackend:
                 except OSError:
                     pass  # the proxy hung up: what a bounded reader does
 
+            def hold(self, head: bytes, kind: str = "application/octet-stream"):
+                """``head``, then nothing more: the connection held open (up to ``ENDLESS_S``)."""
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    self.wfile.write(head)
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(ENDLESS_S)
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]

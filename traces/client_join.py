@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import MAX_TIME_S, shown
 from traces.errors import BadInput
+from traces.files.paths import input_dir, input_file, read_text
 from traces.importers.vllm_record import _request_ids
-from traces.limits import MAX_TIME_S, shown
-from traces.paths import input_dir, input_file, read_text
 from traces.store import Trace, open_trace
 
 JOIN_COLUMNS = ["request_id", "client_id", "recording_request_id", "client_ok", "client_ttft_s", "engine_ttft_s",
@@ -70,7 +70,7 @@ _TIMES = ("arrival_s", "added_s", "ttft_s", "finish_s")  # arrival_s required; t
 def read_recording_requests(req_csv: Path) -> pd.DataFrame:
     """The recording's requests.csv as strings (and parsed times), every
     cell checked where it enters: UTF-8 (a BOM stripped; another encoding
-    refused with its row, traces.paths), a header naming each needed column
+    refused with its row, traces.files.paths), a header naming each needed column
     once, every row with the header's field count, ids present and distinct,
     times finite, >= 0, <= MAX_TIME_S and in order (added, first token and
     finish not before arrival). Row numbers are CSV lines (header = 1)."""
@@ -161,7 +161,7 @@ def serve_recording_requests(recording: Path) -> tuple[pd.DataFrame, Path, float
     the twin's do, so the join's overhead is what the client saw beyond
     that. Any other latroute trace is refused: it holds no server's view of
     the run."""
-    from traces.consistency import Where, check_request_times
+    from traces.checks.consistency import Where, check_request_times
 
     trace = open_trace(recording)
     file = trace.file("requests")
@@ -344,7 +344,7 @@ def read_join(join_dir: Path, trace: Trace, trace_dir: Path) -> pd.DataFrame:
     ids and arrivals: ``recording_identity``) equal to the trace's, so a join
     of another recording is refused naming the join file instead of being
     scored against requests it never saw."""
-    from traces.jsonio import parse_json
+    from traces.files.jsonio import parse_json
 
     d = input_dir(join_dir, "--join")
     pq, js = d / "join.parquet", d / "join.json"

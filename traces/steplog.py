@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traces.schema import STEPS
-from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates, step_sums
+from traces.datamodel.schema import STEPS
+from traces.datamodel.step_aggregates import AGGREGATE_COLUMNS, step_aggregates, step_sums
 from traces.store import Trace, TraceWriter
 
 

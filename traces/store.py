@@ -18,13 +18,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traces.checks.frame_checks import to_arrow, validate_frame
+from traces.checks.meta_checks import check_meta
+from traces.datamodel.schema import SCHEMA_VERSION, TABLES, TableSchema
 from traces.errors import BadInput
-from traces.frame_checks import to_arrow, validate_frame
-from traces.jsonio import dump_json, read_json
-from traces.meta_checks import check_meta
-from traces.outputs import StagedDir
-from traces.paths import input_dir, input_file
-from traces.schema import SCHEMA_VERSION, TABLES, TableSchema
+from traces.files.jsonio import dump_json, read_json
+from traces.files.outputs import StagedDir
+from traces.files.paths import input_dir, input_file
 
 if TYPE_CHECKING:  # pandas loads only where a frame is built (``trace info`` stays fast)
     import pandas as pd
@@ -240,13 +240,13 @@ class Trace:
 
     def _check_consistent(self) -> None:
         """Once per opened trace, before any of a recording's tables is
-        used: its tables agree with each other (``traces.consistency``).
+        used: its tables agree with each other (``traces.checks.consistency``).
         The Parquet files may have been edited since they were written."""
         if self._consistent is not None:
             return
         self._consistent = False  # reading the tables below comes back here: nothing to do then
         if all(self.has(n) for n in ("requests", "steps", "step_items", "instances")):
-            from traces.consistency import Where, check_recording, check_request_times
+            from traces.checks.consistency import Where, check_recording, check_request_times
 
             try:
                 tables = {n: self.read(n) for n in RECORDING_TABLES if self.has(n)}
@@ -262,7 +262,7 @@ class Trace:
 
     def _check_hash_blocks(self, requests: pd.DataFrame, instances: pd.DataFrame) -> None:
         """A recording's hash blocks map onto its engine's blocks only when
-        one size divides the other (traces.prefix_blocks)."""
+        one size divides the other (traces.datamodel.prefix_blocks)."""
         hbt = self.meta.get("hash_block_tokens")
         if not hbt or "hash_ids" not in requests:
             return

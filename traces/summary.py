@@ -123,7 +123,7 @@ def _prefix_summary(trace: Trace, recorded: bool) -> dict[str, Any]:
     """The trace's ideal prefix-cache hit rate: the share of prompt tokens in
     hash blocks an earlier request already had (infinite cache, arrival
     order, whole hash blocks); recordings add the hit rate they measured."""
-    from traces.prefix_blocks import ideal_hit_tokens
+    from traces.datamodel.prefix_blocks import ideal_hit_tokens
 
     cols = ["prompt_tokens", "hash_ids"] + (["cached_tokens"] if recorded else [])
     r = trace.read("requests", cols)

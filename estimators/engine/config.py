@@ -4,10 +4,10 @@ Everything that describes an instance lives here once: the engine settings
 the scheduler kernel reads (``to_array``), the identity and prices a pool
 gives it, its defaults, its ``instances`` row (``to_row`` / ``from_row``;
 the data layer, which imports no engine, spells the same columns out in
-``traces.schema.INSTANCES``, and tests/test_layers.py checks that they
+``traces.datamodel.schema.INSTANCES``, and tests/test_layers.py checks that they
 agree with ``instance_fields``) and its pool-file entry (``load_pool``
 accepts exactly these fields). Adding an engine setting is one field here
-(with its ``meta``), its column in ``traces.schema`` and its use in the
+(with its ``meta``), its column in ``traces.datamodel.schema`` and its use in the
 kernel.
 
 Defaults are vLLM 0.32's for ``vllm serve`` on a GPU without a special
@@ -45,7 +45,7 @@ from estimators.engine.layout import (
 )
 
 # engine settings are int64 in the kernel, which multiplies blocks by block size: the data layer
-# refuses the same (traces.limits.MAX_ENGINE; tests/test_layers.py checks they agree)
+# refuses the same (traces.datamodel.limits.MAX_ENGINE; tests/test_layers.py checks they agree)
 MAX_ENGINE = 2**31 - 1
 
 
@@ -236,7 +236,7 @@ class InstanceConfig:
 
 
 def instance_fields() -> list[tuple[str, str, dict]]:
-    """(name, kind, column metadata) of every field: ``traces.schema.INSTANCES``
+    """(name, kind, column metadata) of every field: ``traces.datamodel.schema.INSTANCES``
     has one column per field, as this says (tests/test_layers.py). Kind is
     int, float, str or bool."""
     out = []

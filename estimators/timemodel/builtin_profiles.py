@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from estimators.timemodel.features import FORMS, design_matrix
-from traces.step_aggregates import item_terms
+from traces.datamodel.step_aggregates import item_terms
 
 # name -> (b0, P, D, sum c, sum p^2, sum c^2), seconds
 H100_SIX: dict[str, tuple[float, ...]] = {

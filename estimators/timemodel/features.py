@@ -1,7 +1,7 @@
 """Design matrices of the token-batch time model (docs/concepts/estimators.md).
 
 The ``steps`` table already holds every per-step sum both forms need (see
-``traces.step_aggregates``), so a form is just a choice of columns:
+``traces.datamodel.step_aggregates``), so a form is just a choice of columns:
 
 - ``eq9``:  b0 + b1*sum(p+d) + b2*sum(c*d) + b3*sum(p*c + p(p+1)/2)
 - ``six``:  b0 + b1*P + b2*D + b3*sum(c) + b4*sum(p^2) + b5*sum(c^2)

@@ -51,11 +51,11 @@ from estimators.timemodel.features import FORMS, design_matrix, term_names
 from estimators.timemodel.fit import NoiseModel, StallAllowance
 from estimators.timemodel.intake import Intake
 from estimators.timemodel.step_correlation import TrajectoryNoise
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
-from traces.jsonio import MAX_BYTES, parse_json
-from traces.limits import shown
-from traces.outputs import write_output_json
-from traces.paths import read_text
+from traces.files.jsonio import MAX_BYTES, parse_json
+from traces.files.outputs import write_output_json
+from traces.files.paths import read_text
 
 PROFILE_VERSION = 1
 
@@ -137,7 +137,7 @@ class BatchTimeProfile:
     def save(self, path: str | Path, force: bool = True) -> None:
         """Write the profile JSON with latroute's marker key (so a later
         ``--force`` may replace it); an existing file is replaced only with
-        ``force`` and only if it carries the marker (``traces.outputs``)."""
+        ``force`` and only if it carries the marker (``traces.files.outputs``)."""
         write_output_json(Path(path), self.to_json(), "profile", force=force)
 
     @classmethod
@@ -225,7 +225,7 @@ def _section(d: dict, key: str, parse: Callable[[dict], Any], source: str) -> An
         raise BadInput(source, None, key, str(e)) from None
 
 
-MAX_COEF = 1e9  # seconds per unit of any term (traces.limits.MAX_TIME_S): no step time overflows a float
+MAX_COEF = 1e9  # seconds per unit of any term (traces.datamodel.limits.MAX_TIME_S): no step time overflows a float
 MAX_LOG = 50.0  # log-scale noise parameters: exp() of them stays finite
 
 
@@ -303,7 +303,7 @@ def load_profile(name_or_path: str | Path) -> BatchTimeProfile:
 
 def read_json_input(path: Path, what: str) -> Any:
     """A user's JSON file (``--profile``, ``--pool``) through the one input
-    gate (``traces.paths``: no FIFOs, devices, sockets or directories; UTF-8,
-    a BOM stripped), parsed strictly (``traces.jsonio``: no NaN, no
+    gate (``traces.files.paths``: no FIFOs, devices, sockets or directories; UTF-8,
+    a BOM stripped), parsed strictly (``traces.files.jsonio``: no NaN, no
     oversized integers, bounded nesting)."""
     return parse_json(read_text(path, what, max_bytes=MAX_BYTES), path, what)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from estimators.timemodel.features import design_matrix
 from estimators.timemodel.fit import NoiseModel
-from traces.step_aggregates import AGGREGATE_COLUMNS, item_terms
+from traces.datamodel.step_aggregates import AGGREGATE_COLUMNS, item_terms
 
 
 def random_batches(n_steps: int, rng: np.random.Generator) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 ``python fleet_cell.py POOL ROUTER RATE REQUESTS SEED [TIES|- [REPEATS]]``.
 
 Why a plain script that imports only long-standing APIs (``replay``,
-``load_pool``, ``generate_workload``): ``bench --only fleet --against
+``load_pool``, ``generate_workload``, wherever the checkout keeps them): ``bench --only fleet --against
 PATH`` copies this file out of the package and runs it with
 ``PYTHONPATH=PATH``, so the same cell measures another checkout (e.g. main
 before the fleet loop) in the same run, on the same machine load.
@@ -39,10 +39,20 @@ def run(pool_ref: str, router: str, rate: float, requests: int, seed: int, ties:
     speed wanders by more than the changes measured; the runs are the same
     bytes, so only their time differs)."""
     t0 = time.perf_counter()
-    from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+
+    # a checkout from before the house's rooms keeps these in the modules named second
+    try:
+        from harness.twin.pools.spec import load_pool
+    except ModuleNotFoundError:
+        from harness.twin.pools import load_pool
+    try:
+        from traces.workload.arrivals import ArrivalSpec
+        from traces.workload.generator import WorkloadConfig, generate_workload
+    except ModuleNotFoundError:
+        from traces.arrivals import ArrivalSpec
+
+        from traces.workload import WorkloadConfig, generate_workload
 
     warm_up()
     pool = load_pool(pool_ref)

@@ -25,8 +25,8 @@ from harness.twin.pools.spec import load_pool
 from harness.twin.replay import ReplayConfig, replay, warm_up
 from routers.fleet import DEFAULT_TIES
 from routers.registry import ROUTERS, router_entry
-from traces.arrivals import ArrivalSpec
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 SOFT_DELTA = 1e-6
 FLEET_POOLS = ("qwen3-h100", "qwen3-h100-x8", "qwen3-h100-x32", "qwen3-h100-x128")

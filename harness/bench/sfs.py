@@ -20,7 +20,7 @@ from estimators.engine.state import SchedState, StepPlan
 from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query, Snapshot
 from estimators.timemodel.profile import load_profile
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 # prefix caching off, as in pool qwen3-h100: the states below hold blocks as counts
 # (the warm-cache case is ``bench_sfs_cache``)

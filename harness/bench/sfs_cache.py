@@ -27,7 +27,7 @@ from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
 from harness.twin.pools.spec import Pool, load_pool
 from harness.twin.simulation import Twin, TwinConfig, shortest_queue_router
-from traces.sessions import SessionConfig, generate_sessions
+from traces.workload.sessions import SessionConfig, generate_sessions
 
 INSTANCE = "qwen3-0.6b"
 

@@ -24,7 +24,7 @@ from estimators.sfs.estimator import SFS
 from estimators.snapshot import Query
 from estimators.timemodel.profile import load_profile
 from harness.bench.sfs import busy_state
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 def _profile(p_stall: float | None):

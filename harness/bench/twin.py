@@ -17,8 +17,8 @@ def run(n: int, rate: float, router_name: str, seed: int = 0) -> dict:
     from harness.twin.pools.spec import load_pool
     from harness.twin.replay import ReplayConfig, replay, warm_up
     from routers.registry import needs_baselines
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     import_s = time.perf_counter() - t0
     warmup_s = warm_up()

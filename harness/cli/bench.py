@@ -7,6 +7,7 @@ reports belongs to that work alone.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,11 +21,22 @@ from harness.cli.params import COUNT, POSITIVE
 SECTIONS = ("generate", "import", "twin", "replay", "routers", "sfs", "sfs-cache", "fleet")
 
 
-def _run_measured(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``python -m MODULE ARGS`` in a child under ``harness.bench.peak_mem``;
-    return (the finished process, wall seconds, its own peak RSS in MB)."""
+SECTIONS_AGAINST = ("twin", "replay", "sfs", "fleet")  # the sections ``--against`` benches on both checkouts
+
+
+def _checkout_env(checkout: Path | None) -> dict | None:
+    """The environment of a child that runs ``checkout``'s code (``None``: this one's)."""
+    return None if checkout is None else dict(os.environ, PYTHONPATH=str(checkout.resolve()))
+
+
+def _run_measured(module: str, *args: str, checkout: Path | None = None) -> tuple[subprocess.CompletedProcess, float,
+                                                                                   float]:
+    """Run ``python -m MODULE ARGS`` in a child under ``harness.bench.peak_mem``
+    (with ``checkout``'s code if given); return (the finished process, wall
+    seconds, its own peak RSS in MB)."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "harness.bench.peak_mem", module, *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "harness.bench.peak_mem", module, *args], capture_output=True, text=True,
+                          env=_checkout_env(checkout))
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise click.ClickException(f"{module} {' '.join(args)} failed:\n{proc.stderr.strip()}")
@@ -41,8 +53,8 @@ def _peak_from(stderr: str) -> float:
 
 
 def bench_generate(requests: int, workdir: Path) -> dict:
-    from traces.arrivals import ArrivalSpec
-    from traces.workload import WorkloadConfig, write_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, write_workload
 
     t = time.perf_counter()
     write_workload(WorkloadConfig(requests=requests, arrivals=ArrivalSpec("poisson", 8.0), seed=0),
@@ -52,7 +64,7 @@ def bench_generate(requests: int, workdir: Path) -> dict:
 
 
 def bench_import(rows: int, workdir: Path) -> dict:
-    from traces.synth_azure import write_azure_csv
+    from traces.workload.synth_azure import write_azure_csv
 
     csv_path = workdir / "azure_synth.csv"
     t = time.perf_counter()
@@ -66,22 +78,33 @@ def bench_import(rows: int, workdir: Path) -> dict:
             "rows_per_s": rows / wall, "peak_rss_mb": peak_mb}
 
 
-def bench_twin(requests: int, rate: float, router: str) -> dict:
-    proc, _, peak_mb = _run_measured("harness.bench.twin", str(requests), str(rate), router)
+def bench_twin(requests: int, rate: float, router: str, checkout: Path | None = None) -> dict:
+    proc, _, peak_mb = _run_measured("harness.bench.twin", str(requests), str(rate), router, checkout=checkout)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["peak_rss_mb"] = peak_mb
     return out
 
 
+def bench_sfs_against(checkout: Path) -> dict:
+    """The SFS section as ``checkout``'s own ``harness.bench.sfs`` measures it, in a child on its code
+    (the states are built by each checkout's bench from the same seed, so the cells are the same)."""
+    code = "import json; from harness.bench.sfs import run; print(json.dumps(run()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_checkout_env(checkout))
+    if proc.returncode != 0:
+        raise click.ClickException(f"the sfs section on {checkout} failed:\n{proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def check_against(path: Path, sections) -> None:
-    """``--against`` is a latroute checkout (its source tree: the fleet cell runs with ``PYTHONPATH`` on
-    it, and a directory without one benched the installed latroute against itself) and the fleet
-    section runs (the only one it changes)."""
+    """``--against`` is a latroute checkout (its source tree: its cells run with ``PYTHONPATH`` on it,
+    and a directory without one benched the installed latroute against itself) and a section it
+    benches runs."""
     from traces.errors import BadOption
 
-    if "fleet" not in sections:
-        raise BadOption("--against", "benches the fleet section only: add --only fleet (or leave --only out)")
-    missing = [p for p in ("harness/twin/pools/spec.py", "traces/workload.py", "routers/registry.py")
+    if not set(sections) & set(SECTIONS_AGAINST):
+        raise BadOption("--against", f"benches the {', '.join(SECTIONS_AGAINST)} sections only: add --only with one "
+                                     "of them (or leave --only out)")
+    missing = [p for p in ("harness/twin/replay.py", "harness/bench/twin.py", "routers/registry.py")
                if not (path / p).is_file()]
     if missing:
         raise BadOption("--against", f"{path} is no latroute checkout (no {missing[0]}): give the root of one, "
@@ -103,8 +126,8 @@ def check_against(path: Path, sections) -> None:
               help="Fleet section: simulated seconds of arrivals per cell, at least (small pools run to 2,000 "
                    "instance-seconds).")
 @click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Fleet section: also bench this checkout (e.g. main) on the same cells, in the same run, "
-                   "and report the ratios.")
+              help="Also bench this checkout (e.g. main) in the same run: the twin, replay, sfs and fleet "
+                   "sections on the same cells, and report the ratios.")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Scratch directory (default: a temp dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_requests: int, twin_rate: float,
@@ -139,8 +162,10 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
                 pools) at 8 q/s per three instances, shortest-queue and sfs-cc:
                 simulated instance-seconds per wall second (target at 384 >= 0.8x
                 that at 3), decision us, peak memory, warm-up apart; the memory
-                of an hour at 384 instances estimated (target 4 GB); with
-                --against PATH the same cells on that checkout, and the ratios
+                of an hour at 384 instances estimated (target 4 GB)
+
+    With --against PATH, the twin, replay, sfs and fleet sections also run
+    on that checkout's code in the same run, and the ratios are printed.
 
     \b
     Examples:
@@ -148,6 +173,7 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
       latroute bench --only import --import-rows 10000000 --json
       latroute bench --only twin --twin-requests 200000
       latroute bench --only fleet --against ../main
+      latroute bench --only twin --only sfs --only fleet --against ../main
     """
     sections = only or SECTIONS
     if against is not None:
@@ -170,12 +196,22 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
             if section not in sections:
                 continue
             results[section] = r = bench_twin(twin_requests, twin_rate, router)
+            runs = [("", r)]
+            if against is not None:
+                r["against"] = a = bench_twin(twin_requests, twin_rate, router, checkout=against)
+                r["speedup_vs_against"] = r["speedup"] / a["speedup"]
+                r["warmup_vs_against"] = r["warmup_s"] / a["warmup_s"]
+                runs.append(("against ", a))
             if not as_json:
-                click.echo(f"{section + ':':<9} {r['requests']:,} requests at {r['rate']:g} q/s on {r['pool']} "
-                           f"({r['router']}): {r['simulated_s']:,.0f} simulated s in {r['wall_s']:.2f} s = "
-                           f"{r['speedup']:,.0f}x real time, {r['steps_per_s']:,.0f} steps/s; router decision "
-                           f"{r['mean_decision_us']:.1f} us; warm-up (compile or cache load) {r['warmup_s']:.2f} s "
-                           f"apart; peak memory {r['peak_rss_mb']:.0f} MB")
+                for label, x in runs:
+                    click.echo(f"{section + ':':<9} {label}{x['requests']:,} requests at {x['rate']:g} q/s on "
+                               f"{x['pool']} ({x['router']}): {x['simulated_s']:,.0f} simulated s in "
+                               f"{x['wall_s']:.2f} s = {x['speedup']:,.0f}x real time, {x['steps_per_s']:,.0f} "
+                               f"steps/s; router decision {x['mean_decision_us']:.1f} us; warm-up (compile or cache "
+                               f"load) {x['warmup_s']:.2f} s apart; peak memory {x['peak_rss_mb']:.0f} MB")
+                if against is not None:
+                    click.echo(f"          speed vs --against {r['speedup_vs_against']:.2f}x, warm-up "
+                               f"{r['warmup_vs_against']:.2f}x")
         if "routers" in sections:
             from harness.bench.routers import run as run_routers
 
@@ -201,12 +237,19 @@ def bench(only: tuple[str, ...], generate_requests: int, import_rows: int, twin_
             from harness.bench.sfs import run as run_sfs
 
             results["sfs"] = r = run_sfs()
+            if against is not None:
+                r["against"] = a = bench_sfs_against(against)
+                r["median_vs_against"] = {n: v["median_us"] / a["sizes"][n]["median_us"]
+                                          for n, v in r["sizes"].items() if n in a["sizes"]}
             if not as_json:
                 click.echo(f"sfs:      {r['engine']}, {r['waiting']} waiting, {r['queries']} queries per size")
                 for n, v in r["sizes"].items():
+                    vs = (f"; {r['median_vs_against'][n]:.2f}x the median of --against "
+                          f"({r['against']['sizes'][n]['median_us']:.1f} us)" if n in r.get("median_vs_against", {})
+                          else "")
                     click.echo(f"          {int(n):>5} residents: median {v['median_us']:6.1f} us, p99 "
                                f"{v['p99_us']:6.1f} us, {v['mean_steps']:.1f} simulated steps, "
-                               f"{v['us_per_step']:.1f} us/step (first call {v['warmup_us']:,.0f} us, apart)")
+                               f"{v['us_per_step']:.1f} us/step (first call {v['warmup_us']:,.0f} us, apart){vs}")
                 lin = r["linearity"]
                 click.echo("          64 residents, longer queues: " + ", ".join(
                     f"{p['steps']:.0f} steps {p['median_us']:.0f} us" for p in lin["points"])

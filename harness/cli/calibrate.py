@@ -82,6 +82,9 @@ def format_profile(p) -> str:
 @click.option("--max-evals", type=IntIn(1, 10**6), default=120, show_default=True,
               help="--from-requests: evaluations (each a twin replay of every trace) per search, at most "
                    "(docs/concepts/request-fit.md).")
+@click.option("--jobs", type=IntIn(1, 1024), default=None,
+              help="--from-requests: worker processes replaying the traces (default: the cores this process may run "
+                   "on); the profile written is the same whatever the number.")
 @click.option("--search", "search_opts", multiple=True, metavar="KEY=V1,V2,...", type=EngineSetting(grid=True),
               help="--from-requests: search this engine setting over these values (repeatable; the grid is the "
                    "product; replaces --search-engine's default budget x max_num_seqs grid).")
@@ -116,7 +119,7 @@ def format_profile(p) -> str:
 def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | None, form: str, holdout: float, stall_pct: float,
               loss: str, seed: int, evaluate_on: Path | None, name: str | None, update_ref: str | None,
               from_requests: bool, engine_opts: tuple[str, ...], search_engine: bool, max_evals: int,
-              virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
+              jobs: int | None, virtual_engines: int, search_opts: tuple[str, ...], warm: tuple[Path, ...],
               steps_window: tuple[float, float] | None, fit_window: tuple[float, float] | None, frontend: str,
               frontend_ms: float | None,
               frontend_out_ms: float | None, frontend_accept: float | None, fit_host: bool, fleet_pool: Path | None,
@@ -146,7 +149,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
     refuse_non_utf8({"TRACES": traces, "--out": out, "--evaluate-on": evaluate_on, "--update": update_ref,
                      "--warm": warm, "--name": name, "--pool": fleet_pool})
     _refuse_unused(click.get_current_context(), from_requests, update_ref is not None)
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, kind="file", inputs=[*traces, evaluate_on, update_ref, *warm, fleet_pool])  # before any work
     if from_requests:
@@ -172,7 +175,8 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
         if frontend_accept is not None:
             fe = replace(fe, accept_share=frontend_accept, accept_source="given (--frontend-accept-share)")
         calibrate_from_requests(list(traces), out, name, engine_opts, search_engine, max_evals, click.echo,
-                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host, fleet)
+                                virtual_engines, parse_search_options(search_opts), warm, fe, fit_window, fit_host, fleet,
+                                jobs=jobs)
         return
     from estimators.timemodel.calibrate import (
         CalibrationConfig,
@@ -218,7 +222,7 @@ def calibrate(traces: tuple[Path, ...], out: Path, force: bool, instance: str | 
 
 # options of the request-level fit only, and of the step-level fit only (parameter -> option)
 _REQUEST_ONLY = {"engine_opts": "--engine", "search_engine": "--search-engine", "max_evals": "--max-evals",
-                 "search_opts": "--search", "warm": "--warm", "virtual_engines": "--virtual-engines",
+                 "jobs": "--jobs", "search_opts": "--search", "warm": "--warm", "virtual_engines": "--virtual-engines",
                  "frontend": "--frontend", "frontend_ms": "--frontend-per-request",
                  "frontend_out_ms": "--frontend-per-output", "frontend_accept": "--frontend-accept-share",
                  "fit_window": "--fit-window", "fit_host": "--fit-host", **FLEET_PARAMS}

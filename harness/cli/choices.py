@@ -37,8 +37,8 @@ RECALIBRATION_STEP = 0.1
 FORMS = ("eq9", "six")
 LOSSES = ("relative", "absolute")
 
-# traces.arrivals.ARRIVAL_KINDS, traces.lengths.LENGTH_POLICIES, traces.quality.QUALITY_POLICIES,
-# traces.slo.SLO_POLICIES
+# traces.workload.arrivals.ARRIVAL_KINDS, traces.policies.lengths.LENGTH_POLICIES, traces.policies.quality.QUALITY_POLICIES,
+# traces.policies.slo.SLO_POLICIES
 ARRIVAL_KINDS = ("poisson", "mmpp", "gamma", "azure-conv")
 LENGTH_POLICIES = ("column", "median", "constant:N", "oracle")
 QUALITY_POLICIES = ("model", "table", "none", "FILE")
@@ -65,10 +65,10 @@ MIRRORED = (
     ("RECALIBRATION_STEP", "estimators.evaluate.conformal", "STEP"),
     ("FORMS", "estimators.timemodel.features", "FORMS"),
     ("LOSSES", "estimators.timemodel.fit", "LOSSES"),
-    ("ARRIVAL_KINDS", "traces.arrivals", "ARRIVAL_KINDS"),
-    ("LENGTH_POLICIES", "traces.lengths", "LENGTH_POLICIES"),
-    ("QUALITY_POLICIES", "traces.quality", "QUALITY_POLICIES"),
-    ("SLO_POLICIES", "traces.slo", "SLO_POLICIES"),
+    ("ARRIVAL_KINDS", "traces.workload.arrivals", "ARRIVAL_KINDS"),
+    ("LENGTH_POLICIES", "traces.policies.lengths", "LENGTH_POLICIES"),
+    ("QUALITY_POLICIES", "traces.policies.quality", "QUALITY_POLICIES"),
+    ("SLO_POLICIES", "traces.policies.slo", "SLO_POLICIES"),
     ("ROUTE_SLO_POLICIES", "harness.route.inputs", "ROUTE_SLO_POLICIES"),
     ("ROUTE_QUALITY_POLICIES", "harness.route.inputs", "ROUTE_QUALITY_POLICIES"),
 )

@@ -61,7 +61,7 @@ def demo(out: Path, seed: int, force: bool) -> None:
     # built in a pid-named temporary beside OUT and renamed onto it at the end, so a killed demo leaves no
     # partial OUT (the next run removes the temporary of a dead pid).
     from traces.errors import BadOption
-    from traces.outputs import StagedDir, check_out, dir_kind
+    from traces.files.outputs import StagedDir, check_out, dir_kind
 
     check_out(out, force=True, owner="latroute demo")
     kind = dir_kind(out) if out.is_dir() and any(out.iterdir()) else "demo"
@@ -100,11 +100,11 @@ def _run_demo(out: Path, root: Path, seed: int) -> None:
     from reports.results import command_line, load_result, result_header
     from reports.serving import tidy_estimates
     from routers.registry import MAIN_ROUTERS, ROUTERS, router_entry
-    from traces.arrivals import ArrivalSpec
-    from traces.outputs import StagedDir, write_json, write_parquet
+    from traces.files.outputs import StagedDir, write_json, write_parquet
     from traces.store import TraceWriter, open_trace
     from traces.summary import format_summary, summarize
-    from traces.workload import WorkloadConfig, generate_workload, write_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload, write_workload
 
     workload = root / "workload"
     cfg = WorkloadConfig(requests=DEMO_REQUESTS, arrivals=ArrivalSpec("poisson", DEMO_RATE), seed=seed)

@@ -91,8 +91,8 @@ def _train_on(path: Path):
 
 def _slo_scores(trace, policy: str, estimates) -> dict:
     """Each request's SLO under ``policy`` (the rule seeded 0) and each
-    estimator's calls of it (``traces.slo.slo_calls``)."""
-    from traces.slo import slo_calls, slo_targets
+    estimator's calls of it (``traces.policies.slo.slo_calls``)."""
+    from traces.policies.slo import slo_calls, slo_targets
 
     have = trace.columns("requests")
     reqs = trace.read("requests", [c for c in ("request_id", "prompt_tokens", "slo_ttft_s") if c in have])
@@ -241,7 +241,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
         require_extra("estimate --estimators learned", "learned")
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--calibrate-on": calibrate_on,
                      "--join": join_dir, "--train-on": train_on, "--pool": fleet_pool})
-    from traces.outputs import StagedDir, check_out, write_json, write_parquet
+    from traces.files.outputs import StagedDir, check_out, write_json, write_parquet
 
     check_out(out, force, inputs=[trace_dir, profile_ref, calibrate_on, fleet_pool])  # before any work
     isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)
@@ -258,7 +258,7 @@ def estimate(trace_dir: Path, names: str, lengths: str, slo_policy: str | None, 
     from estimators.timemodel.online_speed import OnlineSpeedConfig
     from reports.results import result_header
     from reports.serving import tidy_estimates
-    from traces.lengths import check_length_policy
+    from traces.policies.lengths import check_length_policy
     from traces.store import open_trace
 
     for name in chosen:

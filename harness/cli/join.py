@@ -27,7 +27,7 @@ def join(client_dir: Path, recording: Path, out: Path, force: bool) -> None:
       latroute trace join client-run rec-run --out join-run
     """
     refuse_non_utf8({"CLIENT": client_dir, "RECORDING_DIR": recording, "--out": out})
-    from traces.outputs import StagedDir, check_out, write_json, write_parquet  # pyarrow: only when joining
+    from traces.files.outputs import StagedDir, check_out, write_json, write_parquet  # pyarrow: only when joining
 
     check_out(out, force, inputs=[client_dir, recording])  # before any work
     from traces.client_join import join_client_recording

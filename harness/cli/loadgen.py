@@ -101,7 +101,7 @@ def loadgen(base_url: str | None, backends: str | None, assign_from: Path | None
     if assign_from is not None and trace_dir is None:
         raise BadOption("--assign-from", "needs --trace (the replay's input: its requests are assigned by request id)")
     check_id_prefix(id_prefix)
-    from traces.outputs import check_out, write_json
+    from traces.files.outputs import check_out, write_json
 
     check_out(out, force, inputs=[trace_dir, assign_from])  # before any work
     import numpy as np

@@ -261,7 +261,7 @@ def cores() -> int:
 
 
 # The largest rate, duration, time constant or interval any option takes:
-# MAX_TIME_S of traces.limits (about 31 years; q/s, s or ms alike), so a
+# MAX_TIME_S of traces.datamodel.limits (about 31 years; q/s, s or ms alike), so a
 # hostile 1e300 is refused while parsing instead of overflowing a schedule.
 MAX_MAGNITUDE = 1e9
 

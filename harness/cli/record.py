@@ -68,7 +68,7 @@ def engine(trace_dir: Path, model: Path, model_name: str | None, out: Path, **kw
       latroute record engine d1 --model ../shared/models/tiny-a --no-prefix-caching --out rec-d1
       latroute trace import vllm-record rec-d1 --out rec-d1.trace
     """
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, kw["force"], inputs=[trace_dir, model])  # before any work
     from harness.live.record import EngineOptions, RunFailed, record_engine, vllm_python

@@ -40,7 +40,7 @@ def write_replay_result(out: Path, res, pool, quality, router_name: str, seed: i
     from harness.twin.simulation import write_twin_trace
     from reports.results import result_header
     from reports.serving import DEFAULT_PERCENTILES, tidy
-    from traces.outputs import StagedDir, write_json, write_parquet
+    from traces.files.outputs import StagedDir, write_json, write_parquet
     from traces.store import TraceWriter
 
     quality = res.extra.get("quality", quality)
@@ -159,7 +159,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
       latroute replay --pool qwen3-h100-x8 --rate 48 --router sfs-cc --ties least-latency --out r-x8
       latroute replay --pool my-pool.json --rate 4 --router sfs-hard --slo constant:500 --quality acc.csv --out r-mine
     """
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, inputs=[trace_dir, pool_ref])  # before any work
     isolate_s = plugin_timeout(isolate_plugins, plugin_timeout_s)
@@ -169,9 +169,9 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     from harness.twin.simulation import InstanceSpec
     from reports.results import command_line
     from routers.registry import router_entry
-    from traces.arrivals import ArrivalSpec
     from traces.store import open_trace
-    from traces.workload import WorkloadConfig, generate_workload
+    from traces.workload.arrivals import ArrivalSpec
+    from traces.workload.generator import WorkloadConfig, generate_workload
 
     names = parse_routers(router_name)
     if len(names) != 1:
@@ -192,7 +192,7 @@ def replay(pool_ref, trace_dir, rate, n_requests, arrival, burst_ratio, burstine
     check_quality_option(quality_policy, [c.model for c in pool.instances])
     hash_block = None
     if trace_dir is not None:
-        from traces.arrivals import check_replay_arrivals
+        from traces.workload.arrivals import check_replay_arrivals
 
         t = open_trace(trace_dir)
         requests = t.read("requests")

@@ -56,7 +56,7 @@ def parse_routers(text: str) -> list[str]:
 
 
 class SloPolicy(click.ParamType):
-    """--slo: a policy of ``traces.slo``, checked while the command line is
+    """--slo: a policy of ``traces.policies.slo``, checked while the command line is
     parsed (constant:MS a finite number in (0, 1e9]); ``allowed``: the
     policies the command takes."""
 
@@ -66,7 +66,7 @@ class SloPolicy(click.ParamType):
         self.allowed = allowed
 
     def convert(self, value, param, ctx):
-        from traces.slo import check_slo_policy
+        from traces.policies.slo import check_slo_policy
 
         try:
             check_slo_policy(value, self.allowed)
@@ -109,7 +109,7 @@ QUALITY_FILE_HELP = ("FILE: your accuracy per model and task, a CSV model,task,a
 def check_quality_option(policy: str | None, models: list[str]) -> None:
     """A quality file, read and checked against the pool's models before
     any work (``BadInput`` names the file, line and model)."""
-    from traces.quality import is_quality_file, quality_file
+    from traces.policies.quality import is_quality_file, quality_file
 
     if is_quality_file(policy):
         quality_file(policy, models)
@@ -181,7 +181,7 @@ def arrival_options(f):
 
 
 def arrival_kind(arrival: str | None, burstiness: float) -> str:
-    from traces.arrivals import resolve_arrival
+    from traces.workload.arrivals import resolve_arrival
 
     try:
         return resolve_arrival(arrival, burstiness)
@@ -190,7 +190,7 @@ def arrival_kind(arrival: str | None, burstiness: float) -> str:
 
 
 def check_lengths_option(text: str | None) -> None:
-    from traces.lengths import check_length_policy
+    from traces.policies.lengths import check_length_policy
 
     try:
         check_length_policy(text)

@@ -8,7 +8,7 @@ import click
 
 from harness.cli.params import NON_NEGATIVE, KeyFraction
 from traces.errors import BadInput, BadOption
-from traces.jsonio import dump_json
+from traces.files.jsonio import dump_json
 
 # Results, figures and the baseline checks load numpy, pandas, pyarrow, matplotlib and plotly: imported where
 # a report is built or a result checked, so that ``--help`` does not pay for them.
@@ -33,7 +33,7 @@ def report(results: tuple[Path, ...], out: Path, force: bool) -> None:
       latroute report est-d1 sweep-poisson r-sfs r-sq --out report
       open report/interactive.html    # hover, zoom, toggle series; index.html is the static page
     """
-    from traces.outputs import StagedDir, check_out
+    from traces.files.outputs import StagedDir, check_out
 
     check_out(out, force, inputs=results)  # before any work
     from reports.render import build_report
@@ -96,7 +96,7 @@ def check(result: Path, baseline: Path | None, tolerances: tuple[str, ...], writ
         parse_tolerances,
         speed_drift_violations,
     )
-    from traces.outputs import check_out, write_output_json
+    from traces.files.outputs import check_out, write_output_json
 
     if write_baseline:  # before any work
         check_out(baseline, force, kind="file", inputs=[result], option="--baseline")

@@ -27,9 +27,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def check_constant_length(text: str) -> None:
-    """``--lengths constant:N``: N within the tokens one request may hold (``traces.limits.MAX_TOKENS``);
+    """``--lengths constant:N``: N within the tokens one request may hold (``traces.datamodel.limits.MAX_TOKENS``);
     a 20-digit N once failed as an internal OverflowError."""
-    from traces.limits import MAX_TOKENS
+    from traces.datamodel.limits import MAX_TOKENS
 
     n = text[len("constant:"):] if text.startswith("constant:") else None
     if n is not None and not (n.isascii() and n.isdigit() and len(n) <= 9 and 1 <= int(n) <= MAX_TOKENS):
@@ -175,7 +175,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         raise BadOption("--lengths", str(e)) from None
     check_router(router_name)
     if log_dir is not None:
-        from traces.outputs import check_out
+        from traces.files.outputs import check_out
 
         check_out(log_dir, force, option="--log")
     from harness.route.backends import listed_backends, pool_backends
@@ -204,7 +204,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
         raise BadOption("--backends", "give --backends URL,... or --pool POOL.json whose entries have urls")
     models = [b.model for b in bk]
     if quality_policy is None:  # the accuracy model where it knows every backend's model, else accuracy 1
-        from traces.quality import one_task_accuracy
+        from traces.policies.quality import one_task_accuracy
 
         unknown = [m for m in models if m not in one_task_accuracy()]
         quality_policy = "none" if unknown else "model"
@@ -213,7 +213,7 @@ def route(backends: str | None, pool_ref: str | None, profile: str | None, route
                    "quality model (default: the generator's accuracy model, requests as one task)")
     try:
         check_quality_models(quality_policy, models)
-        from traces.quality import fixed_accuracy
+        from traces.policies.quality import fixed_accuracy
 
         fixed_accuracy(quality_policy, models)  # a quality file: read and checked against the backends' models
     except ValueError as e:

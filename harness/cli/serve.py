@@ -53,7 +53,7 @@ def serve(pool_ref: str, profile: str | None, port_base: int, noise: str, seed: 
     """
     require_extra("serve", "serve")  # before anything else: without aiohttp and prometheus_client nothing serves
     if record is not None:
-        from traces.outputs import check_out  # pyarrow: only when a recording is asked for
+        from traces.files.outputs import check_out  # pyarrow: only when a recording is asked for
 
         check_out(record, force, inputs=[pool_ref], option="--record")  # before any work
     from harness.twin.pools.spec import load_pool

@@ -94,7 +94,7 @@ def _spec_file(ctx: click.Context, param, path: Path | None):
         return None
     import tomllib
 
-    from traces.paths import read_text
+    from traces.files.paths import read_text
 
     text = read_text(path, "--spec", max_bytes=SPEC_MAX_BYTES)  # no FIFOs, devices, directories; UTF-8
     try:
@@ -241,7 +241,7 @@ def sweep(pool_ref, trace_dir, rates, router_names, deltas, lambdas, arrival, bu
         raise BadOption("--arrival" if arrival is not None else "--burstiness",
                         "applies to generated workloads, not to --trace (its arrivals are rescaled to each rate)")
     if trace_dir is not None:
-        from traces.arrivals import check_replay_arrivals
+        from traces.workload.arrivals import check_replay_arrivals
 
         t = open_trace(trace_dir)
         check_replay_arrivals(t, t.read("requests", ["arrival_s"]).iloc[:n_requests])

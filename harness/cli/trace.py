@@ -22,7 +22,7 @@ from harness.cli.params import (
     IntIn,
 )
 from traces.errors import BadInput, BadOption
-from traces.tasks import DEFAULT_MIX, parse_mix
+from traces.policies.tasks import DEFAULT_MIX, parse_mix
 
 # Importers, the workload generator and the trace store load numpy, pandas, pyarrow and duckdb: imported
 # inside their commands so that ``trace ... --help`` and ``trace info`` start fast. Mirrors
@@ -50,7 +50,7 @@ SMALL_TABLES = ("engine_series",)
 
 
 def checked_small_tables(trace) -> dict[str, str]:
-    """Each small table's first bad cell (``traces.frame_checks``: a NaN or negative value where the schema
+    """Each small table's first bad cell (``traces.checks.frame_checks``: a NaN or negative value where the schema
     allows none), as the refusal a reading command gives; empty when every one is valid."""
     out = {}
     for name in SMALL_TABLES:
@@ -184,11 +184,11 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
       latroute trace generate --out replay --rate 5 --arrivals-from azconv --lengths-from azconv
       latroute trace generate --out chat --sessions --duration 600 --rate 8 --turns 4
     """
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, inputs=[lengths_from, arrivals_from])  # before any work
-    from traces.arrivals import ArrivalSpec, resolve_arrival
-    from traces.workload import WorkloadConfig, write_workload
+    from traces.workload.arrivals import ArrivalSpec, resolve_arrival
+    from traces.workload.generator import WorkloadConfig, write_workload
 
     if n_requests is not None and duration is not None:
         raise click.UsageError("give --requests or --duration, not both")
@@ -214,7 +214,7 @@ def generate(out: Path, n_requests: int | None, duration: float | None, rate: fl
     if arrivals_from is not None and burstiness != 1.0:
         raise BadOption("--burstiness", "cannot reshape arrivals taken from --arrivals-from")
     if arrivals_from is not None:  # refused before any work: unknown (null) arrivals would be written as NaN
-        from traces.arrivals import source_arrivals
+        from traces.workload.arrivals import source_arrivals
         source_arrivals(arrivals_from)
     if lengths_from is not None:  # its lengths read and checked against the schema now, not mid-write
         open_trace(lengths_from).read("requests")
@@ -243,7 +243,7 @@ def _write_generated(write, cfg, out: Path, force: bool, what: str) -> None:
 
 def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, arrivals_from, weights, turns,
                        think_time, system_prompts, seed, force) -> None:
-    from traces.sessions import SessionConfig, write_sessions
+    from traces.workload.sessions import SessionConfig, write_sessions
 
     if arrival not in (None, "poisson") or lengths_from or arrivals_from:
         raise click.UsageError("--sessions draws Poisson session arrivals and task lengths: "
@@ -309,7 +309,7 @@ def import_(fmt: str, src: Path, out: Path, model: str | None, keep_failed: bool
     unless --accept-unmodelled, and refuse a run that logged fewer requests than
     it sent unless --allow-incomplete.
     """
-    from traces.outputs import check_out
+    from traces.files.outputs import check_out
 
     check_out(out, force, inputs=[src])  # before any work
     from traces.importers import import_trace

@@ -10,7 +10,7 @@ from harness.cli.fleet_options import FLEET_PARAMS, fleet_options, given_fleet_o
 from harness.cli.params import SEED, EngineSetting, Window, refuse_given, refuse_non_utf8
 from harness.cli.serving_options import parse_serving, served_serving_metrics, serving_options
 from harness.cli.windows import WINDOW_HELP
-from traces.vllm_versions import unchecked_version_warning
+from traces.vllm_releases.versions import unchecked_version_warning
 
 # The twin, the calibration and the trace store load numba, numpy, pandas and duckdb: imported where a
 # validation runs, so that ``latroute validate --help`` does not pay for them.
@@ -72,7 +72,7 @@ def validate(trace_dir: Path, profile_ref: str | None, self_calibrate: bool, noi
     """
     refuse_non_utf8({"TRACE": trace_dir, "--out": out, "--profile": profile_ref, "--join": join_dir,
                      "--pool": fleet_pool})
-    from traces.outputs import StagedDir, check_out, write_json, write_parquet
+    from traces.files.outputs import StagedDir, check_out, write_json, write_parquet
 
     check_out(out, force, inputs=[trace_dir, profile_ref, join_dir, fleet_pool])  # before any work
     if fleet_pool is not None and profile_ref is not None:

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import BadInput
-from traces.outputs import StagedDir
-from traces.paths import input_dir, input_file
+from traces.files.outputs import StagedDir
+from traces.files.paths import input_dir, input_file
 from traces.store import Trace
 from traces.vllm_recorder.files import finish_recording
 

@@ -57,9 +57,9 @@ def _steps(res: TwinResult, shift_s: float, after_s: float) -> tuple[np.ndarray,
     st = res.steps
     if st is None:
         raise ValueError("deliveries need the twin's step log (record_steps)")
-    ends = st["end_s"].to_numpy(dtype=np.float64) - shift_s
-    st, ends = st[ends > after_s], ends[ends > after_s]
-    decodes = st["decode_tokens"].to_numpy(dtype=np.int64)
+    ends = np.asarray(st["end_s"], dtype=np.float64) - shift_s  # a step log's table, or a fit's arrays (twin_timings)
+    keep = ends > after_s
+    ends, decodes = ends[keep], np.asarray(st["decode_tokens"], dtype=np.int64)[keep]
     order = np.argsort(ends, kind="stable")
     return ends[order], decodes[order]
 

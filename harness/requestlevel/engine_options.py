@@ -10,7 +10,7 @@ of its settings comes from, in increasing priority,
    settings were marked (``REQUEST_TRACE_DEFAULT_SOURCES`` says why each);
 2. the settings the trace's import *defaulted* (``meta.json`` ``engine``
    with ``marks``: vLLM's documented default for the trace's version and
-   GPU, ``traces.vllm_defaults``; or the assumption taken where vLLM has
+   GPU, ``traces.vllm_releases.defaults``; or the assumption taken where vLLM has
    none, as for the KV cache size);
 3. the ``engine`` section that ``calibrate --from-requests`` writes into
    a profile's ``fitted_on`` (so ``validate --profile P`` needs nothing else);

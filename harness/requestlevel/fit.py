@@ -30,7 +30,8 @@ How (the rule, with its reasons: ``docs/concepts/request-fit.md``):
 
 With ``search_engine`` a grid (by default budget x max_num_seqs; ``--search
 KEY=v1,v2`` for any engine setting, e.g. ``num_kv_blocks``) is scored at the
-fitted values, the best kept, and the search repeated.
+fitted values, the best kept, and the search repeated until it stalls
+(``ENGINE_REFIT_FACTOR``).
 
 The optimiser is our own (``simplex.py``).
 """
@@ -41,6 +42,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -49,7 +51,10 @@ from estimators.timemodel.features import term_names
 from estimators.timemodel.fit import NoiseModel
 from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.fit_bounds import Bounds, in_flight_at_arrival
+from harness.requestlevel.fleet import LEAST_REQUESTS
 from harness.requestlevel.frontend import FrontEnd
+from harness.requestlevel.replay import ReplicaPart, part_timings, replica_parts
+from harness.requestlevel.replay_pool import ReplayPool, default_jobs
 from harness.requestlevel.simplex import nelder_mead
 from harness.requestlevel.validate import RequestTrace, replay_requests, tpot_of
 from harness.requestlevel.weight_floor import kv_read_floor, weight_floor
@@ -77,6 +82,11 @@ LOW_LOAD_MIN = 5
 # the figures a run is judged by (chosen on the GPU runs' fit windows: docs/results/gpu-fidelity.md)
 LOSS_WEIGHTS = {"ttft_q": 1.0, "ttft_req": 1.0, "tpot_req": 0.5, "tpot_mean": 1.0, "ttft_mean": 1.0, "e2e_mean": 1.0}
 WITHOUT_MEANS = {k: v for k, v in LOSS_WEIGHTS.items() if k not in ("ttft_mean", "e2e_mean")}
+# the search under the engine the grid chose: a new fit (its start was fitted under another engine), with no
+# candidates beside it, whose result is the profile; patience stops it, this many times --max-evals at most (at
+# 1x the LMBench H100 fleet fit's was cut at 120 evaluations while still improving: loss 2.69, against 2.63
+# where patience stopped it, after 201; docs/concepts/request-fit.md)
+ENGINE_REFIT_FACTOR = 4
 MEMO = 64  # points whose replays an evaluator keeps (the searches revisit only recent ones)
 MIN_SPLIT = 10  # timed requests each side of a held-back split, at least
 HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back to choose among candidates
@@ -84,7 +94,8 @@ HELD_BACK = 1 / 3  # share of each trace's timed requests (the latest) held back
 
 @dataclass
 class RequestFitConfig:
-    max_evals: int = 120  # per search (a candidate's; the refinement and the polish take at most this many too)
+    max_evals: int = 120  # per search (a candidate's; the refinement and the polish take at most this many too, the
+    # search after the engine grid ENGINE_REFIT_FACTOR times as many)
     patience: int | None = 30  # a search stops after this many evaluations without a 0.1% gain (None: never)
     held_back: float = HELD_BACK  # 0: no held-back choice (the lowest in-window loss is kept)
     held_back_metric: str = "loss"  # HELD_BACK_METRICS: how a candidate's prediction of the held-back part is scored
@@ -102,6 +113,7 @@ class RequestFitConfig:
     budgets: tuple[int, ...] = BUDGETS
     max_seqs: tuple[int, ...] = MAX_SEQS
     weights: dict = field(default_factory=lambda: dict(LOSS_WEIGHTS))
+    jobs: int = 1  # worker processes for the replays (``replay_pool``); the results do not depend on it
 
 
 def _intervals_overlap(start: np.ndarray, end: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -291,20 +303,43 @@ Prediction = tuple[np.ndarray, np.ndarray, np.ndarray]  # one trace's replayed T
 
 
 def predict(values: np.ndarray, engine: InstanceConfig, targets: list[TraceTargets], virtual_engines: int = 1,
-            frontend: FrontEnd | None = None) -> list[Prediction] | None:
+            frontend: FrontEnd | None = None, pool: ReplayPool | None = None) -> list[Prediction] | None:
     """Each trace replayed with the profile of ``values``: TTFT, TPOT and E2E per request (None: a
-    request never got its first token)."""
-    prof = profile_of(values, "fit")
+    request never got its first token). The traces' replicas replay as parts of their own
+    (``replica_parts``), over ``pool``'s workers when one is given; the parts are put back in each
+    trace's order, so the numbers do not depend on the workers."""
+    overhead = float(values[4])
+    tasks = [(i, part) for i, tg in enumerate(targets) for part in _parts(tg.rt, engine)]
+    run = partial(_timings, profile=profile_of(values, "fit"), overhead_s=overhead, virtual_engines=virtual_engines,
+                  frontend=frontend)
+    done = (pool or ReplayPool()).map(run, [p for _, p in tasks])
+    ttft = [np.full(len(tg.rt.requests), np.nan) for tg in targets]
+    fin = [np.full(len(tg.rt.requests), np.nan) for tg in targets]
+    for (i, part), (t, f) in zip(tasks, done):
+        ttft[i][part.rows], fin[i][part.rows] = t, f + overhead
     out = []
-    for tg in targets:
-        res = replay_requests(tg.rt, prof, engine, float(values[4]), virtual_engines=virtual_engines,
-                              frontend=frontend)
-        ttft = res.requests["ttft_s"].to_numpy(dtype=np.float64)
-        if not np.isfinite(ttft).all():
+    for tg, t, f in zip(targets, ttft, fin):
+        if not np.isfinite(t).all():
             return None
-        fin = res.requests["finish_s"].to_numpy(dtype=np.float64) + values[4]
-        out.append((ttft, tpot_of(tg.rt.requests, ttft, fin), fin - tg.rt.requests["arrival_s"].to_numpy(np.float64)))
+        out.append((t, tpot_of(tg.rt.requests, t, f), f - tg.rt.requests["arrival_s"].to_numpy(np.float64)))
     return out
+
+
+def _parts(rt: RequestTrace, engine: InstanceConfig) -> list[ReplicaPart]:
+    """``rt``'s replay as independent parts: its replicas' (one engine: the whole trace); a fleet
+    assigned by least requests, which decides on the twin, as one part."""
+    if rt.fleet is not None and rt.fleet.assign == LEAST_REQUESTS and rt.fleet.replicas > 1:
+        return [ReplicaPart(-1, np.arange(len(rt.requests)), rt, engine, 0)]
+    return replica_parts(rt, engine)
+
+
+def _timings(part: ReplicaPart, profile: BatchTimeProfile, overhead_s: float, virtual_engines: int,
+             frontend: FrontEnd | None) -> tuple[np.ndarray, np.ndarray]:
+    """A part's replayed TTFT and finish per request (its rows' order); run in a worker."""
+    if part.replica >= 0:
+        return part_timings(part, profile, overhead_s, virtual_engines, frontend)
+    res = replay_requests(part.rt, profile, part.engine, overhead_s, virtual_engines=virtual_engines, frontend=frontend)
+    return (res.requests["ttft_s"].to_numpy(dtype=np.float64), res.requests["finish_s"].to_numpy(dtype=np.float64))
 
 
 def score(preds: list[Prediction] | None, targets: list[TraceTargets], w: dict,
@@ -362,8 +397,8 @@ class Evaluator:
     (``fit_bounds``) applied to every point the search proposes."""
 
     def __init__(self, engine: InstanceConfig, targets: list[TraceTargets], cfg: RequestFitConfig,
-                 bounds: Bounds | None):
-        self.engine, self.targets, self.cfg, self.bounds = engine, targets, cfg, bounds
+                 bounds: Bounds | None, pool: ReplayPool | None = None):
+        self.engine, self.targets, self.cfg, self.bounds, self.pool = engine, targets, cfg, bounds, pool
         self.replays = 0  # evaluations: each replays every one of ``targets``
         self._memo: OrderedDict[bytes, list[Prediction] | None] = OrderedDict()
 
@@ -373,7 +408,8 @@ class Evaluator:
             self._memo.move_to_end(key)
         else:
             self.replays += 1
-            self._memo[key] = predict(values, self.engine, self.targets, self.cfg.virtual_engines, self.cfg.frontend)
+            self._memo[key] = predict(values, self.engine, self.targets, self.cfg.virtual_engines, self.cfg.frontend,
+                                      self.pool)
             if len(self._memo) > MEMO:
                 self._memo.popitem(last=False)
         return self._memo[key]
@@ -473,13 +509,19 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
                  cfg: RequestFitConfig | None = None, bounds: Bounds | None = None) -> RequestFit:
     """The search (see the module docstring). ``bounds``: the ranges the values are held to (None: none)."""
     cfg = cfg or RequestFitConfig()
+    with ReplayPool(cfg.jobs) as pool:
+        return _fit(traces, engine, name, cfg, bounds, pool)
+
+
+def _fit(traces: list[RequestTrace], engine: InstanceConfig, name: str, cfg: RequestFitConfig,
+         bounds: Bounds | None, pool: ReplayPool) -> RequestFit:
     t0 = time.perf_counter()
     targets = [TraceTargets.of(rt) for rt in traces]
-    ev = Evaluator(engine, targets, cfg, bounds if cfg.bounds else None)
+    ev = Evaluator(engine, targets, cfg, bounds if cfg.bounds else None, pool)
     # a trace replayed under several assignments of a fleet (``RequestTrace.under``: one per seed, the same source)
     # has its candidates searched on its first assignment only; the refinement sums over every assignment
     first = sorted({tg.rt.source: i for i, tg in reversed(list(enumerate(targets)))}.values())
-    coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds)
+    coarse = ev if len(first) == len(targets) else Evaluator(engine, [targets[i] for i in first], cfg, ev.bounds, pool)
     x, cands, chosen, why = _choose(coarse, [traces[i] for i in first], cfg)
     if cfg.refine_evals > 0:
         x, fx = _search(coarse, coarse.targets, x, cfg.refine_step, min(cfg.refine_evals, cfg.max_evals), cfg.patience)
@@ -503,7 +545,7 @@ def fit_requests(traces: list[RequestTrace], engine: InstanceConfig, name: str,
             grid.append({**point, "loss": score(ev.preds(x), targets, cfg.weights)})
         best = min(grid, key=lambda g: g["loss"])
         engine = ev.engine = coarse.engine = replace(base, **{k: best[k] for k in space})
-        x, fx = _search(ev, targets, x, 0.5, cfg.max_evals, cfg.patience)
+        x, fx = _search(ev, targets, x, 0.5, ENGINE_REFIT_FACTOR * cfg.max_evals, cfg.patience)
     if cfg.fit_host:
         # from the fit without a host part: seven values searched from scratch strayed (on the PRO 6000 run
         # into a 4.8-s front end at 15 times the loss); kept only where it does better than no host part
@@ -558,11 +600,12 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
                             grid: dict | None = None, warm: tuple = (),
                             frontend: FrontEnd | None = None,
                             fit_window: tuple[float, float] | None = None, fit_host: bool = False,
-                            fleet=None, fit_overrides: dict | None = None) -> RequestFit:
+                            fleet=None, fit_overrides: dict | None = None, jobs: int | None = None) -> RequestFit:
     """``calibrate --from-requests``: fit, attach the baseline parameters and
     the engine, write the profile. Bad input is refused before any work. ``fleet``: the replicas the logs came
     from (``harness.requestlevel.fleet.FleetSpec``); the loss sums over each trace's assignments.
-    ``fit_overrides``: ``RequestFitConfig`` fields replaced (studies compare variants of the search)."""
+    ``fit_overrides``: ``RequestFitConfig`` fields replaced (studies compare variants of the search); ``jobs``: the
+    replays' worker processes (None: ``replay_pool.default_jobs``)."""
     from pathlib import Path
 
     from harness.requestlevel.engine_options import (
@@ -602,7 +645,7 @@ def calibrate_from_requests(paths: list, out, name: str | None, engine_opts: tup
     bounds = fit_bounds(rts, opened)
     cfg = RequestFitConfig(max_evals=max_evals, search_engine=search_engine or bool(grid),
                            virtual_engines=virtual_engines, grid=grid or {}, frontend=frontend or FrontEnd(),
-                           fit_host=fit_host)
+                           fit_host=fit_host, jobs=jobs or default_jobs())
     fit = fit_requests([r for g in groups for r in g], engine, name or out.stem,
                        replace(cfg, **(fit_overrides or {})), bounds)
     prof = fit.profile

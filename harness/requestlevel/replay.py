@@ -18,7 +18,7 @@ fixed.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from harness.requestlevel.fleet import LEAST_REQUESTS, LOGGED, logged_instances,
 from harness.requestlevel.fleet_replay import least_requests_assignment, merge_replicas
 from harness.requestlevel.frontend import FrontEnd
 from harness.requestlevel.request_trace import RequestTrace
+from harness.requestlevel.twin_timings import TimingTwin
 from harness.twin.pools.spec import replica_id
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, TwinResult, fixed_router, shortest_queue_router
 
@@ -46,14 +47,46 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
     fleet = rt.fleet
     if fleet is None or fleet.replicas <= 1:
         return _replay_one(rt, profile, engine, overhead_s, record_steps, noise, seed, virtual_engines, frontend)
-    n = len(rt.requests)
-    if fleet.assign == LOGGED:
-        assignment = logged_instances(rt.requests, rt.source)
-    elif fleet.assign == LEAST_REQUESTS:
+    if fleet.assign == LEAST_REQUESTS:
         assignment = least_requests_assignment(rt, replace_profile_name(engine, profile), profile, overhead_s, noise,
                                                seed)
+        parts = _parts(rt, engine, seed, assignment)
     else:
-        assignment = static_assignment(n, fleet)
+        parts = replica_parts(rt, engine, seed)
+    return merge_replicas([(p.replica, p.rows, _replay_one(p.rt, profile, p.engine, overhead_s, record_steps, noise,
+                                                           p.seed, virtual_engines, frontend)) for p in parts],
+                          len(rt.requests), fleet, virtual_engines)
+
+
+@dataclass(frozen=True)
+class ReplicaPart:
+    """One replica's share of a fleet's replay: its requests (``rows`` of the trace, in order), as a
+    trace of their own, the replica's engine and noise seed. Replicas share nothing but the log, so
+    the parts replay independently (in any order, in any process) and give the fleet's replay."""
+
+    replica: int
+    rows: np.ndarray
+    rt: RequestTrace
+    engine: InstanceConfig
+    seed: int
+
+
+def replica_parts(rt: RequestTrace, engine: InstanceConfig, seed: int = 0) -> list[ReplicaPart]:
+    """The parts of ``rt``'s replay whose assignment needs no engine: one engine's (``rt.fleet`` None
+    or one replica: the whole trace), the log's own or a stated round-robin or random one. Least
+    requests decides on the twin itself: refused (ValueError)."""
+    fleet = rt.fleet
+    if fleet is None or fleet.replicas <= 1:
+        return [ReplicaPart(0, np.arange(len(rt.requests)), rt, engine, seed)]
+    if fleet.assign == LEAST_REQUESTS:
+        raise ValueError("least requests assigns on the twin: its replicas' parts are not known before the replay")
+    assignment = logged_instances(rt.requests, rt.source) if fleet.assign == LOGGED else \
+        static_assignment(len(rt.requests), fleet)
+    return _parts(rt, engine, seed, assignment)
+
+
+def _parts(rt: RequestTrace, engine: InstanceConfig, seed: int, assignment: np.ndarray) -> list[ReplicaPart]:
+    fleet = rt.fleet
     parts = []
     for k in range(fleet.replicas):
         rows = np.flatnonzero(assignment == k)
@@ -61,15 +94,24 @@ def replay_requests(rt: RequestTrace, profile: BatchTimeProfile, engine: Instanc
             continue  # a replica the assignment left idle: it has nothing to replay
         sub = replace(rt, requests=rt.requests.iloc[rows].reset_index(drop=True), fleet=None)
         eng = replace(engine, instance_id=replica_id(engine.instance_id, k, fleet.replicas))
-        parts.append((k, rows, _replay_one(sub, profile, eng, overhead_s, record_steps, noise, replica_seed(seed, k),
-                                           virtual_engines, frontend)))
-    return merge_replicas(parts, n, fleet, virtual_engines)
+        parts.append(ReplicaPart(k, rows, sub, eng, replica_seed(seed, k)))
+    return parts
+
+
+def part_timings(part: ReplicaPart, profile: BatchTimeProfile, overhead_s: float, virtual_engines: int = 1,
+                 frontend: FrontEnd | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One part's replayed TTFT and finish per request (its rows' order; noise off): the numbers of
+    ``replay_requests``'s ``ttft_s`` and ``finish_s``, without its tables (``twin_timings``)."""
+    return _replay_one(part.rt, profile, part.engine, overhead_s, seed=part.seed, virtual_engines=virtual_engines,
+                       frontend=frontend, timings_only=True)
 
 
 def _replay_one(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceConfig, overhead_s: float,
                 record_steps: bool = False, noise: bool = False, seed: int = 0,
-                virtual_engines: int = 1, frontend: FrontEnd | None = None) -> TwinResult:
-    """Replay the arrivals on one instance (every request to it).
+                virtual_engines: int = 1, frontend: FrontEnd | None = None,
+                timings_only: bool = False) -> TwinResult | tuple[np.ndarray, np.ndarray]:
+    """Replay the arrivals on one instance (every request to it). ``timings_only``: the TTFT and
+    finish per request only (``part_timings``).
 
     ``frontend`` (``harness.requestlevel.frontend``) turns the client's arrivals into
     the engine's; TTFTs are from the client's arrival, as measured, and
@@ -110,15 +152,16 @@ def _replay_one(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceCon
 
         def router(i: int, t: float, insts: list) -> int:  # the warm-up: every prompt on every engine
             return i // per_engine if i < n_warm else shortest_queue_router(i, t, insts)
-    twin = Twin(specs, TwinConfig(seed=seed, noise=noise, record_steps=record_steps or fe.delivers,
-                                  frontend_overhead_s=overhead_s))
+    twin = (TimingTwin if timings_only else Twin)(specs, TwinConfig(seed=seed, noise=noise,
+                                                                     record_steps=record_steps or fe.delivers,
+                                                                     frontend_overhead_s=overhead_s))
 
     def run(entry: np.ndarray) -> tuple[TwinResult, np.ndarray, np.ndarray]:
         r = reqs.copy()
         r.loc[n_warm:, "arrival_s"] = entry + shift  # the warm-up rows keep theirs
         res = twin.run(r, router, hits=hits, hash_block_tokens=block_tokens)
-        t = res.requests["ttft_s"].to_numpy(dtype=np.float64)[n_warm:]
-        fin = res.requests["finish_s"].to_numpy(dtype=np.float64)[n_warm:] - shift
+        t = np.asarray(res.requests["ttft_s"], dtype=np.float64)[n_warm:]
+        fin = np.asarray(res.requests["finish_s"], dtype=np.float64)[n_warm:] - shift
         return res, entry + t - overhead_s, fin  # the engine's first and last tokens, on the trace's clock
 
     if fe.delivers:
@@ -129,6 +172,8 @@ def _replay_one(rt: RequestTrace, profile: BatchTimeProfile, engine: InstanceCon
         entry = fe.engine_arrivals(client)
         res, first_t, finish = run(entry)
         delivery = None
+    if timings_only:
+        return first_t - client + overhead_s, finish
     out = res.requests.iloc[n_warm:].reset_index(drop=True)
     out["arrival_s"] = client
     out["ttft_s"] = first_t - client + overhead_s

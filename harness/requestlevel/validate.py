@@ -230,7 +230,7 @@ def validate_request_trace(trace: Trace, trace_dir, profile: BatchTimeProfile, e
     from harness.twin.simulation import write_twin_trace
     from reports.request_cdf import ttft_cdf_figure
     from reports.results import result_header
-    from traces.outputs import StagedDir, write_json, write_parquet
+    from traces.files.outputs import StagedDir, write_json, write_parquet
     from traces.store import TraceWriter
 
     spec = fleet or FleetSpec.from_json(profile.fitted_on.get("fleet"), f"profile {profile.name}'s fit") or FleetSpec()

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from estimators.engine.config import InstanceConfig
 from harness.twin.instance import InstanceSpec
 from harness.twin.pools.spec import Pool
+from traces.datamodel.limits import MAX_TOKENS
 from traces.errors import BadOption
-from traces.limits import MAX_TOKENS
 
 MAX_MODELS_PAGE = 1 << 20  # bytes of a backend's /v1/models answer
 _MODEL_NAME = re.compile(r"[\x21-\x7e]{1,256}")  # a served model's name: it becomes the instance id and the forwarded "model"

@@ -24,7 +24,7 @@ import pandas as pd
 
 from estimators.engine.config import instances_table
 from harness.route.backends import Backend
-from traces.limits import MAX_ID, MAX_TIME_S, MAX_TOKENS
+from traces.datamodel.limits import MAX_ID, MAX_TIME_S, MAX_TOKENS
 from traces.store import TraceWriter
 
 COUNTS = ("prompt_tokens", "max_tokens", "predicted_output_tokens", "output_tokens", "attempts")

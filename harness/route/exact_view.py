@@ -40,7 +40,7 @@ from harness.serve.clock import Clock
 from harness.serve.protocol import loads_bounded
 from harness.serve.state_feed import decode
 from harness.twin.views.stale import StaleView
-from traces.limits import MAX_TIME_S
+from traces.datamodel.limits import MAX_TIME_S
 
 RECONNECT_S = 1.0
 STAND_IN_TOKENS = 128

@@ -41,15 +41,15 @@ import numpy as np
 
 from routers.base import RouteInputs
 from routers.utility import DEFAULT_LAMBDA
-from traces.quality import draw_accuracy, fixed_accuracy, one_task_accuracy
-from traces.slo import slo_constant_s, slo_rule
+from traces.policies.quality import draw_accuracy, fixed_accuracy, one_task_accuracy
+from traces.policies.slo import slo_constant_s, slo_rule
 
 SLO_HEADERS = ("x-llm-d-slo-ttft-ms", "x-latroute-slo-ttft-ms")
 QUALITY_HEADER = "x-latroute-quality"
 LENGTH_HEADER = "x-latroute-predicted-tokens"
 FIELD = "latroute"
 ROUTE_SLO_POLICIES = ("rule", "constant:MS", "none")
-ROUTE_QUALITY_POLICIES = ("model", "request", "none")  # or a quality file (traces.quality)
+ROUTE_QUALITY_POLICIES = ("model", "request", "none")  # or a quality file (traces.policies.quality)
 MEDIAN_WINDOW = 1000  # finished requests the running median looks at
 
 
@@ -183,8 +183,8 @@ class RequestBook:
                                   utility=np.zeros((rows, j)), pred_total=np.ones(rows, dtype=np.int64))
         self.acc_hat = np.zeros((capacity, j))
         self.n = 0
-        self._slo_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0x510]))  # traces.slo's stream
-        self._acc_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0xACC]))  # traces.quality's
+        self._slo_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0x510]))  # traces.policies.slo's stream
+        self._acc_rng = np.random.default_rng(np.random.SeedSequence([policies.seed, 0xACC]))  # traces.policies.quality's
         self._means = one_task_accuracy() if policies.quality == "model" else {}
         self._fixed = fixed_accuracy(policies.quality, models)  # none: 1 each; a quality file: its * rows
         self._slo_s = slo_constant_s(policies.slo)  # constant:MS; None for the other policies

@@ -11,7 +11,7 @@ vLLM's sha256 bytes, but equal prefix, equal id, and the same ids on every
 run and every instance. Hashes are taken per ``hash_block_tokens`` tokens
 for the whole pool (the gcd of its caching instances' block sizes, so one
 id list serves all) and mapped to each instance's block size as the
-offline twin maps a trace's ``hash_ids`` (``traces.prefix_blocks``): a
+offline twin maps a trace's ``hash_ids`` (``traces.datamodel.prefix_blocks``): a
 recording's ``hash_ids`` replay the served hits exactly.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from array import array
 import numpy as np
 
 from estimators.engine.block_ids import MAX_SHARED_ID, RequestHashes
-from traces.prefix_blocks import engine_block_ids
+from traces.datamodel.prefix_blocks import engine_block_ids
 
 _ROOT = hashlib.blake2b(b"latroute-serve-prefix", digest_size=8).digest()  # vLLM's NONE_HASH, in spirit
 

@@ -8,7 +8,7 @@ those of ``shared/data/vllm_cpu``'s recordings (prompt lognormal, median
 300, sigma 0.8, in [8, 2000]; output median 60, sigma 0.9, in [1, 400]);
 each request belongs to one task of the pool file's ``notes.accuracy``
 (uniformly), whose per-model mean accuracy the generator's accuracy model
-draws around (``traces.quality.draw_accuracy``); the SLO is the paper's rule
+draws around (``traces.policies.quality.draw_accuracy``); the SLO is the paper's rule
 on the prompt length times ``slo_scale`` (the rule is an H100's; the CPU
 models are slower); predicted output lengths are the generator's (true
 length plus Laplace noise).
@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from routers.utility import DEFAULT_LAMBDA, utility_tables
-from traces.quality import draw_accuracy, quality_frame
-from traces.slo import slo_rule
-from traces.workload import PREDICTED_LENGTH_SCALE, predicted_lengths
+from traces.policies.quality import draw_accuracy, quality_frame
+from traces.policies.slo import slo_rule
+from traces.workload.generator import PREDICTED_LENGTH_SCALE, predicted_lengths
 
 PROMPT = (300.0, 0.8, 8, 2000)  # median, sigma, clip: the vllm_cpu recordings' workload
 OUTPUT = (60.0, 0.9, 1, 400)

@@ -280,7 +280,7 @@ def session_prefixes(data: Path, out: Path, log: Path, profile: Path, echo: Call
     """The ``short_input`` runs' sessions: the measured llm-d (prefix- and load-aware router) against vLLM
     (round-robin) at each rate, beside the twin's replay of the vLLM run's arrivals on the calibrated fleet
     (prefix caching on, vLLM 0.8.5 V1's default) under ``PREFIX_ROUTERS``, with the prompt prefixes derived
-    from the sessions (``traces.session_prefix``) and without them (``--no-session-prefix``). One seed (0)
+    from the sessions (``traces.importers.session_prefix``) and without them (``--no-session-prefix``). One seed (0)
     for every replay, so that on against off and router against router are paired (same noise draws); the
     seeds' spread is not measured here."""
     from traces.store import open_trace

@@ -37,10 +37,10 @@ from routers.chance import DEFAULT_EPSILON
 from routers.fleet import DEFAULT_TIES
 from routers.registry import capabilities
 from routers.utility import DEFAULT_LAMBDA
-from traces.arrivals import ArrivalSpec
 from traces.errors import BadOption
 from traces.store import open_trace
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 
 @dataclass(frozen=True)
@@ -341,7 +341,7 @@ def sweep_result(spec: SweepSpec, cells: list[Cell], workers: int, progress=None
 def write_sweep_result(store: SweepStore, df: pd.DataFrame, timings: pd.DataFrame, summary: dict,
                        command: str | None = None) -> None:
     from reports.results import result_header
-    from traces.outputs import write_json, write_parquet
+    from traces.files.outputs import write_json, write_parquet
 
     store.finish({"results.parquet": lambda p: write_parquet(Path(p), df),
                   "metrics.parquet": lambda p: write_parquet(Path(p), long_metrics(df)),

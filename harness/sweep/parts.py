@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 
 from traces.errors import BadInput
-from traces.jsonio import parse_json
-from traces.paths import input_file, read_bytes, special_kind
+from traces.files.jsonio import parse_json
+from traces.files.paths import input_file, read_bytes, special_kind
 
 PART_MAX_BYTES = 64 << 20  # one cell's row: a part larger than this is not one latroute wrote
 TIMING_MAX_BYTES = 64 << 10

@@ -14,7 +14,7 @@ Layout::
 A part is written to a temporary name carrying the writer's pid and
 renamed, so a killed run leaves whole parts or none (and the next run
 removes the killed run's temporary files). The output lock of
-``traces.outputs`` is held from opening to ``finish``, so two sweeps never
+``traces.files.outputs`` is held from opening to ``finish``, so two sweeps never
 write one OUT at once; ``--force`` replaces only a directory latroute wrote,
 moving it aside under a temporary name first (never half-deleted). ``--resume`` checks that the specification on disk is
 the one asked for (else exit 2 naming both) and runs only the cells without
@@ -38,8 +38,8 @@ import pandas as pd
 
 from harness.sweep.parts import check_cells, check_final_files, read_part, read_timing
 from traces.errors import BadInput
-from traces.jsonio import dump_json, read_json
-from traces.outputs import (
+from traces.files.jsonio import dump_json, read_json
+from traces.files.outputs import (
     MARKER,
     OutputLock,
     check_out,
@@ -49,7 +49,7 @@ from traces.outputs import (
     honour_umask,
     temp_prefix,
 )
-from traces.paths import input_file
+from traces.files.paths import input_file
 
 SPEC_FILE = "sweep.json"
 INCOMPLETE = "INCOMPLETE"
@@ -87,7 +87,7 @@ def _nonempty_dir(path: Path) -> bool:
 def check_sweep_out(out: str | Path, resume: bool, force: bool, inputs: Iterable[Any] = (), held: bool = False
                     ) -> Path:
     """Refuse, before any work, an OUT a sweep may not write: everything
-    ``traces.outputs.check_out`` refuses, a directory latroute did not
+    ``traces.files.outputs.check_out`` refuses, a directory latroute did not
     write, and an existing sweep without --resume or --force (one line
     naming both)."""
     out = Path(out)

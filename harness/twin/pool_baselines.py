@@ -34,9 +34,9 @@ from estimators.timemodel.profile import load_profile
 from harness.twin.baseline_cache import cached_json
 from harness.twin.pools.spec import Pool, load_pool
 from harness.twin.simulation import InstanceSpec, Twin, TwinConfig, shortest_queue_router, write_twin_trace
-from traces.arrivals import ArrivalSpec
 from traces.store import TraceWriter, open_trace
-from traces.workload import WorkloadConfig, generate_workload
+from traces.workload.arrivals import ArrivalSpec
+from traces.workload.generator import WorkloadConfig, generate_workload
 
 CALIBRATION_REQUESTS = 4000
 CALIBRATION_RATE = 6.0

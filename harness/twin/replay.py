@@ -11,8 +11,8 @@ in every metric and in sweeps' AUC alike. Results of a router whose entry
 says ``sheds`` also carry ``shed`` (the count) and ``shed_share``.
 
 What the router is told about each request comes from three explicit
-policies for what a trace may lack (``traces.lengths``, ``traces.slo``,
-``traces.quality``): the predicted output length, the TTFT SLO and the
+policies for what a trace may lack (``traces.policies.lengths``, ``traces.policies.slo``,
+``traces.policies.quality``): the predicted output length, the TTFT SLO and the
 per-model accuracy. The metrics record the policy of each, and the
 served trace carries the SLO and accuracy that were used.
 """
@@ -37,9 +37,9 @@ from routers.foreign import IsolatedRouter
 from routers.prefix_affinity import warn_if_blind
 from routers.registry import capabilities, make_router, needs_baselines, router_entry
 from routers.utility import DEFAULT_LAMBDA, UtilityTables, utility_tables
-from traces.lengths import PredictedLengths, predicted_lengths
-from traces.quality import QualityTable, quality_table
-from traces.slo import SloTargets, slo_targets
+from traces.policies.lengths import PredictedLengths, predicted_lengths
+from traces.policies.quality import QualityTable, quality_table
+from traces.policies.slo import SloTargets, slo_targets
 
 
 @dataclass(frozen=True)

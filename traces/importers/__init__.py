@@ -6,10 +6,16 @@ a refused input leaves nothing behind.
 
 The request-level formats (vllm-reqstats, vllm-bench, lmbench: logs of an
 engine that served the requests) also mark every engine setting given,
-inferred or defaulted (``engine_settings``, over ``traces.vllm_defaults``),
+inferred or defaulted (``engine_settings``, over
+``traces.vllm_releases.defaults``),
 refuse engine features the kernel does not model unless accepted
 (``unmodelled``), and refuse a run that logged fewer requests than it sent
-unless allowed (``completeness``). Importers import ``traces`` only.
+unless allowed (``completeness``). A multi-turn log's sessions and the
+prompt prefixes they imply are rebuilt by ``session_prefix``.
+
+Importers import ``traces`` only (its data model, checks, store, step log,
+file boundary and ``traces.vllm_releases``), never the workload or the
+policies.
 """
 from __future__ import annotations
 

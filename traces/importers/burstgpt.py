@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import MAX_EPOCH_S
 from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, csv_chunks, numeric
-from traces.limits import MAX_EPOCH_S
 from traces.store import TraceWriter
 
 COLUMNS = ["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"]

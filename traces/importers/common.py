@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.checks.frame_checks import validate_frame
+from traces.datamodel.limits import MAX_TIME_S, MAX_TOKENS, shown
+from traces.datamodel.schema import REQUESTS
 from traces.errors import BadInput
-from traces.frame_checks import validate_frame
-from traces.jsonio import parse_json
-from traces.limits import MAX_TIME_S, MAX_TOKENS, shown
-from traces.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
-from traces.schema import REQUESTS
+from traces.files.jsonio import parse_json
+from traces.files.paths import LINE_MAX_BYTES, UTF8_BOM, input_file
 from traces.store import TableWriter
 
 DEFAULT_CHUNK_ROWS = 500_000
@@ -45,7 +45,7 @@ class ImportOptions:
 
 
 def require_file(path: Path) -> None:
-    """A regular file latroute may read (traces.paths: no FIFOs, devices,
+    """A regular file latroute may read (traces.files.paths: no FIFOs, devices,
     directories, unreadable files), not empty."""
     input_file(path)
     if path.stat().st_size == 0:
@@ -55,8 +55,8 @@ def require_file(path: Path) -> None:
 def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
     """Yield (1-based line, text, bytes read so far) of a UTF-8 text file,
     streaming: a line that is not UTF-8 or is longer than
-    ``traces.paths.LINE_MAX_BYTES`` is refused with its row (the rule of
-    ``traces.paths.decode_text``, which needs the whole file in memory; a
+    ``traces.files.paths.LINE_MAX_BYTES`` is refused with its row (the rule of
+    ``traces.files.paths.decode_text``, which needs the whole file in memory; a
     leading UTF-8 byte-order mark is stripped)."""
     require_file(path)
     read = 0
@@ -220,7 +220,7 @@ def numeric(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray, integer: 
     if bad.size:
         i = int(bad[0])
         raise BadInput(path, int(lines[i]), name or col,
-                       f"value {shown(raw.iloc[i])} above the maximum {limit:g} (traces.limits)")
+                       f"value {shown(raw.iloc[i])} above the maximum {limit:g} (traces.datamodel.limits)")
     if integer:
         bad = np.flatnonzero(values != np.floor(values))
         if bad.size:
@@ -277,7 +277,7 @@ def json_number(value, key: str, path: Path, row: int | None, integer: bool = Fa
         raise BadInput(path, row, key, f"negative value {shown(value)}")
     limit = maximum if maximum is not None else (MAX_TOKENS if integer else MAX_TIME_S)
     if value > limit:
-        raise BadInput(path, row, key, f"value {shown(value)} above the maximum {limit:g} (traces.limits)")
+        raise BadInput(path, row, key, f"value {shown(value)} above the maximum {limit:g} (traces.datamodel.limits)")
     if integer and value != int(value):
         raise BadInput(path, row, key, f"not a whole number: {value}")
     return value

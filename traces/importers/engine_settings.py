@@ -9,7 +9,7 @@ result, and the log states few of them. Each setting is therefore one of
 - **inferred**: derived from the run, saying how (the KV size from the
   logger's usage, the GPU count from a label);
 - **defaulted**: what vLLM does when nobody sets it, for the trace's vLLM
-  version on its GPU class (``traces.vllm_defaults``, each with the line of
+  version on its GPU class (``traces.vllm_releases.defaults``, each with the line of
   vLLM's source it comes from), or, where vLLM has no fixed default (the KV
   cache size, the context length), the assumption taken and why.
 
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traces.datamodel.limits import MAX_ENGINE, shown
 from traces.errors import BadInput, BadOption
 from traces.importers.unmodelled import Found, settle
-from traces.limits import MAX_ENGINE, shown
-from traces.vllm_defaults import engine_defaults, gpu_class, release_for
+from traces.vllm_releases.defaults import engine_defaults, gpu_class, release_for
 
 GIVEN, INFERRED, DEFAULTED = "given", "inferred", "defaulted"
 MARKS = (GIVEN, INFERRED, DEFAULTED)

@@ -17,11 +17,11 @@ Sessions: LMBench's multi-round QA logs each request's ``user_id`` and
 ``question_id`` (the ``short_input`` and ``long_input`` runs; blank in the
 older ones). They become the trace's ``session`` and ``turn`` (turn =
 question_id - 1: LMBench numbers questions from 1), checked
-(``traces.session_prefix.check_turns``: a session id on some rows only, a
+(``traces.importers.session_prefix.check_turns``: a session id on some rows only, a
 turn without a session, a turn twice or out of order is refused with its
 row). Each turn's prompt carries the conversation so far, so prompt
 ``hash_ids`` are derived from the session structure
-(``traces.session_prefix``, 16-token blocks, ``hash_block_tokens`` in
+(``traces.importers.session_prefix``, 16-token blocks, ``hash_block_tokens`` in
 meta.json) unless ``--no-session-prefix``; a run whose turns do not carry
 the conversation (a prompt shorter than the previous turn's prompt +
 output) gets none, and the import says which row showed it.
@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import shown
+from traces.datamodel.prefix_blocks import ideal_hit_tokens
 from traces.errors import BadInput
 from traces.importers.common import (
     DEFAULT_CHUNK_ROWS,
@@ -47,10 +49,7 @@ from traces.importers.common import (
 )
 from traces.importers.completeness import Completeness, enforce, lmbench
 from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides, run_day
-from traces.importers.unmodelled import Found, check_accept_keys
-from traces.limits import shown
-from traces.prefix_blocks import ideal_hit_tokens
-from traces.session_prefix import (
+from traces.importers.session_prefix import (
     ASSUMPTION,
     SESSION_BLOCK_TOKENS,
     SessionColumns,
@@ -58,6 +57,7 @@ from traces.session_prefix import (
     conversation_gap,
     derive_hash_ids,
 )
+from traces.importers.unmodelled import Found, check_accept_keys
 from traces.store import TraceWriter
 
 COLUMNS = ["run_id", "prompt_tokens", "generation_tokens", "ttft_s", "generation_time_s", "launch_rel_s"]

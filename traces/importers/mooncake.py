@@ -2,7 +2,7 @@
 trace start), ``input_length``, ``output_length`` and ``hash_ids`` (one hash
 per 512-token prefix block; equal ids mean a shareable prefix). The ids are
 kept as they are, with ``hash_block_tokens`` = 512 in meta.json;
-``traces.prefix_blocks`` maps them to an engine's blocks (4 blocks of 128,
+``traces.datamodel.prefix_blocks`` maps them to an engine's blocks (4 blocks of 128,
 32 of 16) when a replay needs them. The last id may cover a partial block:
 only its full engine blocks count. The records carry no session or
 conversation id, and need none: their ids already name every prefix a
@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import MAX_EPOCH_S
+from traces.datamodel.prefix_blocks import MAX_TRACE_ID
 from traces.errors import BadInput
 from traces.importers.common import ImportOptions, RequestSink, json_number, jsonl_records
-from traces.limits import MAX_EPOCH_S
-from traces.prefix_blocks import MAX_TRACE_ID
 from traces.store import TraceWriter
 
 MOONCAKE_BLOCK_TOKENS = 512

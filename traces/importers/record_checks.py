@@ -3,7 +3,7 @@ cell shows: the types of engine.json's optional keys (``"false"`` as a
 string is true in Python), a request's first token against its arrival and
 TTFT, its prefix-cache columns against its prompt. Apart from
 ``traces.importers.vllm_record`` so that module stays one reader's size;
-the checks across requests and steps are ``traces.consistency``.
+the checks across requests and steps are ``traces.checks.consistency``.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from traces.consistency import Where
+from traces.checks.consistency import Where
+from traces.checks.frame_checks import STEP_TIME_SLACK_S, first_true
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
-from traces.frame_checks import STEP_TIME_SLACK_S, first_true
-from traces.limits import shown
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,7 +11,7 @@ this order (``traces.importers.engine_settings`` marks and assembles them):
 3. inferred from the run itself (KV blocks from ``kv_cache_pct`` and the
    tokens the requests held, ``traces.importers.reqstats_kv``);
 4. defaulted: vLLM's documented default for the run's version on its GPU
-   (``traces.vllm_defaults``).
+   (``traces.vllm_releases.defaults``).
 
 ``gpus`` is tensor x pipeline x data parallel size. A setting the kernel
 does not model (data or expert parallelism, speculative decoding, LoRA, KV
@@ -25,10 +25,10 @@ import math
 import re
 from pathlib import Path
 
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
 from traces.importers.engine_settings import GIVEN, EngineConfig, Stated, assemble, checked
 from traces.importers.unmodelled import Found
-from traces.limits import shown
 
 # resolved_config paths and engine_kwargs keys that name each setting, most specific first
 FILE_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {

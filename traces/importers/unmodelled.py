@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from traces.datamodel.limits import shown
 from traces.errors import BadInput, BadOption
-from traces.limits import shown
 
 # KEY (what --accept-unmodelled takes): what it is, and what the replay does instead
 UNMODELLED: dict[str, tuple[str, str]] = {

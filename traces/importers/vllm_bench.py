@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.datamodel.limits import MAX_EPOCH_S, shown
 from traces.errors import BadInput
+from traces.files.jsonio import read_json
 from traces.importers.common import ImportOptions, RequestSink, json_number, require_file
 from traces.importers.completeness import counted, enforce, ranges
 from traces.importers.engine_settings import GIVEN, INFERRED, Stated, assemble, parse_engine_overrides
 from traces.importers.unmodelled import check_accept_keys
-from traces.jsonio import read_json
-from traces.limits import MAX_EPOCH_S, shown
 from traces.store import TraceWriter
 
 BENCHMARK_DEFAULT_SEED = 0

@@ -25,9 +25,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.consistency import Where, check_recording, check_request_times
+from traces.checks.consistency import Where, check_recording, check_request_times
+from traces.checks.frame_checks import first_true, validate_frame
+from traces.datamodel.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
+from traces.datamodel.prefix_blocks import parse_id_list
+from traces.datamodel.schema import REQUESTS
 from traces.errors import BadInput
-from traces.frame_checks import first_true, validate_frame
+from traces.files.jsonio import read_json
 from traces.importers.common import (
     ImportOptions,
     csv_chunks,
@@ -43,10 +47,6 @@ from traces.importers.record_checks import (
     check_request_lengths,
     check_token_times,
 )
-from traces.jsonio import read_json
-from traces.limits import MAX_ENGINE, MAX_ID, MAX_TOKENS, shown
-from traces.prefix_blocks import parse_id_list
-from traces.schema import REQUESTS
 from traces.steplog import StepLog
 from traces.store import TraceWriter
 
@@ -83,7 +83,7 @@ def _engine(path: Path) -> dict:
 
 
 def instance_row(eng: dict, instance: str) -> dict:
-    """The recording's one ``instances`` row (``traces.schema.INSTANCES``) from
+    """The recording's one ``instances`` row (``traces.datamodel.schema.INSTANCES``) from
     its checked engine.json: vLLM V1 with chunked prefill, no prices, the
     defaults of ``estimators.engine.config.InstanceConfig`` where the recording
     does not say (NaN for an empty float cell)."""

@@ -37,17 +37,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from traces.checks.frame_checks import validate_frame
+from traces.datamodel.limits import MAX_EPOCH_S, MAX_ID, shown
+from traces.datamodel.schema import ENGINE_SERIES, REQUESTS
 from traces.errors import BadInput
-from traces.frame_checks import validate_frame
+from traces.files.jsonio import read_json
 from traces.importers.common import ImportOptions, csv_chunks, json_number, jsonl_records, numeric, require_file
 from traces.importers.completeness import UNKNOWN, Completeness, counted, enforce, ranges
 from traces.importers.engine_settings import check_served, parse_engine_overrides
 from traces.importers.reqstats_engine import engine_config, kv_from_usage
 from traces.importers.reqstats_kv import held_blocks, peak_blocks
 from traces.importers.unmodelled import check_accept_keys
-from traces.jsonio import read_json
-from traces.limits import MAX_EPOCH_S, MAX_ID, shown
-from traces.schema import ENGINE_SERIES, REQUESTS
 from traces.store import TraceWriter
 
 COUNTS = ("input_toks", "output_toks")
@@ -182,7 +182,7 @@ def _read_requests(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
 
 def _ids(raw: list[str]) -> np.ndarray:
     """``bench-17`` -> 17 when every id has a distinct numeric suffix of at most ``MAX_ID``
-    (``traces.limits``: a 20-digit suffix fits no int64), else the order in the file."""
+    (``traces.datamodel.limits``: a 20-digit suffix fits no int64), else the order in the file."""
     nums = [_ID_RE.match(r) for r in raw]
     if all(nums) and all(len(m.group(1)) <= 16 for m in nums):
         ids = [int(m.group(1)) for m in nums]

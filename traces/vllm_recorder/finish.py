@@ -7,7 +7,7 @@ from the header, read a device node named like a part as empty, followed a
 symlinked part, waited forever on a FIFO, and then deleted the parts):
 
 - every part and every joined file it extends is checked where it enters
-  (``traces.paths``: no links, FIFOs, devices, sockets or directories;
+  (``traces.files.paths``: no links, FIFOs, devices, sockets or directories;
   UTF-8 or refused with its row), and every line of it is checked too (a
   step line is a JSON object, a request row has its header's field count
   and a numeric ``arrival_s``; parts of one recording share one header).
@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from traces.errors import BadInput
-from traces.paths import decode_text, input_file, read_bytes
+from traces.files.paths import decode_text, input_file, read_bytes
 
 
 def _parts(out_dir: Path, stem: str, ext: str) -> list[str]:

@@ -37,7 +37,7 @@ route``) an http(s) URL, on entries without replicas, and ``state_url``
 (where that server publishes its scheduler state for ``route --view
 exact``, when not on ``url`` itself: the recording scheduler's
 ``LATROUTE_STATE_LISTEN`` port) the same; what vLLM itself refuses (``InstanceConfig.to_array``); the
-file read through ``traces.paths`` (no FIFOs or devices, UTF-8).
+file read through ``traces.files.paths`` (no FIFOs or devices, UTF-8).
 """
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ from pathlib import Path
 
 from estimators.engine.config import InstanceConfig
 from estimators.timemodel.profile import read_json_input
+from traces.datamodel.limits import shown
 from traces.errors import BadInput
-from traces.limits import shown
 
 
 @dataclass(frozen=True)

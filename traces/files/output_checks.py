@@ -2,7 +2,7 @@
 any work, against the markers latroute writes (``.latroute`` in every output
 directory, ``"latroute_output"`` in every JSON file output), the command's
 own inputs, ``.`` and its ancestors, kernel file systems, special files and
-a live writer's lock. The writing itself is ``traces.outputs``.
+a live writer's lock. The writing itself is ``traces.files.outputs``.
 
 The marker covers what latroute wrote, not what was put beside it since
 (``--force`` onto a marked directory once deleted a user's file, a FIFO

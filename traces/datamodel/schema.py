@@ -1,5 +1,5 @@
 """The trace data model: tables and column types (the checks every table
-must pass before it is written are ``traces.frame_checks``).
+must pass before it is written are ``traces.checks.frame_checks``).
 
 One schema serves recorded, imported, generated and simulated traces, so any
 consumer can rely on it: times are seconds since the trace start (float64),
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from traces.limits import MAX_ENGINE, MAX_TOKENS
+from traces.datamodel.limits import MAX_ENGINE, MAX_TOKENS
 
 SCHEMA_VERSION = 1
 
@@ -28,7 +28,7 @@ class Column:
     nullable: bool = False  # may hold nulls (NaN for floats)
     nonneg: bool = False  # numeric values must be >= 0
     doc: str = ""
-    maximum: float | None = None  # None: traces.limits' default for the column's kind (frame_checks.column_max)
+    maximum: float | None = None  # None: traces.datamodel.limits' default for the column's kind (frame_checks.column_max)
     positive: bool = False  # numeric values must be > 0 (engine settings)
     choices: tuple[str, ...] | None = None  # the only strings allowed
     unique: bool = False  # no value may repeat (ids)
@@ -79,7 +79,7 @@ REQUESTS = TableSchema(
                doc="as vLLM names it: stop (its own end) or length (reached max_model_len); twin traces"),
         Column("hash_ids", pa.list_(I64), required=False, nullable=True,
                doc="prefix-chained block ids, one per meta.json hash_block_tokens prompt tokens "
-                   "(traces.prefix_blocks maps them to engine blocks)"),
+                   "(traces.datamodel.prefix_blocks maps them to engine blocks)"),
         Column("session", I64, required=False, nullable=True, nonneg=True, doc="multi-turn session (generated)"),
         Column("turn", I64, required=False, nullable=True, nonneg=True, doc="turn within its session, from 0"),
         Column("cached_tokens", I64, required=False, nullable=True, nonneg=True, maximum=MAX_TOKENS,

@@ -1,6 +1,6 @@
 """The checks every table must pass before it is written (``validate_frame``)
 and its cast to the schema's exact Arrow types (``to_arrow``): the tables
-themselves are in ``traces.schema``.
+themselves are in ``traces.datamodel.schema``.
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from traces.datamodel.limits import INT64_MAX, MAX_ID, MAX_TIME_S, shown
+from traces.datamodel.schema import Column, TableSchema
 from traces.errors import BadInput
-from traces.limits import INT64_MAX, MAX_ID, MAX_TIME_S, shown
-from traces.schema import Column, TableSchema
 
 if TYPE_CHECKING:  # pandas loads where a frame is validated, not on import
     import pandas as pd
@@ -23,7 +23,7 @@ def _is_numeric(col: Column) -> bool:
 
 
 def column_max(col: Column) -> float:
-    """The largest value a numeric column accepts (traces.limits): its own
+    """The largest value a numeric column accepts (traces.datamodel.limits): its own
     ``maximum``, else MAX_ID for integers and MAX_TIME_S for times (``_s``)."""
     if col.maximum is not None:
         return col.maximum
@@ -151,7 +151,7 @@ def validate_frame(
         bad = first_true(values > limit)
         if bad is not None:
             raise BadInput(file, row_of(bad), col.name,
-                           f"value {_cell(df[col.name], bad)} above the maximum {limit:g} (traces.limits)")
+                           f"value {_cell(df[col.name], bad)} above the maximum {limit:g} (traces.datamodel.limits)")
         if col.unique:
             _check_unique(df[col.name], col, file, row_of)
     if schema.name == "steps":
@@ -177,7 +177,7 @@ def check_request_cells(df: pd.DataFrame, file: str, row_of: Callable[[int], int
     """What a request row holds beyond its cells' ranges: a cache hit within
     its prompt, and prefix-block ids in [0, 2**62) (the kernel numbers a
     request's own blocks from 2**62 up: a trace id there would alias one)."""
-    from traces.prefix_blocks import MAX_TRACE_ID
+    from traces.datamodel.prefix_blocks import MAX_TRACE_ID
 
     if "cached_tokens" in df and "prompt_tokens" in df and len(df):
         cached = pd_float(df["cached_tokens"])

@@ -16,11 +16,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.arrivals import ArrivalSpec, generate_arrivals
-from traces.quality import ACC_HAT_SIGMA, ACCURACY_CONCENTRATION, draw_accuracy, one_task_accuracy, quality_frame
-from traces.slo import slo_rule
+from traces.policies.quality import (
+    ACC_HAT_SIGMA,
+    ACCURACY_CONCENTRATION,
+    draw_accuracy,
+    one_task_accuracy,
+    quality_frame,
+)
+from traces.policies.slo import slo_rule
+from traces.policies.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TASKS
 from traces.store import open_trace
-from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, PROMPT_CLIP, QWEN3_MODELS, TASKS
+from traces.workload.arrivals import ArrivalSpec, generate_arrivals
 
 # Laplace scale of the additive error of predicted output lengths; with the
 # floor at 1 token it gives a mean absolute error of about 200 tokens on the

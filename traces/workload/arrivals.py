@@ -13,7 +13,7 @@
   rates are low->high = f/c and high->low = (1-f)/c.
 - ``azure-conv``: the Azure conversation trace's hour-long arrival shape
   (per-10 s intensity) at mean rate R, Poisson within each 10 s
-  (``traces.azure_shape``): an hour of real-shaped traffic at fleet rates.
+  (``traces.workload.azure_shape``): an hour of real-shaped traffic at fleet rates.
 
 All generators are vectorised (a 1M-request trace takes well under a second)
 and take either a request count or a duration.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traces.azure_shape import shaped_arrivals
+from traces.workload.azure_shape import shaped_arrivals
 
 ARRIVAL_KINDS = ("poisson", "mmpp", "gamma", "azure-conv")
 # gamma shape (burstiness) accepted: CV^2 from 100 down to 0.01; beyond, the draws degenerate (a shape of

@@ -12,7 +12,7 @@ module checks a log's session and turn columns and derives prompt
 The derivation (``derive_hash_ids``), per session in arrival order:
 
 - the conversation's content so far is named block by block, prefix-chained
-  as ``traces.prefix_blocks`` expects (an id stands for its whole prefix);
+  as ``traces.datamodel.prefix_blocks`` expects (an id stands for its whole prefix);
 - turn k's prompt keeps the ids of the previous logged turn's prompt *and
   output* full blocks (turn k-1's prompt + output is the start of turn k's
   prompt), and takes fresh ids for the rest: the block straddling the old

@@ -1,6 +1,6 @@
 """Consistency of a recording's tables with each other.
 
-Each table of a recording can pass its own schema (``traces.frame_checks``)
+Each table of a recording can pass its own schema (``traces.checks.frame_checks``)
 and still contradict another: a request scheduled in a step that started
 before it arrived, a step that schedules more tokens for a request than its
 prompt and output hold, a step that holds more KV blocks or a longer
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from traces.checks.frame_checks import STEP_TIME_SLACK_S, first_true
+from traces.datamodel.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
 from traces.errors import BadInput
-from traces.frame_checks import STEP_TIME_SLACK_S, first_true
-from traces.step_aggregates import AGGREGATE_COLUMNS, step_aggregates
 
 if TYPE_CHECKING:
     import pandas as pd

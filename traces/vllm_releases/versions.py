@@ -5,7 +5,7 @@ The kernel reimplements vLLM V1's scheduling rules; every recorded batch of
 another version may follow other rules, so ``validate`` says so instead of
 letting a decision-agreement figure below 100% look like a kernel bug.
 A request log that names no vLLM version is given the newest checked
-version's defaults (``traces.vllm_defaults``).
+version's defaults (``traces.vllm_releases.defaults``).
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traces.tasks import QWEN3_MODELS, TASKS
+from traces.policies.tasks import QWEN3_MODELS, TASKS
 
 QUALITY_POLICIES = ("model", "table", "none", "FILE")
 QUALITY_NAMES = QUALITY_POLICIES[:3]  # the policies by name; anything else given is a quality file
@@ -164,7 +164,7 @@ def read_quality_file(path: str) -> QualityFile:
     import math
 
     from traces.errors import BadInput
-    from traces.paths import read_text
+    from traces.files.paths import read_text
 
     text = read_text(path, "--quality", max_bytes=QUALITY_FILE_MAX_BYTES)
     lines = [(i, line) for i, line in enumerate(text.splitlines(), 1)

@@ -5,7 +5,7 @@ complete, so a crash or a refused input never leaves a half-written result
 behind (sweeps are the one resumable output: ``harness/sweep/store.py``).
 
 What latroute may replace is what it wrote (the checks are
-``traces.output_checks``): every output directory carries
+``traces.files.output_checks``): every output directory carries
 a marker file (``.latroute``, holding its kind) and every JSON file output
 (profiles, baselines) a marker key (``"latroute_output": KIND``). ``--force``
 replaces only a path that carries the marker and refuses everything else
@@ -46,11 +46,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # the checks, also importable from here (where callers have always found them)
-from traces.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out, write_manifest
-from traces.output_checks import dir_kind as dir_kind
-from traces.output_checks import dir_marked as dir_marked
-from traces.output_checks import file_marked as file_marked
-from traces.output_checks import stranger as stranger
+from traces.files.output_checks import JSON_MARKER, MARKER, _kind_of, _refuse, check_out, write_manifest
+from traces.files.output_checks import dir_kind as dir_kind
+from traces.files.output_checks import dir_marked as dir_marked
+from traces.files.output_checks import file_marked as file_marked
+from traces.files.output_checks import stranger as stranger
 
 # ---------------------------------------------------------------- permissions
 
@@ -323,7 +323,7 @@ def write_output_json(path: str | Path, doc: dict, kind: str, force: bool = True
     """A JSON file output (profile, baseline): carries ``JSON_MARKER`` so a
     later ``--force`` knows latroute wrote it, replaces only such a file
     (``check_out``), under the output lock, strict JSON."""
-    from traces.jsonio import dump_json
+    from traces.files.jsonio import dump_json
 
     path = Path(path)
     check_out(path, force, kind="file", option=option)
@@ -339,7 +339,7 @@ def write_output_json(path: str | Path, doc: dict, kind: str, force: bool = True
 
 def write_json(path: Path, doc: Any) -> None:
     """Strict JSON (NaN written as null; Infinity is a bug: ValueError)."""
-    from traces.jsonio import dump_json
+    from traces.files.jsonio import dump_json
 
     atomic_write_text(Path(path), dump_json(doc, indent=2, default=str) + "\n")
 

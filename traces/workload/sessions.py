@@ -24,7 +24,7 @@ new content: an engine would hit it only if its tokenisation round-trips,
 which the trace does not assume.
 
 SLOs, predicted lengths and accuracies follow DESIGN's rules per request, by
-the session's task (``traces.workload``).
+the session's task (``traces.workload.generator``).
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.slo import slo_rule
-from traces.tasks import DEFAULT_MIX, OUTPUT_CLIP, TASKS
-from traces.workload import (
+from traces.policies.slo import slo_rule
+from traces.policies.tasks import DEFAULT_MIX, OUTPUT_CLIP, TASKS
+from traces.workload.generator import (
     ACC_HAT_SIGMA,
     ACCURACY_CONCENTRATION,
     PREDICTED_LENGTH_SCALE,

@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from traces.datamodel.limits import MAX_ENGINE, MAX_ID, MAX_TIME_S, shown
 from traces.errors import BadInput
-from traces.limits import MAX_ENGINE, MAX_ID, MAX_TIME_S, shown
 
 SOURCE_TEXT_KEYS = ("kind", "file", "dir", "vllm_version", "platform")
 SOURCE_OBJECT_KEYS = ("engine_kwargs", "hardware")  # vllm-reqstats: what the run saved (read by the weight floor)

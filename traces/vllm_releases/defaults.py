@@ -20,14 +20,14 @@ and the rule for a version or a GPU the trace does not state:
 ``docs/reference/engine-defaults.md`` prints the table
 (``tests/test_import_settings.py`` checks the page against it). The
 fallback version is the one the scheduler kernel was checked against
-(``traces.vllm_versions``). The importers and the harness both read it.
+(``traces.vllm_releases.versions``). The importers and the harness both read it.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from traces.vllm_versions import CHECKED_VLLM_VERSIONS
+from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
 
 FALLBACK_VERSION = CHECKED_VLLM_VERSIONS[-1]
 USAGE_CONTEXT = "vllm serve (usage context OPENAI_API_SERVER)"

@@ -89,9 +89,9 @@ def parse_json(text: str, file: str | Path, what: str) -> Any:
 
 def read_json(path: str | Path, what: str) -> Any:
     """Read and parse a JSON file strictly (UTF-8, a byte-order mark
-    stripped; through traces.paths, so a FIFO or device is refused rather
+    stripped; through traces.files.paths, so a FIFO or device is refused rather
     than waited on, and a file above MAX_BYTES is refused unread)."""
-    from traces.paths import read_text
+    from traces.files.paths import read_text
 
     path = Path(path)
     text = read_text(path, what, max_bytes=MAX_BYTES, line_max=0)  # JSON may be one long line

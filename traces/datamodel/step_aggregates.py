@@ -93,7 +93,7 @@ def step_sums(step: np.ndarray, item_step: np.ndarray, tokens: np.ndarray, compu
 def _refuse_overflow(items: pd.DataFrame, out: pd.DataFrame) -> None:
     """int64 sums wrap silently: recompute them in float64 (exact enough to
     see a sum near 2**63) and raise OverflowError where one does not fit.
-    Counts within traces.limits.MAX_TOKENS keep every term below 2**50, so
+    Counts within traces.datamodel.limits.MAX_TOKENS keep every term below 2**50, so
     this takes more than 8,000 huge sequences in one step."""
     t = np.asarray(items["tokens"], dtype=np.float64)
     c = np.asarray(items["computed_before"], dtype=np.float64)
@@ -107,4 +107,4 @@ def _refuse_overflow(items: pd.DataFrame, out: pd.DataFrame) -> None:
     if bad.size:
         row = out.iloc[int(bad[0])]
         raise OverflowError(f"step {row['step']}: the squared token counts of its items sum beyond int64 "
-                            f"(tokens per item are at most {2**24} by traces.limits.MAX_TOKENS)")
+                            f"(tokens per item are at most {2**24} by traces.datamodel.limits.MAX_TOKENS)")
