@@ -234,7 +234,7 @@ def _take_queued(plan, plan2, n):
     plan.counts[PL_N] = n
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _complete(st, plan, tw, model, out, asy):
     """At ``T_END`` the (oldest) batch's outputs are applied: tokens and
     finishes stamped, the speed factor updated; then the inter-step gap
