@@ -3,7 +3,7 @@
 The same simulation as ``estimators.sfs.kernel`` (a copy of the honest
 state, predicted output lengths, no future arrivals, the query and the
 requests already arrived joining at the next boundary), stepped the way
-the engine core runs its two-deep batch queue (``harness.twin.loop.async_loop``,
+the engine core runs its two-deep batch queue (``harness.twin.loop.kernel``, async mode;
 ``docs/reference/async-scheduling.md``): a plan is made before the
 previous batch's outputs are applied; the device runs the queued batches
 back to back, each charged its expected duration; the host applies the
@@ -28,42 +28,16 @@ from estimators.engine.layout import (
     EV_FIRST,
     F_EVENT,
     S_CAP,
-    S_NFREE_SLOTS,
     S_NR,
-    S_WHEAD,
     S_WN,
     KernelInputError,
 )
-from estimators.engine.primitives import wait_head, wait_linear
+from estimators.engine.primitives import wait_head
 from estimators.engine.timing import plan_time
 from estimators.engine.view import AH_GAP, AH_LAUNCH, AH_LAUNCH_B, AH_NA, AH_NB, AH_NEXT, AH_Q, AH_START_A, AH_WAIT
-from estimators.sfs.kernel import _enqueue_query, _predict_residents
+from estimators.sfs.kernel import _enqueue_query, _predict_residents, copy_state
 
-BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harness.twin.loop.async_loop)
-
-
-@njit(cache=True)
-def _copy_all(st, st2):
-    """``st`` into the scratch ``st2`` as ``estimators.sfs.kernel._copy_state`` does,
-    every request column included (the placeholders), no overlay."""
-    cap = st.sc[S_CAP]
-    for i in range(st.cfg.size):
-        st2.cfg[i] = st.cfg[i]
-    m = st.req.shape[1]
-    for s in range(cap):
-        for f in range(m):
-            st2.req[s, f] = st.req[s, f]
-    for i in range(st.sc.size):
-        st2.sc[i] = st.sc[i]
-    st2.sc[S_CAP] = cap + 1
-    for i in range(st.sc[S_NR]):
-        st2.running[i] = st.running[i]
-    wait_linear(st.sc, st.waiting, st2.waiting)
-    st2.sc[S_WHEAD] = 0
-    for i in range(st.sc[S_NFREE_SLOTS]):
-        st2.free_slots[i] = st.free_slots[i]
-    st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap
-    st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
+BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harness.twin.loop.kernel)
 
 
 @njit(cache=True)
@@ -78,11 +52,12 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_
     requests' intake, charged at the first plan; ``share``: the profile's
     ``host_share`` (the host's input preparation before each launch, the
     rest of a batch's time the device's); ``p1``, ``p2``: scratch
-    plans. ``st2`` has room for one more slot than ``st``."""
+    plans. ``st2`` has room for one more slot than ``st`` and, with prefix
+    caching, a copy of the cache (``st2.ov.sc[OV_EXACT]`` set: no overlay)."""
     if not (np.isfinite(now) and np.isfinite(intake)) or n_inbox < 0 or n_inbox > inbox.size \
             or st2.req.shape[0] <= st.sc[S_CAP] or st2.req.shape[1] < st.req.shape[1]:
         raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
-    _copy_all(st, st2)
+    copy_state(st, st2, False, inbox, n_inbox, pa, 0)
     r2, sc2 = st2.req, st2.sc
     _predict_residents(st2, inbox, n_inbox, pred_total)
     mult, gap = model.mult, model.gap
@@ -120,7 +95,7 @@ def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_
         la = ah[AH_LAUNCH]
         t_apply = la if la > a_end else a_end
     # the requests arrived so far, then the query, join waiting (taken in at the next plan)
-    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, r2.shape[1])
+    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, st.req.shape[1])
     pending = intake
     steps = 0
     while steps < max_steps:

@@ -288,10 +288,17 @@ class SFS:
                                     bc=copy_block_cache(st.bc))
             core = st
         intake = joining_intake(self.intake, view, q.prompt) * self._speed
-        est, steps, self.last_s1, self.last_s2, self._typ0 = sfs_estimate_async(
-            core, view.inbox, view.n_inbox, view.inflight, pb, ah, q.t, intake, self.profile.host_share,
-            self.pred_total, q.rid, q.prompt,
-            self.model, st2, self.plan2, self.plan3, MAX_SIM_STEPS, typ)
+        exact = st2 is not self.st2c  # a copy of the cache: no overlay (``copy_state``)
+        if exact:
+            st2.ov.sc[OV_EXACT] = 1
+        try:
+            est, steps, self.last_s1, self.last_s2, self._typ0 = sfs_estimate_async(
+                core, view.inbox, view.n_inbox, view.inflight, pb, ah, q.t, intake, self.profile.host_share,
+                self.pred_total, q.rid, q.prompt,
+                self.model, st2, self.plan2, self.plan3, MAX_SIM_STEPS, typ)
+        finally:
+            if exact:
+                st2.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
         self._view, self._elapsed = view, (q.t - ah[AH_START_A] if ah[AH_Q] > 0 else 0.0)
         self.last_est = max(est + self.overhead, 0.0)

@@ -39,7 +39,6 @@ from estimators.engine.layout import (
     F_RID,
     F_STATUS,
     F_TARGET,
-    NF,
     PL_NREJ,
     PREFIX_OFF,
     PREFIX_ON,
@@ -102,72 +101,61 @@ def _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, nf):
     return q
 
 
+@njit(cache=True, inline="always")
+def _copy_row(st, st2, s, m):
+    for f in range(m):
+        st2.req[s, f] = st.req[s, f]
+
+
 @njit(cache=True)
-def _copy_state(st, st2):
-    """``st`` (a ``SchedCore``) into the scratch ``st2`` (one more row;
-    waiting linearised; the extra row is the last free slot; ``st2`` already
-    points at the instance's cache)."""
+def copy_state(st, st2, live, inbox, n_inbox, infl, infl_n):
+    """``st`` into the scratch ``st2``: one more row (the last free slot,
+    for the query), waiting linearised, every request column (async: the
+    placeholders too); ``st2`` already points at the instance's cache (or
+    holds a copy of it, ``st2.ov.sc[OV_EXACT]`` set). The one copy both
+    SFS loops take.
+
+    ``live`` (a ``SchedCore``: caching off): copy only the rows the
+    simulation can reach: the running and waiting requests', the arrived
+    ones' (``inbox``) and the in-flight step's (``infl[:infl_n]``). The
+    simulation reads a row only through those lists and the free list, and
+    of the free rows it takes only the extra one, for the query, whose
+    fields it clears (``_enqueue_query``); no kernel loops over every row.
+    So the scratch rows of free slots (what an earlier estimate left there,
+    where the whole copy has the instance's own stale rows) are never read,
+    and the estimate is the one the whole copy gives, at a cost in the
+    residents, not in the instance's capacity (256-1024 rows on qwen3-h100's
+    instances, ~45 residents at 8 q/s per three instances)."""
     cap = st.sc[S_CAP]
+    m = st.req.shape[1]
     for i in range(st.cfg.size):  # loops, not slices: compiled without the runtime (``sfs_estimate_borrowed``)
         st2.cfg[i] = st.cfg[i]
-    overlay = _overlay_begin(st, st2)
-    for s in range(cap):
-        for f in range(NF):
-            st2.req[s, f] = st.req[s, f]
-        if overlay and st2.req[s, F_BLOCKS] > 0:  # it holds live blocks: it releases them through the live table
-            st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1)
+    overlay = False if live else _overlay_begin(st, st2)
     for i in range(st.sc.size):
         st2.sc[i] = st.sc[i]
     st2.sc[S_CAP] = cap + 1
     for i in range(st.sc[S_NR]):
         st2.running[i] = st.running[i]
     wait_linear(st.sc, st.waiting, st2.waiting)
+    if live:
+        for i in range(st.sc[S_NR]):
+            _copy_row(st, st2, st.running[i], m)
+        for i in range(st.sc[S_WN]):
+            _copy_row(st, st2, st2.waiting[i], m)
+        for i in range(n_inbox):
+            _copy_row(st, st2, inbox[i], m)
+        for i in range(infl_n):
+            _copy_row(st, st2, infl.slot[i], m)
+        # the free list below the extra row is not copied: the simulation pops only the query's slot (the extra
+        # row) and pushes the slots it frees, so it never reads an entry below
+    else:
+        for s in range(cap):
+            _copy_row(st, st2, s, m)
+            if overlay and st2.req[s, F_BLOCKS] > 0:  # it holds live blocks: it releases them through the live table
+                st2.req[s, F_HITB] = -(st2.req[s, F_BLOCKS] + 1)
+        for i in range(st.sc[S_NFREE_SLOTS]):
+            st2.free_slots[i] = st.free_slots[i]
     st2.sc[S_WHEAD] = 0
-    for i in range(st.sc[S_NFREE_SLOTS]):
-        st2.free_slots[i] = st.free_slots[i]
-    st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
-    st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
-
-
-@njit(cache=True)
-def _copy_row(st, st2, s):
-    for f in range(NF):
-        st2.req[s, f] = st.req[s, f]
-
-
-@njit(cache=True)
-def _copy_state_live(st, st2, inbox, n_inbox, infl, infl_n):
-    """``_copy_state`` for a scratch state without the prefix cache, copying
-    only the rows the simulation can reach: the running and waiting
-    requests', the arrived ones' (``inbox``) and the in-flight step's. The
-    simulation reads a row only through those lists and the free list, and
-    of the free rows it takes only the extra one, for the query, whose
-    fields it clears (``_enqueue_query``); no kernel loops over every row.
-    So the scratch rows of free slots (what an earlier estimate left there,
-    where ``_copy_state`` has the instance's own stale rows) are never read,
-    and every estimate is the one ``_copy_state`` gives, at a cost in the
-    residents, not in the instance's capacity (256-1024 rows on qwen3-h100's
-    instances, ~45 residents at 8 q/s per three instances)."""
-    cap = st.sc[S_CAP]
-    for i in range(st.cfg.size):
-        st2.cfg[i] = st.cfg[i]
-    for i in range(st.sc.size):
-        st2.sc[i] = st.sc[i]
-    st2.sc[S_CAP] = cap + 1
-    for i in range(st.sc[S_NR]):
-        s = st.running[i]
-        st2.running[i] = s
-        _copy_row(st, st2, s)
-    wait_linear(st.sc, st.waiting, st2.waiting)
-    for i in range(st.sc[S_WN]):
-        _copy_row(st, st2, st2.waiting[i])
-    for i in range(n_inbox):
-        _copy_row(st, st2, inbox[i])
-    for i in range(infl_n):
-        _copy_row(st, st2, infl.slot[i])
-    st2.sc[S_WHEAD] = 0
-    # the free list below the extra row is not copied either: the simulation pops only the query's slot (the
-    # extra row) and pushes the slots it frees, so it never reads an entry below
     st2.free_slots[st.sc[S_NFREE_SLOTS]] = cap  # the extra row, for the query
     st2.sc[S_NFREE_SLOTS] = st.sc[S_NFREE_SLOTS] + 1
 
@@ -234,14 +222,12 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     the current one when the engine is between steps). The scratch state
     ``st2`` and plan need room for one more slot than ``st``. ``live_rows``
     (``st`` and ``st2`` a ``SchedCore``: caching off): copy only the rows the
-    simulation reaches (``_copy_state_live``; the same estimate)."""
+    simulation reaches (``copy_state``'s ``live``; the same estimate)."""
     if not (np.isfinite(elapsed) and np.isfinite(first_gap)) or n_inbox < 0 or n_inbox > inbox.size \
-            or infl_n < 0 or infl_n > infl.slot.size or st2.sc.size < st.sc.size or st2.req.shape[0] <= st.sc[S_CAP]:
+            or infl_n < 0 or infl_n > infl.slot.size or st2.sc.size < st.sc.size or st2.req.shape[0] <= st.sc[S_CAP] \
+            or st2.req.shape[1] < st.req.shape[1]:
         raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
-    if live_rows and st.cfg[C_PREFIX] == PREFIX_OFF:
-        _copy_state_live(st, st2, inbox, n_inbox, infl, infl_n)
-    else:
-        _copy_state(st, st2)
+    copy_state(st, st2, live_rows and st.cfg[C_PREFIX] == PREFIX_OFF, inbox, n_inbox, infl, infl_n)
     r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
     (ov_sc,) = _ov_scalars(st2)
     # --- residents get predicted output lengths
@@ -260,7 +246,7 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
         if _lost(cfg2, ov_sc):
             return -1.0, -1, s1, s2, typ0
     # --- arrivals so far, then the query, join waiting at the boundary
-    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, NF)
+    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, st.req.shape[1])
     steps = 0
     step_gap = first_gap
     while steps < max_steps:

@@ -21,10 +21,12 @@ is dropped when popped.
 """
 from __future__ import annotations
 
+import sys
 from time import perf_counter_ns
 
 import numpy as np
 from numba import typeof
+from numba.core.errors import NumbaError
 from numba.typed import List
 
 from estimators.engine.fastcall import entry_point
@@ -309,13 +311,29 @@ def _bundle(inst: Instance) -> tuple:
     return (inst.state, inst.plan, inst.tw, inst.model, inst.log)
 
 
+_WARNED: list[str] = []  # the compiled loop's load failure, once per process (every replay of a sweep meets it)
+
+
 def _bundles(insts: list[Instance]) -> List | None:
     """The instances' bundles in one typed list, or None when their types
-    differ: then each is called alone."""
+    differ: then each is called alone.
+
+    Any other failure also falls back to each instance alone (the same
+    bytes, slower), but says so once on stderr: a Numba cache index
+    written before a type's module moved fails to unpickle on every call
+    (Numba reads all of an index's overloads, numba/numba#6018), and the
+    fleet then ran per instance unseen, about 1.6x slower on sfs-cc."""
     try:
         bl = new_list(_bundle(insts[0]))
         for inst in insts[1:]:
             append_item(bl, _bundle(inst))
         return bl
-    except Exception:  # noqa: BLE001 (Numba's typing errors have no common public base)
+    except NumbaError:  # the bundles' types differ (a typed list holds one type)
+        return None
+    except Exception as e:  # noqa: BLE001 (whatever it is, the per-instance loop gives the same results)
+        if not _WARNED:
+            _WARNED.append(f"{type(e).__name__}: {e}")
+            print(f"warning: the fleet's compiled loop did not load ({_WARNED[0]}; a Numba cache written before "
+                  f"a module moved?); each instance runs alone, slower, same results; clearing the Numba cache "
+                  f"(NUMBA_CACHE_DIR, or __pycache__ beside the sources) recompiles it", file=sys.stderr)
         return None

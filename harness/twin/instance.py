@@ -99,7 +99,7 @@ class Instance:
         self.fork_outcomes = fork_outcomes if fork_outcomes is not None else ForkOutcomes(0)
         self.spec = spec
         self.instance_id = spec.instance_id
-        self.asynchronous = bool(spec.config.async_scheduling)  # vLLM's batch queue (harness.twin.loop.async_loop)
+        self.asynchronous = bool(spec.config.async_scheduling)  # vLLM's batch queue (harness.twin.loop.kernel, async mode)
         self.state = SchedState.new(spec.config, capacity=256)
         cap = self.state.capacity
         self.plan = StepPlan.new(cap)

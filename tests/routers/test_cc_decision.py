@@ -105,7 +105,7 @@ def test_p_on_time_without_the_runtime_is_the_distributions():
 def test_estimate_p_leaves_what_estimate_and_p_on_time_leave():
     """Also with junk in the scratch state's rows and free list:
     ``estimate_p`` copies only the rows its simulation reaches and no free
-    slot but the query's (``sfs_kernel._copy_state_live``)."""
+    slot but the query's (``estimators.sfs.kernel.copy_state``'s ``live``)."""
     pool = load_pool("qwen3-h100")
     wl = generate_workload(WorkloadConfig(requests=300, arrivals=ArrivalSpec("poisson", 9.0), seed=2))
     specs = [InstanceSpec.from_config(c) for c in pool.instances]

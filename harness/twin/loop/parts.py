@@ -1,9 +1,8 @@
-"""The engine twin's loop parts shared by its synchronous loop
-(``harness.twin.loop.kernel``) and its async-scheduling loop
-(``harness.twin.loop.async_loop``): the bundles' field layouts, the bundles and
-the online speed rule. Apart so the two loops import them without
-importing each other (``kernel.advance`` hands an async instance to
-``async_loop``)."""
+"""The engine twin's loop parts (``harness.twin.loop.kernel``): the
+bundles' field layouts, the bundles, the online speed rule and the pieces
+of a step (intake, schedule-or-reject, outcomes, the step log). Apart so
+the skipping of steady runs (``harness.twin.loop.skip``, ``run_memo``) and
+the fleet read the layouts without importing the loop."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -33,7 +32,7 @@ from estimators.timemodel.online_speed import speed_update
 
 # meta (int64) fields; M_SKIPPED: steps advanced by the fast path (``_skip_run``), counted in M_STEPS too
 M_BUSY, M_N, M_INBOX_N, M_STEPS, M_LOG_STEPS, M_LOG_ITEMS, M_LOG_PRE, M_SKIPPED = 0, 1, 2, 3, 4, 5, 6, 7
-# async scheduling (``harness.twin.loop.async_loop``): 1 on an async instance; the queued batch's size; batches
+# async scheduling (``harness.twin.loop.kernel``'s async mode): 1 on an async instance; the queued batch's size; batches
 # in vLLM's two-deep batch queue (planned, outputs not applied yet)
 M_ASYNC, M_N2, M_Q = 8, 9, 10
 IDLE, RUNNING, GAP = 0, 1, 2  # async: RUNNING = the host waits for the oldest batch's outputs (due at T_END)

@@ -59,7 +59,7 @@ from harness.twin.loop.kernel import (
 
 # a view's honest scalars (HonestView.h, float64: every count is far below 2**53)
 H_BUSY, H_IDLE, H_GAP, H_INBOX, H_INFL_N, H_START, H_WAKE, H_SPEED, H_STEPS = range(9)
-# async scheduling (``harness.twin.loop.async_loop``): batches queued, the host waiting for the oldest's
+# async scheduling (the twin loop's async mode, ``harness.twin.loop.kernel``): batches queued, the host waiting for the oldest's
 # outputs, the queued batch's size and launch, the host's last launch and its next call (in the gap);
 # H_BUSY, H_INFL_N and H_START then describe the oldest batch (the one on the device)
 H_Q, H_WAIT, H_N2, H_LB, H_LAUNCH, H_NEXT = range(9, 15)

@@ -150,7 +150,7 @@ CALL_ONE = [p for p in ASYNC if all(r["arrival_step"] == 1 for r in load(p)["req
 
 @pytest.mark.parametrize("path", CALL_ONE, ids=[p.stem for p in CALL_ONE])
 def test_twin_runs_vllm_batch_queue(path: Path):
-    """The engine twin's async loop (``harness.twin.loop.async_loop``) is the
+    """The engine twin's async loop (the twin loop's async mode, ``harness.twin.loop.kernel``) is the
     batch queue the fixtures recorded: every scenario whose requests all
     arrive before the first call, replayed on the twin, runs vLLM's
     non-empty batches in vLLM's order (request, tokens, computed before)."""

@@ -71,7 +71,7 @@ def test_sfs_equals_twin_without_noise(scenario):
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(policies=("vllm-v1",), async_scheduling=True))
 def test_async_sfs_equals_twin_without_noise(scenario):
-    """Async scheduling (vLLM's two-deep batch queue, ``harness.twin.loop.async_loop``):
+    """Async scheduling (vLLM's two-deep batch queue, ``harness.twin.loop.kernel``, async mode):
     SFS on the live instance and on the view a router is handed follows the
     same loop (``estimators.sfs.async_kernel``), so with noise off and no
     later arrival it predicts the twin's TTFT exactly too, with the host's

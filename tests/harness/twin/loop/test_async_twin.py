@@ -1,4 +1,4 @@
-"""The engine twin under vLLM's async scheduling (``harness.twin.loop.async_loop``):
+"""The engine twin under vLLM's async scheduling (the twin loop's async mode, ``harness.twin.loop.kernel``):
 what must change against the synchronous loop and what must not.
 
 - decisions: a request waiting for the seat of one that finishes is
