@@ -50,6 +50,9 @@ from estimators.engine.sched_moves import (
     _register_slow,
 )
 
+# vLLM's max_concurrent_batches under async scheduling without pipeline parallelism: the batches in
+# flight at once (a step is planned while the one before it runs; its outputs are applied one step late)
+BATCH_QUEUE = 2
 
 @njit(cache=True, inline="always")
 def _token_events(outputs, target, prompt, max_len):

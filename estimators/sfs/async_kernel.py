@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from estimators.engine.completion import BATCH_QUEUE
 from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.layout import (
     EV_FIRST,
@@ -36,8 +37,6 @@ from estimators.engine.primitives import wait_head
 from estimators.engine.timing import plan_time
 from estimators.engine.view import AH_GAP, AH_LAUNCH, AH_LAUNCH_B, AH_NA, AH_NB, AH_NEXT, AH_Q, AH_START_A, AH_WAIT
 from estimators.sfs.kernel import _enqueue_query, _predict_residents, copy_state
-
-BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling (as harness.twin.loop.kernel)
 
 
 @njit(cache=True)

@@ -57,6 +57,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from estimators.engine.completion import BATCH_QUEUE
 from estimators.engine.kernel import complete_step
 from estimators.engine.layout import (
     F_COMPUTED,
@@ -130,8 +131,6 @@ from harness.twin.loop.parts import (  # noqa: F401 (the bundles' layouts, read 
     write_step,
 )
 from harness.twin.loop.skip import apply_run, steady_run, take_batch
-
-BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling and no pipeline parallelism
 
 
 @njit(cache=True)
