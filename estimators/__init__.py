@@ -14,9 +14,15 @@ may import):
 
 Beside the rooms: ``snapshot`` (honest snapshots of a recorded instance),
 ``trace_blocks`` (a trace's prefix blocks for the engine), ``plugins`` and
-``plugin_process`` (foreign estimators behind a guard) and ``estimate``
-(``latroute estimate``: every estimator over one trace).
+``plugin_process`` (foreign estimators behind a guard), ``estimate``
+(``latroute estimate``: every estimator over one trace) and ``kernel_cache``
+(Numba's cache of every package's kernels kept true to the code; it runs
+on import, below).
 
 May import ``traces`` only; routers, reports and the harness sit above this
 layer (``lint-imports``).
 """
+
+from estimators.kernel_cache import drop_stale_kernels
+
+drop_stale_kernels()  # before any kernel loads from Numba's cache (why: ``kernel_cache``)
