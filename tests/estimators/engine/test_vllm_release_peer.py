@@ -18,7 +18,10 @@ skipped without it.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -32,8 +35,19 @@ KERNEL = releases.KERNEL_VERSION
 OTHERS = [v for v in releases.versions() if v != KERNEL]
 
 
-def _random(version: str) -> dict[str, dict]:
-    return {fx["name"]: fx for fx in random_fixtures.load_all(releases.random_path(version))}
+@functools.cache
+def _random(version: str) -> dict[str, str]:
+    """Release ``version``'s random records by name, each its JSON line with
+    the release left out (two releases' lines are then equal iff they
+    recorded the same); parsed only where needed, since the default suite
+    reads every release's set."""
+    out = {}
+    for line in random_fixtures.read_text(releases.random_path(version)).splitlines():
+        name = re.search(r'"name":"([^"]+)"', line).group(1)
+        stamp = f'"vllm_version":"{version}"'
+        assert stamp in line, f"{version}/random/{name} was not recorded by {version}"
+        out[name] = line.replace(stamp, '"vllm_version":""', 1)
+    return out
 
 
 def records() -> list[tuple[str, str, str]]:
@@ -46,12 +60,31 @@ def records() -> list[tuple[str, str, str]]:
     return out
 
 
-def record(version: str, mode: str, name: str, _cache: dict = {}) -> dict:  # noqa: B006 (a per-process cache)
+def record(version: str, mode: str, name: str) -> dict:
     if mode == "random":
-        if version not in _cache:
-            _cache[version] = _random(version)
-        return _cache[version][name]
+        return {**random_fixtures.unpack(_random(version)[name]), "vllm_version": version}
     return load(releases.folder(version) / ("async" if mode == "async" else "") / f"{name}.json")
+
+
+def _body(version: str, mode: str, name: str) -> str:
+    """The record less its release, as text to compare."""
+    if mode == "random":
+        return _random(version)[name]
+    fx = record(version, mode, name)
+    assert fx["vllm_version"] == version, f"{version}/{mode}/{name} says it was recorded by {fx['vllm_version']}"
+    return json.dumps(releases.without_version(fx), sort_keys=True)
+
+
+def distinct_records() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(mode, scenario, releases) for each record of another release that is
+    not the kernel release's own, releases that recorded the same steps
+    grouped: the kernel runs each distinct record once (the suite's time)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for version, mode, name in records():
+        body = _body(version, mode, name)
+        if body != _body(KERNEL, mode, name):
+            groups.setdefault((mode, name, body), []).append(version)
+    return [(mode, name, tuple(vs)) for (mode, name, _), vs in groups.items()]
 
 
 def kernel_difference(fx: dict, mode: str) -> str | None:
@@ -70,31 +103,27 @@ def kernel_difference(fx: dict, mode: str) -> str | None:
     return diff
 
 
-def release_difference(version: str, mode: str, name: str) -> str | None:
-    """None when the kernel agrees with release ``version``'s record: the
-    record is the kernel release's own (checked against the kernel by
-    test_vllm_peer / test_async_peer), or a kernel run reproduces it."""
-    fx = record(version, mode, name)
-    assert fx["vllm_version"] == version, f"{version}/{mode}/{name} says it was recorded by {fx['vllm_version']}"
-    own = record(KERNEL, mode, name)
+DISTINCT = distinct_records()
+
+
+def _param(mode: str, name: str, versions: tuple[str, ...]):
+    reasons = {releases.EXPECTED_TO_DIFFER.get((v, mode, name)) for v in versions}
+    assert len(reasons) == 1, f"{mode}/{name}: {versions} recorded the same steps but the table treats them apart"
+    reason = reasons.pop()
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(mode, name, versions, id=f"{mode}/{name}@{'+'.join(versions)}", marks=marks)
+
+
+@pytest.mark.parametrize(("mode", "name", "versions"), [_param(*d) for d in DISTINCT])
+def test_kernel_agrees_with_every_release_record(mode: str, name: str, versions: tuple[str, ...]):
+    """Each release's record that is not the kernel release's own agrees
+    with a kernel run (the ones that are its own are checked by
+    test_vllm_peer and test_async_peer)."""
+    fx, own = record(versions[0], mode, name), record(KERNEL, mode, name)
     assert {k: own[k] for k in ("engine", "requests")} == {k: fx[k] for k in ("engine", "requests")}, \
-        f"{version}/{mode}/{name} is not the scenario of {KERNEL}'s record of that name"
-    if releases.without_version(fx) == releases.without_version(own):
-        return None
-    return kernel_difference(fx, mode)
-
-
-def _param(key: tuple[str, str, str]):
-    marks = []
-    if key in releases.EXPECTED_TO_DIFFER:
-        marks.append(pytest.mark.xfail(strict=True, reason=releases.EXPECTED_TO_DIFFER[key]))
-    return pytest.param(*key, id="/".join(key), marks=marks)
-
-
-@pytest.mark.parametrize(("version", "mode", "name"), [_param(k) for k in records()])
-def test_kernel_agrees_with_every_release_record(version: str, mode: str, name: str):
-    diff = release_difference(version, mode, name)
-    assert diff is None, f"vLLM {version}, {mode} {name}: {diff}"
+        f"{versions[0]}/{mode}/{name} is not the scenario of {KERNEL}'s record of that name"
+    diff = kernel_difference(fx, mode)
+    assert diff is None, f"vLLM {', '.join(versions)}, {mode} {name}: {diff}"
 
 
 def test_every_release_holds_every_scenario():
@@ -110,19 +139,32 @@ def test_every_release_holds_every_scenario():
         assert set(_random(v)) == names["random"], v
 
 
-def test_expected_differences_name_stored_records_with_a_reason():
-    stored = set(records())
+def test_expected_differences_name_stored_records_that_differ_with_a_reason():
+    """The table lists exactly records that are not the kernel release's own
+    (an entry for a record equal to it would be a pass the table calls a
+    difference), each with the vLLM change behind it."""
+    differing = {(v, mode, name) for mode, name, vs in DISTINCT for v in vs}
     for key, reason in releases.EXPECTED_TO_DIFFER.items():
-        assert key in stored, f"{key}: no such stored record"
-        assert key[0] != KERNEL, key
+        assert key in differing, f"{key}: not a stored record that differs from {KERNEL}'s"
         assert len(reason.split()) >= 5, f"{key}: say which vLLM change makes it differ"
+
+
+def test_checked_versions_are_the_releases_whose_records_all_agree():
+    """``CHECKED_VLLM_VERSIONS`` (what ``validate`` trusts) is exactly the
+    stored releases with no record apart from the kernel release's own, and
+    ends with the release the kernel follows (the fallback default)."""
+    from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
+
+    apart = {v for _, _, vs in DISTINCT for v in vs}
+    assert set(CHECKED_VLLM_VERSIONS) == set(releases.versions()) - apart
+    assert CHECKED_VLLM_VERSIONS[-1] == KERNEL
 
 
 def test_a_changed_record_is_run_through_the_kernel_and_caught():
     """The shortcut (same record as the kernel release's) cannot hide a
     difference: a record one free block off at one step is compared with a
     kernel run, which catches it at that step."""
-    fx = record(KERNEL, "async", "async_preempt_in_flight")
+    fx = load(releases.async_paths(KERNEL)[0].parent / "async_preempt_in_flight.json")
     assert kernel_difference(fx, "async") is None
     steps = [dict(st) for st in fx["steps"]]
     steps[3]["free_blocks"] += 1
