@@ -137,7 +137,7 @@ def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False):
 # cover (0.19.1 .. 0.32.0) and picks the form of the running release; none
 # changes what is recorded.
 def scheduler_takes_hash_block_size(cls) -> bool:
-    """``Scheduler(hash_block_size=...)`` exists from 0.22 on (0.19 hashes at
+    """``Scheduler(hash_block_size=...)`` exists from 0.20 on (0.19 hashes at
     ``block_size``, which is what the fixtures pass anyway)."""
     import inspect
 
@@ -146,7 +146,7 @@ def scheduler_takes_hash_block_size(cls) -> bool:
 
 def batch_queue_depth(config) -> int:
     """The engine core's batch queue depth: ``VllmConfig.max_concurrent_batches``
-    from 0.25 on; up to 0.22 the executor's ``max_concurrent_batches``, which
+    from 0.23 on; up to 0.22 the executor's ``max_concurrent_batches``, which
     is 2 with async scheduling and no pipeline parallelism (the value the
     mock executor gives)."""
     depth = getattr(config, "max_concurrent_batches", None)
@@ -269,7 +269,7 @@ def busy_device_future(value):
     on it: the device is still busy with a batch when the engine core looks.
     Only vLLM up to 0.22 asks (``step_with_batch_queue`` returned early only
     while the oldest batch's future was not done); later releases wait
-    without asking, so their records do not depend on this."""
+    without asking (0.23 on), so their records do not depend on this."""
     from concurrent.futures import Future
 
     class BusyDevice(Future):
@@ -302,10 +302,10 @@ def engine_core(scheduler, executor):
     core._weight_version = "default"
     core.batch_queue_size = batch_queue_depth(scheduler.vllm_config)
     core.batch_queue = deque(maxlen=core.batch_queue_size)
-    core.is_mm_encoder_only = False  # 0.32; up to 0.30 the same test reads is_ec_consumer (True without EC transfer)
+    core.is_mm_encoder_only = False  # from 0.31; up to 0.30 the same test reads is_ec_consumer (True without EC)
     core.is_ec_consumer = True
     core.is_pooling_model = False
-    core.check_for_draft_tokens = False  # from 0.25 on; up to 0.22 use_spec_decode
+    core.check_for_draft_tokens = False  # from 0.24 on; up to 0.22 use_spec_decode
     core.use_spec_decode = False
     core.async_scheduling = True
     core.aborts_queue = queue.Queue()
