@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# the release whose scheduler the kernel follows (traces.vllm_releases.versions checks it is a checked one)
+# the release whose scheduler the kernel follows (the last of traces.vllm_releases.versions.CHECKED_VLLM_VERSIONS)
 KERNEL_VERSION = "0.32.0"
-
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,9 @@ class RuleChange:
     records: every stored release before ``since`` records ``scenarios``
     ("mode/name", mode sync, async or random) differently from the kernel,
     which follows the newer rule. Found by diffing the records of adjacent
-    releases (``docs/reference/vllm-releases.md`` cites the code)."""
+    releases and shown by ``attribute_rule_change.py`` (the older release
+    with only this rule patched in records the newer one's steps);
+    ``docs/reference/vllm-releases.md`` cites the code."""
 
     since: str
     rule: str
@@ -47,35 +48,37 @@ RULE_CHANGES = (
         rule="vLLM < 0.24.0 frees all of a request's blocks to the free queue's tail (0.24.0: the unhashed "
              "ones to its head, reused first; block_pool.py free_blocks)",
         scenarios=(
-        "async/async_mixed_pressure_apc", "random/rand_004", "random/rand_007", "random/rand_017",
-        "random/rand_027", "random/rand_029", "random/rand_030", "random/rand_062", "random/rand_065",
-        "random/rand_085", "random/rand_093", "random/rand_094", "random/rand_099", "random/rand_100",
-        "random/rand_101", "random/rand_102", "random/rand_107", "random/rand_118", "random/rand_124",
-        "random/rand_129", "random/rand_130", "random/rand_135", "random/rand_140", "random/rand_141",
-        "random/rand_165", "random/rand_168", "random/rand_170", "random/rand_187", "random/rand_189",
-        "random/rand_190", "random/rand_197", "random/rand_199", "random/rand_215", "random/rand_234"
-        )),
+            "async/async_mixed_pressure_apc", "random/rand_004", "random/rand_007", "random/rand_017",
+            "random/rand_027", "random/rand_029", "random/rand_030", "random/rand_062", "random/rand_065",
+            "random/rand_085", "random/rand_093", "random/rand_094", "random/rand_099", "random/rand_100",
+            "random/rand_101", "random/rand_102", "random/rand_107", "random/rand_118", "random/rand_124",
+            "random/rand_129", "random/rand_130", "random/rand_135", "random/rand_140", "random/rand_141",
+            "random/rand_165", "random/rand_168", "random/rand_170", "random/rand_187", "random/rand_189",
+            "random/rand_190", "random/rand_197", "random/rand_199", "random/rand_215", "random/rand_234"
+        ),
+    ),
     RuleChange(
         since="0.31.0",
         rule="vLLM < 0.31.0 caps a lone request's prefill at long_prefill_token_threshold (0.31.0: the only "
              "running or waiting request may use the whole budget; sched/scheduler.py schedule)",
         scenarios=(
-        "sync/lone_request_exemption", "async/async_arrivals_each_step", "async/async_mixed_pressure_apc",
-        "async/lone_request_exemption", "random/rand_003", "random/rand_006", "random/rand_010",
-        "random/rand_011", "random/rand_016", "random/rand_022", "random/rand_028", "random/rand_038",
-        "random/rand_041", "random/rand_048", "random/rand_050", "random/rand_051", "random/rand_054",
-        "random/rand_055", "random/rand_059", "random/rand_061", "random/rand_063", "random/rand_066",
-        "random/rand_071", "random/rand_077", "random/rand_080", "random/rand_084", "random/rand_090",
-        "random/rand_091", "random/rand_095", "random/rand_097", "random/rand_102", "random/rand_103",
-        "random/rand_105", "random/rand_113", "random/rand_117", "random/rand_124", "random/rand_125",
-        "random/rand_133", "random/rand_134", "random/rand_140", "random/rand_144", "random/rand_146",
-        "random/rand_148", "random/rand_155", "random/rand_156", "random/rand_161", "random/rand_165",
-        "random/rand_169", "random/rand_171", "random/rand_172", "random/rand_177", "random/rand_183",
-        "random/rand_186", "random/rand_188", "random/rand_191", "random/rand_195", "random/rand_197",
-        "random/rand_198", "random/rand_199", "random/rand_200", "random/rand_205", "random/rand_212",
-        "random/rand_219", "random/rand_226", "random/rand_227", "random/rand_228", "random/rand_235",
-        "random/rand_238"
-        )),
+            "sync/lone_request_exemption", "async/async_arrivals_each_step", "async/async_mixed_pressure_apc",
+            "async/lone_request_exemption", "random/rand_003", "random/rand_006", "random/rand_010",
+            "random/rand_011", "random/rand_016", "random/rand_022", "random/rand_028", "random/rand_038",
+            "random/rand_041", "random/rand_048", "random/rand_050", "random/rand_051", "random/rand_054",
+            "random/rand_055", "random/rand_059", "random/rand_061", "random/rand_063", "random/rand_066",
+            "random/rand_071", "random/rand_077", "random/rand_080", "random/rand_084", "random/rand_090",
+            "random/rand_091", "random/rand_095", "random/rand_097", "random/rand_102", "random/rand_103",
+            "random/rand_105", "random/rand_113", "random/rand_117", "random/rand_124", "random/rand_125",
+            "random/rand_133", "random/rand_134", "random/rand_140", "random/rand_144", "random/rand_146",
+            "random/rand_148", "random/rand_155", "random/rand_156", "random/rand_161", "random/rand_165",
+            "random/rand_169", "random/rand_171", "random/rand_172", "random/rand_177", "random/rand_183",
+            "random/rand_186", "random/rand_188", "random/rand_191", "random/rand_195", "random/rand_197",
+            "random/rand_198", "random/rand_199", "random/rand_200", "random/rand_205", "random/rand_212",
+            "random/rand_219", "random/rand_226", "random/rand_227", "random/rand_228", "random/rand_235",
+            "random/rand_238"
+        ),
+    ),
 )
 
 
