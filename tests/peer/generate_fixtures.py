@@ -15,25 +15,37 @@ computed; ``ignore_eos`` so a request ends at ``max_tokens`` or at
 The records are written as small JSON fixtures so CI needs no vLLM.
 
 It runs in vLLM's own environment and imports only the standard library and
-vLLM. Regenerate (e.g. to check a new vLLM release) from the repository root
-with the Python of vLLM's environment (``LATROUTE_VLLM_PYTHON``; the tests
-read the same variable):
+vLLM. Each vLLM release's records are kept apart, in
+``tests/peer/fixtures/<version>/`` (``releases.py``). Regenerate one release
+(e.g. to check a new one) from the repository root with the Python of that
+release's environment (``LATROUTE_VLLM_PYTHON_0_28_0`` and the like; the
+tests read the same variables, and ``LATROUTE_VLLM_PYTHON`` for the
+release the kernel follows):
 
-    $LATROUTE_VLLM_PYTHON tests/peer/generate_fixtures.py
+    $LATROUTE_VLLM_PYTHON_0_28_0 tests/peer/generate_fixtures.py
 
 Options: ``--model DIR`` (a model directory whose configuration vLLM can
 read; default ``../shared/models/tiny-a`` beside the repository), ``--out
-DIR`` (default ``tests/peer/fixtures``; the async fixtures go to its
-``async`` folder), ``--only NAME`` (one scenario of the sync and async
-sets), ``--mode sync|async|random|both|all`` (both: sync and async; default
-all: the random set too). A fixture whose content did not change is left
-untouched, so ``git diff`` shows exactly what a new vLLM release changed.
+DIR`` (default ``tests/peer/fixtures/<the running vLLM's version>``; the
+async fixtures go to its ``async`` folder), ``--only NAME`` (one scenario
+of the sync and async sets), ``--mode sync|async|random|both|all`` (both:
+sync and async; default all: the random set too). A fixture whose content
+did not change is left untouched, so ``git diff`` shows exactly what a
+rerun changed, and ``diff -r`` between two release folders what a release
+changed.
+
+vLLM's API moved inside the window (0.19.1 .. 0.32.0); the few places the
+generator follows it are the named "version switches" below
+(``scheduler_takes_hash_block_size``, ``batch_queue_depth``,
+``stale_output_in_flight``, the engine core's attributes in
+``engine_core`` and the futures of ``busy_device_future``), each picking
+the running release's form without changing what is recorded.
 
 Random async set (``--mode random``): the seeded scenarios of
 ``scenarios.random_async_scenarios`` (arrivals at every step, prompts
 around and above the budget, small KV pools, shared prefixes, max_model_len
 and max_num_seqs limits), recorded in async mode like the others and
-written whole to ``fixtures/async_random.jsonl.gz`` (``random_fixtures``:
+written whole to ``async_random.jsonl.gz`` beside them (``random_fixtures``:
 one line per scenario; rewritten only when its content changed).
 
 Async mode (``docs/reference/async-scheduling.md``). The same scenarios, and
@@ -84,6 +96,7 @@ RANDOM_MAX_STEPS = 2000
 
 
 import random_fixtures  # noqa: E402 (beside this script: run by path)
+import releases  # noqa: E402
 from scenarios import async_scenarios, random_async_scenarios, scenarios  # noqa: E402
 
 
@@ -111,11 +124,42 @@ def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False):
                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
     if async_scheduling:  # vLLM's CPU platform turns it off (vllm/platforms/cpu.py); the scheduler needs no device
         config.scheduler_config.async_scheduling = True
-    if async_scheduling and config.max_concurrent_batches != 2:
+    if async_scheduling and batch_queue_depth(config) != 2:
         raise RuntimeError("vLLM did not keep async scheduling with a two-deep batch queue for this configuration")
     cls = AsyncScheduler if async_scheduling else Scheduler
+    extra = {"hash_block_size": eng["block_size"]} if scheduler_takes_hash_block_size(cls) else {}
     return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
-               block_size=eng["block_size"], hash_block_size=eng["block_size"], log_stats=True)
+               block_size=eng["block_size"], log_stats=True, **extra)
+
+
+# ------------------------------------------------- version switches (vLLM API)
+# Each names one place where vLLM's API moved inside the window the fixtures
+# cover (0.19.1 .. 0.32.0) and picks the form of the running release; none
+# changes what is recorded.
+def scheduler_takes_hash_block_size(cls) -> bool:
+    """``Scheduler(hash_block_size=...)`` exists from 0.20 on (0.19 hashes at
+    ``block_size``, which is what the fixtures pass anyway)."""
+    import inspect
+
+    return "hash_block_size" in inspect.signature(cls.__init__).parameters
+
+
+def batch_queue_depth(config) -> int:
+    """The engine core's batch queue depth: ``VllmConfig.max_concurrent_batches``
+    from 0.23 on; up to 0.22 the executor's ``max_concurrent_batches``, which
+    is 2 with async scheduling and no pipeline parallelism (the value the
+    mock executor gives)."""
+    depth = getattr(config, "max_concurrent_batches", None)
+    if depth is not None:
+        return depth
+    return MockExecutor.async_queue_depth(config)
+
+
+def stale_output_in_flight(r) -> bool:
+    """A waiting request whose preempted outputs are still in flight
+    (``Request.num_stale_output_tokens``, from 0.27 on; older releases have no
+    such state)."""
+    return bool(getattr(r, "num_stale_output_tokens", 0)) and not getattr(r, "drop_stale_output", False)
 
 
 def prompt_tokens(r: dict, index: int, block_size: int) -> list[int]:
@@ -195,29 +239,51 @@ class MockExecutor:
 
     def __init__(self, scheduler, index: dict[str, int]):
         self.scheduler, self.index, self.pending = scheduler, index, None
+        # read by the engine core up to 0.22 (later releases read VllmConfig's)
+        self.max_concurrent_batches = self.async_queue_depth(scheduler.vllm_config)
+
+    @staticmethod
+    def async_queue_depth(config) -> int:
+        """What vLLM's executors answered up to 0.22: two batches in flight
+        with async scheduling (one without); no pipeline parallelism here."""
+        return 2 if config.scheduler_config.async_scheduling else 1
 
     def execute_model(self, scheduler_output, non_block=False):
-        from concurrent.futures import Future
-
         from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
 
         ids = list(scheduler_output.num_scheduled_tokens)
         reqs = self.scheduler.requests
         self.pending = (ids, [[] if reqs[i].is_prefill_chunk else [2_000_000 + self.index[i]] for i in ids])
-        fut = Future()
-        fut.set_result(None if ids else EMPTY_MODEL_RUNNER_OUTPUT)  # the model runner's answer to an empty batch
-        return fut
+        return busy_device_future(None if ids else EMPTY_MODEL_RUNNER_OUTPUT)  # the runner's answer to no batch
 
     def sample_tokens(self, grammar_output, non_block=False):
-        from concurrent.futures import Future
-
         from vllm.v1.outputs import ModelRunnerOutput
 
         ids, sampled = self.pending
-        fut = Future()
-        fut.set_result(ModelRunnerOutput(req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
-                                         sampled_token_ids=sampled))
-        return fut
+        return busy_device_future(ModelRunnerOutput(req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
+                                                    sampled_token_ids=sampled))
+
+
+def busy_device_future(value):
+    """A future holding ``value`` that says it is not done until someone waits
+    on it: the device is still busy with a batch when the engine core looks.
+    Only vLLM up to 0.22 asks (``step_with_batch_queue`` returned early only
+    while the oldest batch's future was not done); later releases wait
+    without asking (0.23 on), so their records do not depend on this."""
+    from concurrent.futures import Future
+
+    class BusyDevice(Future):
+        def done(self):
+            return self._waited
+
+        def result(self, timeout=None):
+            self._waited = True
+            return super().result(timeout)
+
+    fut = BusyDevice()
+    fut._waited = False
+    fut.set_result(value)
+    return fut
 
 
 def engine_core(scheduler, executor):
@@ -234,11 +300,13 @@ def engine_core(scheduler, executor):
     core.scheduler, core.model_executor = scheduler, executor
     core.log_stats = False
     core._weight_version = "default"
-    core.batch_queue_size = scheduler.vllm_config.max_concurrent_batches
+    core.batch_queue_size = batch_queue_depth(scheduler.vllm_config)
     core.batch_queue = deque(maxlen=core.batch_queue_size)
-    core.is_mm_encoder_only = False
+    core.is_mm_encoder_only = False  # from 0.31; up to 0.30 the same test reads is_ec_consumer (True without EC)
+    core.is_ec_consumer = True
     core.is_pooling_model = False
-    core.check_for_draft_tokens = False
+    core.check_for_draft_tokens = False  # from 0.24 on; up to 0.22 use_spec_decode
+    core.use_spec_decode = False
     core.async_scheduling = True
     core.aborts_queue = queue.Queue()
     return core
@@ -268,7 +336,7 @@ def run_vllm_async(sc: dict, model_dir: str, max_steps: int = MAX_STEPS) -> dict
     seen: dict = {}
 
     def schedule(*a, **k):  # the record's schedule part, before the same call applies older outputs
-        stale = [r.request_id for r in s.waiting if r.num_stale_output_tokens and not r.drop_stale_output]
+        stale = [r.request_id for r in s.waiting if stale_output_in_flight(r)]
         if stale:  # pass 2 would skip them: a rule the kernel does not carry (it cannot fire two deep, FCFS)
             raise RuntimeError(f"{sc['name']}: call {seen['step']}: waiting requests with stale output in flight "
                                f"{stale}")
@@ -327,7 +395,7 @@ def fixture_text(sc: dict, result: dict, vllm_version: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "fixtures"))
+    ap.add_argument("--out", default=None, help="default: tests/peer/fixtures/<the running vLLM's version>")
     ap.add_argument("--only", default=None)
     ap.add_argument("--mode", choices=("sync", "async", "random", "both", "all"), default="all")
     args = ap.parse_args(argv)
@@ -336,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import vllm
 
-    out = Path(args.out)
+    out = Path(args.out) if args.out else releases.folder(vllm.__version__)
     runs = []  # (scenario, runner, folder)
     if args.mode in ("sync", "both", "all"):
         runs += [(sc, run_vllm, out) for sc in scenarios()]
@@ -364,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if chosen:
         print(f"vLLM {vllm.__version__}: {len(chosen)} scenarios, {changed} fixtures written")
     if args.mode in ("random", "all") and args.only is None:
-        write_random(out / random_fixtures.PATH.name, args.model, vllm.__version__)
+        write_random(out / releases.RANDOM_NAME, args.model, vllm.__version__)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The random async fixtures' file: every scenario of
 ``scenarios.random_async_scenarios`` with vLLM's record of it, one JSON line
-per scenario, gzip-compressed (``fixtures/async_random.jsonl.gz``).
+per scenario, gzip-compressed (``fixtures/<version>/async_random.jsonl.gz``,
+``releases.random_path``).
 
 Why one compressed file and not one JSON file per scenario like the other
 fixtures: there are hundreds, and the default suite reads them all; a step
@@ -20,7 +21,6 @@ FORMAT = "latroute-vllm-peer-random/1"
 STEP_FIELDS = ("step", "batch", "preempted", "running", "waiting", "free_blocks_scheduled", "completed",
                "finished", "free_blocks")
 REQUEST_FIELDS = ("id", "prompt", "max_tokens", "arrival_step", "blocks")
-PATH = Path(__file__).resolve().parent / "fixtures" / "async_random.jsonl.gz"
 
 
 def pack(sc: dict, result: dict, vllm_version: str) -> str:
@@ -53,9 +53,9 @@ def write(path: Path, lines: list[str]) -> None:
     path.write_bytes(buf.getvalue())
 
 
-def read_text(path: Path = PATH) -> str:
+def read_text(path: Path) -> str:
     return gzip.decompress(path.read_bytes()).decode()
 
 
-def load_all(path: Path = PATH) -> list[dict]:
+def load_all(path: Path) -> list[dict]:
     return [unpack(line) for line in read_text(path).splitlines()]

@@ -3,37 +3,36 @@ vLLM 0.32's real ``AsyncScheduler`` driven through the engine core's own
 ``step_with_batch_queue`` (``tests/peer/generate_fixtures.py``; the rules are
 ``docs/reference/async-scheduling.md``).
 
-``tests/peer/fixtures/async`` holds every scenario of the synchronous suite
+``tests/peer/fixtures/0.32.0/async`` holds every scenario of the synchronous suite
 and the async-specific ones, recorded one call of ``step_with_batch_queue``
 at a time. Each must agree step by step with the kernel in async mode
 (batch with placeholders, preemptions, queues, free blocks, which call's
 outputs were applied, finishes); each async-specific one must disagree with
 the kernel's synchronous rules, so the suite can tell the two modes apart.
-``tests/peer/fixtures/async_random.jsonl.gz`` holds the seeded random async
+``tests/peer/fixtures/0.32.0/async_random.jsonl.gz`` holds the seeded random async
 scenarios (``scenarios.random_async_scenarios``: arrivals at every step,
 prompts around and above the budget, small KV pools, shared prefixes,
 max_model_len and max_num_seqs limits), recorded the same way and checked
 the same way (a prefix hit shows as an admitted item's computed tokens
 before its step). Regenerating them needs vLLM (``LATROUTE_VLLM_PYTHON``),
-checked by the last test, which skips cleanly without it.
+checked by the last test, which skips cleanly without it. Other releases'
+records are checked by ``test_vllm_release_peer``.
 """
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.estimators.engine.test_vllm_peer import FIELDS, assert_agrees, first_difference, load
-from tests.peer import random_fixtures
+from tests.estimators.engine.test_vllm_peer import FIELDS, KERNEL, assert_agrees, first_difference, load
+from tests.peer import random_fixtures, releases
 from tests.peer.latroute_side import run_scenario, run_scenario_async
 from tests.peer.scenarios import random_async_scenarios
 
-PEER = Path(__file__).resolve().parents[2] / "peer"
-ASYNC = sorted((PEER / "fixtures" / "async").glob("*.json"))
+ASYNC = releases.async_paths(releases.KERNEL_VERSION)
 ASYNC_FIELDS = FIELDS + ("completed",)
-SYNC_NAMES = {p.stem for p in (PEER / "fixtures").glob("*.json")}
+SYNC_NAMES = {p.stem for p in releases.sync_paths(releases.KERNEL_VERSION)}
 
 
 def _diff(expected: list[dict], got: list[dict]) -> str | None:
@@ -47,7 +46,7 @@ def test_async_kernel_agrees_with_vllm_async_scheduler(path: Path):
     assert_agrees(fx, *run_scenario_async(fx, len(fx["steps"])), ASYNC_FIELDS)
 
 
-RANDOM = random_fixtures.load_all()
+RANDOM = random_fixtures.load_all(releases.random_path(releases.KERNEL_VERSION))
 
 
 @pytest.mark.parametrize("fx", RANDOM, ids=[fx["name"] for fx in RANDOM])
@@ -65,7 +64,7 @@ def test_random_set_is_the_generators_and_exercises_what_it_is_for():
     assert len(RANDOM) == len(made) >= 200
     assert [{k: fx[k] for k in ("name", "engine", "requests")} for fx in RANDOM] == \
         [{k: sc[k] for k in ("name", "engine", "requests")} for sc in made]
-    assert {fx["vllm_version"] for fx in RANDOM} == {"0.32.0"}
+    assert {fx["vllm_version"] for fx in RANDOM} == {releases.KERNEL_VERSION}
 
     def count(pred):
         return sum(1 for fx in RANDOM if pred(fx))
@@ -115,8 +114,8 @@ def test_async_specific_scenarios_disagree_with_sync_rules(path: Path):
     assert first_difference(fx["steps"], steps) is not None
 
 
-@pytest.mark.parametrize("path", sorted((PEER / "fixtures").glob("*.json")),
-                         ids=[p.stem for p in sorted((PEER / "fixtures").glob("*.json"))])
+@pytest.mark.parametrize("path", releases.sync_paths(releases.KERNEL_VERSION),
+                         ids=[p.stem for p in releases.sync_paths(releases.KERNEL_VERSION)])
 def test_async_rules_in_synchronous_order_are_the_sync_scheduler(path: Path):
     """What makes the async fixtures worth having: the async rules, driven
     with each step's outputs applied before the next plan, are exactly
@@ -179,7 +178,7 @@ def test_twin_runs_vllm_batch_queue(path: Path):
 
 def test_placeholders_are_compared():
     """The comparison can fail: a placeholder count off by one is caught at its step."""
-    fx = load(PEER / "fixtures" / "async" / "async_preempt_in_flight.json")
+    fx = load(KERNEL / "async" / "async_preempt_in_flight.json")
     _, steps = run_scenario_async(fx, len(fx["steps"]))
     steps[1] = {**steps[1], "batch": [[*item[:3], item[3] + 1] for item in steps[1]["batch"]]}
     assert _diff(fx["steps"], steps).startswith("step 2: batch differs")
@@ -191,13 +190,6 @@ def test_regenerated_fixtures_match_the_committed_ones(tmp_path: Path):
     python = os.environ.get("LATROUTE_VLLM_PYTHON")
     if not python:
         pytest.skip("LATROUTE_VLLM_PYTHON not set (the Python of an environment with vLLM 0.32)")
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    res = subprocess.run([python, str(PEER / "generate_fixtures.py"), "--out", str(tmp_path)], env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    for sub in ("", "async"):
-        for path in sorted((PEER / "fixtures" / sub).glob("*.json")):
-            assert (tmp_path / sub / path.name).read_text() == path.read_text(), f"{sub}/{path.name} changed"
-    again = random_fixtures.read_text(tmp_path / random_fixtures.PATH.name).splitlines()
-    for old, new in zip(random_fixtures.read_text().splitlines(), again, strict=True):
-        assert new == old, f"{random_fixtures.unpack(old)['name']} changed"
+    status, err = releases.regenerate(python, tmp_path)
+    assert status == 0, err
+    assert releases.changed_files(releases.KERNEL_VERSION, tmp_path) == []

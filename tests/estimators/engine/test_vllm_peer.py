@@ -1,7 +1,7 @@
 """Peer suite: vLLM's own scheduling scenarios, latroute's kernel against
 vLLM's real scheduler.
 
-Each fixture under ``tests/peer/fixtures`` holds one scenario taken from
+Each fixture under ``tests/peer/fixtures/0.32.0`` holds one scenario taken from
 vLLM's unit tests (``tests/peer/vllm_tests.tsv`` says which, and lists the
 ones latroute cannot express with the reason) together with every step of
 vLLM 0.32's real ``Scheduler`` running it (recorded by
@@ -9,7 +9,8 @@ vLLM 0.32's real ``Scheduler`` running it (recorded by
 scenario runs through latroute's ``vllm-v1`` kernel and must agree step by
 step: the batch (request, tokens, computed tokens before), preemptions,
 running and waiting queues, free KV blocks after scheduling and after the
-step's outputs, and the requests that finished.
+step's outputs, and the requests that finished. (Other releases' records,
+``tests/peer/fixtures/<version>``, are checked by ``test_vllm_release_peer``.)
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.peer import releases
 from tests.peer.latroute_side import run_scenario
 
 PEER = Path(__file__).resolve().parents[2] / "peer"
-FIXTURES = sorted((PEER / "fixtures").glob("*.json"))
+KERNEL = releases.folder(releases.KERNEL_VERSION)  # the records of the release the kernel follows
+FIXTURES = releases.sync_paths(releases.KERNEL_VERSION)
 CATALOGUE = PEER / "vllm_tests.tsv"
 FIELDS = ("batch", "preempted", "running", "waiting", "free_blocks_scheduled", "finished", "free_blocks")
 
@@ -84,7 +87,7 @@ def test_catalogue_and_fixtures_match():
     rows = catalogue()
     by_name = {load(p)["name"]: load(p) for p in FIXTURES}
     # async-specific scenarios (the async copies of the scenarios above are checked by test_async_peer)
-    by_name.update({f"async/{fx['name']}": fx for fx in map(load, sorted((PEER / "fixtures" / "async").glob("*.json")))
+    by_name.update({f"async/{fx['name']}": fx for fx in map(load, releases.async_paths(releases.KERNEL_VERSION))
                     if fx["name"] not in by_name})
     assert len({(r["file"], r["test"]) for r in rows}) == len(rows), "a test is listed twice"
     used = set()
@@ -101,12 +104,12 @@ def test_catalogue_and_fixtures_match():
         used.update(names)
     own = {n for n, fx in by_name.items() if fx["source"]["file"].startswith("latroute")}
     assert set(by_name) == used | own
-    assert {fx["vllm_version"] for fx in by_name.values()} == {"0.32.0"}
+    assert {fx["vllm_version"] for fx in by_name.values()} == {releases.KERNEL_VERSION}
 
 
 def test_divergence_report_names_step_and_field():
     """The comparison can fail: a changed free-block count is caught at its step."""
-    fx = load(PEER / "fixtures" / "kv_gate_head_of_line.json")
+    fx = load(KERNEL / "kv_gate_head_of_line.json")
     _, steps = run_scenario(fx, len(fx["steps"]))
     steps[2] = {**steps[2], "free_blocks": steps[2]["free_blocks"] + 1}
     assert first_difference(fx["steps"], steps).startswith("step 3: free_blocks differs")
