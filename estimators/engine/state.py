@@ -204,14 +204,7 @@ class SchedState(NamedTuple):
             status: int = ST_WAITING) -> int:
         """Put a request in a free slot and, if WAITING, at the back of the
         waiting queue. Returns its slot (``with_room`` first if it may be full)."""
-        if self.sc[S_NFREE_SLOTS] == 0:
-            raise ValueError("no free slot: call with_room() first")
-        if prompt < 0 or (prompt >= self.cfg[C_MAX_LEN] and self.cfg[C_PREFIX] == PREFIX_ON
-                          and self.cfg[C_POLICY] != POLICY_V0):
-            # the engine's front end refuses such a prompt (V0's scheduler refuses it itself); admitted with
-            # prefix caching it would take more blocks than a block table holds (a write past the table)
-            raise KernelInputError(f"request {rid}: a prompt of {prompt} tokens outside [0, max_model_len "
-                                   f"{int(self.cfg[C_MAX_LEN])}) cannot reach the scheduler")
+        self.check_prompt(rid, prompt)
         self.sc[S_NFREE_SLOTS] -= 1
         slot = int(self.free_slots[self.sc[S_NFREE_SLOTS]])
         row = self.req[slot]
@@ -221,6 +214,18 @@ class SchedState(NamedTuple):
         if status == ST_WAITING:
             wait_push_back(self.sc, self.waiting, slot)
         return slot
+
+    def check_prompt(self, rid: int, prompt: int) -> None:
+        """Refuse a request ``add`` cannot take: no free slot, or a prompt
+        that cannot reach the scheduler."""
+        if self.sc[S_NFREE_SLOTS] == 0:
+            raise ValueError("no free slot: call with_room() first")
+        if prompt < 0 or (prompt >= self.cfg[C_MAX_LEN] and self.cfg[C_PREFIX] == PREFIX_ON
+                          and self.cfg[C_POLICY] != POLICY_V0):
+            # the engine's front end refuses such a prompt (V0's scheduler refuses it itself); admitted with
+            # prefix caching it would take more blocks than a block table holds (a write past the table)
+            raise KernelInputError(f"request {rid}: a prompt of {prompt} tokens outside [0, max_model_len "
+                                   f"{int(self.cfg[C_MAX_LEN])}) cannot reach the scheduler")
 
     # --- read-only views (tests, validation, routers)
     def running_slots(self) -> np.ndarray:

@@ -76,10 +76,7 @@ class EventQueue:
         self._flag = np.zeros(n, dtype=np.uint8)  # changed since take_changed
         self._changed = np.zeros(2 * n + 2, dtype=np.int64)  # (bring: up to n + 1 entries between two forgets)
         self._nch = np.zeros(1, dtype=np.int64)
-        self._run = None  # advance_queued's compiled entry, for these bundles' types
-        self._sync = None  # sync_views' compiled entry
-        self._bring = None  # bring_one's compiled entry
-        self._place = None  # place_one's compiled entry
+        self._entries: dict = {}  # each fleet kernel's compiled entry, for these bundles' types (``_call``)
         self.residents = np.zeros(n, dtype=np.int64)  # each instance's residents as of its last change
         self.lazy = np.int64(LAZY if lazy and self._bundles is not None else EAGER)
         self._edue = np.full(n, np.inf)  # each instance's next event (Instance.due), whatever it is queued at
@@ -125,9 +122,7 @@ class EventQueue:
             return
         args = (t, self._ht, self._hk, self._hn, self._due, ks, full, self._bundles, out, self._flag, self._changed,
                 self._nch, self.residents, self.lazy, self._edue)
-        if self._run is None:
-            self._run = _entry(advance_queued, *args)
-        n = self._run(*args)
+        n = self._call(advance_queued, *args)
         if n < 0:  # a step log filled (``advance_queued``)
             n = -1 - n
             for q in np.flatnonzero(full[:n]).tolist():
@@ -152,9 +147,7 @@ class EventQueue:
         if self._bundles is not None and prompt >= 0 and inst.state.sc[S_NFREE_SLOTS] > 0:
             args = (t, k, rid, prompt, target, hit, self._bundles, out, self._ht, self._hk, self._hn, self._due,
                     self._edue, self._flag, self._changed, self._nch, self.residents, self.lazy)
-            if self._place is None:
-                self._place = _entry(place_one, *args)
-            slot = self._place(*args)
+            slot = self._call(place_one, *args)
             if slot >= 0:
                 if slot >= inst.rows_used:
                     inst.rows_used = slot + 1
@@ -170,12 +163,16 @@ class EventQueue:
 
     def refresh_views(self, fleet) -> None:
         """Bring the views of the instances changed since the last call to
-        the present (``FleetViews``): one compiled call for those whose view
-        already holds the instance's arrays, ``Instance.sync_view`` for the
-        rest (a first sync, or an instance that grew)."""
+        the present (``FleetViews``, ``_refresh``)."""
         changed = self.take_changed()
-        if not changed:
-            return
+        if changed:
+            self._refresh(changed, fleet)
+
+    def _refresh(self, changed, fleet) -> None:
+        """The views of instances ``changed`` brought to the present: one
+        compiled call for those whose view already holds the instance's
+        arrays, ``Instance.sync_view`` for the rest (a first sync, or an
+        instance that grew)."""
         if self._bundles is None:
             fleet.refresh(self.insts, changed)
             return
@@ -192,9 +189,7 @@ class EventQueue:
             pred = insts[0].predicted
             args = (ks, n, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents,
                     _NONE if pred is None else pred)
-            if self._sync is None:
-                self._sync = _entry(sync_views, *args)
-            self._sync(*args)
+            self._call(sync_views, *args)
 
     def bring(self, k: int, out, fleet) -> None:
         """Instance ``k`` and its view at the present (``clock[0]``), for a
@@ -211,15 +206,13 @@ class EventQueue:
                 args = (now, k, self._bundles, out, self._ht, self._hk, self._hn, self._due, self._edue, self._flag,
                         self._changed, self._nch, self.residents, self._shadows, self._rows, fleet.h,
                         fleet.residents, _NONE if pred is None else pred, sync, self.lazy)
-                if self._bring is None:
-                    self._bring = _entry(bring_one, *args)
-                if self._bring(*args):  # its step log filled: flush and carry on in Python, as Instance.advance does
+                if self._call(bring_one, *args):  # its step log filled: flush, carry on in Python (Instance.advance)
                     inst.flush_log()
                     inst.advance(now, out)
                     self.touched(k)
         if self._flag[k]:
             self._flag[k] = 0
-            self._refresh_one(k, fleet)
+            self._refresh((k,), fleet)
 
     def lend(self, fleet, out) -> None:
         """Hand ``fleet`` (an ``IndexedFleetViews``) its ``bring``: each view
@@ -246,21 +239,6 @@ class EventQueue:
         ``bring``, the flags alone say which views are stale; the list is
         then only bounded here). ``fleet``: unused (a refresh's signature)."""
         self._nch[0] = 0
-
-    def _refresh_one(self, k: int, fleet) -> None:
-        inst = self.insts[k]
-        if self._bundles is None or inst._view_of is not inst.state:
-            fleet.refresh(self.insts, (k,))
-            if self._bundles is not None:
-                self._set_shadow(k, inst._shadow)
-            return
-        self._ks[0] = k
-        pred = inst.predicted
-        args = (self._ks, 1, self._bundles, self._shadows, self._rows, fleet.h, fleet.residents,
-                _NONE if pred is None else pred)
-        if self._sync is None:
-            self._sync = _entry(sync_views, *args)
-        self._sync(*args)
 
     def refresh_residents(self, fleet) -> None:
         """Only ``fleet.residents`` of the instances changed since the last
@@ -293,6 +271,14 @@ class EventQueue:
         self._flag[ch] = 0
         self._nch[0] = 0
         return ch
+
+
+    def _call(self, dispatcher, *args):
+        """``dispatcher(*args)`` through its compiled entry (``_entry``), kept per queue."""
+        f = self._entries.get(dispatcher)
+        if f is None:
+            f = self._entries[dispatcher] = _entry(dispatcher, *args)
+        return f(*args)
 
 
 _ENTRIES: dict = {}

@@ -24,9 +24,10 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from estimators.engine.layout import F_HIT, F_PROMPT, F_RID, F_STATUS, F_TARGET, S_NFREE_SLOTS, S_NR, S_WN, ST_PENDING
+from estimators.engine.layout import S_NR, S_WN
 from harness.twin.loop import kernel as tk
 from harness.twin.loop.borrow import borrow_item
+from harness.twin.loop.hand_over import take_request, wake
 from harness.twin.views.honest import copy_predicted, honest_scalars
 
 # when the queue advances an instance (``EventQueue.lazy``): at each of its events (EAGER), at the end of the
@@ -279,21 +280,11 @@ def _place_one(t, k, rid, prompt, target, hit, bundles, out, ht, hk, hn, due, ed
     arrays, for a few stores. Returns the slot, or -1 when the step log
     filled (nothing added: the caller flushes and hands it in Python)."""
     st, plan, tw, model, log = borrow_item(bundles, k)
-    meta, times, sc = tw.meta, tw.times, st.sc
     if lazy and edue[k] <= t:
         if tk.advance(t, st, plan, tw, model, out, log):
             return -1
-    sc[S_NFREE_SLOTS] -= 1
-    slot = st.free_slots[sc[S_NFREE_SLOTS]]
-    row = st.req[slot]
-    row[:] = 0
-    row[F_PROMPT], row[F_TARGET], row[F_RID], row[F_HIT] = prompt, max(1, target), rid, hit
-    row[F_STATUS] = ST_PENDING
-    tw.inbox[meta[tk.M_INBOX_N]] = slot
-    meta[tk.M_INBOX_N] += 1
-    if meta[tk.M_BUSY] == tk.IDLE:
-        meta[tk.M_BUSY] = tk.GAP
-        times[tk.T_START] = t + model.gap
+    slot = take_request(st.sc, st.free_slots, st.req, tw.inbox, tw.meta, rid, prompt, target, hit)
+    wake(tw.meta, tw.times, model.gap, t)
     residents[k] = _residents(st, tw)
     d = edue[k] = tk.next_event(tw)
     if lazy == ON_READ:

@@ -15,7 +15,7 @@ import numpy as np
 
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
-from estimators.engine.layout import S_NR, S_WN, ST_PENDING
+from estimators.engine.layout import S_NR, S_WN
 from estimators.engine.state import SchedState, StepPlan
 from estimators.engine.timing import rng_state
 from estimators.snapshot import RateTracker, Snapshot
@@ -25,6 +25,7 @@ from estimators.timemodel.profile import BatchTimeProfile, load_profile
 from estimators.timemodel.step_ratios import CLIP_LOG
 from harness.twin.loop import kernel as tk
 from harness.twin.loop import run_memo
+from harness.twin.loop.hand_over import take_request, wake
 from harness.twin.views.honest import H_STEPS, NH, HonestView, async_host, copy_predicted, honest_scalars
 from traces.steplog import StepLog
 
@@ -291,21 +292,19 @@ class Instance:
             self.flush_log()
 
     def kick(self, t: float) -> None:
-        """An arrival woke an idle instance: it will schedule after the gap."""
-        if self.meta[tk.M_BUSY] == tk.IDLE:
-            self.meta[tk.M_BUSY] = tk.GAP
-            self.times[tk.T_START] = t + self.model.gap
+        """An arrival woke an idle instance: it will schedule after the gap (``hand_over.wake``)."""
+        wake(self.meta, self.times, self.model.gap, t)
 
     def add(self, rid: int, prompt: int, output: int, hit: int = 0) -> None:
+        """Request ``rid`` into the inbox (``hand_over.take_request``, the
+        fleet kernel's hand-over too), the instance grown first if full."""
         st = self.state.with_room()
         if st is not self.state:
             self._grow(st)
-        slot = self.state.add(rid, prompt, output, hit=hit, status=ST_PENDING)
+        st.check_prompt(rid, prompt)
+        slot = int(take_request(st.sc, st.free_slots, st.req, self.tw.inbox, self.meta, rid, prompt, output, hit))
         if slot >= self.rows_used:
             self.rows_used = slot + 1
-        meta = self.meta
-        self.tw.inbox[meta[tk.M_INBOX_N]] = slot
-        meta[tk.M_INBOX_N] += 1
         self.rate.observe(self._now)
 
     def true_first_token(self, rid: int, prompt: int, output: int, t: float, until: float) -> float:

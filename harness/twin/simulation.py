@@ -136,10 +136,10 @@ class _Run:
                              f"not in 0..{n_inst - 1}")
         return j
 
-    def place(self, i: int, j: int, t: float, insts: list[Instance], views, queue: EventQueue | None = None) -> bool:
-        """Send request ``i`` to instance ``j`` (False: it was shed, or its
-        front end refused it, and every instance is unchanged). ``queue``:
-        the fleet loop's, which hands the request over (``EventQueue.place``)."""
+    def place(self, i: int, j: int, t: float, insts: list[Instance], views, queue: EventQueue) -> bool:
+        """Send request ``i`` to instance ``j`` through ``queue``
+        (``EventQueue.place``; False: it was shed, or its front end refused
+        it, and every instance is unchanged)."""
         if j == SHED:
             return False  # ev.instance[i] stays -1: served nowhere
         if views is not None:
@@ -150,13 +150,7 @@ class _Run:
         if p >= inst.max_model_len:
             self.ev.out.reject_t[i] = t  # vLLM's front end refuses it: no room for one output token
             return False
-        hit = 0 if self.hits is None else int(self.hits[i])
-        if queue is not None:
-            queue.place(j, t, i, p, int(self.output[i]), hit, self.ev.out)
-            return True
-        inst.add(i, p, int(self.output[i]), hit)
-        if inst.idle:
-            inst.kick(t)
+        queue.place(j, t, i, p, int(self.output[i]), 0 if self.hits is None else int(self.hits[i]), self.ev.out)
         return True
 
 
@@ -168,9 +162,9 @@ class Twin:
 
     def __init__(self, specs: list[InstanceSpec], cfg: TwinConfig = TwinConfig(),  # noqa: B008 (frozen)
                  fleet_loop: bool = True, lazy: bool = True):
-        """``fleet_loop``: drive instances from the event queue and refresh
-        only changed views (``_replay_fleet``); False keeps the loop that
-        asks every instance at every arrival (``_replay_each``), the
+        """``fleet_loop``: advance the due instances in one compiled call
+        and refresh only changed views (``_replay``); False advances them
+        one call each and refreshes every view at every arrival, the
         reference the fleet loop's byte identity is tested against.
         ``lazy``: the fleet loop leaves an instance in a steady decode run
         alone until the run ends when the router reads only resident
@@ -240,10 +234,7 @@ class Twin:
         out = ev.out
         ctx = _Run(router, on_arrival, views, honest, blind, arrival, prompt, output, hits, rid_map, ev,
                    getattr(router, "sheds", False) is True)
-        if self.fleet_loop:
-            self._replay_fleet(ctx, insts, clock, self.lazy)
-        else:
-            self._replay_each(ctx, insts)
+        self._replay(ctx, insts, clock, self.fleet_loop, self.lazy)
         for inst in insts:
             inst.advance(np.inf, out)
             inst.flush_log()
@@ -257,11 +248,11 @@ class Twin:
         return self._result(requests, ev, insts)
 
     @staticmethod
-    def _replay_fleet(c: _Run, insts: list[Instance], clock: np.ndarray, lazy: bool = True) -> None:
+    def _replay(c: _Run, insts: list[Instance], clock: np.ndarray, fleet: bool = True, lazy: bool = True) -> None:
         """The arrivals, advancing only instances with an event due
-        (``EventQueue``) and refreshing only the views of instances that
-        changed: per-arrival work independent of the pool's size but for
-        the instances that have something to do."""
+        (``EventQueue``) and, with ``fleet``, refreshing only the views of
+        instances that changed: per-arrival work independent of the pool's
+        size but for the instances that have something to do."""
         # a router that reads only the residents (``Router.reads``) gets only those kept current: copying the
         # changed views' request tables was a sixth of a shortest-queue replay at 384 instances; and an
         # instance in a steady decode run (whose resident count cannot change) is left alone until the run
@@ -276,13 +267,15 @@ class Twin:
         indexed = reads == "indexed" and isinstance(c.honest, IndexedFleetViews)
         # laziness computes a run's step times twice (its end, then its steps): it pays where arrivals come
         # faster than an instance's steps, which a few instances' arrivals do not (3: 12% slower, 24: 1.8x faster)
-        lazy = (residents_only or indexed) and lazy and c.views is None and c.on_arrival is None \
+        lazy = fleet and (residents_only or indexed) and lazy and c.views is None and c.on_arrival is None \
             and len(insts) >= LAZY_MIN
-        queue = EventQueue(insts, clock, lazy=lazy)
+        queue = EventQueue(insts, clock, batch=fleet, lazy=lazy)
         out, views = c.ev.out, c.views
         advance_to = queue.advance_to
         sync = queue.refresh_residents if residents_only else queue.refresh_views
-        if lazy and indexed:
+        if not fleet:
+            sync = lambda honest: honest.refresh(insts, range(len(insts)))  # noqa: E731
+        elif lazy and indexed:
             queue.lend(c.honest, out)
             sync = queue.forget_changed
 
@@ -304,24 +297,6 @@ class Twin:
             if c.place(i, j, t, insts, views, queue):
                 r = insts[j].rate
                 insts[j].view.ewma = (r.level, r.last, r.tau)  # the rest of its view waits for the next decision
-
-    @staticmethod
-    def _replay_each(c: _Run, insts: list[Instance]) -> None:
-        """The arrivals, asking every instance to advance and refreshing
-        every view at each (the one-level loop, before the event queue)."""
-        out, views = c.ev.out, c.views
-
-        def refresh() -> None:
-            c.honest.refresh(insts, range(len(insts)))
-        for i in range(len(c.arrival)):
-            t = c.arrival[i]
-            if views is not None:
-                views.refresh(t, insts, out)
-            for inst in insts:
-                inst.advance(t, out)
-            if c.on_arrival is not None:
-                c.on_arrival(i, t, insts)
-            c.place(i, c.route(i, t, c.seen(insts, refresh), len(insts)), t, insts, views)
 
     def _result(self, requests: pd.DataFrame, ev: Events, insts: list[Instance]) -> TwinResult:
         ids = np.array([s.instance_id for s in self.specs], dtype=object)

@@ -6,7 +6,8 @@
 - ``parts``: the bundles, their field layouts and the online speed rule;
 - ``skip``: exact skipping of runs of identical decode steps;
   ``run_memo``: the steps ahead of a steady run, drawn once;
-- ``borrow``: an item of a Numba typed list for kernels without Numba's runtime.
+- ``borrow``: an item of a Numba typed list for kernels without Numba's runtime;
+  ``hand_over``: a request handed to an instance, an idle engine woken.
 
 May import ``estimators`` only; never the views,
 pools, routers, the Python-side ``Instance`` or the simulation around it.
