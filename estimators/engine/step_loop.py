@@ -240,7 +240,7 @@ def take_queued(plan, plan2, n):
     plan.counts[PL_N] = n
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # inlined: a call passes every array of its bundles (SFS measured ~2x a step)
 def loop_step(st, plan, plan2, tw, model, out, log, stop):
     """Run the instance's due event (``meta[M_BUSY]``): RUNNING, apply the
     (oldest) batch's outputs at ``T_END``; else the schedule() at

@@ -228,7 +228,7 @@ def _lost(cfg2, ov_sc):
     return cfg2[C_PREFIX] == PREFIX_OVERLAY and ov_sc[OV_FALLBACK] != 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _until_first_token(st2, plan, plan2, tw, model, q, max_steps, typ_out):
     """Step the scratch instance (``estimators.engine.step_loop.loop_step``, no
     outcomes, no log) until the step whose outputs give the query (slot
