@@ -14,6 +14,9 @@ above it (``estimators.timemodel.kernel_form``, ``estimators.trace_blocks``).
   moves they make (a free count, or the block pool);
 - ``kernel``: the scheduler (one step's decisions and its outputs), written
   in ``sched_moves``' per-request moves;
+- ``step_loop``: one event of an instance's loop (a step's outputs, or the
+  next schedule() and the step's duration), the one caller of the
+  kernel's step API, for the twin and SFS alike, and the loop's layouts;
 - ``timing``: the batch-time model in Numba (typical time and noise);
 - ``recorded``: advancing a state by a batch someone else chose;
 - ``view``: ``InstanceView``, what an estimator may read of an instance;

@@ -50,12 +50,16 @@ class InstanceView(Protocol):
         ...
 
 
-# async scheduling: the host's side of an instance, as SFS follows it (``estimators.sfs.async_kernel``),
-# float64: batches queued (0-2), the host waiting for the oldest's outputs, the host between calls (its
-# next call at AH_NEXT), the oldest batch's size and device start, the queued batch's size and launch,
-# the host's last launch. All of it is the host's own clock or past events: never a batch's end.
-AH_Q, AH_WAIT, AH_GAP, AH_NA, AH_START_A, AH_NB, AH_LAUNCH_B, AH_LAUNCH, AH_NEXT = range(9)
-NAH = 9
+# an instance's honest scalars (float64: every count is far below 2**53), what a twin's view holds
+# (``harness.twin.views.honest``) and SFS reads of an async instance: busy (a step in flight), idle, between
+# steps, arrived requests not yet taken in, the in-flight step's size and start (never its end), the
+# wake-up, the learned speed factor and the steps it learned from
+H_BUSY, H_IDLE, H_GAP, H_INBOX, H_INFL_N, H_START, H_WAKE, H_SPEED, H_STEPS = range(9)
+# async scheduling: batches queued (0-2), the host waiting for the oldest's outputs, the queued batch's size
+# and launch, the host's last launch and its next call (in the gap); H_BUSY, H_INFL_N and H_START then
+# describe the oldest batch (the one on the device). All of it is the host's own clock or past events.
+H_Q, H_WAIT, H_N2, H_LB, H_LAUNCH, H_NEXT = range(9, 15)
+NH = 15
 
 
 def first_gap(t: float, infl_start: float | None, wake_s: float | None, gap: float) -> float:

@@ -14,9 +14,9 @@ from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import C_ASYNC, C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF, KernelInputError
 from estimators.engine.state import SchedState, StepPlan
+from estimators.engine.step_loop import SCRATCH_WORDS
 from estimators.engine.timing import TimeModel
-from estimators.engine.view import AH_Q, AH_START_A, InstanceView, Query, first_gap
-from estimators.sfs.async_kernel import sfs_estimate_async
+from estimators.engine.view import H_Q, H_START, InstanceView, Query, first_gap
 from estimators.sfs.dist import (
     SCRATCH_COLS,
     SCRATCH_ROWS,
@@ -26,7 +26,7 @@ from estimators.sfs.dist import (
     noise_moments,
     sfs_ttft_dist,
 )
-from estimators.sfs.kernel import sfs_estimate_borrowed, sfs_estimate_p
+from estimators.sfs.kernel import sfs_estimate_async, sfs_estimate_borrowed, sfs_estimate_p
 from estimators.timemodel.intake import Intake
 from estimators.timemodel.kernel_form import time_model
 from estimators.timemodel.profile import BatchTimeProfile
@@ -61,13 +61,19 @@ def _entry(kind: str):
             st, plan, model, core = _example_state()
             if kind == "fused":
                 run = entry_point(sfs_estimate_p, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots, 0, 0,
-                                  model, core, plan, 0, np.zeros(0), 0.0, 0.0, 0.0, z, z, 0.0,
+                                  model, core, plan, 0, np.zeros(0), _loop_scratch(), 0.0, 0.0, 0.0, z, z, 0.0,
                                   np.zeros((SCRATCH_ROWS, SCRATCH_COLS)))
             else:
                 run = entry_point(sfs_estimate_borrowed, core, st.free_slots, 0, plan, 0, 0.0, 0.0, st.free_slots,
-                                  0, 0, model, st if kind == "cached" else core, plan, 0, np.zeros(0))
+                                  0, 0, model, st if kind == "cached" else core, plan, 0, np.zeros(0),
+                                  _loop_scratch())
         _ENTRIES[kind] = run
     return run
+
+
+def _loop_scratch() -> np.ndarray:
+    """The engine loop's scratch for SFS's kernels (``step_loop.scratch_arrays``)."""
+    return np.zeros(SCRATCH_WORDS, dtype=np.int64)
 
 
 def joining_intake(intake: Intake, view: InstanceView, prompt: int) -> float:
@@ -117,6 +123,7 @@ class SFS:
         self._view: InstanceView | None = None  # the last estimate's view and in-flight elapsed time (for its distribution)
         self._elapsed = 0.0
         self._no_typ = np.zeros(0)
+        self._lp = _loop_scratch()
         self._dist = np.zeros(5)
         self._ttft_dist = None  # sfs_ttft_dist's entry, compiled on the first distribution
         self._fused = None  # sfs_estimate_p's entry, compiled on the first estimate_p
@@ -196,7 +203,7 @@ class SFS:
             est, steps, self.last_s1, self.last_s2, self._typ0 = run(
                 core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed,
                 first_gap(q.t, start, view.wake_s, self.model.gap), self.pred_total, q.rid, q.prompt, self.model,
-                self.st2c, self.plan2, MAX_SIM_STEPS, typ)
+                self.st2c, self.plan2, MAX_SIM_STEPS, typ, self._lp)
             self.last_steps = steps
             # never a negative time (a profile's curvature terms may go negative outside the fitted batches)
             intake = joining_intake(self.intake, view, q.prompt) * self._speed  # host work: scaled like the gap
@@ -212,7 +219,7 @@ class SFS:
         else:
             est, steps, self.last_s1, self.last_s2, self._typ0 = self._run(
                 core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, q.rid,
-                q.prompt, self.model, self.st2, self.plan2, MAX_SIM_STEPS, typ)
+                q.prompt, self.model, self.st2, self.plan2, MAX_SIM_STEPS, typ, self._lp)
         if steps < 0:  # the cache overlay could not follow: the same simulation on a copy of the cache
             self.fallbacks += not copy_cache
             exact = self.st2._replace(table=np.concatenate([st.table, np.zeros((1, st.table.shape[1]), np.int64)]),
@@ -221,7 +228,7 @@ class SFS:
             try:
                 est, steps, self.last_s1, self.last_s2, self._typ0 = self._run(
                     core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total,
-                    q.rid, q.prompt, self.model, exact, self.plan2, MAX_SIM_STEPS, typ)
+                    q.rid, q.prompt, self.model, exact, self.plan2, MAX_SIM_STEPS, typ, self._lp)
             finally:
                 exact.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
@@ -262,13 +269,13 @@ class SFS:
                   else joining_intake(intake, view, prompt)) * self._speed  # (as estimate: scaled like the gap)
         self.last_est, self.last_steps, self.last_s1, self.last_s2, self._typ0, p = fused(
             self._fast_core, view.inbox, view.n_inbox, view.inflight, view.infl_n, elapsed, gap, self.pred_total, rid,
-            prompt, model, self.st2c, self.plan2, MAX_SIM_STEPS, self._no_typ, self.overhead, intake,
+            prompt, model, self.st2c, self.plan2, MAX_SIM_STEPS, self._no_typ, self._lp, self.overhead, intake,
             self._speed * self._scale, self._nm, self._cv, slo, self._buf)
         return p
 
     def _estimate_async(self, view: InstanceView, q: Query, typ: np.ndarray) -> float:
         """``estimate`` on an instance with async scheduling
-        (``estimators.sfs.async_kernel``): the view must carry the host's
+        (``estimators.sfs.kernel.sfs_estimate_async``): the view must carry the host's
         side (``async_host()``: the queued batch and the host's clock), which
         a snapshot rebuilt from a trace does not. With prefix caching the
         simulation runs on a copy of the cache (the overlay is the
@@ -295,12 +302,12 @@ class SFS:
             est, steps, self.last_s1, self.last_s2, self._typ0 = sfs_estimate_async(
                 core, view.inbox, view.n_inbox, view.inflight, pb, ah, q.t, intake, self.profile.host_share,
                 self.pred_total, q.rid, q.prompt,
-                self.model, st2, self.plan2, self.plan3, MAX_SIM_STEPS, typ)
+                self.model, st2, self.plan2, self.plan3, MAX_SIM_STEPS, typ, self._lp)
         finally:
             if exact:
                 st2.ov.sc[OV_EXACT] = 0
         self.last_steps = steps
-        self._view, self._elapsed = view, (q.t - ah[AH_START_A] if ah[AH_Q] > 0 else 0.0)
+        self._view, self._elapsed = view, (q.t - ah[H_START] if ah[H_Q] > 0 else 0.0)
         self.last_est = max(est + self.overhead, 0.0)
         return self.last_est
 

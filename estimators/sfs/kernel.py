@@ -26,7 +26,6 @@ from numba import njit
 from numba.extending import overload
 
 from estimators.engine.block_overlay import OV_EXACT, OV_FALLBACK, ov_clear
-from estimators.engine.kernel import complete_step, drop_unservable_head, schedule_step
 from estimators.engine.kv_blocks import _core
 from estimators.engine.layout import (
     C_PREFIX,
@@ -39,7 +38,6 @@ from estimators.engine.layout import (
     F_RID,
     F_STATUS,
     F_TARGET,
-    PL_NREJ,
     PREFIX_OFF,
     PREFIX_ON,
     PREFIX_OVERLAY,
@@ -51,8 +49,34 @@ from estimators.engine.layout import (
     ST_WAITING,
     KernelInputError,
 )
-from estimators.engine.primitives import wait_head, wait_linear, wait_push_back
+from estimators.engine.primitives import wait_linear, wait_push_back
+from estimators.engine.step_loop import (
+    GAP,
+    IDLE,
+    M_ASYNC,
+    M_BUSY,
+    M_N,
+    M_N2,
+    M_Q,
+    M_STEPS,
+    P_GAP_WITH_STEP,
+    P_HOST_SHARE,
+    REFUSED,
+    RUNNING,
+    SP_TYP,
+    SP_TYP2,
+    T_A1,
+    T_B1,
+    T_END,
+    T_GAP,
+    T_INTAKE,
+    T_START,
+    loop_step,
+    scratch_arrays,
+    take_queued,
+)
 from estimators.engine.timing import plan_time
+from estimators.engine.view import H_GAP, H_INFL_N, H_LAUNCH, H_LB, H_N2, H_NEXT, H_Q, H_START, H_WAIT
 from estimators.sfs.dist import sfs_p_on_time
 
 
@@ -204,9 +228,47 @@ def _lost(cfg2, ov_sc):
     return cfg2[C_PREFIX] == PREFIX_OVERLAY and ov_sc[OV_FALLBACK] != 0
 
 
+@njit(cache=True, inline="always")
+def _until_first_token(st2, plan, plan2, tw, model, q, max_steps, typ_out):
+    """Step the scratch instance (``estimators.engine.step_loop.loop_step``, no
+    outcomes, no log) until the step whose outputs give the query (slot
+    ``q``) its first token. Returns that step's end (inf: refused, never
+    admitted, nothing left to run, or ``max_steps`` simulated), the sum and
+    sum of squares of the simulated steps' typical durations (the first
+    ``typ_out.size`` written to ``typ_out``), and whether the prefix-cache
+    overlay lost track (the result is then void)."""
+    meta, times, sp = tw.meta, tw.times, tw.speed
+    (ov_sc,) = _ov_scalars(st2)
+    cfg2 = st2.cfg
+    asy = meta[M_ASYNC] != 0
+    s1 = 0.0
+    s2 = 0.0
+    while True:
+        busy = meta[M_BUSY]
+        k = meta[M_STEPS]
+        if busy == IDLE or ((asy or busy == GAP) and k >= max_steps):
+            return np.inf, s1, s2, False
+        t = times[T_END]
+        queued = meta[M_Q]
+        r = loop_step(st2, plan, plan2, tw, model, None, None, q)
+        if _lost(cfg2, ov_sc):
+            return -1.0, s1, s2, True
+        if r == REFUSED:
+            return np.inf, s1, s2, False  # refused outright (V0: longer than the budget), or never admissible
+        if busy == RUNNING:
+            if st2.req[q, F_EVENT] & EV_FIRST:
+                return t, s1, s2, False
+        elif meta[M_STEPS] > k:
+            typ = sp[SP_TYP] if queued == 0 else sp[SP_TYP2]  # (the scratch's host factor is 1)
+            s1 += typ
+            s2 += typ * typ
+            if k < typ_out.size:
+                typ_out[k] = typ
+
+
 @njit(cache=True)
 def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
-                 st2, plan, max_steps, typ_out, live_rows=False):
+                 st2, plan, max_steps, typ_out, lp, live_rows=False):
     """Estimated TTFT (seconds) of a query arriving now, the number of
     steps simulated, the sum and sum of squares of the simulated steps'
     typical durations, and the in-flight step's typical duration (0: none)
@@ -220,66 +282,123 @@ def sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_tota
     step's start; ``first_gap`` is the time until the first simulated
     schedule() after the in-flight step (a whole gap, or what is left of
     the current one when the engine is between steps). The scratch state
-    ``st2`` and plan need room for one more slot than ``st``. ``live_rows``
+    ``st2`` and plan need room for one more slot than ``st``; ``lp``: the
+    loop's scratch (``step_loop.SCRATCH_WORDS``). ``live_rows``
     (``st`` and ``st2`` a ``SchedCore``: caching off): copy only the rows the
-    simulation reaches (``copy_state``'s ``live``; the same estimate)."""
+    simulation reaches (``copy_state``'s ``live``; the same estimate).
+
+    The steps are the engine loop's (``step_loop.loop_step``), each charged its
+    expected time, the clock summed as t + (gap + duration)
+    (``P_GAP_WITH_STEP``)."""
     if not (np.isfinite(elapsed) and np.isfinite(first_gap)) or n_inbox < 0 or n_inbox > inbox.size \
             or infl_n < 0 or infl_n > infl.slot.size or st2.sc.size < st.sc.size or st2.req.shape[0] <= st.sc[S_CAP] \
             or st2.req.shape[1] < st.req.shape[1]:
         raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
     copy_state(st, st2, live_rows and st.cfg[C_PREFIX] == PREFIX_OFF, inbox, n_inbox, infl, infl_n)
-    r2, sc2, cfg2 = st2.req, st2.sc, st2.cfg
     (ov_sc,) = _ov_scalars(st2)
     # --- residents get predicted output lengths
     _predict_residents(st2, inbox, n_inbox, pred_total)
+    tw = scratch_arrays(lp)
+    meta, times = tw.meta, tw.times
+    tw.params[P_GAP_WITH_STEP] = 1.0
     # --- the in-flight step: expected duration minus elapsed, then its outputs
     t = 0.0
-    s1 = 0.0
-    s2 = 0.0
     typ0 = 0.0
     if infl_n > 0:
-        typ0 = plan_time(model, r2, infl, infl_n)
+        typ0 = plan_time(model, st2.req, infl, infl_n)
         rem = typ0 * model.mult - elapsed
         if rem > 0.0:
             t = rem
-        complete_step(st2, infl, infl_n)
-        if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2, typ0
+        meta[M_BUSY] = RUNNING
+        meta[M_N] = infl_n
+        times[T_END] = t
+        loop_step(st2, infl, infl, tw, model, None, None, -1)
+        if _lost(st2.cfg, ov_sc):
+            return -1.0, -1, 0.0, 0.0, typ0
     # --- arrivals so far, then the query, join waiting at the boundary
     q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, st.req.shape[1])
-    steps = 0
-    step_gap = first_gap
-    while steps < max_steps:
-        n = schedule_step(st2, plan)
-        if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2, typ0
-        for r in range(plan.counts[PL_NREJ]):
-            if plan.rejected[r] == q:
-                return np.inf, steps, s1, s2, typ0  # refused outright (V0: longer than the budget)
-        if n == 0:
-            if sc2[S_NR] == 0 and sc2[S_WN] > 0 and wait_head(sc2, st2.waiting) != q:
-                drop_unservable_head(st2)  # as the twin does: it could never run
-                continue
-            return np.inf, steps, s1, s2, typ0  # the query can never be admitted here
-        typ = plan_time(model, r2, plan, n)
-        s1 += typ
-        s2 += typ * typ
-        if steps < typ_out.size:
-            typ_out[steps] = typ
-        t += step_gap + typ * model.mult
-        step_gap = model.gap
-        complete_step(st2, plan, n)
-        if _lost(cfg2, ov_sc):
-            return -1.0, -1, s1, s2, typ0
-        steps += 1
-        if r2[q, F_EVENT] & EV_FIRST:
-            return t, steps, s1, s2, typ0
-    return np.inf, steps, s1, s2, typ0
+    meta[M_BUSY] = GAP
+    times[T_START] = t
+    times[T_GAP] = first_gap
+    t, s1, s2, lost = _until_first_token(st2, plan, plan, tw, model, q, max_steps, typ_out)
+    return t, -1 if lost else meta[M_STEPS], s1, s2, typ0
+
+
+@njit(cache=True)
+def sfs_estimate_async(st, inbox, n_inbox, pa, pb, ah, now, intake, share, pred_total, q_rid, q_prompt, model,
+                       st2, p1, p2, max_steps, typ_out, lp):
+    """``sfs_estimate`` on an instance with vLLM's async scheduling: the
+    same simulation stepped through the engine loop's async mode (the
+    two-deep batch queue, ``step_loop``): a plan is made before the
+    previous batch's outputs are applied; the device runs the queued
+    batches back to back, each charged its expected duration; the host
+    applies the oldest batch's outputs once the device has finished it and
+    the host has launched its last plan, then spends the inter-step gap
+    before its next call. The in-flight part is up to two batches: the
+    oldest (``pa``, on the device since its start, charged its expected
+    duration, its end floored at ``now`` as in the synchronous SFS) and the
+    queued one (``pb``, launched, started when the oldest ends); ``ah``:
+    the host's side (the honest scalars, ``estimators.engine.view``'s ``H_*``). Request
+    intake (``intake``) is charged inside the simulation, at the first
+    plan's launch (the device may be busy past it, and then it costs
+    nothing), not added afterwards as in the synchronous SFS. ``share``:
+    the profile's ``host_share``; ``p1``, ``p2``: scratch plans. ``st2``
+    has room for one more slot than ``st`` and, with prefix caching, a
+    copy of the cache (``st2.ov.sc[OV_EXACT]`` set: no overlay). Returns
+    the TTFT from ``now`` and ``sfs_estimate``'s other returns."""
+    if not (np.isfinite(now) and np.isfinite(intake)) or n_inbox < 0 or n_inbox > inbox.size \
+            or st2.req.shape[0] <= st.sc[S_CAP] or st2.req.shape[1] < st.req.shape[1]:
+        raise KernelInputError("SFS was handed a non-finite time or counts past its arrays")
+    copy_state(st, st2, False, inbox, n_inbox, pa, 0)
+    r2 = st2.req
+    _predict_residents(st2, inbox, n_inbox, pred_total)
+    tw = scratch_arrays(lp)
+    meta, times = tw.meta, tw.times
+    meta[M_ASYNC] = 1
+    tw.params[P_HOST_SHARE] = share
+    mult = model.mult
+    nq = int(ah[H_Q])
+    na = int(ah[H_INFL_N])
+    nb = int(ah[H_N2])
+    dev = 1.0 - share
+    typ0 = 0.0
+    a_end = now
+    if nq > 0:
+        if na > 0:
+            typ0 = plan_time(model, r2, pa, na) * dev
+        a_end = ah[H_START] + typ0 * mult
+        if a_end < now:  # ran past its expected end: it ends now at the earliest (as the synchronous SFS)
+            a_end = now
+        take_queued(p1, pa, na)
+    if nq > 1:
+        typb = plan_time(model, r2, pb, nb) * dev if nb > 0 else 0.0
+        lb = ah[H_LB]
+        times[T_B1] = (lb if lb > a_end else a_end) + typb * mult
+        take_queued(p2, pb, nb)
+    times[T_A1] = a_end
+    meta[M_Q] = nq
+    meta[M_N] = na
+    meta[M_N2] = nb
+    # the host as it is: between calls (its next at H_NEXT), waiting for the oldest batch, or idle (the
+    # query's arrival wakes it: a gap, then its call)
+    meta[M_BUSY] = GAP
+    times[T_START] = now + model.gap
+    if ah[H_GAP] != 0.0:
+        times[T_START] = ah[H_NEXT]
+    elif ah[H_WAIT] != 0.0:
+        meta[M_BUSY] = RUNNING
+        la = ah[H_LAUNCH]
+        times[T_END] = la if la > a_end else a_end
+    # the requests arrived so far, then the query, join waiting (taken in at the next plan, with their intake)
+    q = _enqueue_query(st2, inbox, n_inbox, q_rid, q_prompt, st.req.shape[1])
+    times[T_INTAKE] = intake
+    t, s1, s2, lost = _until_first_token(st2, p1, p2, tw, model, q, max_steps, typ_out)
+    return t - now, -1 if lost else meta[M_STEPS], s1, s2, typ0
 
 
 @njit(cache=True, _nrt=False)
 def sfs_estimate_borrowed(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
-                          st2, plan, max_steps, typ_out):
+                          st2, plan, max_steps, typ_out, lp):
     """``sfs_estimate`` called from Python with the arrays borrowed.
 
     Why: compiled without Numba's runtime, this entry hands the kernel the
@@ -289,12 +408,12 @@ def sfs_estimate_borrowed(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, 
     takes. A state with the prefix cache holds 24 arrays, and the kernel's
     non-inlined calls took each of them at every call."""
     return sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
-                        st2, plan, max_steps, typ_out)
+                        st2, plan, max_steps, typ_out, lp)
 
 
 @njit(cache=True, _nrt=False)
 def sfs_estimate_p(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid, q_prompt, model,
-                   st2, plan, max_steps, typ_out, overhead, intake, c, nm, cv, slo, buf):
+                   st2, plan, max_steps, typ_out, lp, overhead, intake, c, nm, cv, slo, buf):
     """``sfs_estimate_borrowed`` and then the estimate's P(TTFT <= slo)
     (``estimators.sfs.dist.sfs_p_on_time``) in one call from Python: what
     ``SFS.estimate`` followed by ``SFS.p_on_time`` computes, the same
@@ -306,7 +425,7 @@ def sfs_estimate_p(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_to
     of this module is keyed by this file's stamp: a change to
     ``estimators.sfs.dist`` needs this file touched too."""
     est, steps, s1, s2, typ0 = sfs_estimate(st, inbox, n_inbox, infl, infl_n, elapsed, first_gap, pred_total, q_rid,
-                                            q_prompt, model, st2, plan, max_steps, typ_out, True)
+                                            q_prompt, model, st2, plan, max_steps, typ_out, lp, True)
     x = est + overhead + intake
     total = 0.0 if 0.0 > x else x  # Python's max(x, 0.0): x unless 0 is strictly greater
     return total, steps, s1, s2, typ0, sfs_p_on_time(total, s1, s2, steps, model.mult, c, nm, cv, typ0, elapsed,

@@ -1,32 +1,9 @@
 """The engine twin's inner loop, in Numba: run one instance's steps up to a
-time, applying each step's outputs, taking in requests that arrived in the
-meantime at the next schedule(), scheduling with the shared kernel and
-drawing each step's true duration from the batch-time profile and its noise.
-
-An instance is idle (0), running a step (1) or between steps (2): after a
-step ends with work left, or when an arrival wakes an idle engine, the
-engine spends the profile's inter-step gap (output handling, request intake)
-and then runs schedule(); requests that arrive during the gap are part of
-that schedule(), as in vLLM's engine loop.
-
-With vLLM's async scheduling (``M_ASYNC``) the same loop runs the engine
-core's two-deep batch queue (``EngineCore.step_with_batch_queue``,
-``docs/reference/async-scheduling.md`` section 1) over the one scheduler
-kernel in its async mode: the host plans step N+1 while the device runs
-step N, so "the step in flight" is two batches and the host's and the
-device's clocks part. GAP, at ``T_START``, is the host's call (take in the
-inbox, schedule, launch: the device starts the batch when the host has
-taken the joining requests in and the device is free); RUNNING, at
-``T_END``, the host waiting for the oldest batch, whose outputs it applies
-once the device has finished it and the host has launched its last batch.
-With the profile's ``host_share`` s, a batch's typical time T splits into
-the host's input preparation (s T, expected, before the launch) and the
-device's run ((1 - s) T, with the noise), so the period between steps is
-the larger of the device's and the host's time where the synchronous mode
-charges their sum (``docs/concepts/batch-time.md``). The step log has the
-device's start and end of each non-empty batch, logged when it is planned
-(its preemptions are known then). SFS follows the same loop
-(``estimators.sfs.async_kernel``).
+time, each event (a step's end, the next schedule()) the engine loop's
+``loop_step`` (``estimators.engine.step_loop``: vLLM's rules, sync or async
+scheduling, the step's true duration drawn from the batch-time profile and
+its noise), the twin's own part the step log, the online speed factor and
+the skipping of steady runs.
 
 Python calls ``advance`` for every instance before each arrival (so the
 router sees every instance as it is at that moment) and wakes an idle
@@ -57,8 +34,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from estimators.engine.completion import BATCH_QUEUE
-from estimators.engine.kernel import complete_step
 from estimators.engine.layout import (
     F_COMPUTED,
     F_PROMPT,
@@ -68,10 +43,9 @@ from estimators.engine.layout import (
     S_NPREEMPT,
     S_NR,
     S_STEP,
-    S_WN,
     KernelInputError,
 )
-from estimators.engine.timing import noisy_ratio, plan_time
+from estimators.engine.step_loop import OK, loop_step, write_step
 from harness.twin.loop import run_memo
 from harness.twin.loop.parts import (  # noqa: F401 (the bundles' layouts, read as tk.* by the instance and the fleet)
     GAP,
@@ -124,157 +98,8 @@ from harness.twin.loop.parts import (  # noqa: F401 (the bundles' layouts, read 
     TwinArrays,
     _observe_speed,
     _observe_sums,
-    record_events,
-    record_slot,
-    schedule_or_reject,
-    take_inbox,
-    write_step,
 )
 from harness.twin.loop.skip import apply_run, steady_run, take_batch
-
-
-@njit(cache=True)
-def _log_room(tw, log, cap):
-    """Room in the step log for one more step of up to ``cap`` items and preemptions."""
-    meta = tw.meta
-    return (meta[M_LOG_STEPS] < log.n.size and meta[M_LOG_ITEMS] + cap <= log.items.shape[0]
-            and meta[M_LOG_PRE] + cap <= log.pre.size)
-
-
-@njit(cache=True)
-def _plan(t, st, plan, tw, model, out, log, asy):
-    """schedule() at ``t`` (sync: the step; ``asy``: the host's call): take
-    in the inbox, schedule, draw the duration, launch. The batch starts
-    once the engine has taken in the joining requests
-    (``estimators.timemodel.intake``: vLLM's ``add_request`` before
-    ``schedule()``) and, async, the host has prepared its input and the
-    device is free; requests arriving meanwhile join the next call.
-    Async, the batch goes into ``plan`` when nothing is queued, else into
-    ``plan2``, and the host's next call follows at once while fewer than
-    two batches are queued (vLLM returns without waiting). Returns False
-    (nothing done) when an async step log has no room."""
-    meta, times, sp = tw.meta, tw.times, tw.speed
-    q = meta[M_Q]  # 0 on a synchronous instance
-    x = plan if q == 0 else tw.plan2
-    log_on = tw.params[P_LOG_ON] > 0.0
-    if asy and log_on and not _log_room(tw, log, x.slot.size):
-        return False
-    meta[M_RUN_LEFT] = 0
-    intake = take_inbox(st, tw)
-    n = schedule_or_reject(st, x, out, t)
-    if n == 0 and q == 0:  # nothing queued, nothing schedulable: idle until an arrival
-        meta[M_BUSY] = IDLE
-        meta[M_N] = 0
-        return True
-    typical = 0.0
-    dur = 0.0
-    prep = 0.0
-    if n > 0:
-        for j in range(n):
-            rid = st.req[x.slot[j], F_RID]
-            if out.cached[rid] < 0:
-                out.cached[rid] = x.computed[j]
-        whole = plan_time(model, st.req, x, n)
-        typical = whole
-        if asy:
-            share = tw.params[P_HOST_SHARE]
-            typical = whole * (1.0 - share)  # the device's part (all of it at share 0)
-            prep = whole * share * model.mult  # the host's input preparation before the launch, expected
-        if tw.params[P_NOISE_ON] > 0.0:
-            dur = typical * noisy_ratio(model.noise, model.stall_q, model.stall_v, tw.rng)
-        else:
-            dur = typical * model.mult
-        meta[M_STEPS] += 1
-    launch = t + intake + prep
-    if not asy:
-        sp[SP_TYP] = typical / sp[SP_HOST]  # what the profile (the estimators' view) says
-        times[T_START] = launch
-        times[T_END] = launch + dur
-        meta[M_BUSY] = RUNNING
-        meta[M_N] = n
-        return True
-    if q == 0:
-        start = launch
-        times[T_A0] = start
-        times[T_A1] = start + dur
-        meta[M_N] = n
-        sp[SP_TYP] = typical / sp[SP_HOST]
-    else:
-        start = launch if launch > times[T_A1] else times[T_A1]
-        times[T_B0] = start
-        times[T_B1] = start + dur
-        times[T_LB] = launch
-        meta[M_N2] = n
-        sp[SP_TYP2] = typical / sp[SP_HOST]
-    if n > 0 and log_on:
-        write_step(st, x, tw, log, n, start, start + dur)  # the device's start and end
-    meta[M_Q] = q + 1
-    times[T_LAUNCH] = launch
-    if q + 1 < BATCH_QUEUE and (n > 0 or st.sc[S_NR] + st.sc[S_WN] > 0):
-        meta[M_BUSY] = GAP  # vLLM returns at once: the next plan, from the state before this batch's outputs
-        times[T_START] = launch
-    else:
-        meta[M_BUSY] = RUNNING
-        times[T_END] = launch if launch > times[T_A1] else times[T_A1]
-    return True
-
-
-@njit(cache=True)
-def _take_queued(plan, plan2, n):
-    """Async: the queued batch becomes the oldest: ``plan2``'s items into
-    ``plan`` (the views hold ``plan`` as the in-flight batch)."""
-    for j in range(n):
-        plan.slot[j] = plan2.slot[j]
-        plan.tokens[j] = plan2.tokens[j]
-        plan.computed[j] = plan2.computed[j]
-        plan.rid[j] = plan2.rid[j]
-        plan.samples[j] = plan2.samples[j]
-        plan.preemptions[j] = plan2.preemptions[j]
-    plan.counts[PL_N] = n
-
-
-@njit(cache=True, inline="always")
-def _complete(st, plan, tw, model, out, asy):
-    """At ``T_END`` the (oldest) batch's outputs are applied: tokens and
-    finishes stamped, the speed factor updated; then the inter-step gap
-    before the next call if any request remains, else (async) the wait for
-    the queued batch, or idle. Async, a slot reused since the batch was
-    planned gets no events of it, and the queued batch becomes the oldest."""
-    meta, times, sp = tw.meta, tw.times, tw.speed
-    t = times[T_END]
-    n = meta[M_N]
-    complete_step(st, plan, n)
-    if not asy:
-        _observe_speed(sp, t - times[T_START])
-        record_events(st, plan, n, t, out)
-        meta[M_N] = 0
-        q = 0
-    else:
-        if n > 0:
-            _observe_speed(sp, times[T_A1] - times[T_A0])
-        for j in range(n):
-            s = plan.slot[j]
-            if st.req[s, F_RID] == plan.rid[j]:  # a reused slot's events are its new request's
-                record_slot(st, s, t, out)
-        q = meta[M_Q] - 1
-        if q > 0:
-            _take_queued(plan, tw.plan2, meta[M_N2])
-            meta[M_N] = meta[M_N2]
-            times[T_A0] = times[T_B0]
-            times[T_A1] = times[T_B1]
-            sp[SP_TYP] = sp[SP_TYP2]
-        else:
-            meta[M_N] = 0
-        meta[M_N2] = 0
-        meta[M_Q] = q
-    if st.sc[S_NR] + st.sc[S_WN] + meta[M_INBOX_N] > 0:
-        meta[M_BUSY] = GAP
-        times[T_START] = t + model.gap
-    elif q > 0:
-        meta[M_BUSY] = RUNNING  # nothing left to plan: wait for the last batch (its outputs are dropped)
-        times[T_END] = t if t > times[T_A1] else times[T_A1]
-    else:
-        meta[M_BUSY] = IDLE
 
 
 @njit(cache=True)
@@ -318,7 +143,7 @@ def _skip_run(t_until, st, plan, tw, model, log):
     run its steps without the scheduler kernel. Each step's
     typical time comes from the decodes' running sums, its noise from the
     same stream in the same order, its start, end and the speed factor
-    from the same expressions as ``_plan`` and ``advance``; the
+    from the same expressions as ``loop_step`` and ``advance``; the
     request table is brought forward once at the end (``apply_run``), the
     last step left in flight if it ends after ``t_until``. Returns the
     steps scheduled (0: not a steady run; the caller schedules as usual)."""
@@ -353,7 +178,7 @@ def _skip_run(t_until, st, plan, tw, model, log):
                 rng[i] = ahead_rng[j + 1, i]
         else:
             typical, dur = run_memo.step_time(model, n, s1, s2, done, rng, noise_on)
-            t_start = t + 0.0  # nobody joins: _plan's start and end (intake 0), term by term
+            t_start = t + 0.0  # nobody joins: loop_step's start and end (intake 0), term by term
             t_end = t + 0.0 + dur
         sp[SP_TYP] = typical / sp[SP_HOST]
         if not t_end <= t_until:
@@ -433,9 +258,10 @@ def advance(t_until, st, plan, tw, model, out, log):
     call due by then). Returns 1 when the step log is full (the caller
     flushes it and calls again), else 0.
 
-    The one loop of both scheduling modes (``M_ASYNC``): a due end applies
-    the (oldest) batch's outputs (``_complete``), a due call plans the next
-    (``_plan``). Synchronous, with ``P_SKIP_ON``, a run of steady decode
+    The one loop of both scheduling modes (``M_ASYNC``): each due event
+    (a step's end, the next schedule()) is the engine loop's ``loop_step``
+    (``estimators.engine.step_loop``), the step's duration observed into
+    the speed factor before its outputs are applied. Synchronous, with ``P_SKIP_ON``, a run of steady decode
     steps is advanced by ``_skip_run`` (same results, a fraction of the
     work); after one run, the next step is scheduled as usual (the run
     stopped where something changes). Async has no event skipping: every
@@ -449,15 +275,20 @@ def advance(t_until, st, plan, tw, model, out, log):
     while True:
         busy = meta[M_BUSY]
         if busy == RUNNING and times[T_END] <= t_until:
-            if not asy and tw.params[P_LOG_ON] > 0.0 and not _log_step(st, plan, tw, log, meta[M_N], times[T_END]):
-                return 1  # (async logs a batch when it is planned)
-            _complete(st, plan, tw, model, out, asy)
+            if asy:  # (async logs a batch when it is planned)
+                if meta[M_N] > 0:
+                    _observe_speed(tw.speed, times[T_A1] - times[T_A0])
+            else:
+                if tw.params[P_LOG_ON] > 0.0 and not _log_step(st, plan, tw, log, meta[M_N], times[T_END]):
+                    return 1
+                _observe_speed(tw.speed, times[T_END] - times[T_START])
+            loop_step(st, plan, tw.plan2, tw, model, out, log, -1)
             skipped = False
         elif busy == GAP and times[T_START] <= t_until:
             if skip and not skipped and meta[M_INBOX_N] == 0 and _skip_run(t_until, st, plan, tw, model, log) > 0:
                 skipped = True
                 continue
-            if not _plan(times[T_START], st, plan, tw, model, out, log, asy):
+            if loop_step(st, plan, tw.plan2, tw, model, out, log, -1) != OK:
                 return 1
         else:
             return 0

@@ -26,17 +26,23 @@ from numba import njit
 
 from estimators.engine.layout import F_RID, F_TARGET, S_WN
 from estimators.engine.state import SchedState, StepPlan
-from estimators.engine.view import (
-    AH_GAP,
-    AH_LAUNCH,
-    AH_LAUNCH_B,
-    AH_NA,
-    AH_NB,
-    AH_NEXT,
-    AH_Q,
-    AH_START_A,
-    AH_WAIT,
-    NAH,
+from estimators.engine.view import (  # noqa: F401 (the honest scalars' layout, declared beside InstanceView)
+    H_BUSY,
+    H_GAP,
+    H_IDLE,
+    H_INBOX,
+    H_INFL_N,
+    H_LAUNCH,
+    H_LB,
+    H_N2,
+    H_NEXT,
+    H_Q,
+    H_SPEED,
+    H_START,
+    H_STEPS,
+    H_WAIT,
+    H_WAKE,
+    NH,
 )
 from estimators.snapshot import Snapshot
 from harness.twin.loop.kernel import (
@@ -56,14 +62,6 @@ from harness.twin.loop.kernel import (
     T_LB,
     T_START,
 )
-
-# a view's honest scalars (HonestView.h, float64: every count is far below 2**53)
-H_BUSY, H_IDLE, H_GAP, H_INBOX, H_INFL_N, H_START, H_WAKE, H_SPEED, H_STEPS = range(9)
-# async scheduling (the twin loop's async mode, ``harness.twin.loop.kernel``): batches queued, the host waiting for the oldest's
-# outputs, the queued batch's size and launch, the host's last launch and its next call (in the gap);
-# H_BUSY, H_INFL_N and H_START then describe the oldest batch (the one on the device)
-H_Q, H_WAIT, H_N2, H_LB, H_LAUNCH, H_NEXT = range(9, 15)
-NH = 15
 
 
 @njit(cache=True)
@@ -112,13 +110,9 @@ def _async_scalars(h, meta, times, speed, gap):
 
 
 def async_host(h: np.ndarray) -> np.ndarray:
-    """The host's side of an async instance (``estimators.engine.view``'s
-    ``AH_*`` layout, what SFS follows) from its honest scalars."""
-    a = np.zeros(NAH, dtype=np.float64)
-    a[AH_Q], a[AH_WAIT], a[AH_GAP] = h[H_Q], h[H_WAIT], h[H_GAP]
-    a[AH_NA], a[AH_START_A], a[AH_NB], a[AH_LAUNCH_B] = h[H_INFL_N], h[H_START], h[H_N2], h[H_LB]
-    a[AH_LAUNCH], a[AH_NEXT] = h[H_LAUNCH], h[H_NEXT]
-    return a
+    """The host's side of an async instance as SFS reads it: a copy of its
+    honest scalars (``estimators.engine.view``'s ``H_*``)."""
+    return h.copy()
 
 
 @njit(cache=True)
@@ -222,7 +216,7 @@ class HonestView:
         return self.inbox[: self.n_inbox]
 
     def async_host(self) -> tuple[StepPlan, np.ndarray]:
-        """Async scheduling: the queued batch's plan and the host's side (``AH_*``)."""
+        """Async scheduling: the queued batch's plan and the host's side (``H_*``)."""
         return self.inflight2, async_host(self.h)
 
     def resident_slots(self) -> np.ndarray:

@@ -5,11 +5,13 @@ outside the tests, by the function it is in.
 Why: vLLM's rules are written once (``estimators.engine``), and so should
 the loop that steps an instance through them be: every loop that calls
 them again is a copy that an engine behaviour still to come would have to
-be written into. The twin's loop (sync and async scheduling, the oracle's
-fork and ``serve`` alike) reaches them only through ``advance``; SFS's
-point estimate still has its own loop, one per scheduling mode, and the
-recorded walk and the decision check apply recorded steps or trial one
-schedule(). A new caller fails here until it is listed, with its reason.
+be written into. One function calls them, the engine loop's ``loop_step``
+(``estimators.engine.step_loop``); the twin (sync and async scheduling,
+the oracle's fork and ``serve`` alike, through ``advance``) and SFS (its
+point estimate in either mode, which the bound and the distribution read)
+step through it. The recorded walk and the decision check apply recorded
+steps or trial one schedule(). A new caller fails here until it is
+listed, with its reason.
 """
 from __future__ import annotations
 
@@ -23,13 +25,9 @@ PACKAGES = ("estimators", "harness", "routers", "traces")  # the code; the tests
 
 # (file, function) -> the step-API calls in it
 CALLERS = {
-    # the twin's loop: schedule() (with its refusals) and the outputs, reached only through ``advance``
-    ("harness/twin/loop/parts.py", "schedule_or_reject"): {"schedule_step"},
-    ("harness/twin/loop/kernel.py", "_complete"): {"complete_step"},
-    # SFS's point estimate: its synchronous and its async loop (expected step times, stops at the query's
-    # first token; not yet the twin's loop)
-    ("estimators/sfs/kernel.py", "sfs_estimate"): {"schedule_step", "complete_step"},
-    ("estimators/sfs/async_kernel.py", "sfs_estimate_async"): {"schedule_step", "complete_step"},
+    # the engine loop's one event: schedule() (with its refusals) or the outputs; the twin (``advance``, both
+    # scheduling modes) and SFS (both modes) step an instance only through it
+    ("estimators/engine/step_loop.py", "loop_step"): {"schedule_step", "complete_step"},
     # not loops of the scheduler: a recorded step's outputs, and one trial schedule() on a copy
     ("estimators/snapshot.py", "complete_revealing"): {"complete_step"},
     ("estimators/snapshot.py", "drop_unservable"): {"schedule_step"},
@@ -85,9 +83,11 @@ def test_step_api_callers_are_the_listed_ones():
     assert _callers_of(STEP_API) == CALLERS
 
 
-def test_the_twin_reaches_the_step_api_only_through_advance():
-    """One loop for both scheduling modes: ``schedule_or_reject`` is called
-    by ``_plan`` alone, ``_plan`` and ``_complete`` by ``advance`` alone,
-    and nothing outside the loop's module calls them."""
-    for callee, caller in (("schedule_or_reject", "_plan"), ("_plan", "advance"), ("_complete", "advance")):
-        assert set(_callers_of({callee})) == {("harness/twin/loop/kernel.py", caller)}, callee
+def test_every_loop_steps_through_the_one_step():
+    """The twin's loop and SFS's call the engine loop's ``loop_step`` and nothing
+    else of the step API; nothing else calls ``loop_step``."""
+    assert set(_callers_of({"loop_step"})) == {
+        ("harness/twin/loop/kernel.py", "advance"),  # both scheduling modes, the fork and serve through it
+        ("estimators/sfs/kernel.py", "sfs_estimate"),  # the in-flight step's outputs
+        ("estimators/sfs/kernel.py", "_until_first_token"),  # SFS's steps, sync and async
+    }

@@ -73,7 +73,7 @@ def test_sfs_equals_twin_without_noise(scenario):
 def test_async_sfs_equals_twin_without_noise(scenario):
     """Async scheduling (vLLM's two-deep batch queue, ``harness.twin.loop.kernel``, async mode):
     SFS on the live instance and on the view a router is handed follows the
-    same loop (``estimators.sfs.async_kernel``), so with noise off and no
+    same loop (``estimators.engine.step_loop``), so with noise off and no
     later arrival it predicts the twin's TTFT exactly too, with the host's
     gap up to several step times (host-bound periods), a host share of the
     step time and request intake charged at the first plan. The probe asks
