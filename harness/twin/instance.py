@@ -219,7 +219,7 @@ class Instance:
 
     def async_host(self) -> tuple[StepPlan, np.ndarray]:
         """Async scheduling: the queued batch's plan and the host's side
-        (``estimators.engine.view``'s ``AH_*``), as an honest view has them."""
+        (``estimators.engine.view``'s ``H_*`` fields), as an honest view has them."""
         honest_scalars(self._h, self.meta, self.times, self.tw.speed, self.model.gap)
         return self.tw.plan2, async_host(self._h)
 
