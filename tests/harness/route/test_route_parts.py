@@ -110,13 +110,13 @@ def test_ledger_shadow_keys_rows_by_request_and_forgets_ended_ones():
     from harness.route.backends import pool_backends
     from harness.route.ledger import Ledger
     from harness.serve.clock import Clock
-    from harness.serve.server import warm
     from harness.twin.pools.spec import load_pool
 
     bk = pool_backends(load_pool("qwen3-h100"), ("http://x:1", "http://x:2", "http://x:3"))
-    warm(bk[1].spec)  # as ``route`` does before its clock starts: no compiling while the clock runs
-    clock = Clock(speed=1.0)  # real time: both requests (40 tokens each) are still running when looked at
     pred = np.full(16, 5, dtype=np.int64)
+    fast = Clock(speed=1e9)  # a hand-over first, as ``route`` warms up before its clock starts: nothing compiles below
+    Ledger(bk, fast, pred).dispatched(1, 0, 8, 2, fast.now())
+    clock = Clock(speed=1.0)  # real time: both requests (40 tokens each) are still running when looked at
     led = Ledger(bk, clock, pred)
     t = clock.now()
     led.dispatched(1, 7, 300, 40, t)
