@@ -19,6 +19,4 @@ The harness is the top layer: it may import ``traces``, ``estimators``,
 ``routers`` and ``reports``; nothing below imports it (``lint-imports``).
 """
 
-from estimators.kernel_cache import drop_stale_kernels
-
-drop_stale_kernels()  # before any kernel loads from Numba's cache (why: ``estimators.kernel_cache``)
+import estimators  # noqa: F401,E402 (its import drops stale cached kernels before any loads: ``estimators.kernel_cache``)
