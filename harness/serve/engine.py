@@ -40,7 +40,7 @@ from harness.serve.abort import abort_slot, take_from_inbox
 from harness.serve.clock import Clock
 from harness.serve.prefix import GrowingHashes
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
-from harness.twin.loop import kernel as tk
+from harness.twin.loop import parts as lp
 
 VOCAB = 8192  # ../shared/models' word-level tokenizer: ids 0-2 are <unk>, <s>, </s>
 HOLD_S = 1e-6  # twin seconds: how far past a step's end the next schedule() is held while aborts land
@@ -130,7 +130,7 @@ class ServedEngine:
                                                        self.spec.config.block_size):
             inst.state = inst.state.with_hashes(self.hashes.value())
         inst.add(rid, prompt, max_tokens)
-        h.slot = int(inst.tw.inbox[inst.meta[tk.M_INBOX_N] - 1])
+        h.slot = int(inst.tw.inbox[inst.meta[lp.M_INBOX_N] - 1])
         if inst.idle:
             inst.kick(t)
         self.live[rid] = h
@@ -168,7 +168,7 @@ class ServedEngine:
         for h in self.aborts:
             if req[h.slot, F_RID] == h.rid:
                 h.engine_outputs = int(req[h.slot, F_OUTPUTS])  # a discarded last step's token included
-                take_from_inbox(inst.tw.inbox, inst.meta, tk.M_INBOX_N, h.slot)
+                take_from_inbox(inst.tw.inbox, inst.meta, lp.M_INBOX_N, h.slot)
             abort_slot(inst.state, h.slot, h.rid)
         self.aborts.clear()  # an engine left with nothing goes idle at its next schedule(), by the kernel
 
@@ -207,7 +207,7 @@ class ServedEngine:
             due = inst.due()
             if due > t or due == math.inf:
                 return
-            if inst.meta[tk.M_BUSY] == tk.RUNNING:
+            if inst.meta[lp.M_BUSY] == lp.RUNNING:
                 self._complete(due)
             else:
                 self._schedule(due)
@@ -220,7 +220,7 @@ class ServedEngine:
         self.lag.append(late)
         if late > LATE_S:
             self.overruns += 1
-        n = int(inst.meta[tk.M_N])
+        n = int(inst.meta[lp.M_N])
         slots = inst.plan.slot[:n].copy()
         scheduled = int(inst.plan.tokens[:n].sum())
         if self.aborts:
@@ -271,8 +271,8 @@ class ServedEngine:
             inst.advance(t_end, self.out)
         finally:
             inst.model = model
-        if inst.meta[tk.M_BUSY] == tk.GAP:
-            inst.times[tk.T_START] = t_end + model.gap
+        if inst.meta[lp.M_BUSY] == lp.GAP:
+            inst.times[lp.T_START] = t_end + model.gap
 
     def _schedule(self, t: float) -> None:
         inst = self.inst
@@ -291,9 +291,9 @@ class ServedEngine:
         """A step was just planned: its requests scheduled for the first
         time get their start and prefix-cache hit (and the counters)."""
         inst = self.inst
-        start = float(inst.times[tk.T_START])
+        start = float(inst.times[lp.T_START])
         req = inst.state.req
-        for s in inst.plan.slot[: int(inst.meta[tk.M_N])]:
+        for s in inst.plan.slot[: int(inst.meta[lp.M_N])]:
             h = self.unstarted.pop(int(req[s, F_RID]), None)
             if h is not None:
                 h.scheduled_t = start
@@ -310,7 +310,7 @@ class ServedEngine:
 
     @property
     def waiting(self) -> int:
-        return int(self.inst.state.sc[S_WN] + self.inst.meta[tk.M_INBOX_N])
+        return int(self.inst.state.sc[S_WN] + self.inst.meta[lp.M_INBOX_N])
 
     def kv_usage(self) -> float:
         return float(self.inst.kv_usage())

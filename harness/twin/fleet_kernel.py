@@ -26,6 +26,7 @@ from numba.typed import List
 
 from estimators.engine.layout import S_NR, S_WN
 from harness.twin.loop import kernel as tk
+from harness.twin.loop import parts as lp
 from harness.twin.loop.borrow import borrow_item
 from harness.twin.loop.hand_over import take_request, wake
 from harness.twin.views.honest import copy_predicted, honest_scalars
@@ -39,7 +40,7 @@ EAGER, LAZY, ON_READ = 0, 1, 2
 @njit(cache=True, inline="always")
 def _residents(st, tw):
     """The instance's requests: running, waiting and not yet taken in."""
-    return st.sc[S_NR] + st.sc[S_WN] + tw.meta[tk.M_INBOX_N]
+    return st.sc[S_NR] + st.sc[S_WN] + tw.meta[lp.M_INBOX_N]
 
 
 @njit(cache=True, inline="always")

@@ -24,6 +24,7 @@ from estimators.timemodel.online_speed import HALF_LIFE_STEPS, baseline_log_rati
 from estimators.timemodel.profile import BatchTimeProfile, load_profile
 from estimators.timemodel.step_ratios import CLIP_LOG
 from harness.twin.loop import kernel as tk
+from harness.twin.loop import parts as lp
 from harness.twin.loop import run_memo
 from harness.twin.loop.hand_over import take_request, wake
 from harness.twin.views.honest import H_STEPS, NH, HonestView, async_host, copy_predicted, honest_scalars
@@ -80,7 +81,7 @@ class TwinConfig:
 _ADVANCE = None
 
 
-def _advance_entry(inst: Instance, out: tk.Outcomes):
+def _advance_entry(inst: Instance, out: lp.Outcomes):
     """The compiled ``twin_kernel.advance`` (typed once per process)."""
     global _ADVANCE
     if _ADVANCE is None:
@@ -108,27 +109,27 @@ class Instance:
         base = time_model(spec.profile)
         hs = spec.config.speed
         self.model = base if hs == 1.0 else base._replace(coef=base.coef * hs, gap=base.gap * hs)
-        speed = np.zeros(tk.NSP, dtype=np.float64)
-        speed[tk.SP_LAM] = 0.5 ** (1.0 / HALF_LIFE_STEPS)
-        speed[tk.SP_BASE] = baseline_log_ratio(spec.profile)
-        speed[tk.SP_CLIP] = CLIP_LOG
-        speed[tk.SP_HOST] = hs
-        speed[tk.SP_FACTOR] = 1.0
-        params = np.zeros(tk.NP_, dtype=np.float64)
-        params[tk.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
-        params[tk.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
-        params[tk.P_SKIP_ON] = 1.0 if cfg.skip else 0.0
-        params[tk.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
-        params[tk.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
-        params[tk.P_HOST_SHARE] = spec.profile.host_share  # read by the async loop only
-        meta = np.zeros(tk.NM, dtype=np.int64)
-        meta[tk.M_ASYNC] = 1 if self.asynchronous else 0
-        self.tw = tk.TwinArrays(np.zeros(cap, dtype=np.int64), meta, np.zeros(tk.NT, dtype=np.float64), params,
+        speed = np.zeros(lp.NSP, dtype=np.float64)
+        speed[lp.SP_LAM] = 0.5 ** (1.0 / HALF_LIFE_STEPS)
+        speed[lp.SP_BASE] = baseline_log_ratio(spec.profile)
+        speed[lp.SP_CLIP] = CLIP_LOG
+        speed[lp.SP_HOST] = hs
+        speed[lp.SP_FACTOR] = 1.0
+        params = np.zeros(lp.NP_, dtype=np.float64)
+        params[lp.P_NOISE_ON] = 1.0 if cfg.noise else 0.0
+        params[lp.P_LOG_ON] = 1.0 if cfg.record_steps else 0.0
+        params[lp.P_SKIP_ON] = 1.0 if cfg.skip else 0.0
+        params[lp.P_INTAKE_REQ] = spec.profile.intake.per_request_s * hs  # host work, like the gap
+        params[lp.P_INTAKE_TOK] = spec.profile.intake.per_prompt_token_s * hs
+        params[lp.P_HOST_SHARE] = spec.profile.host_share  # read by the async loop only
+        meta = np.zeros(lp.NM, dtype=np.int64)
+        meta[lp.M_ASYNC] = 1 if self.asynchronous else 0
+        self.tw = lp.TwinArrays(np.zeros(cap, dtype=np.int64), meta, np.zeros(lp.NT, dtype=np.float64), params,
                                 rng_state(int(np.random.SeedSequence([cfg.seed, index]).generate_state(1)[0])),
                                 speed, StepPlan.new(cap if self.asynchronous else 1), *run_memo.new_arrays())
         self._h = np.zeros(NH, dtype=np.float64)  # async: the honest scalars SFS reads off the live instance
         k = LOG_STEPS if cfg.record_steps else 1
-        self.log = tk.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
+        self.log = lp.LogBuffers(np.zeros((k, 2), dtype=np.float64), np.zeros(k, dtype=np.int64),
                                  np.zeros(k, dtype=np.int64),
                                  np.zeros((LOG_ITEMS if cfg.record_steps else 1, 4), dtype=np.int64),
                                  np.zeros(LOG_PRE if cfg.record_steps else 1, dtype=np.int64))
@@ -176,11 +177,11 @@ class Instance:
         """When ``advance`` next has work: the in-flight step's end, the end
         of the gap (the next schedule()), or never (idle). ``advance(t)``
         changes nothing but the clock while ``t`` is before it."""
-        busy = self.meta[tk.M_BUSY]
-        if busy == tk.RUNNING:
-            return float(self.times[tk.T_END])
-        if busy == tk.GAP:
-            return float(self.times[tk.T_START])
+        busy = self.meta[lp.M_BUSY]
+        if busy == lp.RUNNING:
+            return float(self.times[lp.T_END])
+        if busy == lp.GAP:
+            return float(self.times[lp.T_START])
         return np.inf
 
     # --- honest view for routers and estimators (InstanceView)
@@ -190,18 +191,18 @@ class Instance:
 
     @property
     def n_inbox(self) -> int:
-        return int(self.meta[tk.M_INBOX_N])
+        return int(self.meta[lp.M_INBOX_N])
 
     @property
     def busy(self) -> bool:
         """A step is in flight (async scheduling: a batch is queued)."""
         if self.asynchronous:
-            return bool(self.meta[tk.M_Q] > 0)
-        return self.meta[tk.M_BUSY] == tk.RUNNING
+            return bool(self.meta[lp.M_Q] > 0)
+        return self.meta[lp.M_BUSY] == lp.RUNNING
 
     @property
     def idle(self) -> bool:
-        return self.meta[tk.M_BUSY] == tk.IDLE
+        return self.meta[lp.M_BUSY] == lp.IDLE
 
     @property
     def inflight(self) -> StepPlan:
@@ -209,13 +210,13 @@ class Instance:
 
     @property
     def infl_n(self) -> int:
-        return int(self.meta[tk.M_N]) if self.busy else 0
+        return int(self.meta[lp.M_N]) if self.busy else 0
 
     @property
     def infl_start(self) -> float | None:
         if self.asynchronous:
-            return float(self.times[tk.T_A0]) if self.busy else None
-        return float(self.times[tk.T_START]) if self.busy else None
+            return float(self.times[lp.T_A0]) if self.busy else None
+        return float(self.times[lp.T_START]) if self.busy else None
 
     def async_host(self) -> tuple[StepPlan, np.ndarray]:
         """Async scheduling: the queued batch's plan and the host's side
@@ -226,8 +227,8 @@ class Instance:
     @property
     def wake_s(self) -> float | None:
         """Between steps: when the engine finished its last step or woke up."""
-        if self.meta[tk.M_BUSY] == tk.GAP:
-            return float(self.times[tk.T_START] - self.model.gap)
+        if self.meta[lp.M_BUSY] == lp.GAP:
+            return float(self.times[lp.T_START] - self.model.gap)
         return None
 
     @property
@@ -238,7 +239,7 @@ class Instance:
     def speed_factor(self) -> float:
         """The host speed learned from the steps completed so far (honest:
         their starts and ends are known; 1 before any step)."""
-        return self.tw.speed[tk.SP_FACTOR]
+        return self.tw.speed[lp.SP_FACTOR]
 
     @property
     def speed_steps(self) -> int:
@@ -246,7 +247,7 @@ class Instance:
         if self.asynchronous:
             honest_scalars(self._h, self.meta, self.times, self.tw.speed, self.model.gap)
             return int(self._h[H_STEPS])
-        return int(self.tw.meta[tk.M_STEPS]) - (1 if self.busy else 0)
+        return int(self.tw.meta[lp.M_STEPS]) - (1 if self.busy else 0)
 
     def snapshot(self, t: float) -> Snapshot:
         """The honest view at time ``t`` as a Snapshot (live arrays)."""
@@ -266,7 +267,7 @@ class Instance:
     @property
     def residents(self) -> int:
         """Requests on the instance: running, waiting and not yet taken in."""
-        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
+        return int(self.state.sc[S_NR] + self.state.sc[S_WN] + self.meta[lp.M_INBOX_N])
 
     def cached_prefix_tokens(self, rid: int, prompt: int) -> int:
         """The query's longest cached prefix here, in tokens (read only; an
@@ -278,14 +279,14 @@ class Instance:
 
     @property
     def queued(self) -> int:
-        return int(self.state.sc[S_WN] + self.meta[tk.M_INBOX_N])
+        return int(self.state.sc[S_WN] + self.meta[lp.M_INBOX_N])
 
     # --- driving
-    def advance(self, t: float, out: tk.Outcomes) -> None:
+    def advance(self, t: float, out: lp.Outcomes) -> None:
         self._now = t
-        busy, times = self.meta[tk.M_BUSY], self.times
-        if busy == tk.IDLE or (busy == tk.RUNNING and times[tk.T_END] > t) or \
-                (busy == tk.GAP and times[tk.T_START] > t):
+        busy, times = self.meta[lp.M_BUSY], self.times
+        if busy == lp.IDLE or (busy == lp.RUNNING and times[lp.T_END] > t) or \
+                (busy == lp.GAP and times[lp.T_START] > t):
             return  # nothing happens on this instance before t
         run = _advance_entry(self, out)
         while run(t, self.state, self.plan, self.tw, self.model, out, self.log):
@@ -334,8 +335,8 @@ class Instance:
         f.plan = StepPlan(*(a.copy() for a in self.plan))
         tw = self.tw
         params = tw.params.copy()
-        params[tk.P_LOG_ON] = 0.0
-        f.tw = tk.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy(),
+        params[lp.P_LOG_ON] = 0.0
+        f.tw = lp.TwinArrays(tw.inbox.copy(), tw.meta.copy(), tw.times.copy(), params, tw.rng.copy(), tw.speed.copy(),
                              StepPlan(*(a.copy() for a in tw.plan2)), tw.ahead.copy(), tw.ahead_rng.copy())
         f._h = self._h.copy()
         f.meta, f.times = f.tw.meta, f.tw.times
@@ -355,14 +356,14 @@ class Instance:
 
     def flush_log(self) -> None:
         meta = self.meta
-        k, m, p = int(meta[tk.M_LOG_STEPS]), int(meta[tk.M_LOG_ITEMS]), int(meta[tk.M_LOG_PRE])
+        k, m, p = int(meta[lp.M_LOG_STEPS]), int(meta[lp.M_LOG_ITEMS]), int(meta[lp.M_LOG_PRE])
         if k:
             lg = self.log
             self.log_parts.append((lg.t[:k].copy(), lg.n[:k].copy(), lg.items[:m].copy(), lg.npre[:k].copy(),
                                    lg.pre[:p].copy()))
-        meta[tk.M_LOG_STEPS] = 0
-        meta[tk.M_LOG_ITEMS] = 0
-        meta[tk.M_LOG_PRE] = 0
+        meta[lp.M_LOG_STEPS] = 0
+        meta[lp.M_LOG_ITEMS] = 0
+        meta[lp.M_LOG_PRE] = 0
 
     def step_log(self, rid_map: np.ndarray) -> StepLog | None:
         """This instance's flushed log as a ``StepLog`` (request ids from
@@ -376,9 +377,9 @@ class Instance:
                                   np.repeat(step, npre), rid_map[pre])
 
 
-def new_outcomes(n: int) -> tk.Outcomes:
+def new_outcomes(n: int) -> lp.Outcomes:
     nan = lambda: np.full(n, np.nan)  # noqa: E731
-    return tk.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+    return lp.Outcomes(nan(), nan(), nan(), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                        np.full(n, -1, dtype=np.int64))
 
 
@@ -390,9 +391,9 @@ class ForkOutcomes:
 
     def __init__(self, n: int):
         self.n = n
-        self.out: tk.Outcomes | None = None
+        self.out: lp.Outcomes | None = None
 
-    def get(self) -> tk.Outcomes:
+    def get(self) -> lp.Outcomes:
         if self.out is None:
             self.out = new_outcomes(self.n)
         return self.out

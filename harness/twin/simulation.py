@@ -34,7 +34,7 @@ from estimators.plugins import PluginError
 from estimators.trace_blocks import request_hashes
 from harness.twin.event_queue import EventQueue
 from harness.twin.instance import ForkOutcomes, Instance, InstanceSpec, TwinConfig, new_outcomes
-from harness.twin.loop import kernel as tk
+from harness.twin.loop import parts as lp
 from harness.twin.pools.spec import Pool
 from harness.twin.views.fleet import FleetViews, IndexedFleetViews
 from routers.base import SHED
@@ -51,7 +51,7 @@ class Router(Protocol):
 class Events:
     """Per-request outcomes, indexed by position in the trace."""
 
-    out: tk.Outcomes
+    out: lp.Outcomes
     instance: np.ndarray
 
     @classmethod
@@ -319,7 +319,7 @@ class Twin:
             log=StepLog.concat([g for g in logs if g is not None]),
             instances=instances_table([s.row_config() for s in self.specs]),
             sim_end_s=sim_end,
-            steps_run=sum(int(inst.tw.meta[tk.M_STEPS]) for inst in insts),
+            steps_run=sum(int(inst.tw.meta[lp.M_STEPS]) for inst in insts),
             extra={"rejected": int(np.isfinite(o.reject_t).sum()), "shed": int((ev.instance < 0).sum())},
             instance_index=ev.instance,
         )

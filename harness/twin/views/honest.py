@@ -45,7 +45,7 @@ from estimators.engine.view import (  # noqa: F401 (the honest scalars' layout, 
     NH,
 )
 from estimators.snapshot import Snapshot
-from harness.twin.loop.kernel import (
+from harness.twin.loop.parts import (
     GAP,
     IDLE,
     M_ASYNC,

@@ -16,7 +16,7 @@ from estimators.engine.config import InstanceConfig
 from estimators.engine.layout import S_WN
 from harness.twin import instance as ti
 from harness.twin.instance import Instance, InstanceSpec, TwinConfig, new_outcomes
-from harness.twin.loop import kernel as tk
+from harness.twin.loop import parts as lp
 from harness.twin.pools.spec import load_pool
 from harness.twin.simulation import Twin, shortest_queue_router
 from traces.workload.generator import WorkloadConfig, generate_workload
@@ -25,9 +25,9 @@ from traces.workload.generator import WorkloadConfig, generate_workload
 def _arrays(inst: Instance) -> list[np.ndarray]:
     """Everything the kernel reads or writes, but the skip switch and its counter."""
     st, tw, lg, m = inst.state, inst.tw, inst.log, inst.meta
-    k, n, p = m[tk.M_LOG_STEPS], m[tk.M_LOG_ITEMS], m[tk.M_LOG_PRE]  # the log's filled part
+    k, n, p = m[lp.M_LOG_STEPS], m[lp.M_LOG_ITEMS], m[lp.M_LOG_PRE]  # the log's filled part
     return [st.cfg, st.req, st.sc, st.running, st.waiting, st.free_slots, *inst.plan, tw.inbox,
-            m[: tk.M_SKIPPED], tw.times, tw.params[: tk.P_SKIP_ON], tw.rng, tw.speed,
+            m[: lp.M_SKIPPED], tw.times, tw.params[: lp.P_SKIP_ON], tw.rng, tw.speed,
             lg.t[:k], lg.n[:k], lg.npre[:k], lg.items[:n], lg.pre[:p]]
 
 
@@ -48,7 +48,7 @@ def _same(a: Instance, b: Instance, oa, ob) -> None:
 
 
 def _lockstep(engine: dict, noise: bool, record: bool, n: int = 160, rate: float = 3.0, pmax: int = 3000,
-              omax: int = 500, seed: int = 0) -> tuple[Instance, tk.Outcomes, int]:
+              omax: int = 500, seed: int = 0) -> tuple[Instance, lp.Outcomes, int]:
     """Drive two instances (skipping off, on) through the same arrivals,
     advancing both to the arrivals and to random times between them (the
     twin's router refreshes), comparing every array after every call; also
@@ -63,11 +63,11 @@ def _lockstep(engine: dict, noise: bool, record: bool, n: int = 160, rate: float
 
     def both(u):
         nonlocal waited
-        k = b.meta[tk.M_SKIPPED]
+        k = b.meta[lp.M_SKIPPED]
         a.advance(u, oa)
         b.advance(u, ob)
         _same(a, b, oa, ob)
-        waited += bool(b.meta[tk.M_SKIPPED] > k and b.state.sc[S_WN] > 0)
+        waited += bool(b.meta[lp.M_SKIPPED] > k and b.state.sc[S_WN] > 0)
 
     for i in range(n):
         gap = rng.exponential(1 / rate)
@@ -107,7 +107,7 @@ OFF = {"prefix_caching": False}  # the paper's setting; caching on has block ids
 def test_skipping_leaves_every_array_as_step_by_step_does(engine, what, noise):
     pmax = 1000 if what == "length" else 3000
     inst, out, waited = _lockstep(engine, noise, record=True, pmax=pmax)
-    steps, skipped = int(inst.meta[tk.M_STEPS]), int(inst.meta[tk.M_SKIPPED])
+    steps, skipped = int(inst.meta[lp.M_STEPS]), int(inst.meta[lp.M_SKIPPED])
     assert 0 < skipped < steps  # the fast path ran, and the kernel around it
     log = inst.step_log(np.arange(len(out.first_t)))
     if what in ("preempts", "waits"):
@@ -125,14 +125,14 @@ def test_a_full_step_log_mid_run_is_flushed_and_logged_the_same(monkeypatch):
     monkeypatch.setattr(ti, "LOG_STEPS", 37)
     monkeypatch.setattr(ti, "LOG_ITEMS", 900)
     inst, _, _ = _lockstep({**OFF, "num_kv_blocks": 2000}, noise=True, record=True, n=80)
-    assert len(inst.log_parts) > 5 and inst.meta[tk.M_SKIPPED] > 0
+    assert len(inst.log_parts) > 5 and inst.meta[lp.M_SKIPPED] > 0
 
 
 def test_without_step_recording_and_with_prefix_caching():
     inst, _, _ = _lockstep({**OFF}, noise=True, record=False, n=80)
-    assert inst.meta[tk.M_SKIPPED] > 0
+    assert inst.meta[lp.M_SKIPPED] > 0
     inst, _, _ = _lockstep({"prefix_caching": True, "num_kv_blocks": 900}, noise=True, record=True, n=80)
-    assert inst.meta[tk.M_SKIPPED] == 0  # block ids and a free queue: step by step
+    assert inst.meta[lp.M_SKIPPED] == 0  # block ids and a free queue: step by step
 
 
 def _replay(pool, w, skip: bool, noise: bool):
@@ -142,7 +142,7 @@ def _replay(pool, w, skip: bool, noise: bool):
         seen["insts"] = insts
 
     res = Twin.from_pool(pool, TwinConfig(noise=noise, skip=skip)).run(w, shortest_queue_router, on_arrival=probe)
-    return res, sum(int(x.meta[tk.M_SKIPPED]) for x in seen["insts"])
+    return res, sum(int(x.meta[lp.M_SKIPPED]) for x in seen["insts"])
 
 
 def _pool_file(tmp_path, **engine):
