@@ -25,7 +25,9 @@ The rules are vLLM 0.32's own (``vllm/v1/core/block_pool.py``,
   block whose count drops to 0 joins the queue: blocks without a hash at the
   front (``prepend_n``, in walk order), blocks with one at the tail
   (``append_n``, in walk order), so eviction is LRU from the head and, within
-  one request, the chain's tail goes first.
+  one request, the chain's tail goes first. Before vLLM 0.24 every such
+  block joined the tail (``B_FREE_ALL_TO_TAIL``, set from the release's
+  rules: ``estimators.engine.releases``).
 - Free blocks = length of the free queue; evictable cached blocks count.
 
 Why an open-addressing table (each cell's key and block side by side: a
@@ -60,8 +62,9 @@ B_MASK = 2  # hash table size - 1
 B_HEAD = 3  # sentinel index of the free queue's head (= num_blocks)
 B_TAIL = 4  # sentinel index of the free queue's tail (= num_blocks + 1)
 B_EVICTIONS = 5  # hashes evicted so far
-B_NFREE_CACHED = 6  # free blocks holding a hash (they sit behind every free block without one)
-NB = 7
+B_NFREE_CACHED = 6  # free blocks holding a hash (they sit behind every free block without one, from vLLM 0.24)
+B_FREE_ALL_TO_TAIL = 7  # 1: vLLM before 0.24 (``releases.R_FREE_ALL_TO_TAIL``): every freed block joins the tail
+NB = 8
 
 
 class BlockCache(NamedTuple):
@@ -346,13 +349,16 @@ def free_request(bc, table_row, held):
     sc, ref, bhash, fprev, fnext, fbits = bc.sc, bc.ref, bc.bhash, bc.fprev, bc.fnext, bc.fbits
     head = sc[B_HEAD]
     tail = sc[B_TAIL]
-    # tail first: cached blocks whose count drops to 0 go to the queue's tail in that order
+    everything_to_tail = sc[B_FREE_ALL_TO_TAIL] != 0
+    # tail first: cached blocks whose count drops to 0 go to the queue's tail in that order (before vLLM 0.24,
+    # every block whose count drops to 0: ``append_n`` of the walk's list)
     for i in range(held - 1, -1, -1):
         b = table_row[i]
         ref[b] -= 1
-        if ref[b] == 0 and bhash[b] != NO_HASH:
+        if ref[b] == 0 and (everything_to_tail or bhash[b] != NO_HASH):
             _fq_insert_after(fprev, fnext, fbits, sc, fprev[tail], b)
-            sc[B_NFREE_CACHED] += 1
+            if bhash[b] != NO_HASH:
+                sc[B_NFREE_CACHED] += 1
     # blocks without a hash go to the front, keeping the tail-first order
     # (prepend_n of the walk's list = push each to the front, walking head first)
     for i in range(held):

@@ -40,9 +40,11 @@ from estimators.engine.layout import (
     C_NUM_BLOCKS,
     C_POLICY,
     C_PREFIX,
+    C_RULES,
     C_WATERMARK,
     NC,
 )
+from estimators.engine.releases import KERNEL_VERSION, in_window, rules_of, window_text
 
 # engine settings are int64 in the kernel, which multiplies blocks by block size: the data layer
 # refuses the same (traces.datamodel.limits.MAX_ENGINE; tests/project/test_import_layers.py checks they agree)
@@ -117,6 +119,8 @@ class InstanceConfig:
     async_scheduling: bool = field(default=False, metadata=meta(
         "vLLM's async scheduling (AsyncScheduler, two-deep batch queue; vllm-v1 only); off = the synchronous "
         "scheduler (vLLM on CPU, and the built-in pools)"))
+    vllm_version: str = field(default=KERNEL_VERSION, metadata=meta(
+        f"the vLLM release whose scheduling rules the kernel follows ({window_text()}); empty = {KERNEL_VERSION}"))
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -145,6 +149,9 @@ class InstanceConfig:
             raise ValueError(f"prefix_caching must be true, false or null, got {shown(self.prefix_caching)}")
         if self.device is not None and not isinstance(self.device, str):
             raise ValueError(f"device must be a string or null, got {shown(self.device)}")
+        if not isinstance(self.vllm_version, str) or not in_window(self.vllm_version):
+            raise ValueError(f"vllm_version {shown(self.vllm_version)} is outside the releases whose scheduling "
+                             f"rules latroute models ({window_text()})")
         for name in ("instance_id", "model", "profile"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {shown(getattr(self, name))}")
@@ -193,6 +200,7 @@ class InstanceConfig:
         cfg[C_WATERMARK] = int(self.watermark_fraction * self.num_kv_blocks)
         cfg[C_PREFIX] = 1 if self.caching else 0
         cfg[C_ASYNC] = 1 if self.async_scheduling else 0
+        cfg[C_RULES] = rules_of(self.vllm_version)
         return cfg
 
     # --- the instances table and pool files
@@ -216,7 +224,8 @@ class InstanceConfig:
             kind = f.type if isinstance(f.type, str) else f.type.__name__
             missing = v is None or (isinstance(v, float) and math.isnan(v))
             # empty cells take the default; a float without a None default keeps its NaN (unknown prices)
-            if (missing and (kind != "float" or f.default is None)) or (f.name == "max_model_len" and v == 0):
+            if (missing and (kind != "float" or f.default is None)) or (f.name == "max_model_len" and v == 0) \
+                    or (f.name == "vllm_version" and v == ""):
                 continue
             if kind.startswith("int"):
                 v = int(v)

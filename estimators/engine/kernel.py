@@ -8,7 +8,7 @@ https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.p
 - ``vllm-v1`` (vLLM 0.32/0.33 V1, FCFS, sync scheduling): pass 1 walks
   ``running`` in admission order giving each request what it lacks (capped
   by ``long_prefill_token_threshold`` when more than one request is
-  eligible, by the token budget and by max_model_len - computed - 1); when
+  eligible, or always before vLLM 0.31 (``releases``), by the token budget and by max_model_len - computed - 1); when
   KV blocks run out it preempts the tail of ``running`` (recompute: blocks
   freed, computed reset, pushed to the front of ``waiting``) and stops the
   pass if it had to preempt the request itself. Pass 2 runs only when
@@ -53,6 +53,7 @@ from estimators.engine.layout import (
     C_MAX_SEQS,
     C_POLICY,
     C_PREFIX,
+    C_RULES,
     C_WATERMARK,
     F_BLOCKS,
     F_COMPUTED,
@@ -74,6 +75,7 @@ from estimators.engine.primitives import (
     cdiv,
     wait_head,
 )
+from estimators.engine.releases import R_LONE_PREFILL_CAP
 from estimators.engine.sched_moves import (
     _admit,
     _at_max_tokens_in_flight,
@@ -100,7 +102,8 @@ def _schedule_v1(st, plan, asy):
     budget = cfg[C_BUDGET]
     b = cfg[C_BLOCK]
     max_len = cfg[C_MAX_LEN]
-    cap = cfg[C_LONG_PREFILL] if sc[S_NR] + sc[S_WN] > 1 else 0
+    # vLLM >= 0.31 lets a lone request use the whole budget; before, the threshold capped it too (C_RULES)
+    cap = cfg[C_LONG_PREFILL] if sc[S_NR] + sc[S_WN] > 1 or cfg[C_RULES] & R_LONE_PREFILL_CAP else 0
     k = 0
     i = 0
     while i < sc[S_NR] and budget > 0:

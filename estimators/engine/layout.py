@@ -53,7 +53,8 @@ C_WATERMARK = 8  # blocks kept free at admission
 C_PREFIX = 9  # prefix caching: 0 off, 1 on (``SchedState.bc`` holds the KV blocks), 2 SFS overlay
 PREFIX_OFF, PREFIX_ON, PREFIX_OVERLAY = 0, 1, 2
 C_ASYNC = 10  # async scheduling: 1 = vLLM's AsyncScheduler (placeholders, stale outputs), 0 = sync
-NC = 11
+C_RULES = 11  # the release's rules: R_* bits of ``releases`` (0 = vLLM 0.32's)
+NC = 12
 
 # --- plan counts
 PL_N = 0  # requests in the batch

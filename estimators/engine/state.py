@@ -38,7 +38,7 @@ import numpy as np
 
 from estimators.engine.block_ids import RequestHashes, ids_of, no_request_hashes
 from estimators.engine.block_overlay import Overlay, new_overlay
-from estimators.engine.block_pool import BlockCache, copy_block_cache, find_hit, new_block_cache
+from estimators.engine.block_pool import B_FREE_ALL_TO_TAIL, BlockCache, copy_block_cache, find_hit, new_block_cache
 from estimators.engine.config import POLICIES, InstanceConfig
 from estimators.engine.layout import (
     C_BLOCK,
@@ -46,6 +46,7 @@ from estimators.engine.layout import (
     C_NUM_BLOCKS,
     C_POLICY,
     C_PREFIX,
+    C_RULES,
     F_COMPUTED,
     F_HIT,
     F_OUTPUTS,
@@ -68,6 +69,7 @@ from estimators.engine.layout import (
     KernelInputError,
 )
 from estimators.engine.primitives import wait_linear, wait_push_back
+from estimators.engine.releases import R_FREE_ALL_TO_TAIL
 
 POLICY_V0 = POLICIES["vllm-v0"]  # it refuses over-long prompts in its own scheduler
 
@@ -135,6 +137,7 @@ class SchedState(NamedTuple):
         sc[S_NFREE_SLOTS] = capacity
         if engine.caching:
             bc = new_block_cache(engine.num_kv_blocks)
+            bc.sc[B_FREE_ALL_TO_TAIL] = 1 if cfg[C_RULES] & R_FREE_ALL_TO_TAIL else 0
             table = np.zeros((capacity, -(-engine.max_model_len // engine.block_size) + 1), dtype=np.int64)
         else:
             bc, table = new_block_cache(2), np.zeros((capacity, 0), dtype=np.int64)

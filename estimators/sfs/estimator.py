@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from estimators.engine.block_overlay import OV_EXACT, new_overlay
-from estimators.engine.block_pool import copy_block_cache
+from estimators.engine.block_pool import B_FREE_ALL_TO_TAIL, copy_block_cache
 from estimators.engine.config import InstanceConfig
 from estimators.engine.fastcall import entry_point
 from estimators.engine.layout import C_ASYNC, C_MAX_LEN, C_PREFIX, F_PROMPT, PREFIX_OFF, KernelInputError
@@ -214,6 +214,9 @@ class SFS:
         gap = first_gap(q.t, start, view.wake_s, self.model.gap)
         if self._run is None:
             self._run = _entry("cached")
+        # before vLLM 0.24 freed blocks without a hash join the free queue's tail, behind cached ones: the
+        # overlay counts evictions on the newer order, so such a release simulates on a copy of the cache
+        copy_cache = copy_cache or bool(st.bc.sc[B_FREE_ALL_TO_TAIL])
         if copy_cache:
             steps = -1
         else:

@@ -13,14 +13,15 @@ from estimators.engine.block_ids import RequestHashes
 from estimators.engine.config import InstanceConfig
 from estimators.engine.kernel import complete_step, schedule_step
 from estimators.engine.layout import EV_FINISH, F_EVENT, F_PH, F_PREEMPTIONS, F_RID, F_STATUS, ST_FINISHED
+from estimators.engine.releases import KERNEL_VERSION
 from estimators.engine.state import SchedState, StepPlan
 
 
-def engine_config(eng: dict, async_scheduling: bool = False) -> InstanceConfig:
+def engine_config(eng: dict, async_scheduling: bool = False, vllm_version: str = KERNEL_VERSION) -> InstanceConfig:
     """The fixture's engine as latroute's configuration (vLLM V1 has no
-    admission watermark by default)."""
+    admission watermark by default), following ``vllm_version``'s rules."""
     return InstanceConfig(policy="vllm-v1", prefix_caching=bool(eng["prefix_caching"]),
-                          async_scheduling=async_scheduling,
+                          async_scheduling=async_scheduling, vllm_version=vllm_version,
                           max_num_batched_tokens=eng["max_num_batched_tokens"],
                         max_num_seqs=eng["max_num_seqs"], block_size=eng["block_size"],
                         num_kv_blocks=eng["num_blocks"],
@@ -39,8 +40,16 @@ def _hashes(requests: list[dict]) -> RequestHashes:
     return RequestHashes(flat, off, cnt)
 
 
-def run_scenario(scenario: dict, num_steps: int, async_rules: bool = False) -> tuple[int, list[dict]]:
-    """Free blocks at the start and ``num_steps`` step records.
+def _version(scenario: dict, rules: str | None) -> str:
+    """The release whose rules run the scenario: ``rules`` when given (a
+    planted swap), else the release that recorded it."""
+    return rules or scenario.get("vllm_version") or KERNEL_VERSION
+
+
+def run_scenario(scenario: dict, num_steps: int, async_rules: bool = False,
+                 rules: str | None = None) -> tuple[int, list[dict]]:
+    """Free blocks at the start and ``num_steps`` step records, under the
+    rules of the release that recorded the scenario (or of ``rules``).
 
     Requests join the waiting queue (in fixture order) before the
     ``schedule()`` of their arrival step, as in vLLM's engine loop. Their
@@ -48,7 +57,7 @@ def run_scenario(scenario: dict, num_steps: int, async_rules: bool = False) -> t
     ``async_rules``: the kernel's async mode driven in synchronous order
     (each step's outputs applied before the next plan)."""
     requests = scenario["requests"]
-    state = SchedState.new(engine_config(scenario["engine"], async_scheduling=async_rules),
+    state = SchedState.new(engine_config(scenario["engine"], async_rules, _version(scenario, rules)),
                            capacity=max(8, len(requests)), hashes=_hashes(requests))
     plan = StepPlan.new(len(state.running))
     name = {}  # latroute's integer request id -> fixture id
@@ -80,17 +89,17 @@ def run_scenario(scenario: dict, num_steps: int, async_rules: bool = False) -> t
 BATCH_QUEUE = 2  # vLLM's max_concurrent_batches with async scheduling and no pipeline parallelism
 
 
-def run_scenario_async(scenario: dict, num_calls: int) -> tuple[int, list[dict]]:
+def run_scenario_async(scenario: dict, num_calls: int, rules: str | None = None) -> tuple[int, list[dict]]:
     """The scenario with the kernel in async mode, driven in the order of
     vLLM's ``EngineCore.step_with_batch_queue`` (queue of two): each call
     plans a batch when the scheduler has requests (unfinished, or finished
     since the last plan), returns at once while the queue is not full, else
     applies the oldest batch's outputs. One record per call, in the async
-    fixtures' format."""
+    fixtures' format; the rules as ``run_scenario``'s."""
     from collections import deque
 
     requests = scenario["requests"]
-    state = SchedState.new(engine_config(scenario["engine"], async_scheduling=True),
+    state = SchedState.new(engine_config(scenario["engine"], True, _version(scenario, rules)),
                            capacity=max(8, len(requests)), hashes=_hashes(requests))
     name: dict[int, str] = {}
     slot_of: dict[int, int] = {}

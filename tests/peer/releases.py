@@ -1,10 +1,11 @@
 """The peer fixtures per vLLM release: where each release's records are
 stored, which interpreter regenerates them, and which (release, scenario)
-pairs are known to differ from the kernel.
+pairs a change of vLLM's rules moves.
 
-Why per release: latroute's kernel follows one vLLM release's scheduler
-(``KERNEL_VERSION``), but users run what they deployed, and the scheduler's
-rules moved between releases. Each release's fixtures are recorded by
+Why per release: latroute's kernel follows vLLM 0.32's scheduler
+(``KERNEL_VERSION``) and, as variants, the older rules of each release in
+the window (``estimators.engine.releases``); users run what they deployed,
+and the scheduler's rules moved between releases. Each release's fixtures are recorded by
 ``generate_fixtures.py`` under that release's own interpreter and kept in
 ``fixtures/<version>/`` (same layout in every folder: the sync scenarios as
 ``NAME.json``, the async ones in ``async/``, the random async set in
@@ -28,25 +29,24 @@ KERNEL_VERSION = "0.32.0"
 
 
 @dataclass(frozen=True)
-class RuleChange:
-    """A change of vLLM's scheduling rules that moves a batch in the stored
-    records: every stored release before ``since`` records ``scenarios``
-    ("mode/name", mode sync, async or random) differently from the kernel,
-    which follows the newer rule. Found by diffing the records of adjacent
-    releases and shown by ``attribute_rule_change.py`` (the older release
-    with only this rule patched in records the newer one's steps);
+class MovedRecords:
+    """The stored records a change of vLLM's scheduling rules moves: every
+    stored release before ``since`` records ``scenarios`` ("mode/name", mode
+    sync, async or random) differently from the releases after it. Found by
+    diffing the records of adjacent releases and shown by
+    ``attribute_rule_change.py`` (the older release with only this rule
+    patched in records the newer one's steps); the engine follows the
+    older rule for those releases (``estimators.engine.releases.RULE_CHANGES``,
+    whose ``since`` each entry here names), and
     ``docs/reference/vllm-releases.md`` cites the code."""
 
     since: str
-    rule: str
     scenarios: tuple[str, ...]
 
 
-RULE_CHANGES = (
-    RuleChange(
-        since="0.24.0",
-        rule="vLLM < 0.24.0 frees all of a request's blocks to the free queue's tail (0.24.0: the unhashed "
-             "ones to its head, reused first; block_pool.py free_blocks)",
+MOVED = (
+    MovedRecords(
+        since="0.24.0",  # freed blocks without a hash go to the free queue's head
         scenarios=(
             "async/async_mixed_pressure_apc", "random/rand_004", "random/rand_007", "random/rand_017",
             "random/rand_027", "random/rand_029", "random/rand_030", "random/rand_062", "random/rand_065",
@@ -55,12 +55,11 @@ RULE_CHANGES = (
             "random/rand_129", "random/rand_130", "random/rand_135", "random/rand_140", "random/rand_141",
             "random/rand_165", "random/rand_168", "random/rand_170", "random/rand_187", "random/rand_189",
             "random/rand_190", "random/rand_197", "random/rand_199", "random/rand_215", "random/rand_234"
+
         ),
     ),
-    RuleChange(
-        since="0.31.0",
-        rule="vLLM < 0.31.0 caps a lone request's prefill at long_prefill_token_threshold (0.31.0: the only "
-             "running or waiting request may use the whole budget; sched/scheduler.py schedule)",
+    MovedRecords(
+        since="0.31.0",  # a lone request is no longer capped by long_prefill_token_threshold
         scenarios=(
             "sync/lone_request_exemption", "async/async_arrivals_each_step", "async/async_mixed_pressure_apc",
             "async/lone_request_exemption", "random/rand_003", "random/rand_006", "random/rand_010",
@@ -77,6 +76,7 @@ RULE_CHANGES = (
             "random/rand_198", "random/rand_199", "random/rand_200", "random/rand_205", "random/rand_212",
             "random/rand_219", "random/rand_226", "random/rand_227", "random/rand_228", "random/rand_235",
             "random/rand_238"
+
         ),
     ),
 )
@@ -86,21 +86,17 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split("."))
 
 
-def expected_to_differ(stored: list[str]) -> dict[tuple[str, str, str], str]:
-    """(release, mode, scenario) -> why that release's record differs from
-    the kernel's: each ``RULE_CHANGES`` entry, for every stored release
-    older than its ``since`` (reasons joined when two changes meet). The
-    work left for the engine's version variants, read by a strict test: an
-    entry whose record starts agreeing with the kernel fails it."""
-    out: dict[tuple[str, str, str], str] = {}
-    for change in RULE_CHANGES:
+def moved_records(stored: list[str]) -> dict[tuple[str, str, str], list[str]]:
+    """(release, mode, scenario) -> the ``since`` of each ``MOVED`` entry
+    that moves that release's record: every stored release older than it."""
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for change in MOVED:
         for version in stored:
             if _version_key(version) >= _version_key(change.since):
                 continue
             for scenario in change.scenarios:
                 mode, name = scenario.split("/")
-                key = (version, mode, name)
-                out[key] = f"{out[key]}; and {change.rule}" if key in out else change.rule
+                out.setdefault((version, mode, name), []).append(change.since)
     return out
 
 
@@ -175,4 +171,4 @@ def changed_files(version: str, out: Path) -> list[str]:
     return changed
 
 
-EXPECTED_TO_DIFFER = expected_to_differ(versions())
+MOVED_RECORDS = moved_records(versions())

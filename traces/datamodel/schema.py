@@ -180,6 +180,8 @@ INSTANCES = TableSchema(
         Column("async_scheduling", BOOL, required=False, nullable=True,
                doc="vLLM's async scheduling (AsyncScheduler, two-deep batch queue; vllm-v1 only); off = the synchronous "
                    "scheduler (vLLM on CPU, and the built-in pools)"),
+        Column("vllm_version", STR, required=False, nullable=True,
+               doc="the vLLM release whose scheduling rules the kernel follows (0.19.0 to 0.32.x); empty = 0.32.0"),
     ),
     doc="one row per serving instance",
 )

@@ -13,7 +13,7 @@ version's defaults (``traces.vllm_releases.defaults``).
 """
 from __future__ import annotations
 
-CHECKED_VLLM_VERSIONS = ("0.31.0", "0.32.0")  # oldest first: the last is the fallback default
+CHECKED_VLLM_VERSIONS = ("0.19.0", "0.22.1", "0.25.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")  # oldest first: the last is the fallback default
 
 
 def unchecked_version_warning(meta: dict) -> str | None:

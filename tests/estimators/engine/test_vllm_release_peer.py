@@ -1,16 +1,18 @@
 """Peer suite across vLLM releases: every stored record of every release
 (``tests/peer/fixtures/<version>/``, ``tests/peer/releases.py``) against
-the kernel, which follows one release (``releases.KERNEL_VERSION``).
+the kernel at that release's rules (``InstanceConfig.vllm_version``,
+``estimators.engine.releases``).
 
 Why: users run the vLLM they deployed, and the scheduler's rules moved
 between releases; which moves change a batch is only known by running each
 release's real scheduler on the same scenarios. The kernel's own release is
 checked record by record in ``test_vllm_peer`` and ``test_async_peer``;
 here each other release's record must either be that same record (then the
-kernel agrees with it, as proven there) or agree with a fresh kernel run.
-A pair that does not is listed in ``releases.EXPECTED_TO_DIFFER`` with the
-vLLM change behind it: that list is the work left for version variants of
-the engine, and it is strict (an entry that starts agreeing fails).
+kernel agrees with it, as proven there, since no rule change moves it) or
+agree with a fresh kernel run at its release's rules.
+The records that differ from 0.32.0's are listed by the rule change that
+moves them (``releases.MOVED``), and running one at the rules of the other
+side of its change must fail: a swap of two releases' rules cannot pass.
 
 Regenerating a release's records needs its interpreter
 (``LATROUTE_VLLM_PYTHON_0_28_0`` and the like): ``-m vllm_versions``,
@@ -76,24 +78,29 @@ def _body(version: str, mode: str, name: str) -> str:
 
 
 def distinct_records() -> list[tuple[str, str, tuple[str, ...]]]:
-    """(mode, scenario, releases) for each record of another release that is
-    not the kernel release's own, releases that recorded the same steps
-    grouped: the kernel runs each distinct record once (the suite's time)."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    """(mode, scenario, releases) for each record of another release that
+    the kernel's own tests do not already run at the same rules: a record
+    unlike the kernel release's, or like it but under older rules (which
+    must then leave it unmoved). Releases with the same steps and the same
+    rules are grouped: the kernel runs each group once (the suite's time)."""
+    from estimators.engine.releases import rules_of
+
+    groups: dict[tuple[str, str, str, int], list[str]] = {}
     for version, mode, name in records():
         body = _body(version, mode, name)
-        if body != _body(KERNEL, mode, name):
-            groups.setdefault((mode, name, body), []).append(version)
-    return [(mode, name, tuple(vs)) for (mode, name, _), vs in groups.items()]
+        if body != _body(KERNEL, mode, name) or rules_of(version) != 0:
+            groups.setdefault((mode, name, body, rules_of(version)), []).append(version)
+    return [(mode, name, tuple(vs)) for (mode, name, _, _), vs in groups.items()]
 
 
-def kernel_difference(fx: dict, mode: str) -> str | None:
-    """Where the kernel's run of fixture ``fx`` first differs from it (None: agrees)."""
+def kernel_difference(fx: dict, mode: str, rules: str | None = None) -> str | None:
+    """Where the kernel's run of fixture ``fx``, at the rules of the release
+    that recorded it (or of ``rules``), first differs from it (None: agrees)."""
     if mode == "sync":
-        start, steps = run_scenario(fx, len(fx["steps"]))
+        start, steps = run_scenario(fx, len(fx["steps"]), rules=rules)
         fields = FIELDS
     else:
-        start, steps = run_scenario_async(fx, len(fx["steps"]))
+        start, steps = run_scenario_async(fx, len(fx["steps"]), rules=rules)
         fields = ASYNC_FIELDS
     if start != fx["start"]["free_blocks"]:
         return f"free blocks at start: vLLM {fx['start']['free_blocks']}, kernel {start}"
@@ -106,19 +113,13 @@ def kernel_difference(fx: dict, mode: str) -> str | None:
 DISTINCT = distinct_records()
 
 
-def _param(mode: str, name: str, versions: tuple[str, ...]):
-    reasons = {releases.EXPECTED_TO_DIFFER.get((v, mode, name)) for v in versions}
-    assert len(reasons) == 1, f"{mode}/{name}: {versions} recorded the same steps but the table treats them apart"
-    reason = reasons.pop()
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(mode, name, versions, id=f"{mode}/{name}@{'+'.join(versions)}", marks=marks)
-
-
-@pytest.mark.parametrize(("mode", "name", "versions"), [_param(*d) for d in DISTINCT])
+@pytest.mark.parametrize(("mode", "name", "versions"),
+                         [pytest.param(*d, id=f"{d[0]}/{d[1]}@{'+'.join(d[2])}") for d in DISTINCT])
 def test_kernel_agrees_with_every_release_record(mode: str, name: str, versions: tuple[str, ...]):
-    """Each release's record that is not the kernel release's own agrees
-    with a kernel run (the ones that are its own are checked by
-    test_vllm_peer and test_async_peer)."""
+    """Each release's record agrees with a kernel run at that release's
+    rules (the kernel release's own records, and records equal to them
+    under the same rules, are checked by test_vllm_peer and
+    test_async_peer)."""
     fx, own = record(versions[0], mode, name), record(KERNEL, mode, name)
     assert {k: own[k] for k in ("engine", "requests")} == {k: fx[k] for k in ("engine", "requests")}, \
         f"{versions[0]}/{mode}/{name} is not the scenario of {KERNEL}'s record of that name"
@@ -139,25 +140,54 @@ def test_every_release_holds_every_scenario():
         assert set(_random(v)) == names["random"], v
 
 
-def test_expected_differences_name_stored_records_that_differ_with_a_reason():
-    """The table lists exactly records that are not the kernel release's own
-    (an entry for a record equal to it would be a pass the table calls a
-    difference), each with the vLLM change behind it."""
-    differing = {(v, mode, name) for mode, name, vs in DISTINCT for v in vs}
-    for key, reason in releases.EXPECTED_TO_DIFFER.items():
-        assert key in differing, f"{key}: not a stored record that differs from {KERNEL}'s"
-        assert len(reason.split()) >= 5, f"{key}: say which vLLM change makes it differ"
+def test_the_records_that_differ_are_the_ones_a_rule_change_moves():
+    """A stored record differs from 0.32.0's exactly when a listed rule
+    change moves it, and the changes listed are the engine's own
+    (``estimators.engine.releases.RULE_CHANGES``): the table cannot call a
+    record moved that is not, nor miss one."""
+    from estimators.engine.releases import KERNEL_VERSION, RULE_CHANGES
+
+    differing = {(v, mode, name) for v, mode, name in records() if _body(v, mode, name) != _body(KERNEL, mode, name)}
+    assert differing == set(releases.MOVED_RECORDS)
+    assert sorted(m.since for m in releases.MOVED) == sorted(c.since for c in RULE_CHANGES)
+    assert releases.KERNEL_VERSION == KERNEL_VERSION
 
 
-def test_checked_versions_are_the_releases_whose_records_all_agree():
+def test_checked_versions_are_the_stored_releases():
     """``CHECKED_VLLM_VERSIONS`` (what ``validate`` trusts) is exactly the
-    stored releases with no record apart from the kernel release's own, and
-    ends with the release the kernel follows (the fallback default)."""
+    stored releases, every record of which agrees with the kernel at its
+    release's rules (above), and ends with the release the kernel follows
+    by default."""
     from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
 
-    apart = {v for _, _, vs in DISTINCT for v in vs}
-    assert set(CHECKED_VLLM_VERSIONS) == set(releases.versions()) - apart
+    assert list(CHECKED_VLLM_VERSIONS) == releases.versions()
     assert CHECKED_VLLM_VERSIONS[-1] == KERNEL
+
+
+def _sides(since: str) -> tuple[str, str]:
+    """The newest stored release before ``since`` and the oldest from it."""
+    vs, key = releases.versions(), releases._version_key
+    return [v for v in vs if key(v) < key(since)][-1], [v for v in vs if key(v) >= key(since)][0]
+
+
+PLANTED = [(m.since, x) for m in releases.MOVED
+           for x in [y for y in m.scenarios if not y.startswith("random/")]
+           + [y for y in m.scenarios if y.startswith("random/")][:3]]
+
+
+@pytest.mark.parametrize(("since", "scenario"), PLANTED, ids=[f"{a}:{b}" for a, b in PLANTED])
+def test_a_planted_rule_swap_fails(since: str, scenario: str):
+    """A moved record run at the rules of the release on the other side of
+    its change (the older release's record at the newer rules, the newer
+    one's at the older rules) disagrees with it: the suite fails if the
+    engine swaps the two releases' rules."""
+    older, newer = _sides(since)
+    mode, name = scenario.split("/")
+    both = releases.MOVED_RECORDS[(older, mode, name)]
+    if len(both) > 1:  # moved by two changes: the newer side is past both
+        newer = _sides(max(both, key=releases._version_key))[1]
+    assert kernel_difference(record(older, mode, name), mode, rules=newer) is not None
+    assert kernel_difference(record(newer, mode, name), mode, rules=older) is not None
 
 
 def test_a_changed_record_is_run_through_the_kernel_and_caught():
@@ -168,7 +198,7 @@ def test_a_changed_record_is_run_through_the_kernel_and_caught():
     assert kernel_difference(fx, "async") is None
     steps = [dict(st) for st in fx["steps"]]
     steps[3]["free_blocks"] += 1
-    planted = {**fx, "vllm_version": "0.0.0", "steps": steps}
+    planted = {**fx, "vllm_version": "0.31.0", "steps": steps}
     assert releases.without_version(planted) != releases.without_version(fx)
     assert kernel_difference(planted, "async").startswith("step 4: free_blocks differs")
 
