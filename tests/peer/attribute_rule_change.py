@@ -4,7 +4,7 @@ change of the newer release patched in, and compare with the newer
 release's records (``diff -r``). When they are identical, that change alone
 explains every record the two releases disagree on.
 
-Why: ``releases.RULE_CHANGES`` names the change behind each record that
+Why: ``releases.MOVED`` names the change behind each record that
 differs from the kernel; reading the diff of vLLM's sources narrows it down,
 this shows it. Run from the repository root with the older release's
 interpreter; the options after ``--since`` are the generator's:

@@ -203,6 +203,18 @@ def test_a_changed_record_is_run_through_the_kernel_and_caught():
     assert kernel_difference(planted, "async").startswith("step 4: free_blocks differs")
 
 
+@pytest.mark.docs
+def test_the_release_page_shows_the_matrix_its_command_prints():
+    """docs/reference/vllm-releases.md holds the table ``python -m
+    tests.peer.matrix`` prints now (a result comes out of its command)."""
+    from tests.conftest import REPO
+    from tests.peer import matrix
+
+    page = (REPO / "docs" / "reference" / "vllm-releases.md").read_text()
+    assert "python -m tests.peer.matrix" in page
+    assert matrix.table() in page
+
+
 def test_python_variable_names_the_release():
     assert releases.python_variable("0.28.0") == "LATROUTE_VLLM_PYTHON_0_28_0"
     assert releases.versions() == sorted(releases.versions(), key=lambda v: tuple(map(int, v.split("."))))
