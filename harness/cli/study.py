@@ -39,7 +39,10 @@ def study() -> None:
               help="Run only this variant of the fit (repeatable; default: every variant, the page's table).")
 @click.option("--jobs", type=IntIn(1, 64), default=1, show_default=True,
               help="Fits run at a time, each in a process of its own (the results do not depend on it).")
-def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...], jobs: int) -> None:
+@click.option("--vllm-version", "vllm_version", default=None, metavar="X.Y.Z",
+              help="Replay both runs under this vLLM release's scheduling rules (0.19.0 to 0.32.x) instead of "
+                   "the one their logs state (0.19.0).")
+def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...], jobs: int, vllm_version: str | None) -> None:
     """Fit each GPU run's first 50% and first 30% of timings; score the second half.
 
     Every variant of the request-level fit is also scored on the fit window alone (fitted on its first
@@ -55,8 +58,15 @@ def gpu_fidelity(data: Path, out: Path, variants: tuple[str, ...], jobs: int) ->
         raise BadOption("--variant", f"{unknown[0]!r} is not one of: {', '.join(known)}")
     if not (data / g.RUNS[0][1]).is_dir():
         raise BadOption("--data", f"{data} has no {g.RUNS[0][1]} (the shared vllm_gpu_llmservingsim folder)")
+    if vllm_version is not None:
+        from estimators.engine.releases import in_window, window_text
+
+        if not in_window(vllm_version):
+            raise BadOption("--vllm-version", f"{vllm_version!r} is outside the releases whose scheduling rules "
+                                              f"latroute models ({window_text()})")
     out.mkdir(parents=True, exist_ok=True)
-    g.study(data, out, tuple(known[v] for v in variants) or g.VARIANTS, echo=click.echo, jobs=jobs)
+    g.study(data, out, tuple(known[v] for v in variants) or g.VARIANTS, echo=click.echo, jobs=jobs,
+            vllm_version=vllm_version)
 
 
 LMBENCH = Path("../shared/data/llmd_lmbench_per_request")

@@ -81,19 +81,27 @@ VARIANTS = (
 )
 
 
-def import_runs(data: Path, work: Path) -> dict[str, Path]:
-    """The two runs imported with ``trace import vllm-reqstats`` (into ``work``; reused when there)."""
+def import_runs(data: Path, work: Path, vllm_version: str | None = None) -> dict[str, Path]:
+    """The two runs imported with ``trace import vllm-reqstats`` (into ``work``; reused when there);
+    ``vllm_version``: replayed under that release's scheduling rules instead of the one the logs state
+    (``--engine vllm_version=X``)."""
     from traces.importers import import_trace
     from traces.importers.common import ImportOptions
 
     out = {}
     for _, folder, short in RUNS:
         d = work / "traces" / short
+        stated = STATED_AT_IMPORT.get(short, ()) + ((f"vllm_version={vllm_version}",) if vllm_version else ())
         if not (d / "meta.json").exists():
-            import_trace("vllm-reqstats", data / folder, d, ImportOptions(engine=STATED_AT_IMPORT.get(short, ())),
-                         force=True)
+            import_trace("vllm-reqstats", data / folder, d, ImportOptions(engine=stated), force=True)
         out[short] = d
     return out
+
+
+def replayed_version(trace: Path) -> str:
+    """The vLLM release whose scheduling rules replay ``trace`` (its import's ``vllm_version``)."""
+    meta = json.loads((trace / "meta.json").read_text())
+    return str(((meta.get("engine") or {}).get("settings") or {}).get("vllm_version", "0.32.0"))
 
 
 def fit(trace: Path, window: tuple[float, float], variant: Variant, out: Path, bootstrap: bool):
@@ -193,12 +201,15 @@ def _fit_and_score(task: tuple) -> tuple:
     return fit_and_score(*task)
 
 
-def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=print, jobs: int = 1) -> dict:
+def study(data: Path, out: Path, variants: tuple[Variant, ...] = VARIANTS, echo=print, jobs: int = 1,
+          vllm_version: str | None = None) -> dict:
     """Every variant on both runs and both windows (``fit_and_score``), ``jobs`` fits at a time (each in a
-    process of its own; every fit is deterministic, so the results do not depend on ``jobs``)."""
-    traces = import_runs(data, out)
+    process of its own; every fit is deterministic, so the results do not depend on ``jobs``), replayed
+    under ``vllm_version``'s scheduling rules (None: the runs' own, as their logs state)."""
+    traces = import_runs(data, out, vllm_version)
     (out / "profiles").mkdir(parents=True, exist_ok=True)
-    results: dict = {"variants": {}, "score_window": list(SCORE_WINDOW), "windows": list(WINDOWS)}
+    results: dict = {"variants": {}, "score_window": list(SCORE_WINDOW), "windows": list(WINDOWS),
+                     "vllm_version": {short: replayed_version(t) for short, t in traces.items()}}
     draws: dict[tuple[str, str], tuple[Path, Path, np.ndarray | None]] = {}
     tasks = [(var, label, short, w, traces[short], out) for var in variants for label, _, short in RUNS
              for w in WINDOWS]
@@ -246,7 +257,9 @@ def tables(results: dict) -> str:
     """The page's tables: the chosen variant's second-half figures with the values' intervals; every
     variant's fit-window score and second-half count."""
     chosen = results["variants"][results["chosen"]]
+    versions = sorted(set((results.get("vllm_version") or {}).values()))
     lines = [f"### Second half, the chosen procedure ({results['chosen']})", "",
+             *([f"Replayed under vLLM {', '.join(versions)}'s scheduling rules.", ""] if versions else []),
              "| run | fit window | " + " | ".join(TARGET_LABELS) + " | within 3% |",
              "|---|---|" + "---:|" * (len(TARGETS) + 1)]
     for r in chosen["runs"].values():

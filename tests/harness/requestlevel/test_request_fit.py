@@ -184,6 +184,8 @@ def test_study_refuses_an_unknown_variant_and_missing_data(tmp_path):
     assert_refused(res, tmp_path / "s", "--variant", "nope")
     res = run_cli("study", "gpu-fidelity", "--data", tmp_path, "--out", tmp_path / "s")
     assert_refused(res, tmp_path / "s", "--data")
+    res = run_cli("study", "gpu-fidelity", "--vllm-version", "0.10.1", "--out", tmp_path / "s")
+    assert_refused(res, tmp_path / "s", "--vllm-version", "0.10.1")
 
 
 def test_kv_read_floor_from_a_trace_meta(log):
