@@ -7,8 +7,9 @@ balancer), expert parallelism, speculative decoding, LoRA, KV offload or
 LMCache, a prefill/decode connector or the priority policy served its
 requests differently, and a vLLM release outside the window whose
 scheduling rules latroute checked (``traces.vllm_releases.versions``)
-scheduled them by rules nobody compared with the kernel; replaying it as one plain engine would give numbers
-that look like the deployment's and are not.
+scheduled them by rules nobody compared with the kernel; replaying it as
+one plain engine would give numbers that look like the deployment's and
+are not.
 
 So such a setting is refused at import, by name, unless the user accepts
 it (``trace import --accept-unmodelled KEY``); an accepted one is written
