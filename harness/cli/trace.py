@@ -263,13 +263,13 @@ def _generate_sessions(out, n_requests, duration, rate, arrival, lengths_from, a
 @click.option("--seed", type=SEED, help="vllm-bench: seed of the benchmark's arrival schedule (default: from the file, else 0).")
 @click.option("--engine", "engine_opts", multiple=True, metavar="KEY=VALUE",
               help="vllm-reqstats, vllm-bench, lmbench: an engine setting the source lacks or that replaces it "
-                   "(repeatable; e.g. num_kv_blocks=4000, vllm_version=0.8.5, gpu=H100, tensor_parallel_size=4). "
+                   "(repeatable; e.g. num_kv_blocks=4000, vllm_version=0.19.0, gpu=H100, tensor_parallel_size=4). "
                    "Every setting is printed as given, inferred or defaulted.")
 @click.option("--accept-unmodelled", "accept_unmodelled", multiple=True, metavar="KEY",
               help="vllm-reqstats, vllm-bench, lmbench: import a run whose engine used a feature latroute does not "
                    "model (data_parallel_size, enable_expert_parallel, speculative_config, enable_lora, "
-                   "kv_offloading, lmcache, kv_transfer_config, policy, ...), refused otherwise; every result from "
-                   "the trace carries it (repeatable).")
+                   "kv_offloading, lmcache, kv_transfer_config, policy, ...) or a vLLM release outside 0.19.0 to "
+                   "0.32.x (vllm_version), refused otherwise; every result from the trace carries it (repeatable).")
 @click.option("--allow-incomplete", is_flag=True,
               help="vllm-reqstats, vllm-bench, lmbench: import a run that logged fewer requests than it sent "
                    "(refused otherwise: the missing are rarely a random sample).")

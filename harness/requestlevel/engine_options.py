@@ -18,6 +18,13 @@ of its settings comes from, in increasing priority,
    import derived from the run, saying how);
 5. ``--engine KEY=VALUE`` options (any ``InstanceConfig`` field).
 
+``vllm_version`` (whose scheduling rules the kernel follows) travels like
+the rest: given when the trace's source stated it, defaulted to the newest
+checked release otherwise. A version outside the checked window reaches
+the replay only when its import accepted it as unmodelled, as the nearest
+checked release (said in its mark); ``--engine vllm_version=V`` takes a
+version inside the window only.
+
 ``request_engine_marked`` returns the configuration with each setting's
 mark (given / inferred / defaulted) and where it came from, so a command
 can print them (``engine_lines``); ``trace_caveats`` is what results made
@@ -60,6 +67,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from estimators.engine.config import InstanceConfig
+from estimators.engine.releases import KERNEL_VERSION, in_window, nearest_in_window, version_key, window_text
 from estimators.timemodel.profile import BatchTimeProfile
 from harness.requestlevel.frontend import FrontEnd
 from traces.errors import BadOption
@@ -83,6 +91,8 @@ REQUEST_TRACE_DEFAULT_SOURCES = {
     "chunked_prefill": f"{_FALLBACK}: always on in vLLM V1",
     "long_prefill_token_threshold": f"{_FALLBACK}: vLLM's default (off)",
     "async_scheduling": f"{_FALLBACK}: off (vLLM 0.8's V1 had no async scheduler)",
+    "vllm_version": f"{_FALLBACK}: the trace names no vLLM version: {KERNEL_VERSION}'s scheduling rules, the "
+                    "newest release latroute checked",
 }
 GIVEN, INFERRED, DEFAULTED = "given", "inferred", "defaulted"  # as traces.importers.engine_settings marks them
 
@@ -152,6 +162,9 @@ def parse_engine_options(items: tuple[str, ...] | list[str]) -> dict:
                 out[key] = raw.lower() in ("1", "true", "on")
             else:
                 out[key] = raw
+                if key == "vllm_version" and not in_window(raw):
+                    raise BadOption("--engine", f"vllm_version: {raw!r} is outside the vLLM releases whose "
+                                                f"scheduling rules latroute checked ({window_text()})")
         except ValueError:
             raise BadOption("--engine", f"{key}: {raw!r} is not a valid {kind.split(' ')[0]}") from None
     return out
@@ -193,6 +206,8 @@ def trace_engine(traces: list) -> StatedEngine:
                 continue
             kind = kinds.get(k, GIVEN)
             how = f"{t.path.name}: {sources.get(k, 'meta.json engine.settings')}"
+            if k == "vllm_version" and (kind == INFERRED or not (isinstance(v, str) and in_window(v))):
+                v, kind, how = _replayed_version(t, v, kind, how)
             if kind == DEFAULTED:
                 if k not in defaults or _larger(v, defaults[k][0]):
                     defaults[k] = (v, Mark(DEFAULTED, how))
@@ -206,6 +221,27 @@ def trace_engine(traces: list) -> StatedEngine:
             first.setdefault(k, t.path)
     return StatedEngine(out, marks, {k: d for k, d in defaults.items() if k not in out},
                         {k: p / "meta.json" for k, p in first.items()})
+
+
+def _replayed_version(t, version, kind: str, how: str) -> tuple[str, str, str]:
+    """The rules a trace's vLLM version outside the checked window is replayed with: the nearest checked
+    release (the newest for no version at all) when its import accepted it as unmodelled; the newest checked
+    release, defaulted, when an older import inferred it from the run's date or defaulted it (the source
+    stated none, as a re-import now says); refused when stated and not accepted."""
+    from traces.errors import BadInput
+
+    engine = t.meta.get("engine") or {}
+    if kind == GIVEN and "vllm_version" not in (engine.get("accepted_unmodelled") or []):
+        raise BadInput(t.path / "meta.json", None, "engine.settings.vllm_version",
+                       f"{version}: outside the vLLM releases whose scheduling rules latroute checked "
+                       f"({window_text()}); import the run again with --accept-unmodelled vllm_version")
+    if kind == GIVEN:
+        rules = nearest_in_window(version) if isinstance(version, str) and version_key(version) else KERNEL_VERSION
+        return rules, kind, (f"{how}; outside the checked window ({window_text()}), accepted at import as "
+                             f"unmodelled: replayed with {rules}'s rules, the nearest checked release")
+    return KERNEL_VERSION, DEFAULTED, (f"{how}; the source states no version ({version} was {kind} before "
+                                       f"latroute followed a release's rules): {KERNEL_VERSION}'s scheduling rules, "
+                                       "the newest release latroute checked")
 
 
 def _larger(a, b) -> bool:

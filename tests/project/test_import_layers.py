@@ -242,14 +242,16 @@ def test_vllm_record_instances_row_is_the_engine_configs():
 
     for eng in ({"budget": 512, "max_seqs": 8, "block_size": 16, "num_kv_blocks": 64, "model": "m",
                  "max_model_len": 4096, "long_prefill": 128, "prefix_caching": True, "platform": "cpu (x86)"},
-                {"budget": 8, "max_seqs": 4, "block_size": 4, "num_kv_blocks": 9, "model": "m"}):
+                {"budget": 8, "max_seqs": 4, "block_size": 4, "num_kv_blocks": 9, "model": "m"},
+                {"budget": 8, "max_seqs": 4, "block_size": 4, "num_kv_blocks": 9, "model": "m", "vllm_version": "0.19.0"}):
         cfg = InstanceConfig(
             instance_id="m", model="m", gpus=0, policy="vllm-v1", max_num_batched_tokens=eng["budget"],
             max_num_seqs=eng["max_seqs"], block_size=eng["block_size"], num_kv_blocks=eng["num_kv_blocks"],
             price_in=np.nan, price_out=np.nan, long_prefill_token_threshold=int(eng.get("long_prefill", 0) or 0),
             chunked_prefill=True, prefix_caching=bool(eng.get("prefix_caching", False)),
             device="cpu" if "cpu" in str(eng.get("platform", "")).lower() else None,
-            **({"max_model_len": int(eng["max_model_len"])} if eng.get("max_model_len") else {}))
+            **({"max_model_len": int(eng["max_model_len"])} if eng.get("max_model_len") else {}),
+            **({"vllm_version": eng["vllm_version"]} if eng.get("vllm_version") else {}))
         want, got = cfg.to_row(), instance_row(eng, "m")
         assert list(got) == list(want)
         for k in want:

@@ -13,6 +13,13 @@ result, and the log states few of them. Each setting is therefore one of
   vLLM's source it comes from), or, where vLLM has no fixed default (the KV
   cache size, the context length), the assumption taken and why.
 
+``vllm_version`` is given when the source (or ``--engine``) states it and
+otherwise defaulted to the newest release whose scheduling rules latroute
+checked (the engine defaults still follow the release the run's date
+bounds); a stated version outside that window
+(``traces.vllm_releases.versions``) is refused by name unless accepted as
+unmodelled, and is then replayed with the nearest checked release's rules.
+
 The import prints every setting with its mark and writes them to the
 trace's ``meta.json`` ``engine`` (``settings``, ``marks``, ``sources``);
 a setting the kernel does not model is settled by
@@ -31,7 +38,8 @@ from pathlib import Path
 from traces.datamodel.limits import MAX_ENGINE, shown
 from traces.errors import BadInput, BadOption
 from traces.importers.unmodelled import Found, settle
-from traces.vllm_releases.defaults import engine_defaults, gpu_class, release_for
+from traces.vllm_releases.defaults import NO_VERSION, engine_defaults, gpu_class, release_for
+from traces.vllm_releases.versions import NEWEST_CHECKED, in_window, nearest_in_window
 
 GIVEN, INFERRED, DEFAULTED = "given", "inferred", "defaulted"
 MARKS = (GIVEN, INFERRED, DEFAULTED)
@@ -133,15 +141,27 @@ def found_in_settings(settings: dict, source: str) -> list[Found]:
     return [Found("data_parallel_size", where, dp)] if isinstance(dp, int) and dp > 1 else []
 
 
+def _version_outside_window(cfg: EngineConfig, path: str | Path) -> list[Found]:
+    """A stated vLLM version whose scheduling rules latroute did not check (before the window, after it, or
+    no version at all): unmodelled, named by the field or option that states it."""
+    version = cfg.settings.get("vllm_version")
+    if version is None or in_window(version):
+        return []
+    where = "--engine vllm_version" if cfg.sources["vllm_version"] == "--engine" else _field(cfg, "vllm_version", path)
+    return [Found("vllm_version", where, version,
+                  f"replayed with the rules of {nearest_in_window(version)}, the nearest checked release")]
+
+
 def assemble(stated: dict[str, Stated], overrides: dict, longest_tokens: int, path: str | Path,
              found: list[Found] = (), accepted: list[str] = (),
              infer_kv: Callable[[int], tuple[int, str] | None] | None = None,
              run_date: str | None = None) -> EngineConfig:
     """Every setting of ``SETTINGS`` with its mark: ``--engine`` overrides (given), what the source states or
     implies, then vLLM's defaults for the trace's version and GPU; the KV size from ``infer_kv(block_size)``
-    when it can tell, else taken large enough never to bind; with no version stated, the run's date
-    (``YYYY-MM-DD``) bounds it. Unmodelled settings (``found``, and a data-parallel size above 1 however
-    stated) are refused unless ``accepted``."""
+    when it can tell, else taken large enough never to bind. With no version stated the scheduling rules
+    are the newest checked release's (defaulted) while the run's date (``YYYY-MM-DD``) still bounds the
+    release whose engine defaults apply. Unmodelled settings (``found``, a data-parallel size above 1
+    however stated, a vLLM version outside the checked window) are refused unless ``accepted``."""
     cfg = EngineConfig()
     for key, value in overrides.items():
         cfg.set(key, value, GIVEN, "--engine")
@@ -151,11 +171,16 @@ def assemble(stated: dict[str, Stated], overrides: dict, longest_tokens: int, pa
     found = list(found)
     if not any(f.key == "data_parallel_size" for f in found):
         found += found_in_settings(cfg.settings, cfg.sources.get("data_parallel_size", ""))
+    found += _version_outside_window(cfg, path)
     lines, seen, notes = settle(found, list(accepted), path)
     cfg.not_modelled, cfg.accepted, cfg.notes = lines, seen, list(notes)
     choice = release_for(cfg.settings.get("vllm_version"), run_date)
     if "vllm_version" not in cfg.settings:
-        cfg.set("vllm_version", choice.release.version, INFERRED if choice.inferred else DEFAULTED, choice.how)
+        how = (f"the source states no vLLM version: the scheduling rules are {NEWEST_CHECKED}'s, the newest "
+               "release latroute checked")
+        if choice.inferred or choice.release.version != NEWEST_CHECKED:
+            how += "; engine defaults below from " + choice.how.removeprefix(NO_VERSION + "; ")
+        cfg.set("vllm_version", NEWEST_CHECKED, DEFAULTED, how)
     elif choice.release.version != cfg.settings["vllm_version"]:
         cfg.sources["vllm_version"] += f"; defaults below from {choice.how}"
     gpu = gpu_class(cfg.settings.get("gpu"))
@@ -200,12 +225,18 @@ def _refuse(cfg: EngineConfig, key: str, path: str | Path, reason: str):
     how = str(cfg.sources.get(key, ""))
     if how == "--engine":
         return BadOption("--engine", f"{key}={_fmt(cfg.settings[key])}: {reason}")
-    name = Path(path).name
-    field_ = how[len(name) + 1:].split(" ")[0] if cfg.marks.get(key) == GIVEN and how.startswith(name + " ") else key
+    field_ = _field(cfg, key, path)
     if cfg.marks.get(key) == GIVEN:
         return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])}: {reason}")
     return BadInput(path, None, field_, f"{_fmt(cfg.settings[key])} ({cfg.marks.get(key)}: {how}): {reason}; give "
                                         f"--engine {key}=N")
+
+
+def _field(cfg: EngineConfig, key: str, path: str | Path) -> str:
+    """The field of the source file that gave a setting (its source reads ``<file name> <field>``), else the
+    setting's own name."""
+    how, name = str(cfg.sources.get(key, "")), Path(path).name
+    return how[len(name) + 1:].split(" ")[0] if cfg.marks.get(key) == GIVEN and how.startswith(name + " ") else key
 
 
 def check_served(cfg: EngineConfig, longest_prompt: int, longest_total: int, path: str | Path) -> None:

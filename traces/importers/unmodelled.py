@@ -5,8 +5,11 @@ over one KV cache, no draft model, no adapters, no second tier of KV. A
 deployment that ran data parallelism (N engine cores behind vLLM's
 balancer), expert parallelism, speculative decoding, LoRA, KV offload or
 LMCache, a prefill/decode connector or the priority policy served its
-requests differently; replaying it as one plain engine would give numbers
-that look like the deployment's and are not.
+requests differently, and a vLLM release outside the window whose
+scheduling rules latroute checked (``traces.vllm_releases.versions``)
+scheduled them by rules nobody compared with the kernel; replaying it as
+one plain engine would give numbers that look like the deployment's and
+are not.
 
 So such a setting is refused at import, by name, unless the user accepts
 it (``trace import --accept-unmodelled KEY``); an accepted one is written
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from traces.datamodel.limits import shown
 from traces.errors import BadInput, BadOption
+from traces.vllm_releases.versions import window_text
 
 # KEY (what --accept-unmodelled takes): what it is, and what the replay does instead
 UNMODELLED: dict[str, tuple[str, str]] = {
@@ -46,6 +50,8 @@ UNMODELLED: dict[str, tuple[str, str]] = {
     "scheduler_cls": ("a custom scheduler class", "replayed with vLLM V1's scheduler"),
     "max_num_scheduled_tokens": ("a scheduled-token cap below the batch budget", "replayed with the budget"),
     "stream_interval": ("output streamed every N tokens", "replayed streaming every token"),
+    "vllm_version": (f"a vLLM release outside the window whose scheduling rules latroute checked ({window_text()})",
+                     "replayed with the rules of the nearest checked release"),
 }
 
 
@@ -56,10 +62,11 @@ class Found:
     key: str  # a key of UNMODELLED
     where: str  # the field that says it (e.g. resolved_config.parallel_config.data_parallel_size)
     value: object
+    instead: str = ""  # what the replay does, when more precise than UNMODELLED's
 
     def text(self) -> str:
         what, instead = UNMODELLED[self.key]
-        return f"{self.where} = {_fmt(self.value)}: {what} ({instead})"
+        return f"{self.where} = {_fmt(self.value)}: {what} ({self.instead or instead})"
 
 
 def _fmt(v) -> str:

@@ -15,7 +15,11 @@ with prefix caching off.
 already determine, so it is not imported.
 
 The result has requests, steps (with batch aggregates), step_items,
-preemptions and a one-row instances table built from engine.json.
+preemptions and a one-row instances table built from engine.json, whose
+``vllm_version`` is the release whose scheduling rules the twin replays it
+with: the recording's own (``engine.json`` ``vllm_version``) when latroute
+checked that release's rules, the nearest checked release otherwise (said
+at import, and by ``validate``).
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from traces.importers.record_checks import (
 )
 from traces.steplog import StepLog
 from traces.store import TraceWriter
+from traces.vllm_releases.versions import nearest_in_window, unchecked_version_warning
 
 CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
 REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "ttft_s"]
@@ -94,7 +99,16 @@ def instance_row(eng: dict, instance: str) -> dict:
             "max_model_len": int(eng["max_model_len"]) if eng.get("max_model_len") else DEFAULT_MAX_MODEL_LEN,
             "chunked_prefill": True, "watermark": np.nan, "prefix_caching": bool(eng.get("prefix_caching", False)),
             "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None, "host_speed": np.nan,
-            "async_scheduling": False}  # vLLM's CPU platform turns async scheduling off
+            "async_scheduling": False,  # vLLM's CPU platform turns async scheduling off
+            "vllm_version": recorded_rules(eng)}
+
+
+def recorded_rules(eng: dict) -> str:
+    """The release whose scheduling rules replay the recording: its own vLLM version inside the checked
+    window, else the nearest checked release (``validate`` warns), the newest one for a recording that
+    names no version."""
+    version = eng.get("vllm_version")
+    return nearest_in_window(version if isinstance(version, str) else None)
 
 
 def _request_ids(raw: list[str]) -> dict[str, int]:
@@ -265,7 +279,8 @@ def import_vllm_record(src: Path, writer: TraceWriter, opts: ImportOptions) -> l
     writer.meta["arrivals"] = "measured"
     if "hash_ids" in cache_cols:
         writer.meta["hash_block_tokens"] = int(eng["block_size"])
-    return []
+    warning = unchecked_version_warning(writer.meta)
+    return [] if warning is None else [warning.removeprefix("warning: ")]
 
 
 def _open_rows(rows: pd.DataFrame, status_col: list[str]) -> np.ndarray:

@@ -13,7 +13,9 @@ and the rule for a version or a GPU the trace does not state:
 - with no version, the run's date bounds it: no server ran a release
   published after the run, so the newest tabulated release published by
   then is inferred (``Release.published``, from PyPI); with neither, the
-  version is defaulted to ``FALLBACK_VERSION``;
+  version is defaulted to ``FALLBACK_VERSION`` (these are the defaults'
+  release only: the scheduling rules of a trace that states no version
+  are the newest checked release's, ``traces.importers.engine_settings``);
 - an unknown GPU takes vLLM's own fallback when it cannot query the
   device: the row for "other GPUs" (the code says so in a comment).
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
 
 FALLBACK_VERSION = CHECKED_VLLM_VERSIONS[-1]
+NO_VERSION = "the source states no vLLM version"
 USAGE_CONTEXT = "vllm serve (usage context OPENAI_API_SERVER)"
 TREE = "https://github.com/vllm-project/vllm/blob/v{v}/{path}"
 
@@ -129,7 +132,7 @@ def release_for(version: str | None, run_date: str | None = None) -> VersionChoi
     version but the run's date (``YYYY-MM-DD``), the newest tabulated release published by then: the
     server cannot have run a later one."""
     if (version is None or _key(version) is None) and run_date:
-        why = "the source states no vLLM version" if version is None else f"{version!r} is not a version number"
+        why = NO_VERSION if version is None else f"{version!r} is not a version number"
         by_then = [r for r in RELEASES if r.published <= run_date]
         later = [r for r in RELEASES if r.published > run_date]
         if by_then:
@@ -142,7 +145,7 @@ def release_for(version: str | None, run_date: str | None = None) -> VersionChoi
         return VersionChoice(r, None, f"{why}; a run on {run_date} predates every tabulated release: "
                                       f"{r.version}'s defaults, the oldest (published {r.published})", True)
     if version is None or _key(version) is None:
-        why = "the source states no vLLM version" if version is None else f"{version!r} is not a version number"
+        why = NO_VERSION if version is None else f"{version!r} is not a version number"
         return VersionChoice(BY_VERSION[FALLBACK_VERSION], None,
                              f"{why}: {FALLBACK_VERSION} taken, the release latroute's scheduler kernel follows")
     key = _key(version)

@@ -1,29 +1,75 @@
-"""Which vLLM versions the scheduler kernel was checked against.
+"""Which vLLM versions the scheduler kernel was checked against, and the
+window of releases whose scheduling rules it follows.
 
 The kernel reimplements vLLM V1's scheduling rules; every recorded batch of
 ``shared/data/vllm_cpu`` (vLLM 0.32.0) is reproduced. A release is listed
 here when the peer suite's records of it (``tests/peer/fixtures/<version>``,
 every sync, async and random scenario) all agree step by step with the
-kernel; the newest is the one the kernel follows. A recording from another
-version may follow other rules (``docs/reference/vllm-releases.md`` lists
-the ones found), so ``validate`` says so instead of letting a
-decision-agreement figure below 100% look like a kernel bug.
-A request log that names no vLLM version is given the newest checked
-version's defaults (``traces.vllm_releases.defaults``).
+kernel at that release's rules. The rules of any release from the oldest
+listed to any patch of the newest listed minor release are known
+(``WINDOW``); an instance names the release it follows (``vllm_version``).
+
+A version outside the window has rules nobody checked, so the importers
+refuse it by name unless the user accepts it as unmodelled (it is then
+replayed with the nearest end of the window, ``nearest_in_window``), and
+``validate`` warns on a recording of one instead of letting a
+decision-agreement figure below 100% look like a kernel bug. A request log
+that names no vLLM version is replayed with the newest checked release's
+rules (``NEWEST_CHECKED``), marked as a default.
+
+The data layer imports no engine, so the window is spelled out here as well
+as in ``estimators.engine.releases``; a test checks that the two agree on
+a range of version strings.
 """
 from __future__ import annotations
 
+import re
+
 CHECKED_VLLM_VERSIONS = ("0.19.0", "0.22.1", "0.25.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")  # oldest first: the last is the fallback default
+NEWEST_CHECKED = CHECKED_VLLM_VERSIONS[-1]  # the rules the kernel follows by default
+WINDOW = ("0.19.0", "0.32")  # oldest release checked, newest minor release checked (any of its patches)
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def version_key(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a vLLM version ("0.19.1", "v0.10.1.1", "0.32.0+cpu": the leading
+    numbers); None when it is not one."""
+    m = _VERSION.match(str(version).strip())
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
+def in_window(version: str) -> bool:
+    """A release whose scheduling rules latroute checked: 0.19.0 up to any 0.32 patch."""
+    key = version_key(version)
+    return key is not None and version_key(WINDOW[0]) <= key and key[:2] <= version_key(WINDOW[1])[:2]
+
+
+def nearest_in_window(version: str | None) -> str:
+    """The release whose rules replay ``version``: itself inside the window, the nearest end outside it,
+    the newest checked release when it is no version at all."""
+    key = version_key(version) if version is not None else None
+    if key is None:
+        return NEWEST_CHECKED
+    if in_window(version):
+        return str(version).strip()
+    return WINDOW[0] if key < version_key(WINDOW[0]) else NEWEST_CHECKED
+
+
+def window_text() -> str:
+    return f"{WINDOW[0]} to {WINDOW[1]}.x"
 
 
 def unchecked_version_warning(meta: dict) -> str | None:
-    """A warning when the trace is a recording of an unchecked vLLM version
-    (None for other traces and checked versions)."""
+    """A warning when the trace is a recording of a vLLM version outside the window (None for other
+    traces and versions inside it)."""
     src = meta.get("source") or {}
     if src.get("kind") != "vllm-record":
         return None
     version = src.get("vllm_version")
-    if version in CHECKED_VLLM_VERSIONS:
+    if isinstance(version, str) and in_window(version):
         return None
-    return (f"warning: recorded with vLLM {version or 'of unknown version'}; the scheduler kernel was checked "
-            f"against {', '.join(CHECKED_VLLM_VERSIONS)} only")
+    shown = f"vLLM {version}" if version else "a vLLM of unknown version"
+    return (f"warning: recorded with {shown}, outside the releases whose scheduling rules latroute checked "
+            f"({window_text()}): replayed with {nearest_in_window(version if isinstance(version, str) else None)}'s "
+            "rules, so a decision agreement below 100% may be the release's rules, not a kernel bug")

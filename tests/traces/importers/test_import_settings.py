@@ -133,21 +133,29 @@ def test_an_unknown_version_is_defaulted_to_032_and_a_stated_one_picks_its_row(t
     assert "v0.32.0/vllm/engine/arg_utils.py#L2923" in eng["sources"]["max_num_seqs"]
     assert eng["settings"]["max_num_seqs"] == 256  # an RTX 4090 (24 GB): the small row
     assert set(eng["marks"]) == set(SETTINGS) and set(eng["marks"].values()) <= {"given", "inferred", "defaulted"}
-    # the version given at import: 0.10.1.1's defaults (no async scheduler by default)
-    res = run_cli("trace", "import", "vllm-reqstats", src, "--out", tmp_path / "b", "--engine", "vllm_version=0.10.2")
+    # a version given at import outside the checked window, accepted: 0.10.1.1's defaults (no async scheduler
+    # by default), the stated version kept, replayed with 0.19.0's rules
+    res = run_cli("trace", "import", "vllm-reqstats", src, "--out", tmp_path / "b", "--engine", "vllm_version=0.10.2",
+                  "--accept-unmodelled", "vllm_version")
     assert res.exit_code == 0, res.output
     eng = open_trace(tmp_path / "b").meta["engine"]
     assert eng["marks"]["vllm_version"] == "given" and eng["settings"]["async_scheduling"] is False
-    assert "0.10.1.1's defaults" in eng["sources"]["vllm_version"]
-    # no version but the run's date: the newest tabulated release published by then, inferred
+    assert eng["settings"]["vllm_version"] == "0.10.2" and "0.10.1.1's defaults" in eng["sources"]["vllm_version"]
+    assert eng["accepted_unmodelled"] == ["vllm_version"]
+    assert "replayed with the rules of 0.19.0" in eng["not_modelled"][0]
+    # no version but the run's date: the scheduling rules are 0.32.0's (defaulted), the engine defaults the
+    # newest tabulated release's published by then
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"date": "20250901-100000", "num_prompts": 2, "request_rate": 1.0,
                                  "input_lens": [10, 20], "output_lens": [5, 6], "ttfts": [0.1, 0.2]}))
     res = run_cli("trace", "import", "vllm-bench", bench, "--out", tmp_path / "c")
     assert res.exit_code == 0, res.output
     eng = open_trace(tmp_path / "c").meta["engine"]
-    assert (eng["settings"]["vllm_version"], eng["marks"]["vllm_version"]) == ("0.10.1.1", "inferred")
-    assert "a run on 2025-09-01 ran no release published later" in eng["sources"]["vllm_version"]
+    assert (eng["settings"]["vllm_version"], eng["marks"]["vllm_version"]) == ("0.32.0", "defaulted")
+    assert eng["sources"]["vllm_version"].startswith("the source states no vLLM version: the scheduling rules "
+                                                     "are 0.32.0's")
+    assert "engine defaults below from a run on 2025-09-01 ran no release published later: 0.10.1.1's" \
+        in eng["sources"]["vllm_version"]
     assert eng["settings"]["async_scheduling"] is False  # 0.10's default
 
 
