@@ -54,6 +54,7 @@ from estimators.engine.layout import (
     C_POLICY,
     C_PREFIX,
     C_RULES,
+    C_SCHED_PRIORITY,
     C_WATERMARK,
     F_BLOCKS,
     F_COMPUTED,
@@ -82,6 +83,7 @@ from estimators.engine.sched_moves import (
     _fills,
     _given_hit,
     _grow_fast,
+    _grow_priority,
     _grow_slow,
     _hit,
     _needs_blocks,
@@ -124,9 +126,14 @@ def _schedule_v1(st, plan, asy):
         if n <= 0:
             i += 1
             continue
-        if _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) and \
-                not (_grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n)):
-            break
+        if _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) and not _grow_fast(cfg, req, sc, osc, s, n):
+            if cfg[C_SCHED_PRIORITY] != 0:  # the victim by priority; it may leave this step's batch
+                ok, i, k, back = _grow_priority(st, plan, s, n, i, k)
+                budget += back
+                if not ok:
+                    break
+            elif not _grow_slow(st, plan, s, n):
+                break
         k = _put(req, plan, k, s, n)
         if asy:
             _place(req, plan, k - 1, s)

@@ -49,6 +49,7 @@ from traces.importers.record_checks import (
 )
 from traces.steplog import StepLog
 from traces.store import TraceWriter
+from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
 
 CACHE_COLUMNS = ["hash_ids", "cached_tokens"]  # prefix-caching recordings only
 REQUEST_COLUMNS = ["id", "arrival_s", "added_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s", "ttft_s"]
@@ -94,7 +95,8 @@ def instance_row(eng: dict, instance: str) -> dict:
             "max_model_len": int(eng["max_model_len"]) if eng.get("max_model_len") else DEFAULT_MAX_MODEL_LEN,
             "chunked_prefill": True, "watermark": np.nan, "prefix_caching": bool(eng.get("prefix_caching", False)),
             "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None, "host_speed": np.nan,
-            "async_scheduling": False}  # vLLM's CPU platform turns async scheduling off
+            "async_scheduling": False,  # vLLM's CPU platform turns async scheduling off
+            "vllm_version": CHECKED_VLLM_VERSIONS[-1], "scheduling_policy": "fcfs"}  # the engine's defaults
 
 
 def _request_ids(raw: list[str]) -> dict[str, int]:
