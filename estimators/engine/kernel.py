@@ -15,6 +15,12 @@ https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.p
   nothing was preempted: admit from the head of ``waiting`` while the
   budget lasts and ``len(running) < max_num_seqs``, each admission needing
   blocks for its whole current sequence; the first refusal stops the pass.
+  Under ``--scheduling-policy priority`` (``cfg[C_SCHED_PRIORITY]``;
+  ``docs/reference/async-scheduling.md`` section 12) ``waiting`` is kept in
+  (priority, arrival, request id) order, a preempted request goes back to
+  its place in it, and the victim is the running request with the largest
+  (priority, arrival), the first among equals: one already in this step's
+  batch leaves it and gives its tokens back to the budget.
 - ``sarathi``: decodes first (one token each, preempting the tail of
   ``running`` for blocks), then ongoing prefills, then new requests FCFS;
   whole-sequence blocks at admission with a 1% watermark.

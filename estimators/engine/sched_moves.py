@@ -1,6 +1,7 @@
 """The per-request moves the scheduler's policies (``kernel``) are written
 in, in Numba: growing a running request's blocks (preempting the tail of
-``running`` when they run out), putting a request in the batch, its
+``running`` when they run out, or under priority scheduling the running
+request of the largest priority and arrival), putting a request in the batch, its
 prefix-cache hit at admission, admitting, refusing the head of ``waiting``.
 Fast forms take the arrays (the hot loops), slow ones the whole state.
 """

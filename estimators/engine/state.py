@@ -13,7 +13,9 @@ estimate cheap.
 - ``running[:sc[S_NR]]``: slots in admission order;
 - ``waiting``: a circular buffer of slots, head ``sc[S_WHEAD]``, length
   ``sc[S_WN]``; preempted requests are pushed at the front (the moves are
-  in ``primitives``, written once);
+  in ``primitives``, written once); under priority scheduling it is kept
+  sorted by (``F_PRIO``, ``F_ARRIVAL``, ``F_RID``), preempted requests
+  included;
 - ``sc[S_*]``: scalars (queue lengths, free KV blocks, ...);
 - ``cfg[C_*]``: the engine configuration (``InstanceConfig.to_array``).
 
