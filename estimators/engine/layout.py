@@ -24,7 +24,7 @@ NF_ASYNC = 13
 # priority scheduling only (cfg[C_SCHED_PRIORITY] on; ``SchedState.new`` gives such instances NF_PRIORITY columns,
 # F_PH included, whether async or not): the keys that order waiting and choose the preemption victim
 F_PRIO = 13  # vLLM's Request.priority (lower runs first)
-F_ARRIVAL = 14  # arrival time as an integer rank (equal for requests that arrived together; default the request id)
+F_ARRIVAL = 14  # arrival time as an integer (equal for requests that arrived together; ``add``: default the request id)
 NF_PRIORITY = 15
 
 # statuses
