@@ -41,10 +41,11 @@ from estimators.engine.layout import (
     C_POLICY,
     C_PREFIX,
     C_RULES,
+    C_SCHED_PRIORITY,
     C_WATERMARK,
     NC,
 )
-from estimators.engine.releases import KERNEL_VERSION, in_window, rules_of, window_text
+from estimators.engine.releases import KERNEL_VERSION, in_window, rules_of, version_key, window_text
 
 # engine settings are int64 in the kernel, which multiplies blocks by block size: the data layer
 # refuses the same (traces.datamodel.limits.MAX_ENGINE; tests/project/test_import_layers.py checks they agree)
@@ -70,6 +71,7 @@ def _float(v: object) -> float:
 
 
 POLICIES = {"vllm-v1": 0, "sarathi": 1, "vllm-v0": 2}
+SCHEDULING_POLICIES = {"fcfs": 0, "priority": 1}  # vLLM's --scheduling-policy (SchedulingPolicy)
 DEFAULT_WATERMARK = {"vllm-v1": 0.0, "sarathi": 0.01, "vllm-v0": 0.01}
 
 
@@ -121,6 +123,10 @@ class InstanceConfig:
         "scheduler (vLLM on CPU, and the built-in pools)"))
     vllm_version: str = field(default=KERNEL_VERSION, metadata=meta(
         f"the vLLM release whose scheduling rules the kernel follows ({window_text()}); empty = {KERNEL_VERSION}"))
+    scheduling_policy: str = field(default="fcfs", metadata=meta(
+        f"vLLM's --scheduling-policy: fcfs | priority (a request's priority, lower first, orders waiting and "
+        f"picks the preemption victim; vllm-v1 at vLLM {KERNEL_VERSION} only); empty = fcfs",
+        choices=tuple(SCHEDULING_POLICIES)))
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -152,6 +158,15 @@ class InstanceConfig:
         if not isinstance(self.vllm_version, str) or not in_window(self.vllm_version):
             raise ValueError(f"vllm_version {shown(self.vllm_version)} is outside the releases whose scheduling "
                              f"rules latroute models ({window_text()})")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"unknown scheduling_policy {shown(self.scheduling_policy)} (choose from "
+                             f"{', '.join(SCHEDULING_POLICIES)})")
+        if self.scheduling_policy == "priority" and self.policy != "vllm-v1":
+            raise ValueError(f"scheduling_policy priority is vLLM V1's (policy vllm-v1), not {self.policy}'s")
+        if self.scheduling_policy == "priority" and version_key(self.vllm_version)[:2] != version_key(KERNEL_VERSION)[:2]:
+            # the priority rules are checked against vLLM 0.32's scheduler only (tests/peer/fixtures/0.32.0/priority)
+            raise ValueError(f"scheduling_policy priority follows vLLM {KERNEL_VERSION}'s rules only, not "
+                             f"vllm_version {self.vllm_version}'s")
         for name in ("instance_id", "model", "profile"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {shown(getattr(self, name))}")
@@ -201,6 +216,7 @@ class InstanceConfig:
         cfg[C_PREFIX] = 1 if self.caching else 0
         cfg[C_ASYNC] = 1 if self.async_scheduling else 0
         cfg[C_RULES] = rules_of(self.vllm_version)
+        cfg[C_SCHED_PRIORITY] = SCHEDULING_POLICIES[self.scheduling_policy]
         return cfg
 
     # --- the instances table and pool files
@@ -225,7 +241,7 @@ class InstanceConfig:
             missing = v is None or (isinstance(v, float) and math.isnan(v))
             # empty cells take the default; a float without a None default keeps its NaN (unknown prices)
             if (missing and (kind != "float" or f.default is None)) or (f.name == "max_model_len" and v == 0) \
-                    or (f.name == "vllm_version" and v == ""):
+                    or (f.name in ("vllm_version", "scheduling_policy") and v == ""):
                 continue
             if kind.startswith("int"):
                 v = int(v)

@@ -15,6 +15,12 @@ https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.p
   nothing was preempted: admit from the head of ``waiting`` while the
   budget lasts and ``len(running) < max_num_seqs``, each admission needing
   blocks for its whole current sequence; the first refusal stops the pass.
+  Under ``--scheduling-policy priority`` (``cfg[C_SCHED_PRIORITY]``;
+  ``docs/reference/async-scheduling.md`` section 12) ``waiting`` is kept in
+  (priority, arrival, request id) order, a preempted request goes back to
+  its place in it, and the victim is the running request with the largest
+  (priority, arrival), the first among equals: one already in this step's
+  batch leaves it and gives its tokens back to the budget.
 - ``sarathi``: decodes first (one token each, preempting the tail of
   ``running`` for blocks), then ongoing prefills, then new requests FCFS;
   whole-sequence blocks at admission with a 1% watermark.
@@ -54,6 +60,7 @@ from estimators.engine.layout import (
     C_POLICY,
     C_PREFIX,
     C_RULES,
+    C_SCHED_PRIORITY,
     C_WATERMARK,
     F_BLOCKS,
     F_COMPUTED,
@@ -82,6 +89,7 @@ from estimators.engine.sched_moves import (
     _fills,
     _given_hit,
     _grow_fast,
+    _grow_priority,
     _grow_slow,
     _hit,
     _needs_blocks,
@@ -124,9 +132,14 @@ def _schedule_v1(st, plan, asy):
         if n <= 0:
             i += 1
             continue
-        if _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) and \
-                not (_grow_fast(cfg, req, sc, osc, s, n) or _grow_slow(st, plan, s, n)):
-            break
+        if _needs_blocks(b, req[s, F_COMPUTED], n, req[s, F_BLOCKS]) and not _grow_fast(cfg, req, sc, osc, s, n):
+            if cfg[C_SCHED_PRIORITY] != 0:  # the victim by priority; it may leave this step's batch
+                ok, i, k, back = _grow_priority(st, plan, s, n, i, k)
+                budget += back
+                if not ok:
+                    break
+            elif not _grow_slow(st, plan, s, n):
+                break
         k = _put(req, plan, k, s, n)
         if asy:
             _place(req, plan, k - 1, s)

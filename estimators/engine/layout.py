@@ -21,6 +21,11 @@ NF = 12  # the row of every instance (SFS copies NF fields per resident: sync ro
 # cfg[C_ASYNC] is on (``SchedState.new`` gives async instances NF_ASYNC columns)
 F_PH = 12  # vLLM's num_output_placeholders: tokens sampled by steps in flight, counted in F_COMPUTED
 NF_ASYNC = 13
+# priority scheduling only (cfg[C_SCHED_PRIORITY] on; ``SchedState.new`` gives such instances NF_PRIORITY columns,
+# F_PH included, whether async or not): the keys that order waiting and choose the preemption victim
+F_PRIO = 13  # vLLM's Request.priority (lower runs first)
+F_ARRIVAL = 14  # arrival time as an integer (equal for requests that arrived together; ``add``: default the request id)
+NF_PRIORITY = 15
 
 # statuses
 ST_FREE, ST_WAITING, ST_RUNNING, ST_FINISHED, ST_PENDING, ST_REJECTED = 0, 1, 2, 3, 4, 5
@@ -54,7 +59,8 @@ C_PREFIX = 9  # prefix caching: 0 off, 1 on (``SchedState.bc`` holds the KV bloc
 PREFIX_OFF, PREFIX_ON, PREFIX_OVERLAY = 0, 1, 2
 C_ASYNC = 10  # async scheduling: 1 = vLLM's AsyncScheduler (placeholders, stale outputs), 0 = sync
 C_RULES = 11  # the release's rules: R_* bits of ``releases`` (0 = vLLM 0.32's)
-NC = 12
+C_SCHED_PRIORITY = 12  # vLLM's --scheduling-policy: 0 fcfs, 1 priority (waiting ordered by F_PRIO, F_ARRIVAL, F_RID)
+NC = 13
 
 # --- plan counts
 PL_N = 0  # requests in the batch

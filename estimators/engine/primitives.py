@@ -13,11 +13,15 @@ from numba import njit
 from estimators.engine.kv_blocks import release_blocks, take_blocks
 from estimators.engine.layout import (
     C_ASYNC,
+    C_SCHED_PRIORITY,
+    F_ARRIVAL,
     F_BLOCKS,
     F_COMPUTED,
     F_NCACHED,
     F_PH,
     F_PREEMPTIONS,
+    F_PRIO,
+    F_RID,
     F_STATUS,
     S_CAP,
     S_FREE_BLOCKS,
@@ -63,6 +67,45 @@ def wait_push_front(sc, waiting, s):
 def wait_push_back(sc, waiting, s):
     waiting[(sc[S_WHEAD] + sc[S_WN]) % sc[S_CAP]] = s
     sc[S_WN] += 1
+
+
+@njit(cache=True, inline="always")
+def runs_before(req, a, b):
+    """Priority scheduling: ``a`` is ahead of ``b`` in waiting, vLLM's
+    ``Request.__lt__`` (priority, then arrival time, then request id)."""
+    if req[a, F_PRIO] != req[b, F_PRIO]:
+        return req[a, F_PRIO] < req[b, F_PRIO]
+    if req[a, F_ARRIVAL] != req[b, F_ARRIVAL]:
+        return req[a, F_ARRIVAL] < req[b, F_ARRIVAL]
+    return req[a, F_RID] < req[b, F_RID]
+
+
+@njit(cache=True)
+def wait_insert(req, sc, waiting, s):
+    """Priority scheduling: put ``s`` at its place in waiting, kept sorted
+    by ``runs_before`` (vLLM's heap: its head, and the order it is popped in,
+    are the sorted order; ``prepend_request`` is a push like any other)."""
+    cap = sc[S_CAP]
+    head = sc[S_WHEAD]
+    j = sc[S_WN]
+    while j > 0:
+        x = waiting[(head + j - 1) % cap]
+        if not runs_before(req, s, x):
+            break
+        waiting[(head + j) % cap] = x
+        j -= 1
+    waiting[(head + j) % cap] = s
+    sc[S_WN] += 1
+
+
+@njit(cache=True, inline="always")
+def wait_enqueue(cfg, req, sc, waiting, s):
+    """A request joins waiting (``add_request``): at the back (FCFS), or at
+    its place by priority."""
+    if cfg[C_SCHED_PRIORITY] != 0:
+        wait_insert(req, sc, waiting, s)
+    else:
+        wait_push_back(sc, waiting, s)
 
 
 @njit(cache=True, inline="always")
@@ -135,7 +178,8 @@ def admit(st, hit_blocks, blocks, computed):
 @njit(cache=True, inline="always")
 def preempt(st, s):
     """Recompute preemption of running request ``s``: its blocks are freed,
-    its computed tokens reset and it goes to the front of ``waiting``."""
+    its computed tokens reset and it goes to the front of ``waiting`` (under
+    priority scheduling, to its place in it)."""
     req, sc = st.req, st.sc
     if sc[S_NR] > 0 and st.running[sc[S_NR] - 1] == s:
         sc[S_NR] -= 1  # the usual case: the tail of running
@@ -147,7 +191,10 @@ def preempt(st, s):
     req[s, F_PREEMPTIONS] += 1
     if st.cfg[C_ASYNC] != 0:
         req[s, F_PH] = 0  # async scheduling: the outputs in flight are stale (no F_PH column in sync mode)
-    wait_push_front(sc, st.waiting, s)
+    if st.cfg[C_SCHED_PRIORITY] != 0:
+        wait_insert(req, sc, st.waiting, s)  # vLLM's prepend_request on a priority queue: a heap push
+    else:
+        wait_push_front(sc, st.waiting, s)
     sc[S_NPREEMPT] += 1
 
 

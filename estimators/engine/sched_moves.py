@@ -1,6 +1,7 @@
 """The per-request moves the scheduler's policies (``kernel``) are written
 in, in Numba: growing a running request's blocks (preempting the tail of
-``running`` when they run out), putting a request in the batch, its
+``running`` when they run out, or under priority scheduling the running
+request of the largest priority and arrival), putting a request in the batch, its
 prefix-cache hit at admission, admitting, refusing the head of ``waiting``.
 Fast forms take the arrays (the hot loops), slow ones the whole state.
 """
@@ -19,6 +20,7 @@ from estimators.engine.layout import (
     C_BLOCK,
     C_PREFIX,
     EV_REJECT,
+    F_ARRIVAL,
     F_BLOCKS,
     F_COMPUTED,
     F_EVENT,
@@ -26,6 +28,7 @@ from estimators.engine.layout import (
     F_OUTPUTS,
     F_PH,
     F_PREEMPTIONS,
+    F_PRIO,
     F_PROMPT,
     F_RID,
     F_STATUS,
@@ -68,6 +71,68 @@ def _grow_blocks(st, plan, s, n):
     if need > 0:
         more_blocks(st, s, need)
     return True
+
+
+@njit(cache=True, inline="always")
+def _victim(req, sc, running):
+    """Priority scheduling: the request to preempt, vLLM's ``max(running,
+    key=(priority, arrival_time))``: the largest key, the first in running
+    order among equals (no request-id tie-break here, unlike waiting's)."""
+    v = running[0]
+    for r in range(1, sc[S_NR]):
+        x = running[r]
+        if req[x, F_PRIO] > req[v, F_PRIO] or (req[x, F_PRIO] == req[v, F_PRIO]
+                                               and req[x, F_ARRIVAL] > req[v, F_ARRIVAL]):
+            v = x
+    return v
+
+
+@njit(cache=True, inline="always")
+def _unput(plan, k, j):
+    """Drop item ``j`` of the first ``k`` in the batch (order of the rest
+    kept); returns its tokens."""
+    n = plan.tokens[j]
+    for m in range(j + 1, k):
+        plan.slot[m - 1] = plan.slot[m]
+        plan.tokens[m - 1] = plan.tokens[m]
+        plan.computed[m - 1] = plan.computed[m]
+        plan.rid[m - 1] = plan.rid[m]
+        plan.samples[m - 1] = plan.samples[m]
+        plan.preemptions[m - 1] = plan.preemptions[m]
+    return n
+
+
+@njit(cache=True)
+def _grow_priority(st, plan, s, n, i, k):
+    """``_grow_blocks`` under priority scheduling (vLLM 0.32's PRIORITY
+    branch of ``schedule()``'s first pass): each victim is ``_victim``, not
+    the tail; a victim already in this step's batch leaves it and gives its
+    tokens back to the budget, and one ahead of ``s`` in running moves
+    ``s``'s index ``i`` down. Returns (``s`` still runs, ``i``, the batch's
+    size ``k``, tokens given back)."""
+    req, sc, running = st.req, st.sc, st.running
+    need = cdiv(req[s, F_COMPUTED] + n, st.cfg[C_BLOCK]) - req[s, F_BLOCKS]
+    back = 0
+    while need > sc[S_FREE_BLOCKS]:
+        if settle(st):  # deferred releases first (SFS's overlay): they may be enough
+            continue
+        v = _victim(req, sc, running)
+        for r in range(i):
+            if running[r] == v:
+                i -= 1
+                break
+        for j in range(k):
+            if plan.slot[j] == v:
+                back += _unput(plan, k, j)
+                k -= 1
+                break
+        preempt(st, v)
+        plan.preempted[sc[S_NPREEMPT] - 1] = v
+        if v == s:
+            return False, i, k, back
+    if need > 0:
+        more_blocks(st, s, need)
+    return True, i, k, back
 
 
 @njit(cache=True, inline="always")

@@ -13,7 +13,9 @@ estimate cheap.
 - ``running[:sc[S_NR]]``: slots in admission order;
 - ``waiting``: a circular buffer of slots, head ``sc[S_WHEAD]``, length
   ``sc[S_WN]``; preempted requests are pushed at the front (the moves are
-  in ``primitives``, written once);
+  in ``primitives``, written once); under priority scheduling it is kept
+  sorted by (``F_PRIO``, ``F_ARRIVAL``, ``F_RID``), preempted requests
+  included;
 - ``sc[S_*]``: scalars (queue lengths, free KV blocks, ...);
 - ``cfg[C_*]``: the engine configuration (``InstanceConfig.to_array``).
 
@@ -47,15 +49,19 @@ from estimators.engine.layout import (
     C_POLICY,
     C_PREFIX,
     C_RULES,
+    C_SCHED_PRIORITY,
+    F_ARRIVAL,
     F_COMPUTED,
     F_HIT,
     F_OUTPUTS,
+    F_PRIO,
     F_PROMPT,
     F_RID,
     F_STATUS,
     F_TARGET,
     NF,
     NF_ASYNC,
+    NF_PRIORITY,
     NPL,
     NS,
     PREFIX_ON,
@@ -68,7 +74,7 @@ from estimators.engine.layout import (
     ST_WAITING,
     KernelInputError,
 )
-from estimators.engine.primitives import wait_linear, wait_push_back
+from estimators.engine.primitives import wait_enqueue, wait_linear
 from estimators.engine.releases import R_FREE_ALL_TO_TAIL
 
 POLICY_V0 = POLICIES["vllm-v0"]  # it refuses over-long prompts in its own scheduler
@@ -141,7 +147,8 @@ class SchedState(NamedTuple):
             table = np.zeros((capacity, -(-engine.max_model_len // engine.block_size) + 1), dtype=np.int64)
         else:
             bc, table = new_block_cache(2), np.zeros((capacity, 0), dtype=np.int64)
-        width = NF_ASYNC if engine.async_scheduling else NF  # F_PH exists only where async rules touch it
+        # F_PH exists only where async rules touch it, F_PRIO and F_ARRIVAL only where priority rules read them
+        width = NF_PRIORITY if cfg[C_SCHED_PRIORITY] else NF_ASYNC if engine.async_scheduling else NF
         return cls(cfg, np.zeros((capacity, width), dtype=np.int64), sc, np.zeros(capacity, dtype=np.int64),
                    np.zeros(capacity, dtype=np.int64), np.arange(capacity - 1, -1, -1, dtype=np.int64), table, bc,
                    hashes if hashes is not None else no_request_hashes(), new_overlay(0, 2))
@@ -204,18 +211,27 @@ class SchedState(NamedTuple):
         return self if self.sc[S_NFREE_SLOTS] > 0 else self.grown(2 * self.capacity)
 
     def add(self, rid: int, prompt: int, target: int, hit: int = 0, computed: int = 0, outputs: int = 0,
-            status: int = ST_WAITING) -> int:
+            status: int = ST_WAITING, priority: int = 0, arrival: int | None = None) -> int:
         """Put a request in a free slot and, if WAITING, at the back of the
-        waiting queue. Returns its slot (``with_room`` first if it may be full)."""
+        waiting queue (priority scheduling: at its place by ``priority``,
+        lower first, then ``arrival``, an integer arrival time, equal for
+        requests that arrived together, default ``rid``, then ``rid``).
+        Returns its slot (``with_room`` first if it may be full). A priority
+        other than 0 needs an instance under priority scheduling."""
         self.check_prompt(rid, prompt)
+        ordered = self.cfg[C_SCHED_PRIORITY] != 0
+        if priority != 0 and not ordered:
+            raise ValueError(f"request {rid}: priority {priority} on an instance whose scheduling_policy is fcfs")
         self.sc[S_NFREE_SLOTS] -= 1
         slot = int(self.free_slots[self.sc[S_NFREE_SLOTS]])
         row = self.req[slot]
         row[:] = 0
         row[F_PROMPT], row[F_TARGET], row[F_RID], row[F_HIT] = prompt, max(1, target), rid, hit
         row[F_COMPUTED], row[F_OUTPUTS], row[F_STATUS] = computed, outputs, status
+        if ordered:
+            row[F_PRIO], row[F_ARRIVAL] = priority, rid if arrival is None else arrival
         if status == ST_WAITING:
-            wait_push_back(self.sc, self.waiting, slot)
+            wait_enqueue(self.cfg, self.req, self.sc, self.waiting, slot)
         return slot
 
     def check_prompt(self, rid: int, prompt: int) -> None:

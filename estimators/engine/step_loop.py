@@ -80,7 +80,7 @@ from estimators.engine.layout import (
     S_WN,
     ST_WAITING,
 )
-from estimators.engine.primitives import release_slot, wait_push_back
+from estimators.engine.primitives import release_slot, wait_enqueue
 from estimators.engine.timing import noisy_ratio, plan_time
 
 # meta (int64) fields; M_SKIPPED: steps advanced by the twin's fast path (``_skip_run``), counted in M_STEPS too
@@ -211,7 +211,8 @@ def write_step(st, plan, tw, log, n, start, end):
 @njit(cache=True)
 def take_inbox(st, tw) -> float:
     """vLLM's ``add_request`` before ``schedule()``: the requests that
-    arrived since the last plan join the waiting queue in arrival order.
+    arrived since the last plan join the waiting queue in arrival order
+    (priority scheduling: each at its place by priority).
     Returns their intake time (``estimators.timemodel.intake``) after
     ``T_INTAKE``'s, which delays the step (sync) or the launch (async)."""
     meta, times = tw.meta, tw.times
@@ -220,7 +221,7 @@ def take_inbox(st, tw) -> float:
     for i in range(meta[M_INBOX_N]):
         s = tw.inbox[i]
         st.req[s, F_STATUS] = ST_WAITING
-        wait_push_back(st.sc, st.waiting, s)
+        wait_enqueue(st.cfg, st.req, st.sc, st.waiting, s)  # priority scheduling: at its place
         intake += tw.params[P_INTAKE_REQ] + tw.params[P_INTAKE_TOK] * st.req[s, F_PROMPT]
     meta[M_INBOX_N] = 0
     return intake

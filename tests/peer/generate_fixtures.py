@@ -28,8 +28,11 @@ Options: ``--model DIR`` (a model directory whose configuration vLLM can
 read; default ``../shared/models/tiny-a`` beside the repository), ``--out
 DIR`` (default ``tests/peer/fixtures/<the running vLLM's version>``; the
 async fixtures go to its ``async`` folder), ``--only NAME`` (one scenario
-of the sync and async sets), ``--mode sync|async|random|both|all`` (both:
-sync and async; default all: the random set too). A fixture whose content
+of the sync and async sets), ``--mode sync|async|random|both|all|priority``
+(both: sync and async; default all: the random set too; priority: the
+scenarios under vLLM's priority scheduling policy, ``scenarios.priority_scenarios``,
+sync and async, into the release folder's ``priority/`` and
+``priority/async/``, recorded for the kernel's release only). A fixture whose content
 did not change is left untouched, so ``git diff`` shows exactly what a
 rerun changed, and ``diff -r`` between two release folders what a release
 changed.
@@ -97,7 +100,7 @@ RANDOM_MAX_STEPS = 2000
 
 import random_fixtures  # noqa: E402 (beside this script: run by path)
 import releases  # noqa: E402
-from scenarios import async_scenarios, random_async_scenarios, scenarios  # noqa: E402
+from scenarios import async_scenarios, priority_scenarios, random_async_scenarios, scenarios  # noqa: E402
 
 
 # ---------------------------------------------------------------- vLLM side
@@ -114,7 +117,7 @@ def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False):
                             max_model_len=eng["max_model_len"],
                             long_prefill_token_threshold=eng["long_prefill_token_threshold"],
                             enable_chunked_prefill=eng["chunked_prefill"], is_encoder_decoder=False,
-                            async_scheduling=async_scheduling)
+                            async_scheduling=async_scheduling, policy=eng.get("scheduling_policy", "fcfs"))
     cache = CacheConfig(block_size=eng["block_size"], enable_prefix_caching=eng["prefix_caching"])
     cache.num_gpu_blocks = eng["num_blocks"]
     config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
@@ -179,7 +182,7 @@ def add_arrivals(s, pending: list[dict], step: int, reqs: dict, index: dict, blo
     for r in [r for r in pending if r["arrival_step"] == step]:
         vr = Request(r["id"], prompt_tokens(r, index[r["id"]], block_size),
                      SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True), None,
-                     arrival_time=float(step), block_hasher=hasher)
+                     arrival_time=float(step), block_hasher=hasher, priority=r.get("priority", 0))
         reqs[r["id"]] = vr
         s.add_request(vr)
         pending.remove(r)
@@ -397,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--out", default=None, help="default: tests/peer/fixtures/<the running vLLM's version>")
     ap.add_argument("--only", default=None)
-    ap.add_argument("--mode", choices=("sync", "async", "random", "both", "all"), default="all")
+    ap.add_argument("--mode", choices=("sync", "async", "random", "both", "all", "priority"), default="all")
     args = ap.parse_args(argv)
     if not Path(args.model, "config.json").is_file():
         print(f"error: --model {args.model}: no config.json (a model directory vLLM can read)", file=sys.stderr)
@@ -410,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         runs += [(sc, run_vllm, out) for sc in scenarios()]
     if args.mode in ("async", "both", "all"):
         runs += [(sc, run_vllm_async, out / "async") for sc in scenarios() + async_scenarios()]
+    if args.mode == "priority":  # a folder of their own: the release matrix (--mode all) is unchanged
+        runs += [(sc, run_vllm, out / releases.PRIORITY) for sc in priority_scenarios()]
+        runs += [(sc, run_vllm_async, out / releases.PRIORITY / "async") for sc in priority_scenarios()]
     chosen = [r for r in runs if args.only in (None, r[0]["name"])]
     if args.only is not None and not chosen:
         print(f"error: --only {args.only}: no {args.mode} scenario of that name (the random set is written whole)",

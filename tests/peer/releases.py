@@ -123,6 +123,15 @@ def async_paths(version: str) -> list[Path]:
     return sorted((folder(version) / "async").glob("*.json"))
 
 
+PRIORITY = "priority"  # the priority-policy scenarios, sync and async (its async/): the kernel release's only
+
+
+def priority_paths(version: str, mode: str) -> list[Path]:
+    """The priority-policy records of ``version`` (``generate_fixtures.py
+    --mode priority``), ``mode`` sync or async."""
+    return sorted((folder(version) / PRIORITY / ("async" if mode == "async" else "")).glob("*.json"))
+
+
 RANDOM_NAME = "async_random.jsonl.gz"  # the random async set, one file per release (random_fixtures)
 
 
@@ -136,28 +145,29 @@ def without_version(fx: dict) -> dict:
     return {k: v for k, v in fx.items() if k != "vllm_version"}
 
 
-def regenerate(python: str, out: Path, timeout: int = 1800) -> tuple[int, str]:
+def regenerate(python: str, out: Path, timeout: int = 1800, mode: str = "all") -> tuple[int, str]:
     """Run the generator under ``python`` (a vLLM release's interpreter) into
-    ``out``: its exit status and the tail of its error output."""
+    ``out`` (``--mode mode``): its exit status and the tail of its error output."""
     import os
     import subprocess
 
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    res = subprocess.run([python, str(Path(__file__).resolve().parent / "generate_fixtures.py"), "--out", str(out)],
+    res = subprocess.run([python, str(Path(__file__).resolve().parent / "generate_fixtures.py"), "--out", str(out),
+                          "--mode", mode],
                          env=env, capture_output=True, text=True, timeout=timeout)
     return res.returncode, res.stderr[-2000:]
 
 
-def changed_files(version: str, out: Path) -> list[str]:
-    """The stored fixtures of ``version`` that a regeneration into ``out``
-    did not reproduce byte for byte (the random set compared line by line,
-    as its gzip bytes are not the point), and the ones it made that are not
-    stored."""
+def changed_files(version: str, out: Path, subs: tuple[str, ...] = ("", "async"), random: bool = True) -> list[str]:
+    """The stored fixtures of ``version`` (in the folders ``subs``) that a
+    regeneration into ``out`` did not reproduce byte for byte (with
+    ``random``, the random set compared line by line, as its gzip bytes are
+    not the point), and the ones it made that are not stored."""
     import gzip
 
     stored = folder(version)
     changed = []
-    for sub in ("", "async"):
+    for sub in subs:
         made = {p.name for p in (out / sub).glob("*.json")}
         for path in sorted((stored / sub).glob("*.json")):
             again = out / sub / path.name
@@ -165,6 +175,8 @@ def changed_files(version: str, out: Path) -> list[str]:
                 changed.append(f"{sub}/{path.name}".lstrip("/"))
             made.discard(path.name)
         changed += [f"{sub}/{name} (not stored)".lstrip("/") for name in sorted(made)]
+    if not random:
+        return changed
     old, new = random_path(version), out / RANDOM_NAME
     if not new.is_file() or gzip.decompress(old.read_bytes()) != gzip.decompress(new.read_bytes()):
         changed.append(RANDOM_NAME)

@@ -329,3 +329,116 @@ def _random_scenario(rng, name: str) -> dict:
                     f"{', long_prefill ' + str(long_prefill) if long_prefill else ''}"
                     f"{', prefix caching' if caching else ''}{'' if chunked else ', chunked prefill off'}.",
                     eng, requests)
+
+
+PRIORITY_SOURCE = "latroute (priority)"
+
+
+def preq(rid, prompt, max_tokens=16, arrival_step=1, priority=0, blocks=None):
+    """A request under priority scheduling (vLLM's ``Request.priority``,
+    lower first)."""
+    return {**req(rid, prompt, max_tokens, arrival_step, blocks), "priority": priority}
+
+
+def priority_engine(**kw):
+    """``engine`` under vLLM's ``--scheduling-policy priority``."""
+    return {**engine(**kw), "scheduling_policy": "priority"}
+
+
+def priority_scenarios() -> list[dict]:
+    """Scenarios under vLLM's priority scheduling policy (recorded sync and
+    async, kept in their own folder, ``priority/``): waiting ordered by
+    (priority, arrival time, request id), a preempted request put back at its
+    place in that order, and the preemption victim the running request with
+    the largest (priority, arrival time), the first in running order among
+    equals. A request's arrival time is its arrival step."""
+    def sc(name, description, eng, requests):
+        return scenario(name, PRIORITY_SOURCE, name, description, eng, requests)
+
+    out = [
+        sc("prio_waiting_order", "max_num_seqs 1, six 10-token requests arriving together with priorities "
+           "3 1 2 0 1 2: admitted one at a time by priority, ties by request id.",
+           priority_engine(max_num_seqs=1), [preq(i, 10, 2, 1, p) for i, p in enumerate((3, 1, 2, 0, 1, 2))]),
+        sc("prio_late_arrival_jumps_queue", "max_num_seqs 1: three priority-5 requests arrive at step 1, a "
+           "priority-0 one at step 3; it runs next, ahead of the two that waited longer.",
+           priority_engine(max_num_seqs=1),
+           [preq(0, 10, 4, 1, 5), preq(1, 10, 4, 1, 5), preq(2, 10, 4, 1, 5), preq(3, 10, 4, 3, 0)]),
+        sc("prio_tie_arrival_before_id", "max_num_seqs 1, every request priority 1: '9' runs from step 1; '5' "
+           "and '7' arrive at step 2, '3' at step 3: ties go by arrival time first ('5', '7', then '3', whose "
+           "id is the smallest), then by id.",
+           priority_engine(max_num_seqs=1),
+           [preq(9, 10, 6, 1, 1), preq(7, 10, 3, 2, 1), preq(5, 10, 3, 2, 1), preq(3, 10, 3, 3, 1)]),
+        sc("prio_tie_same_step_by_id", "max_num_seqs 2, four priority-0 requests arriving together, listed "
+           "c a d b: they run in request-id order a b c d, not in the order they were added.",
+           priority_engine(max_num_seqs=2), [preq(r, 10, 3, 1, 0) for r in "cadb"]),
+        sc("prio_preempt_lowest_not_tail", "Block size 2, 11 blocks: a priority-9 request admitted first, two "
+           "priority-0 ones after it; when a block runs out the victim is the priority-9 request at the head "
+           "of running (already in the step's batch: it leaves the batch and its tokens go back to the "
+           "budget), not the tail.",
+           priority_engine(block_size=2, num_blocks=11),
+           [preq(0, 5, 6, 1, 9), preq(1, 5, 6, 2, 0), preq(2, 5, 6, 2, 0)]),
+        sc("prio_preempt_self", "Block size 4, 5 blocks: a priority-5 request admitted at step 1, a priority-0 "
+           "one at step 2; when the first (head of running) needs a block it is itself the victim: it "
+           "preempts itself and the pass stops before the second (an empty step).",
+           priority_engine(block_size=4, num_blocks=5), [preq(0, 7, 10, 1, 5), preq(1, 6, 10, 2, 0)]),
+        sc("prio_victim_tie_first_in_running", "Block size 2, 9 blocks: two priority-0 requests arriving "
+           "together decode until a block runs out: the victim is the first of the two in running "
+           "(max over equal keys), not the tail.",
+           priority_engine(block_size=2, num_blocks=9), [preq(0, 5, 8, 1, 0), preq(1, 5, 8, 1, 0)]),
+        sc("prio_preempted_behind_higher_waiting", "Block size 2, 11 blocks, max_num_seqs 2: two priority-1 "
+           "requests run while a priority-0 one that arrived later waits for a seat; the priority-1 request "
+           "preempted under KV pressure goes back behind it, not to the front.",
+           priority_engine(block_size=2, num_blocks=11, max_num_seqs=2),
+           [preq(0, 5, 8, 1, 1), preq(1, 5, 8, 2, 1), preq(2, 5, 3, 3, 0)]),
+        sc("prio_preempted_high_returns_first", "Block size 2, 11 blocks, max_num_seqs 2: two priority-0 "
+           "requests run, a priority-3 one arrived first but waits; the later priority-0 request, preempted, "
+           "goes back ahead of it and is readmitted first.",
+           priority_engine(block_size=2, num_blocks=11, max_num_seqs=2),
+           [preq(0, 5, 8, 2, 0), preq(1, 5, 8, 3, 0), preq(2, 5, 3, 1, 3)]),
+        sc("prio_max_num_seqs_pressure", "max_num_seqs 2, eight requests of priorities 0-3 arriving over six "
+           "steps: every freed seat goes to the best waiting request.",
+           priority_engine(max_num_seqs=2),
+           [preq(i, 8 + 3 * i, 2 + i % 3, 1 + i * 3 // 4, (5 * i + 2) % 4) for i in range(8)]),
+        sc("prio_long_prefill_chunked", "Budget 64, long_prefill_token_threshold 16: two priority-5 prompts of "
+           "100 tokens are prefilled in chunks; priority-0 short requests arriving meanwhile are admitted "
+           "first among the waiting (ahead of a priority-2 one added before them), with what budget the "
+           "running requests leave.",
+           priority_engine(budget=64, long_prefill=16, max_model_len=256),
+           [preq(0, 100, 3, 1, 5), preq(1, 100, 3, 1, 5), preq(4, 40, 3, 2, 2), preq(2, 12, 3, 2, 0),
+            preq(3, 12, 3, 3, 0)]),
+        sc("prio_unchunked_budget", "Chunked prefill off, budget 128: the best waiting prompt (100 tokens) "
+           "does not fit the budget left, so the pass stops there although a smaller, worse one would fit.",
+           priority_engine(budget=128, chunked_prefill=False),
+           [preq(0, 60, 4, 1, 2), preq(1, 100, 4, 1, 0), preq(2, 20, 4, 1, 3), preq(3, 30, 4, 2, 1)]),
+        sc("prio_kv_gate_head", "Block size 4, 16 blocks: the best waiting request needs more blocks than are "
+           "free, and the smaller, worse ones behind it wait too (no one behind the head is tried), although one "
+           "was added before it.",
+           priority_engine(block_size=4, num_blocks=16),
+           [preq(0, 30, 6, 1, 1), preq(2, 4, 3, 2, 4), preq(1, 40, 3, 2, 0), preq(3, 4, 3, 3, 4)]),
+        sc("prio_negative_and_large", "max_num_seqs 2: priorities -5, 100, 0 and -5 again (a later arrival), "
+           "and 7: negative priorities run first, the two -5 ones by arrival.",
+           priority_engine(max_num_seqs=2),
+           [preq(0, 10, 3, 1, 100), preq(1, 10, 3, 1, -5), preq(2, 10, 3, 1, 0), preq(3, 10, 3, 2, -5),
+            preq(4, 10, 3, 2, 7)]),
+        sc("prio_apc_shared_prefix", "Prefix caching, block size 16, max_num_seqs 1: requests sharing the "
+           "blocks [A B C] or [A D] run by priority; each hits what the ones before it left cached.",
+           priority_engine(max_num_seqs=1, prefix_caching=True),
+           [preq(0, 60, 2, 1, 2, [0, 1, 2]), preq(1, 40, 2, 1, 0, [0, 3]), preq(2, 55, 2, 1, 1, [0, 1, 2]),
+            preq(3, 70, 2, 2, 0, [0, 1, 2])]),
+        sc("prio_apc_preempt_pressure", "Prefix caching, block size 4, 11 blocks: three requests sharing "
+           "leading blocks with priorities 2, 0 and 1 grow until blocks run out; the priority-2 one is the "
+           "victim and hits its own cached blocks when readmitted.",
+           priority_engine(block_size=4, num_blocks=11, prefix_caching=True),
+           [preq(0, 10, 8, 1, 2, [0, 1]), preq(1, 10, 8, 1, 0, [0, 1]), preq(2, 9, 8, 2, 1, [0])]),
+    ]
+    for caching in (False, True):
+        prios = [(7 * i + 3) % 5 for i in range(16)]
+        out.append(sc(
+            f"prio_mixed_pressure{'_apc' if caching else ''}",
+            "The sixteen requests of async_mixed_pressure with priorities 0-4 (block size 4, 40 blocks, budget "
+            "48, max_num_seqs 6, long_prefill_token_threshold 16): preemptions by priority, victims already in "
+            "the batch, readmissions by priority, all at once.",
+            priority_engine(budget=48, max_num_seqs=6, block_size=4, num_blocks=40, long_prefill=16,
+                            max_model_len=256, prefix_caching=caching),
+            [{**r, "priority": prios[int(r["id"])]} for r in mixed_requests(16, caching)]))
+    return out

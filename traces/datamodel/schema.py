@@ -182,6 +182,10 @@ INSTANCES = TableSchema(
                    "scheduler (vLLM on CPU, and the built-in pools)"),
         Column("vllm_version", STR, required=False, nullable=True,
                doc="the vLLM release whose scheduling rules the kernel follows (0.19.0 to 0.32.x); empty = 0.32.0"),
+        Column("scheduling_policy", STR, required=False, nullable=True,
+               doc="vLLM's --scheduling-policy: fcfs | priority (a request's priority, lower first, orders waiting and "
+                   "picks the preemption victim; vllm-v1 at vLLM 0.32.0 only); empty = fcfs",
+               choices=("fcfs", "priority")),
     ),
     doc="one row per serving instance",
 )

@@ -100,7 +100,7 @@ def instance_row(eng: dict, instance: str) -> dict:
             "chunked_prefill": True, "watermark": np.nan, "prefix_caching": bool(eng.get("prefix_caching", False)),
             "device": "cpu" if "cpu" in str(eng.get("platform", "")).lower() else None, "host_speed": np.nan,
             "async_scheduling": False,  # vLLM's CPU platform turns async scheduling off
-            "vllm_version": recorded_rules(eng)}
+            "vllm_version": recorded_rules(eng), "scheduling_policy": "fcfs"}  # the recorder runs vLLM's default
 
 
 def recorded_rules(eng: dict) -> str:
