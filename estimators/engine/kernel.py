@@ -16,7 +16,7 @@ https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.p
   budget lasts and ``len(running) < max_num_seqs``, each admission needing
   blocks for its whole current sequence; the first refusal stops the pass.
   Under ``--scheduling-policy priority`` (``cfg[C_SCHED_PRIORITY]``;
-  ``docs/reference/async-scheduling.md`` section 12) ``waiting`` is kept in
+  ``docs/reference/priority-scheduling.md``) ``waiting`` is kept in
   (priority, arrival, request id) order, a preempted request goes back to
   its place in it, and the victim is the running request with the largest
   (priority, arrival), the first among equals: one already in this step's
