@@ -69,6 +69,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from traces.errors import BadInput
 from traces.vllm_recorder.files import DEFAULT_ROTATE_BYTES, RecordingWriter, finish_recording
 from traces.vllm_recorder.ids import client_id_of
+from traces.vllm_recorder.release import refusal
 from traces.vllm_recorder.state_feed import ENV_LISTEN, StateFeed, frame, parse_listen
 
 ENV_DIR = "LATROUTE_RECORD_DIR"
@@ -88,6 +89,9 @@ class RecordingScheduler(Scheduler):
     a one-step-at-a-time recording cannot represent)."""
 
     def __init__(self, *args, **kwargs) -> None:
+        why = refusal(vllm.__version__)  # a server is started without latroute's front end: refuse here too
+        if why:
+            raise RuntimeError(f"RecordingScheduler: {why}")
         super().__init__(*args, **kwargs)
         if self.vllm_config.max_concurrent_batches > 1 or self.scheduler_config.async_scheduling:
             # the batch queue schedules step n+1 before step n's output is applied;
