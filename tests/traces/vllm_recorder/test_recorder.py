@@ -176,7 +176,9 @@ def test_validate_warns_on_an_unchecked_vllm_version(tmp_path):
     assert run_cli("trace", "import", "vllm-record", rec, "--out", tmp_path / "t").exit_code == 0
     res = run_cli("validate", tmp_path / "t", "--calibrate", "--out", tmp_path / "v")
     assert res.exit_code == 0
-    assert "recorded with vLLM 0.99.0" in res.stderr and "checked against 0.31.0, 0.32.0 only" in res.stderr
+    from traces.vllm_releases.versions import CHECKED_VLLM_VERSIONS
+    assert "recorded with vLLM 0.99.0" in res.stderr
+    assert f"checked against {', '.join(CHECKED_VLLM_VERSIONS)} only" in res.stderr and "0.19.0, " in res.stderr
 
 
 def test_driver_env_puts_the_recorder_package_on_vllms_path():
