@@ -9,7 +9,8 @@ their scheduler, the only part of vLLM the recorder wraps, is pure Python:
 - without a model: the peer generator drives the release's own scheduler,
   built as ``RecordingScheduler``, through scenarios with a preemption, a
   prefix-cache hit and a long-prefill cap; the recording must hold exactly
-  the batches, preemptions and hits the scheduler made;
+  the batches, preemptions and hits the scheduler made, and the state
+  feed's frame after each ``schedule()`` its queues and free blocks;
 - with the tiny model: ``latroute record engine`` records six requests (a
   shared two-block prefix) end to end and the recording imports. A release
   whose ``vllm._C`` does not load is skipped, with the error, as one that
@@ -29,7 +30,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from estimators.engine import layout as L
 from harness.live.record import driver_env, vllm_release
+from harness.serve.state_feed import decode
 from tests.conftest import run_cli
 from tests.peer import releases
 from tests.traces.vllm_recorder.test_recorder import TINY_A, _session_trace
@@ -79,10 +82,31 @@ def test_recorder_sees_every_batch_the_releases_scheduler_makes(version: str, tm
         assert dict(zip(req["id"], req["cached_tokens"])) == first, name  # the hit granted at first scheduling
         assert (req["status"] != "unfinished").all()
         assert json.loads((rec / "recorder.json").read_text())["steps"] == len(made)
+        _frames_agree(tmp_path / f"{name}.frames", peer, name)
     hits = pd.read_csv(tmp_path / "apc_admission_counts_touched_hits" / "requests.csv")["cached_tokens"]
     assert hits.max() > 0  # the scenario's prefix hit reached the recording
     assert any(s["preempted"] for s in map(json.loads, (tmp_path / "preempt_two_from_tail" / "steps.jsonl")
                                            .read_text().splitlines()))
+
+
+def _frames_agree(path: Path, peer: list[dict], name: str) -> None:
+    """Each frame (one per schedule()) holds the scheduler's queues, in
+    order, its free blocks and the batch just planned."""
+    data = path.read_bytes()
+    k = 0
+    for s in peer:
+        n = int.from_bytes(data[k:k + 8], "little")
+        head, a = decode(data[k + 8:k + 8 + n])
+        k += 8 + n
+        ids = head["ids"]
+        nr, nw = int(a["sc"][L.S_NR]), int(a["sc"][L.S_WN])
+        assert [ids[str(i)] for i in range(nr)] == s["running"], (name, s["step"])
+        assert [ids[str(i)] for i in range(nr, nr + nw)] == s["waiting"], (name, s["step"])
+        assert int(a["sc"][L.S_FREE_BLOCKS]) == s["free_blocks_scheduled"], (name, s["step"])
+        row = {v: int(i) for i, v in ids.items()}
+        assert [[ids[str(i)], int(t), int(c)] for i, t, c in zip(a["slot"], a["tokens"], a["computed"])] == s["batch"]
+        assert all(int(a["req"][row[rid], L.F_COMPUTED]) == before + t for rid, t, before in s["batch"])
+    assert k == len(data), name  # one frame per step, none left over
 
 
 def _kernels_load(python: str) -> str | None:
