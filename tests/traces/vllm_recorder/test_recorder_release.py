@@ -37,8 +37,8 @@ def _stand_in(tmp_path: Path, version: str) -> Path:
     return exe
 
 
-@pytest.mark.parametrize("version, says", [("0.18.0", "vLLM 0.18.0 is outside"), ("0.33.1", "vLLM 0.33.1 is outside")])
-def test_record_engine_refuses_a_release_outside_the_window(tmp_path, version, says):
+def _record(tmp_path: Path, python) -> object:
+    """``record engine`` of a one-request trace with interpreter ``python``."""
     with TraceWriter(tmp_path / "t") as w:
         w.meta["source"] = {"kind": "test"}
         w.write_table("requests", pd.DataFrame({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [100],
@@ -46,9 +46,23 @@ def test_record_engine_refuses_a_release_outside_the_window(tmp_path, version, s
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    res = run_cli("record", "engine", tmp_path / "t", "--model", model, "--vllm-python", _stand_in(tmp_path, version),
-                  "--out", tmp_path / "o")
+    return run_cli("record", "engine", tmp_path / "t", "--model", model, "--vllm-python", python,
+                   "--out", tmp_path / "o")
+
+
+@pytest.mark.parametrize("version, says", [("0.18.0", "vLLM 0.18.0 is outside"), ("0.33.1", "vLLM 0.33.1 is outside")])
+def test_record_engine_refuses_a_release_outside_the_window(tmp_path, version, says):
+    res = _record(tmp_path, _stand_in(tmp_path, version))
     assert_refused(res, tmp_path / "o", "--vllm-python", says, "0.19.0 to 0.32.x")
+
+
+def test_record_engine_refuses_an_interpreter_without_vllm_or_the_recorder(tmp_path):
+    import shutil
+
+    assert_refused(_record(tmp_path, sys.executable), tmp_path / "o", "--vllm-python", "no vLLM in this interpreter")
+    other = tmp_path / "other"
+    other.mkdir()
+    assert_refused(_record(other, shutil.which("true")), other / "o", "--vllm-python", "said nothing readable")
 
 
 def test_release_module_reads_the_distribution_without_importing_vllm(tmp_path):
