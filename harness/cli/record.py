@@ -61,7 +61,9 @@ def engine(trace_dir: Path, model: Path, model_name: str | None, out: Path, **kw
     and hash_ids (identical token blocks for identical ids, unique tokens
     elsewhere) come from TRACE; requests are handed to the engine between
     steps, as a serving front end does. The recording imports with
-    `latroute trace import vllm-record`.
+    `latroute trace import vllm-record`. vLLM releases 0.19.0 to 0.32.x are
+    recorded; another is refused by name before the engine starts (exit 2),
+    as latroute does not model its scheduling rules.
 
     \b
     Example:

@@ -138,6 +138,29 @@ def driver_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def vllm_release(python: str) -> str:
+    """The vLLM release of interpreter ``python``, refused (BadInput, exit 2)
+    when the recorder does not support it (``traces.vllm_recorder.release``,
+    run there: vLLM's environment cannot import latroute's engine). Asked
+    before anything starts, from the package metadata (no vLLM import)."""
+    try:
+        res = subprocess.run([python, "-m", "traces.vllm_recorder.release"], env=driver_env(),
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BadInput(python, None, "--vllm-python", f"could not ask it for its vLLM release ({e})") from None
+    lines = res.stdout.strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        said = None
+    if not isinstance(said, dict):
+        raise BadInput(python, None, "--vllm-python",
+                       f"not a Python that runs latroute's recorder (exit {res.returncode}, it said nothing readable)")
+    if said.get("refusal"):
+        raise BadInput(python, None, "--vllm-python", said["refusal"])
+    return str(said["vllm_version"])
+
+
 def record_engine(trace: Trace, opts: EngineOptions, out: Path, python: str, *, hash_block_tokens: int | None = None,
                   prompt_seed: int = 0, warmup: int = 2, time_limit_s: float = 3600.0, force: bool = False) -> dict:
     """Replay ``trace`` open loop through an in-process vLLM engine with the
@@ -146,6 +169,7 @@ def record_engine(trace: Trace, opts: EngineOptions, out: Path, python: str, *, 
     if not (opts.model / "config.json").is_file():
         raise BadInput(opts.model, None, "--model", "not a model directory (no config.json)")
     wl = read_workload(trace, hash_block_tokens, opts.max_model_len)
+    vllm_release(python)  # a release the recorder refuses is refused here, before the engine starts
     with StagedDir(out, force) as staged:
         tmp = staged.resolve()  # the driver runs with cwd=tmp: every path it reads must be absolute
         rec_dir = tmp / "recording"

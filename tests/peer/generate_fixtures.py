@@ -104,7 +104,9 @@ from scenarios import async_scenarios, priority_scenarios, random_async_scenario
 
 
 # ---------------------------------------------------------------- vLLM side
-def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False):
+def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False, cls=None):
+    """vLLM's scheduler (``cls``: a subclass of it, e.g. latroute's recording
+    scheduler) over a mock KV cache of ``eng``'s size."""
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -129,7 +131,7 @@ def build_scheduler(eng: dict, model_dir: str, async_scheduling: bool = False):
         config.scheduler_config.async_scheduling = True
     if async_scheduling and batch_queue_depth(config) != 2:
         raise RuntimeError("vLLM did not keep async scheduling with a two-deep batch queue for this configuration")
-    cls = AsyncScheduler if async_scheduling else Scheduler
+    cls = cls or (AsyncScheduler if async_scheduling else Scheduler)
     extra = {"hash_block_size": eng["block_size"]} if scheduler_takes_hash_block_size(cls) else {}
     return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
                block_size=eng["block_size"], log_stats=True, **extra)

@@ -16,6 +16,8 @@ the vLLM-free modules (``files``, ``prompts``).
   step that joins the parts into ``steps.jsonl`` / ``requests.csv``.
 - ``prompts``: token-id prompts from lengths and ``hash_ids`` (shared with
   ``latroute loadgen``, so both sides build identical prompts).
+- ``release``: the vLLM releases the recorder supports (the engine's
+  window, restated) and the installed one, asked before a recording starts.
 - ``engine_driver``: the in-process open-loop replay run by ``latroute record
   engine`` inside vLLM's interpreter.
 """

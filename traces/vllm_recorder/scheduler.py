@@ -69,6 +69,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from traces.errors import BadInput
 from traces.vllm_recorder.files import DEFAULT_ROTATE_BYTES, RecordingWriter, finish_recording
 from traces.vllm_recorder.ids import client_id_of
+from traces.vllm_recorder.release import refusal
 from traces.vllm_recorder.state_feed import ENV_LISTEN, StateFeed, frame, parse_listen
 
 ENV_DIR = "LATROUTE_RECORD_DIR"
@@ -88,8 +89,11 @@ class RecordingScheduler(Scheduler):
     a one-step-at-a-time recording cannot represent)."""
 
     def __init__(self, *args, **kwargs) -> None:
+        why = refusal(vllm.__version__)  # a server is started without latroute's front end: refuse here too
+        if why:
+            raise RuntimeError(f"RecordingScheduler: {why}")
         super().__init__(*args, **kwargs)
-        if self.vllm_config.max_concurrent_batches > 1 or self.scheduler_config.async_scheduling:
+        if batch_queue_depth(self.vllm_config) > 1 or self.scheduler_config.async_scheduling:
             # the batch queue schedules step n+1 before step n's output is applied;
             # the format (and the kernel) assume one step at a time
             raise RuntimeError("RecordingScheduler records engines that run one step at a time: "
@@ -323,6 +327,23 @@ class RecordingScheduler(Scheduler):
             "state_feed": feed,
         }
         (self._rec_dir / "recorder.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+# ------------------------------------------------- version switches (vLLM API)
+# Each names one place where vLLM's API moved inside the window the recorder
+# supports (``release.WINDOW``) and picks the running release's form; none
+# changes what is recorded (``docs/reference/vllm-releases.md``, "The recorder
+# per release").
+def batch_queue_depth(vllm_config) -> int:
+    """How many batches the engine core keeps in flight:
+    ``VllmConfig.max_concurrent_batches`` from 0.23 on; up to 0.22 only the
+    executor knew it (not built yet when the scheduler is): the pipeline's
+    depth, or 2 with async scheduling and no pipeline parallelism."""
+    depth = getattr(vllm_config, "max_concurrent_batches", None)
+    if depth is not None:
+        return int(depth)
+    pp = int(vllm_config.parallel_config.pipeline_parallel_size)
+    return 2 if pp <= 1 and vllm_config.scheduler_config.async_scheduling else pp
 
 
 def _q(sorted_vals, q: float) -> float | None:
