@@ -82,7 +82,11 @@ def walk_numbers(*roots, limit: int = WALK_LIMIT, skip_numba: bool = False) -> t
         elif isinstance(o, types.BuiltinFunctionType | types.WrapperDescriptorType):
             continue
         else:
-            for name in dir(o):
+            try:
+                names = dir(o)
+            except ReferenceError:  # a weak proxy whose object was collected: nothing left to read
+                continue
+            for name in names:
                 if name.startswith("__") and name not in ("__dict__", "__slots__"):
                     continue
                 try:
