@@ -6,7 +6,7 @@ environment imports these modules by putting latroute's root on
 ``PYTHONPATH`` (``latroute record engine`` does it for its subprocess; for a
 server the README gives the command). Nothing here imports pandas, numpy or
 anything else of latroute's dependencies, and latroute itself imports only
-the vLLM-free modules (``files``, ``prompts``).
+the vLLM-free modules (``files``, ``prompts``, ``release``).
 
 - ``scheduler``: ``RecordingScheduler``, a subclass of vLLM's ``Scheduler``
   for ``--scheduler-cls traces.vllm_recorder.scheduler.RecordingScheduler``.

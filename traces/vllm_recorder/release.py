@@ -3,7 +3,8 @@
 The recorder runs inside vLLM's interpreter, where latroute's engine
 package (and its numeric stack) is not importable, so the window of
 releases whose scheduling rules latroute models
-(``estimators.engine.releases.WINDOW``) is restated here;
+(``estimators.engine.releases.WINDOW``) is restated here, once for the
+data layer (``traces.vllm_releases.versions`` reads it from here);
 ``tests/traces/vllm_recorder/test_recorder_release.py`` checks that both
 say the same. A recording of a release outside the window could not be
 replayed with that release's rules, so the recorder refuses it at start,
@@ -36,13 +37,17 @@ def version_key(version: str) -> tuple[int, int, int] | None:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
+def in_window(version: str) -> bool:
+    """A release whose scheduling rules latroute checked: 0.19.0 up to any 0.32 patch."""
+    key = version_key(version)
+    return key is not None and version_key(WINDOW[0]) <= key and key[:2] <= version_key(WINDOW[1])[:2]
+
+
 def refusal(version: str) -> str | None:
     """Why the recorder refuses vLLM ``version`` (one line), or None."""
-    key = version_key(version)
-    if key is None:
+    if version_key(version) is None:
         return f"vLLM version {version!r} is not a release number: the recorder cannot tell whose rules it records"
-    low, high = version_key(WINDOW[0]), version_key(WINDOW[1])
-    if key < low or key[:2] > high[:2]:
+    if not in_window(version):
         return (f"vLLM {version} is outside the releases the recorder supports ({WINDOW[0]} to {WINDOW[1]}.x): "
                 f"latroute does not model its scheduling rules, so its recording could not be replayed")
     return None

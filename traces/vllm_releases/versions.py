@@ -17,32 +17,18 @@ decision-agreement figure below 100% look like a kernel bug. A request log
 that names no vLLM version is replayed with the newest checked release's
 rules (``NEWEST_CHECKED``), marked as a default.
 
-The data layer imports no engine, so the window is spelled out here as well
-as in ``estimators.engine.releases``; a test checks that the two agree on
-a range of version strings.
+The data layer imports no engine, so the window is spelled out in the data
+layer as well as in ``estimators.engine.releases``: once, in
+``traces.vllm_recorder.release`` (the recorder runs in vLLM's interpreter,
+standard library only, and checks it there too); a test checks that the
+two agree on a range of version strings.
 """
 from __future__ import annotations
 
-import re
+from traces.vllm_recorder.release import WINDOW, in_window, version_key  # noqa: F401 (the window, read here)
 
 CHECKED_VLLM_VERSIONS = ("0.19.0", "0.22.1", "0.25.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")  # oldest first: the last is the fallback default
 NEWEST_CHECKED = CHECKED_VLLM_VERSIONS[-1]  # the rules the kernel follows by default
-WINDOW = ("0.19.0", "0.32")  # oldest release checked, newest minor release checked (any of its patches)
-
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def version_key(version: str) -> tuple[int, int, int] | None:
-    """(major, minor, patch) of a vLLM version ("0.19.1", "v0.10.1.1", "0.32.0+cpu": the leading
-    numbers); None when it is not one."""
-    m = _VERSION.match(str(version).strip())
-    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-
-
-def in_window(version: str) -> bool:
-    """A release whose scheduling rules latroute checked: 0.19.0 up to any 0.32 patch."""
-    key = version_key(version)
-    return key is not None and version_key(WINDOW[0]) <= key and key[:2] <= version_key(WINDOW[1])[:2]
 
 
 def nearest_in_window(version: str | None) -> str:
